@@ -1,0 +1,63 @@
+"""One root exception, one subclass per stage of the pipeline.
+
+Every error a user can cause is a ``FleetcleanError`` carrying a one-line message that names
+the file, line and fix; ``cli`` turns it into that line on stderr and exit status 4.
+"""
+
+from __future__ import annotations
+
+
+class FleetcleanError(Exception):
+    """Root of every error fleetclean raises on purpose."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.line = line
+        self.column = column
+        self.hint = hint
+
+    def __str__(self) -> str:
+        where = ""
+        if self.path:
+            where = self.path
+            if self.line is not None:
+                where += f":{self.line}"
+                if self.column is not None:
+                    where += f":{self.column}"
+            where += ": "
+        hint = f" ({self.hint})" if self.hint else ""
+        return f"{where}{self.message}{hint}"
+
+
+class BadInput(FleetcleanError):
+    """Bad input from the user: nothing is sent to any host; exit status 4."""
+
+
+class InventoryError(BadInput):
+    """The inventory file or --limit is wrong."""
+
+
+class PlaybookError(BadInput):
+    """The playbook file is wrong."""
+
+
+class VariableError(BadInput):
+    """A variable (-e, inventory, playbook default) is wrong or undefined."""
+
+
+class UsageError(BadInput):
+    """A command-line option is wrong."""
+
+
+class SimError(FleetcleanError):
+    """The simulated fleet could not be started, driven or stopped."""

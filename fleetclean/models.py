@@ -1,0 +1,158 @@
+"""Frozen values shared by every stage of the pipeline.
+
+inventory -> Host; playbook -> Playbook/Stage; render -> str; transport -> RawOutput;
+parse -> ScriptReport; fleet -> HostResult / RunResult; report -> text, JSON, CSV.
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Connection = Literal["ssh", "local"]
+
+
+@dataclass(frozen=True)
+class Host:
+    """One selected host with its effective connection settings and playbook variables.
+
+    ``address`` is ``ansible_host`` or else ``name``; ``vars`` holds every variable that is
+    not an ``ansible_*`` connection variable, after group/host precedence.
+    """
+
+    name: str
+    address: str
+    port: int | None = None  # None: let ~/.ssh/config (or 22) decide
+    user: str | None = None
+    key: str | None = None
+    connection: Connection = "ssh"
+    become: bool = False
+    become_user: str | None = None
+    groups: tuple[str, ...] = ()
+    vars: dict[str, Any] = field(default_factory=dict)
+    proxy_jump: str | None = None
+    # `-o Key=Value` options from ansible_ssh_common_args / ansible_ssh_extra_args,
+    # keys lower-cased (userknownhostsfile, stricthostkeychecking, connecttimeout, ...).
+    ssh_options: dict[str, str] = field(default_factory=dict)
+
+
+class HostStatus(str, enum.Enum):
+    """The contract's host outcomes; values are what --json prints."""
+
+    CLEAN = "clean"
+    DIRTY = "dirty"
+    UNREACHABLE = "unreachable"
+    AUTH_FAILED = "auth_failed"
+    HOST_KEY_MISMATCH = "host_key_mismatch"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+
+    @property
+    def failed(self) -> bool:
+        return self not in (HostStatus.CLEAN, HostStatus.DIRTY)
+
+
+class ExitStatus(enum.IntEnum):
+    """Process exit statuses of the CLI contract."""
+
+    OK = 0
+    DIRTY = 1
+    FAILED = 2
+    BAD_INPUT = 4
+    INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    """One GPU as nvidia-smi reported it; ``None`` for a field it could not give ([N/A])."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One process holding a GPU: from --query-compute-apps or a device-file holder."""
+
+    pid: int
+    name: str
+    used_memory_mib: int | None
+    gpu_uuid: str
+
+
+@dataclass(frozen=True)
+class Signalled:
+    """One signal sent to one process by one stage."""
+
+    pid: int
+    cmdline: str
+    signal: str  # "TERM" or "KILL"
+    stage: str = ""
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What one stage did on one host.
+
+    status: "ok" (done, nothing left), "changed" (--check: would change), "failed"
+    (could not do its job, e.g. processes remain or a backup is missing), "refused" (a
+    guard stopped the teardown), "skipped" (not run because an earlier stage refused/failed).
+    """
+
+    name: str
+    type: str
+    status: str
+    matched: int = 0
+    signalled: int = 0
+    remaining: int = 0
+    duration_s: float = 0.0
+    message: str = ""
+    changes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScriptReport:
+    """Everything parsed from one host's script output."""
+
+    stages: tuple[StageResult, ...] = ()
+    gpus: tuple[GpuRow, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()
+    signalled: tuple[Signalled, ...] = ()
+    verified: bool | None = None  # None: the playbook has no verification or it never ran
+    error: str | None = None  # a host-level error a person can act on (nvidia-smi, lock, ...)
+    busy: bool = False
+
+
+@dataclass(frozen=True)
+class HostResult:
+    host: str
+    status: HostStatus
+    error: str | None = None
+    duration_s: float = 0.0
+    stages: tuple[StageResult, ...] = ()
+    gpus: tuple[GpuRow, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()
+    signalled: tuple[Signalled, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunResult:
+    playbook: str
+    duration_s: float
+    hosts: tuple[HostResult, ...]
+    interrupted: bool = False
+
+    @property
+    def exit_status(self) -> ExitStatus:
+        if self.interrupted:
+            return ExitStatus.INTERRUPTED
+        if any(h.status.failed for h in self.hosts):
+            return ExitStatus.FAILED
+        if any(h.status is HostStatus.DIRTY for h in self.hosts):
+            return ExitStatus.DIRTY
+        return ExitStatus.OK
