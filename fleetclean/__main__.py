@@ -1,0 +1,7 @@
+"""``python -m fleetclean`` is the ``fleetclean`` command."""
+
+import sys
+
+from fleetclean.cli import main
+
+sys.exit(main())

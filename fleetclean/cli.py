@@ -1,0 +1,422 @@
+"""Command line: options -> calls. The one place that maps errors to exit statuses.
+
+``main(argv, env) -> int`` never calls ``sys.exit`` itself and prints only through the
+``Env`` it is given, so tests can swap the streams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, TextIO
+
+from rich.console import Console
+from rich.live import Live
+
+from fleetclean import __version__, fleet, records, report
+from fleetclean.errors import BadInput, FleetcleanError, UsageError
+from fleetclean.models import ExitStatus, Host, RunResult
+from fleetclean.transport import Options
+
+EPILOG_RUN = """\
+examples:
+  fleetclean run post-extraction -i lab.yml -l extraction
+  fleetclean run post-extraction -i lab.yml -e model_file=/opt/sglang/python/sglang/srt/models/deepseek_v2.py
+  fleetclean run pre-restart -i lab.yml -l 'gpu0*:!gpu05' --check
+  fleetclean run ./my-teardown.yaml -i hosts.ini -e @vars.yaml --json > result.json
+
+exit status: 0 every host clean, 1 some host dirty, 2 some host unreachable or failed,
+4 bad input (nothing was sent), 130 interrupted.
+"""
+
+EPILOG_MAIN = """\
+examples:
+  fleetclean demo                                   a simulated fleet, cleaned end to end
+  fleetclean status -i lab.yml                      per-host, per-GPU memory table
+  fleetclean run post-extraction -i lab.yml --check what would be signalled, restored, removed
+  fleetclean run post-extraction -i lab.yml         stop servers, free GPUs, verify
+  fleetclean show post-extraction -i lab.yml --host gpu01   the exact bash sent to gpu01
+"""
+
+
+@dataclass
+class Env:
+    """The streams and environment one invocation uses; tests pass their own."""
+
+    stdout: TextIO = field(default_factory=lambda: sys.stdout)
+    stderr: TextIO = field(default_factory=lambda: sys.stderr)
+    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def console(self, *, stderr: bool = False) -> Console:
+        stream = self.stderr if stderr else self.stdout
+        no_color = "NO_COLOR" in self.environ
+        return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=False)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on bad options; the contract says 4 and one line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}", hint=f"see '{self.prog} --help'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = _Parser(
+        prog="fleetclean",
+        description="Clean a fleet of GPU nodes over SSH: stop inference servers and their "
+        "stray workers, free every GPU, put patched files back, and show a per-host, "
+        "per-GPU memory table that proves it.",
+        epilog=EPILOG_MAIN,
+        formatter_class=fmt,
+    )
+    p.add_argument("--version", action="version", version=f"fleetclean {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def hosts_opts(sp: argparse.ArgumentParser, *, required: bool = True) -> None:
+        sp.add_argument("-i", "--inventory", required=required, metavar="FILE",
+                        help="Ansible inventory (YAML or INI)")
+        sp.add_argument("-l", "--limit", metavar="PATTERN",
+                        help="select hosts: names, groups, globs, 'a:b', '&grp', '!grp', @file")
+        sp.add_argument("-F", "--ssh-config", metavar="FILE",
+                        help="ssh_config to honour (default ~/.ssh/config, or "
+                        "$FLEETCLEAN_SSH_CONFIG)")
+
+    def conn_opts(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("-f", "--forks", type=int, default=64, metavar="N",
+                        help="hosts at once (default 64)")
+        sp.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+                        help="seconds to connect and authenticate (default 10)")
+        sp.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                        help="seconds for the whole script on one host (default 300)")
+        sp.add_argument("--known-hosts", action="append", default=[], metavar="FILE",
+                        help="extra known_hosts file (default ~/.ssh/known_hosts)")
+        sp.add_argument("--accept-new-host-keys", action="store_true",
+                        help="record unknown host keys (never changed ones), like "
+                        "StrictHostKeyChecking=accept-new")
+        out = sp.add_mutually_exclusive_group()
+        out.add_argument("--json", action="store_true", help="print one JSON object")
+        out.add_argument("--csv", action="store_true", help="print one CSV row per host and GPU")
+
+    run = sub.add_parser("run", help="run a teardown playbook on the selected hosts",
+                         description="Render PLAYBOOK into one bash script per host, run them in "
+                         "parallel over SSH, verify every GPU is free.",
+                         epilog=EPILOG_RUN, formatter_class=fmt)
+    run.add_argument("playbook", metavar="PLAYBOOK", help="built-in name or a YAML file")
+    hosts_opts(run)
+    run.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE",
+                     help="set a variable; @file.yaml reads a file; repeatable")
+    run.add_argument("--check", action="store_true",
+                     help="list what each stage would signal, restore or remove; change nothing")
+    run.add_argument("--force", action="store_true", help="override guard stages")
+    run.add_argument("--no-record", action="store_true", help="do not write a run record")
+    conn_opts(run)
+
+    status = sub.add_parser("status", help="read-only GPU memory table of the selected hosts",
+                            epilog="examples:\n  fleetclean status -i lab.yml\n"
+                            "  fleetclean status -i lab.yml -l training --watch 2\n",
+                            formatter_class=fmt)
+    hosts_opts(status)
+    status.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE",
+                        help="set a variable of the status playbook (e.g. max_used_mib=512)")
+    status.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="S",
+                        help="refresh the table in place every S seconds (default 2)")
+    conn_opts(status)
+
+    show = sub.add_parser("show", help="print the exact script a host would receive",
+                          epilog="examples:\n  fleetclean show post-extraction\n"
+                          "  fleetclean show post-extraction -i lab.yml --host gpu01 -e grace=30\n",
+                          formatter_class=fmt)
+    show.add_argument("playbook", metavar="PLAYBOOK")
+    hosts_opts(show, required=False)
+    show.add_argument("--host", metavar="HOST", help="render with this host's variables")
+    show.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE")
+    show.add_argument("--check", action="store_true", help="render the --check variant")
+
+    sub.add_parser("playbooks", help="list built-in playbooks")
+
+    inv = sub.add_parser("inventory", help="show selected hosts with effective settings",
+                         epilog="examples:\n  fleetclean inventory -i lab.yml -l training --json\n",
+                         formatter_class=fmt)
+    hosts_opts(inv)
+    inv.add_argument("--json", action="store_true")
+
+    hist = sub.add_parser("history", help="list run records, or show one",
+                          epilog="examples:\n  fleetclean history\n  fleetclean history -1\n",
+                          formatter_class=fmt)
+    hist.add_argument("record", nargs="?", metavar="ID", help="record id prefix, path, or -1")
+    hist.add_argument("--json", action="store_true")
+
+    demo = sub.add_parser("demo", help="clean a local simulated fleet end to end (Linux, root)")
+    demo.add_argument("--nodes", type=int, default=4, metavar="N")
+    demo.add_argument("--state-dir", metavar="DIR", help="where the simulated fleet lives")
+
+    sim = sub.add_parser("sim", help="drive the simulated fleet by hand (Linux, root)")
+    from fleetclean.sim import cli as sim_cli
+
+    sim_cli.add_subparsers(sim)
+    return p
+
+
+def main(argv: Sequence[str] | None = None, env: Env | None = None) -> int:
+    env = env or Env()
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    err = env.console(stderr=True)
+    try:
+        args = build_parser().parse_args(args_list)
+        if not args.command:
+            build_parser().print_help(env.stdout)
+            return int(ExitStatus.OK)
+        handler = _HANDLERS[args.command]
+        return handler(args, env, args_list)
+    except BadInput as exc:
+        err.print(f"fleetclean: error: {exc}", markup=False, highlight=False)
+        return int(ExitStatus.BAD_INPUT)
+    except FleetcleanError as exc:
+        err.print(f"fleetclean: error: {exc}", markup=False, highlight=False)
+        return int(ExitStatus.FAILED)
+    except KeyboardInterrupt:
+        err.print("fleetclean: interrupted", markup=False)
+        return int(ExitStatus.INTERRUPTED)
+    except BrokenPipeError:
+        return int(ExitStatus.OK)
+
+
+# --- shared steps -------------------------------------------------------------------------
+
+
+def _select_hosts(args: argparse.Namespace, env: Env) -> list[Host]:
+    from fleetclean.inventory import load_inventory
+
+    ssh_config = args.ssh_config or env.environ.get("FLEETCLEAN_SSH_CONFIG")
+    inv = load_inventory(args.inventory, ssh_config=ssh_config)
+    return inv.select(args.limit)
+
+
+def _options(args: argparse.Namespace) -> Options:
+    if args.forks < 1:
+        raise UsageError(f"--forks must be at least 1, not {args.forks}")
+    if args.connect_timeout <= 0 or args.timeout <= 0:
+        raise UsageError("--connect-timeout and --timeout must be positive")
+    return Options(
+        connect_timeout=args.connect_timeout,
+        timeout=args.timeout,
+        known_hosts=tuple(args.known_hosts),
+        accept_new_host_keys=args.accept_new_host_keys,
+    )
+
+
+def _render_jobs(
+    playbook_ref: str, hosts: list[Host], extra: list[str], *, check: bool, force: bool
+) -> tuple[str, list[fleet.Job], dict[str, Any]]:
+    """Render every host's script before any connection: bad input never reaches a host."""
+    from fleetclean.playbook import load_playbook
+    from fleetclean.render import render_script
+    from fleetclean.variables import parse_extra_vars, resolve_vars
+
+    book = load_playbook(playbook_ref)
+    extra_vars = parse_extra_vars(extra)
+    jobs = []
+    for host in hosts:
+        variables = resolve_vars(book, host.vars, extra_vars)
+        script = render_script(book, variables, check=check, force=force, host_name=host.name)
+        jobs.append(fleet.Job(host, script))
+    return book.name, jobs, extra_vars
+
+
+def _execute(
+    name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env
+) -> RunResult:
+    opts = _options(args)
+    live = not (args.json or args.csv)
+    console = env.console(stderr=True)
+    cancel = threading.Event()
+    if live:
+        with report.LiveProgress(console, [j.host.name for j in jobs]) as progress:
+            return fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks,
+                                   on_event=progress, cancel=cancel)
+    return fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks, cancel=cancel)
+
+
+def _emit(result: RunResult, args: argparse.Namespace, env: Env) -> None:
+    if args.json:
+        json.dump(report.to_json(result), env.stdout, indent=2)
+        env.stdout.write("\n")
+    elif args.csv:
+        report.write_csv(result, env.stdout)
+    else:
+        report.print_result(env.console(), result)
+
+
+# --- commands -----------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    hosts = _select_hosts(args, env)
+    name, jobs, extra = _render_jobs(args.playbook, hosts, args.extra_vars,
+                                     check=args.check, force=args.force)
+    result = _execute(name, jobs, args, env)
+    if not args.no_record:
+        try:
+            path = records.write_record(result, argv=argv, inventory=args.inventory,
+                                        variables=extra, check=args.check)
+            if not (args.json or args.csv):
+                env.console(stderr=True).print(f"record: {path}", style="dim", markup=False)
+        except OSError as exc:
+            env.console(stderr=True).print(f"fleetclean: warning: no run record: {exc}")
+    _emit(result, args, env)
+    if args.check and not (args.json or args.csv):
+        _print_check(result, env)
+    return int(result.exit_status)
+
+
+def _print_check(result: RunResult, env: Env) -> None:
+    console = env.console()
+    console.print("--check: nothing was changed. Each stage would:", style="bold")
+    for h in result.hosts:
+        for s in h.stages:
+            if s.changes:
+                for change in s.changes:
+                    console.print(f"  {h.host} {s.name}: {change}", markup=False)
+
+
+def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    hosts = _select_hosts(args, env)
+    name, jobs, _ = _render_jobs("status", hosts, args.extra_vars, check=False, force=False)
+    if args.watch is None:
+        result = _execute(name, jobs, args, env)
+        _emit(result, args, env)
+        return int(result.exit_status)
+    opts = _options(args)
+    console = env.console()
+    result = None
+    try:
+        with Live(console=console, auto_refresh=False) as live:
+            while True:
+                result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks)
+                stamp = time.strftime("%H:%M:%S")
+                live.update(report.render_result(result), refresh=True)
+                console.set_window_title(f"fleetclean status {stamp}")
+                time.sleep(max(0.1, args.watch))
+    except KeyboardInterrupt:
+        return int(ExitStatus.INTERRUPTED)
+
+
+def cmd_show(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    hosts: list[Host]
+    if args.inventory:
+        hosts = _select_hosts(args, env)
+        if args.host:
+            hosts = [h for h in hosts if h.name == args.host]
+            if not hosts:
+                raise UsageError(f"--host {args.host}: no such host in {args.inventory}",
+                                 hint="see 'fleetclean inventory -i FILE'")
+        hosts = hosts[:1]
+    else:
+        if args.host:
+            raise UsageError("--host needs -i INVENTORY")
+        hosts = [Host(name="HOST", address="HOST")]
+    _, jobs, _ = _render_jobs(args.playbook, hosts, args.extra_vars, check=args.check,
+                              force=False)
+    env.stdout.write(jobs[0].script)
+    return int(ExitStatus.OK)
+
+
+def cmd_playbooks(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    from fleetclean.playbook import list_playbooks
+
+    for name, description in list_playbooks():
+        env.stdout.write(f"{name:<18} {description}\n")
+    return int(ExitStatus.OK)
+
+
+def cmd_inventory(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    from fleetclean.inventory import inventory_json, render_inventory_table
+
+    hosts = _select_hosts(args, env)
+    if args.json:
+        json.dump(inventory_json(hosts), env.stdout, indent=2)
+        env.stdout.write("\n")
+    else:
+        env.console().print(render_inventory_table(hosts))
+    return int(ExitStatus.OK)
+
+
+def cmd_history(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    if args.record:
+        try:
+            record = records.load_record(args.record)
+        except FileNotFoundError:
+            raise UsageError(f"no run record matches {args.record!r}",
+                             hint="'fleetclean history' lists them") from None
+        if args.json:
+            json.dump(record, env.stdout, indent=2)
+            env.stdout.write("\n")
+            return int(ExitStatus.OK)
+        console = env.console()
+        console.print(f"{record['id']}  {record['user']}@{record['controller']}  "
+                      f"{' '.join(record['argv'])}", markup=False)
+        for host, change in record["changes"].items():
+            for s in change["signalled"]:
+                console.print(f"  {host}: SIG{s['signal']} {s['pid']} {s['cmdline']}",
+                              markup=False)
+            for c in change["changes"]:
+                console.print(f"  {host}: {c}", markup=False)
+        console.print(report.summary_line(_result_from_json(record["result"])), markup=False)
+        return int(ExitStatus.OK)
+    paths = records.list_records()
+    if not paths:
+        env.stdout.write(f"no run records in {records.runs_dir()}\n")
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        s = data["result"]["summary"]
+        env.stdout.write(
+            f"{data['id']}  {data['started_at']}  {data['playbook']:<16} "
+            f"{s['hosts']} hosts {s['clean']} clean {s['dirty']} dirty {s['failed']} failed"
+            f"{'  (check)' if data.get('check') else ''}"
+            f"{'  (interrupted)' if data.get('interrupted') else ''}\n"
+        )
+    return int(ExitStatus.OK)
+
+
+def _result_from_json(data: dict[str, Any]) -> RunResult:
+    from fleetclean.models import HostResult, HostStatus
+
+    hosts = tuple(
+        HostResult(h["host"], HostStatus(h["status"]), h.get("error"), h.get("duration_s", 0))
+        for h in data["hosts"]
+    )
+    return RunResult(data["playbook"], data["duration_s"], hosts)
+
+
+def cmd_demo(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    from fleetclean.demo import run_demo
+
+    return run_demo(env.console(), nodes=args.nodes, state_dir=args.state_dir)
+
+
+def cmd_sim(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    from fleetclean.sim import cli as sim_cli
+
+    return sim_cli.run(args)
+
+
+_HANDLERS: dict[str, Callable[[argparse.Namespace, Env, list[str]], int]] = {
+    "run": cmd_run,
+    "status": cmd_status,
+    "show": cmd_show,
+    "playbooks": cmd_playbooks,
+    "inventory": cmd_inventory,
+    "history": cmd_history,
+    "demo": cmd_demo,
+    "sim": cmd_sim,
+}

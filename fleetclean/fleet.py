@@ -1,0 +1,161 @@
+"""Run one rendered script per host, many hosts at once; never prints.
+
+Scripts are rendered for every host *before* the first connection (see ``cli``), so bad input
+never reaches a host. Each host runs in a worker thread with bounded concurrency; what
+happens on a host (including every failure) becomes a ``HostResult`` value, and progress is
+reported through a callback so the caller decides how to show it.
+
+Example::
+
+    jobs = [Job(host, script) for host, script in rendered]
+    result = run_fleet(jobs, playbook="post-extraction", opts=Options(), forks=64)
+    result.exit_status  # ExitStatus.OK when every host is clean
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+from fleetclean import parse
+from fleetclean.models import Host, HostResult, HostStatus, RunResult, ScriptReport
+from fleetclean.transport import Options, ScriptOutput, Session
+
+
+@dataclass(frozen=True)
+class Job:
+    host: Host
+    script: str
+
+
+@dataclass(frozen=True)
+class Event:
+    """Progress of one host: ``kind`` is "start", "stage" (``stage`` names it) or "done"."""
+
+    host: str
+    kind: str
+    stage: str = ""
+    result: HostResult | None = None
+
+
+EventCallback = Callable[[Event], None]
+
+
+def run_fleet(
+    jobs: Sequence[Job],
+    *,
+    playbook: str,
+    opts: Options,
+    forks: int = 64,
+    on_event: EventCallback | None = None,
+    cancel: threading.Event | None = None,
+) -> RunResult:
+    """Run every job; a first KeyboardInterrupt stops starting hosts and waits for the
+    running ones (they are bounded by their own timeouts); the result is then marked
+    interrupted. A second KeyboardInterrupt propagates."""
+    cancel = cancel or threading.Event()
+    emit = on_event or (lambda _e: None)
+    started = time.monotonic()
+    results: dict[str, HostResult] = {}
+    interrupted = False
+    with Session(opts) as session, ThreadPoolExecutor(max_workers=max(1, forks)) as pool:
+        futures: dict[Future[HostResult | None], Job] = {
+            pool.submit(_run_one, session, job, emit, cancel): job for job in jobs
+        }
+        pending = set(futures)
+        while pending:
+            try:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            except KeyboardInterrupt:
+                if interrupted:
+                    raise
+                interrupted = True
+                cancel.set()
+                continue
+            for fut in done:
+                res = fut.result()
+                if res is not None:
+                    results[futures[fut].host.name] = res
+    ordered = []
+    for job in jobs:
+        res = results.get(job.host.name)
+        if res is None:
+            res = HostResult(
+                job.host.name,
+                HostStatus.ERROR,
+                "not started: the run was interrupted before this host's turn",
+            )
+        ordered.append(res)
+    return RunResult(
+        playbook=playbook,
+        duration_s=round(time.monotonic() - started, 3),
+        hosts=tuple(ordered),
+        interrupted=interrupted or cancel.is_set(),
+    )
+
+
+def _run_one(
+    session: Session, job: Job, emit: EventCallback, cancel: threading.Event
+) -> HostResult | None:
+    if cancel.is_set():
+        return None
+    name = job.host.name
+    emit(Event(name, "start"))
+    t0 = time.monotonic()
+
+    def on_line(line: str) -> None:
+        stage = parse.stage_started(line)
+        if stage:
+            emit(Event(name, "stage", stage))
+
+    output = session.run(job.host, job.script, on_line)
+    result = host_result(name, output, time.monotonic() - t0)
+    emit(Event(name, "done", result=result))
+    return result
+
+
+def host_result(name: str, output: ScriptOutput, duration_s: float) -> HostResult:
+    """Decide a host's status from what the transport and the script said."""
+    report = (
+        parse.parse_script_output(output.stdout, output.stderr, output.exit_code)
+        if output.started
+        else ScriptReport()
+    )
+    status, error = _status(output, report)
+    return HostResult(
+        host=name,
+        status=status,
+        error=error,
+        duration_s=round(duration_s, 3),
+        stages=report.stages,
+        gpus=report.gpus,
+        processes=report.processes,
+        signalled=report.signalled,
+    )
+
+
+def _status(output: ScriptOutput, report: ScriptReport) -> tuple[HostStatus, str | None]:
+    if output.failure is not None:
+        message = output.failure.message
+        if output.started and report.stages:
+            done = ", ".join(f"{s.name}: {s.status}" for s in report.stages)
+            message += f" (stages reported before that: {done})"
+        return HostStatus(output.failure.kind), message
+    if report.error:
+        return HostStatus.ERROR, report.error
+    if report.verified is False:
+        return HostStatus.DIRTY, _dirty_reason(report)
+    failed = [s for s in report.stages if s.status == "failed"]
+    if failed:
+        return HostStatus.DIRTY, "; ".join(f"{s.name}: {s.message or 'failed'}" for s in failed)
+    return HostStatus.CLEAN, None
+
+
+def _dirty_reason(report: ScriptReport) -> str:
+    busy = [g for g in report.gpus if g.memory_used_mib]
+    gpus = ", ".join(f"GPU{g.index} {g.memory_used_mib} MiB" for g in busy) or "GPUs above limit"
+    holders = ", ".join(f"{p.pid} {p.name}" for p in report.processes[:4])
+    return f"still used: {gpus}" + (f"; held by {holders}" if holders else "")

@@ -1,0 +1,104 @@
+"""Run records: every ``run`` (also a failed or interrupted one) leaves a JSON file.
+
+Records live in ``$XDG_STATE_HOME/fleetclean/runs`` (``~/.local/state/fleetclean/runs``), or
+``$FLEETCLEAN_STATE_DIR/runs``. A record says who ran what with which variables, and per
+host what was signalled, restored and removed, and the final GPU rows: enough to answer
+"what did fleetclean kill on gpu07 last Tuesday?".
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fleetclean.models import RunResult
+from fleetclean.report import host_json, to_json
+
+
+def state_dir() -> Path:
+    explicit = os.environ.get("FLEETCLEAN_STATE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "fleetclean"
+
+
+def runs_dir() -> Path:
+    return state_dir() / "runs"
+
+
+def write_record(
+    result: RunResult,
+    *,
+    argv: Sequence[str],
+    inventory: str | None,
+    variables: Mapping[str, Any],
+    check: bool,
+) -> Path:
+    """Write one run's record atomically; returns its path."""
+    now = time.time()
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"-{os.getpid()}"
+    record = {
+        "id": stamp,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - result.duration_s)),
+        "user": _user(),
+        "controller": socket.gethostname(),
+        "argv": list(argv),
+        "inventory": inventory,
+        "playbook": result.playbook,
+        "check": check,
+        "variables": dict(variables),
+        "interrupted": result.interrupted,
+        "exit_status": int(result.exit_status),
+        "result": to_json(result),
+        "changes": {
+            h.host: {
+                "signalled": host_json(h)["signalled"],
+                "changes": [c for s in h.stages for c in s.changes],
+            }
+            for h in result.hosts
+        },
+    }
+    directory = runs_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{stamp}-{result.playbook}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2, default=str))
+    tmp.replace(path)
+    return path
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def list_records() -> list[Path]:
+    directory = runs_dir()
+    if not directory.is_dir():
+        return []
+    return sorted(directory.glob("*.json"))
+
+
+def load_record(ref: str) -> dict[str, Any]:
+    """A record by id prefix, file name or path; ``-1`` is the latest."""
+    paths = list_records()
+    if ref.lstrip("-").isdigit() and int(ref) < 0 and paths:
+        path = paths[int(ref)]
+    elif Path(ref).is_file():
+        path = Path(ref)
+    else:
+        found = [p for p in paths if p.name.startswith(ref)]
+        if not found:
+            raise FileNotFoundError(ref)
+        path = found[-1]
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data

@@ -1,0 +1,68 @@
+# shellcheck shell=bash
+# Stage "remove": delete each path of opt_paths (globs allowed). Refuses empty paths and
+# anything that resolves to / or a top-level directory (/, /dev, /etc, ...), whatever
+# "..", symlink or glob led there. A path or glob that matches nothing is an error
+# unless opt_missing_ok is 1.
+fc_stage_remove() {
+    local p real shown
+    local -a found=() refused=() missing=()
+    # shellcheck disable=SC2154  # opt_* are assigned by the rendered caller
+    for p in "${opt_paths[@]}"; do
+        if [[ -z $p ]]; then
+            refused+=("(empty path)")
+            continue
+        fi
+        local -a exp=()
+        if [[ $p == *[*?[]* ]]; then
+            # IFS empty: the value is globbed but never word-split.
+            local IFS=''
+            shopt -s nullglob
+            # shellcheck disable=SC2206  # globbing the value is the point here
+            exp=($p)
+            shopt -u nullglob
+            unset IFS
+        elif [[ -e $p || -L $p ]]; then
+            exp=("$p")
+        fi
+        if ((${#exp[@]} == 0)); then
+            missing+=("$p")
+            continue
+        fi
+        for shown in "${exp[@]}"; do
+            real=$(realpath -m -- "$shown")
+            if [[ $real != /*/* ]]; then
+                refused+=("$shown (resolves to $real)")
+            else
+                found+=("$shown")
+            fi
+        done
+    done
+    FC_MATCHED=${#found[@]}
+    if ((${#refused[@]})); then
+        FC_STATUS=failed
+        FC_MESSAGE="refusing to remove: ${refused[*]}"
+        return 0
+    fi
+    for p in "${found[@]}"; do
+        if ((FC_CHECK)); then
+            fc_rec change "$FC_IDX" "would remove $p"
+        elif out=$(rm -rf --one-file-system -- "$p" 2>&1); then
+            fc_rec change "$FC_IDX" "removed $p"
+        else
+            FC_STATUS=failed
+            FC_MESSAGE="cannot remove $p: $out"
+            return 0
+        fi
+    done
+    if ((${#missing[@]})) && ((!opt_missing_ok)); then
+        FC_STATUS=failed
+        FC_MESSAGE="not found: ${missing[*]}"
+    elif ((${#found[@]} == 0)); then
+        FC_MESSAGE="nothing to remove"
+    elif ((FC_CHECK)); then
+        FC_STATUS=changed
+        FC_MESSAGE="would remove ${#found[@]} path(s)"
+    else
+        FC_MESSAGE="removed ${#found[@]} path(s)"
+    fi
+}
