@@ -1,0 +1,235 @@
+"""SSH settings of one host: inventory connection variables over ``~/.ssh/config``.
+
+Two jobs, both about what ``ssh`` itself would do:
+
+- :func:`parse_ssh_args` reads ``ansible_ssh_common_args`` / ``ansible_ssh_extra_args``:
+  ``-o Key=Value`` (or ``-o 'Key Value'``, or ``-o Key Value``) into lower-cased options,
+  ``-J bastion`` / ``-o ProxyJump=bastion`` into the jump host, ``-F file`` into a config file.
+  Other ssh flags (``-C``, ``-q``, ...) change nothing fleetclean does, so they are skipped.
+- :func:`merge` fills what the inventory left open from an ssh config file read by
+  ``paramiko.SSHConfig`` (HostName, User, Port, IdentityFile, ProxyJump, UserKnownHostsFile).
+  The inventory always wins, as in Ansible.
+
+Config blocks are matched against the name ``ssh`` would be given: ``ansible_host`` when the
+inventory sets it, else the inventory name. So ``Host *.lab`` applies to ``gpu01.lab``, and a
+``Host 10.0.0.*`` block applies to a host whose ``ansible_host`` is ``10.0.0.5``.
+
+>>> args = parse_ssh_args("-o ProxyJump=ops@bastion -o StrictHostKeyChecking=yes")
+>>> args.proxy_jump, args.options
+('ops@bastion', {'stricthostkeychecking': 'yes'})
+>>> parse_ssh_args("-o")
+Traceback (most recent call last):
+...
+fleetclean.sshconfig.SshArgsError: '-o' at the end of the ssh arguments has no option
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+
+import paramiko
+
+from fleetclean.errors import InventoryError
+
+__all__ = [
+    "SshArgs",
+    "SshArgsError",
+    "SshSettings",
+    "default_config_path",
+    "load_config",
+    "merge",
+    "parse_ssh_args",
+]
+
+ENV_CONFIG = "FLEETCLEAN_SSH_CONFIG"
+
+
+class SshArgsError(ValueError):
+    """Unreadable ssh arguments; the caller adds the file and line they came from."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class SshArgs:
+    """What fleetclean takes from an ssh command line."""
+
+    options: dict[str, str] = field(default_factory=dict)
+    proxy_jump: str | None = None
+    config_file: str | None = None
+
+
+def parse_ssh_args(text: str) -> SshArgs:
+    """Read ``-o``, ``-J`` and ``-F`` from ssh arguments; later occurrences win."""
+    try:
+        words = shlex.split(text)
+    except ValueError as err:
+        raise SshArgsError(
+            f"cannot split ssh arguments: {err}", hint="close the quote or drop it"
+        ) from None
+    options: dict[str, str] = {}
+    proxy_jump: str | None = None
+    config_file: str | None = None
+    i = 0
+    while i < len(words):
+        word = words[i]
+        flag, attached = word[:2], word[2:]
+        if flag not in ("-o", "-J", "-F"):
+            i += 1
+            continue
+        if attached:
+            value = attached
+        elif i + 1 < len(words):
+            i += 1
+            value = words[i]
+        else:
+            raise SshArgsError(
+                f"'{flag}' at the end of the ssh arguments has no "
+                + {"-o": "option", "-J": "jump host", "-F": "file"}[flag],
+                hint={
+                    "-o": "write -o Key=Value",
+                    "-J": "write -J user@bastion",
+                    "-F": "write -F path/to/ssh_config",
+                }[flag],
+            )
+        if flag == "-J":
+            proxy_jump = value
+        elif flag == "-F":
+            config_file = value
+        else:
+            key, option_value, consumed = _split_option(value, words[i + 1 :])
+            i += consumed
+            if key == "proxyjump":
+                proxy_jump = option_value
+            else:
+                options[key] = option_value
+        i += 1
+    return SshArgs(options=options, proxy_jump=proxy_jump, config_file=config_file)
+
+
+def _split_option(text: str, rest: list[str]) -> tuple[str, str, int]:
+    """``Key=Value`` / ``Key Value`` / ``Key`` + next word -> (key, value, words consumed)."""
+    key, sep, value = text.partition("=")
+    if not sep:
+        key, _, value = text.strip().partition(" ")
+    key, value = key.strip().lower(), value.strip()
+    if not key:
+        raise SshArgsError(f"'-o {text}' has no option name", hint="write -o Key=Value")
+    if value:
+        return key, value, 0
+    # "-o Key Value" unquoted: ssh itself would fail, but the intent is plain.
+    if rest and not rest[0].startswith("-"):
+        return key, rest[0], 1
+    raise SshArgsError(f"'-o {text}' has no value", hint=f"write -o {text.strip()}=VALUE")
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """Where and how to reach one host after the merge; ``port`` is always set."""
+
+    address: str
+    port: int
+    user: str | None
+    key: str | None
+    proxy_jump: str | None
+    options: dict[str, str]
+
+
+def default_config_path() -> str | None:
+    """``$FLEETCLEAN_SSH_CONFIG`` (empty: none), else ``~/.ssh/config`` if it exists."""
+    env = os.environ.get(ENV_CONFIG)
+    if env is not None:
+        return env or None
+    path = os.path.expanduser("~/.ssh/config")
+    return path if os.path.isfile(path) else None
+
+
+def load_config(path: str, *, given_by: str = "ssh config") -> paramiko.SSHConfig:
+    """Parse one ssh config file; a missing or unreadable one is an ``InventoryError``."""
+    if not os.path.exists(path):
+        raise InventoryError(
+            f"{given_by} file does not exist", path=path, hint="fix the path or remove it"
+        )
+    if os.path.isdir(path):
+        raise InventoryError(
+            f"{given_by} file is a directory", path=path, hint="give the config file itself"
+        )
+    try:
+        return paramiko.SSHConfig.from_path(path)
+    except (OSError, UnicodeDecodeError) as err:
+        raise InventoryError(
+            f"cannot read {given_by} file: {err}", path=path, hint="check its permissions"
+        ) from None
+    except paramiko.ssh_exception.ConfigParseError as err:
+        raise InventoryError(
+            f"cannot parse {given_by} file: {err}",
+            path=path,
+            hint="each line must be 'Keyword value'",
+        ) from None
+
+
+def merge(
+    name: str,
+    *,
+    host: str | None,
+    port: int | None,
+    user: str | None,
+    key: str | None,
+    proxy_jump: str | None,
+    options: dict[str, str],
+    config: paramiko.SSHConfig | None,
+    config_path: str | None = None,
+) -> SshSettings:
+    """Fill unset inventory values from ``config``; inventory values always win.
+
+    >>> cfg = paramiko.SSHConfig.from_text("Host gpu01\\n  HostName 10.0.0.1\\n  Port 2222")
+    >>> s = merge("gpu01", host=None, port=None, user="root", key=None, proxy_jump=None,
+    ...           options={}, config=cfg)
+    >>> (s.address, s.port, s.user)
+    ('10.0.0.1', 2222, 'root')
+    """
+    target = host or name
+    found: dict[str, object] = dict(config.lookup(target)) if config is not None else {}
+    config_port = found.get("port")
+    if port is None and isinstance(config_port, str):
+        port = _config_port(config_port, target, config_path)
+    identity = found.get("identityfile")
+    if key is None and isinstance(identity, list) and identity:
+        key = os.path.expanduser(str(identity[0]))
+    config_user = found.get("user")
+    if user is None and isinstance(config_user, str):
+        user = config_user
+    config_jump = found.get("proxyjump")
+    # "ProxyJump none" is ssh's way to switch an inherited jump host off.
+    if proxy_jump is None and isinstance(config_jump, str) and config_jump.lower() != "none":
+        proxy_jump = config_jump
+    merged = dict(options)
+    known_hosts = found.get("userknownhostsfile")
+    if "userknownhostsfile" not in merged and isinstance(known_hosts, str):
+        merged["userknownhostsfile"] = os.path.expanduser(known_hosts)
+    hostname = found.get("hostname")
+    # ssh resolves the name it was given through HostName, ansible_host included.
+    address = hostname if isinstance(hostname, str) and hostname else target
+    return SshSettings(
+        address=address,
+        port=22 if port is None else port,
+        user=user,
+        key=key,
+        proxy_jump=proxy_jump,
+        options=merged,
+    )
+
+
+def _config_port(text: str, target: str, config_path: str | None) -> int:
+    if text.isdigit() and 1 <= int(text) <= 65535:
+        return int(text)
+    raise InventoryError(
+        f"Port '{text}' for host '{target}' is not a port number",
+        path=config_path,
+        hint="use a number from 1 to 65535",
+    )
