@@ -737,7 +737,8 @@ def load_inventory(
 ) -> Inventory:
     """Read a YAML or INI inventory; ``ssh_config`` None means ``~/.ssh/config`` if present.
 
-    ``$FLEETCLEAN_SSH_CONFIG`` replaces that default (set it empty to read no ssh config).
+    ``$FLEETCLEAN_SSH_CONFIG`` replaces that default; an empty value (env or argument) reads
+    no ssh config at all. A given config file that is missing is an error.
     ``.yml``/``.yaml``/``.json`` files are YAML, ``.ini`` files INI, others are told apart
     by their first line. Every problem is one ``InventoryError``: file, line, column, fix.
     """
@@ -760,7 +761,9 @@ def load_inventory(
             None,
             hint="list hosts under a group's 'hosts:' (YAML) or a [group] section (INI)",
         )
+    # An empty string (e.g. FLEETCLEAN_SSH_CONFIG= passed through) means: read no ssh config.
     config = os.fspath(ssh_config) if ssh_config is not None else sshconfig.default_config_path()
+    config = config or None
     if config is not None and not os.path.isfile(config):
         sshconfig.load_config(config)  # raises the missing-file error with its path
     return _resolve(builder, config)

@@ -210,10 +210,9 @@ def _var(line: str, raw: str, path: str, number: int) -> IniVar:
             column=column,
             hint="a [group:vars] section holds key=value lines",
         )
-    try:
-        words = shlex.split(value, comments=True)
-    except ValueError:
-        words = []
-    # One shell word: quotes removed, trailing comment dropped; else the raw text.
-    value = words[0] if len(words) == 1 else re.split(r"\s+[#;]", value, maxsplit=1)[0]
-    return IniVar(key, parse_value(value), number, column)
+    # The rest of the line is the value, as in Ansible: a Python literal ('quoted text',
+    # [lists], numbers; a trailing comment is fine there), else plain text up to a comment.
+    parsed = parse_value(value)
+    if parsed is value:
+        parsed = re.split(r"\s+[#;]", value, maxsplit=1)[0]
+    return IniVar(key, parsed, number, column)
