@@ -1,0 +1,330 @@
+"""``SimFleet``: bring a simulated fleet up, drive it, and take it down by PID.
+
+Example::
+
+    fleet = SimFleet.up(nodes=2, state_dir=Path("/tmp/sim"))
+    fleet.spawn("node01", "sglang")          # -> [35, 36, ..., 44], node01's PIDs
+    subprocess.run(["ssh", "-F", str(fleet.ssh_config_path), "node01", "nvidia-smi"])
+    fleet.down()                              # every process started, killed by PID
+
+``up`` refuses a state dir where a fleet is still running (``SimError``), and takes down
+what it started if any node fails to come up. ``down`` is idempotent and works from any
+process: it reads the PIDs recorded in the state dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from fleetclean.errors import SimError
+from fleetclean.sim import node as nodes_mod
+from fleetclean.sim import pids, sshfiles
+from fleetclean.sim.layout import (
+    PACKAGE_DIR,
+    StateLayout,
+    default_state_dir,
+    node_address,
+    node_name,
+    node_python,
+)
+from fleetclean.sim.node import SimNode, SimProcess
+
+SSHD = "/usr/sbin/sshd"
+NodeRef = str | SimNode
+
+
+def check_host() -> None:
+    """Raise SimError naming the fix when this machine cannot run a simulated fleet."""
+    if platform.system() != "Linux":
+        raise SimError("the simulated fleet needs Linux (PID and mount namespaces)")
+    if os.geteuid() != 0:
+        raise SimError("the simulated fleet needs root (namespaces, mounts, sshd)")
+    if not os.access(SSHD, os.X_OK):
+        raise SimError(
+            f"{SSHD} not found", hint="install it: apt-get install openssh-server"
+        )
+    for tool in ("unshare", "nsenter", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            raise SimError(f"{tool} not found", hint="apt-get install util-linux openssh-client")
+
+
+class SimFleet:
+    """A running simulated fleet, attached to its state dir."""
+
+    def __init__(self, layout: StateLayout, nodes: list[SimNode]) -> None:
+        self.layout = layout
+        self.nodes = nodes
+        # unshare processes we started ourselves, so that down() can reap them.
+        self._children: list[subprocess.Popen[bytes]] = []
+
+    # -- files a client uses -------------------------------------------------------
+
+    @property
+    def state_dir(self) -> Path:
+        return self.layout.root
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.layout.inventory
+
+    @property
+    def ssh_config_path(self) -> Path:
+        return self.layout.ssh_config
+
+    @property
+    def known_hosts_path(self) -> Path:
+        return self.layout.known_hosts
+
+    @property
+    def client_key_path(self) -> Path:
+        return self.layout.client_key
+
+    # -- life cycle ----------------------------------------------------------------
+
+    @classmethod
+    def up(cls, nodes: int = 8, state_dir: Path | None = None, *, subnet: int = 0) -> SimFleet:
+        """Start ``nodes`` nodes in parallel and return once every sshd listens.
+
+        ``subnet`` is the second octet of the addresses (127.SUBNET.x.y), so that two
+        fleets can run side by side. Raises SimError if the host cannot run a fleet, a
+        fleet is already up in ``state_dir``, or an address is taken.
+        """
+        check_host()
+        if nodes < 1:
+            raise SimError(f"a fleet needs at least one node, not {nodes}")
+        layout = StateLayout(Path(state_dir or default_state_dir()).resolve())
+        if any(pids.is_alive(e) for e in pids.load(layout.pid_file)):
+            raise SimError(
+                f"a simulated fleet is already up in {layout.root}",
+                hint="stop it with `fleetclean sim down` or pick another --state-dir",
+            )
+        names = [node_name(i) for i in range(1, nodes + 1)]
+        addresses = [node_address(i, subnet) for i in range(1, nodes + 1)]
+        taken = [a for a in addresses if _is_listening(a)]
+        if taken:
+            raise SimError(f"port 22 is already in use on {taken[0]}", hint="try another subnet")
+        shutil.rmtree(layout.root, ignore_errors=True)
+        layout.root.mkdir(parents=True)
+        fleet = cls(layout, [])
+        try:
+            fleet._start(names, addresses, subnet)
+        except BaseException:
+            fleet.down()
+            raise
+        return fleet
+
+    def _start(self, names: list[str], addresses: list[str], subnet: int) -> None:
+        layout = self.layout
+        fleet_id = secrets.token_hex(8)
+        sshfiles.keygen(layout.client_key, "fleetclean-sim-client")
+        client_pub = sshfiles.public_key(layout.client_key)
+        dirs = [layout.node_dir(n) for n in names]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(
+                pool.map(
+                    lambda args: nodes_mod.prepare(*args, fleet_id, client_pub),
+                    zip(dirs, names, addresses, strict=True),
+                )
+            )
+        for name, address, node_dir in zip(names, addresses, dirs, strict=True):
+            proc = nodes_mod.start_init(node_dir, address)
+            self._children.append(proc)
+            pids.record(layout.pid_file, proc.pid, f"unshare:{name}")
+            init_pid = nodes_mod.find_init(proc.pid)
+            pids.record(layout.pid_file, init_pid, f"init:{name}")
+            self.nodes.append(SimNode(name, address, init_pid, node_dir))
+        for sim_node in self.nodes:
+            nodes_mod.wait_listener(sim_node, 1)
+        sshfiles.write_known_hosts(layout.known_hosts, self.nodes)
+        sshfiles.write_ssh_config(
+            layout.ssh_config, self.nodes, layout.client_key, layout.known_hosts
+        )
+        sshfiles.write_inventory(
+            layout.inventory, self.nodes, layout.client_key, layout.known_hosts
+        )
+        doc = {
+            "fleet_id": fleet_id,
+            "subnet": subnet,
+            "nodes": [
+                {"name": n.name, "address": n.address, "init_pid": n.init_pid, "dir": str(n.dir)}
+                for n in self.nodes
+            ],
+        }
+        nodes_mod.write_atomic(layout.fleet_file, json.dumps(doc, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, state_dir: Path | None = None) -> SimFleet:
+        """Attach to a fleet another process started; SimError if none is up there."""
+        layout = StateLayout(Path(state_dir or default_state_dir()).resolve())
+        try:
+            doc: dict[str, Any] = json.loads(layout.fleet_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise SimError(
+                f"no simulated fleet in {layout.root}", hint="start one with `fleetclean sim up`"
+            ) from exc
+        nodes = [
+            SimNode(n["name"], n["address"], int(n["init_pid"]), Path(n["dir"]))
+            for n in doc["nodes"]
+        ]
+        return cls(layout, nodes)
+
+    def down(self) -> None:
+        """Kill every recorded process by PID (node inits first: the kernel then kills
+        everything inside their namespaces), reap, and remove the state dir. Idempotent.
+        Raises SimError, leaving the state dir, if some process would not die."""
+        left = pids.kill_all(pids.load(self.layout.pid_file))
+        for child in self._children:
+            child.wait()
+        self._children.clear()
+        if left:
+            listed = ", ".join(f"{e.pid} ({e.role})" for e in left)
+            raise SimError(f"these simulator processes would not die: {listed}")
+        shutil.rmtree(self.layout.root, ignore_errors=True)
+
+    def __enter__(self) -> SimFleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    # -- one node ------------------------------------------------------------------
+
+    def node(self, ref: NodeRef) -> SimNode:
+        """The node named ``ref`` (or ``ref`` itself); SimError if there is none."""
+        name = ref.name if isinstance(ref, SimNode) else ref
+        for sim_node in self.nodes:
+            if sim_node.name == name:
+                return sim_node
+        raise SimError(f"no node {name!r} in this fleet ({len(self.nodes)} nodes)")
+
+    def _init(self, sim_node: SimNode) -> pids.Recorded:
+        for entry in pids.load(self.layout.pid_file):
+            if entry.pid == sim_node.init_pid and entry.role == f"init:{sim_node.name}":
+                return entry
+        raise SimError(f"{sim_node.name}: its init is not recorded in {self.layout.pid_file}")
+
+    def is_running(self, ref: NodeRef) -> bool:
+        """True while the node's namespace (its init) is alive."""
+        return pids.is_alive(self._init(self.node(ref)))
+
+    def sshd_up(self, ref: NodeRef) -> bool:
+        sim_node = self.node(ref)
+        return self.is_running(sim_node) and _is_listening(sim_node.address)
+
+    def listener_mode(self, ref: NodeRef) -> str:
+        """``sshd``, ``off``, ``blackhole`` or ``error``; ``stopped`` when the node is."""
+        sim_node = self.node(ref)
+        if not self.is_running(sim_node):
+            return "stopped"
+        return nodes_mod.listener_state(sim_node.dir)[1]
+
+    def run_in(
+        self, ref: NodeRef, argv: list[str], input: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` inside the node (its PID and mount namespaces, no SSH), for test
+        setup and assertions; text output captured, never raises on a non-zero exit."""
+        sim_node = self.node(ref)
+        if not self.is_running(sim_node):
+            raise SimError(f"{sim_node.name} is not running")
+        return subprocess.run(
+            nodes_mod.nsenter(sim_node, argv),
+            input=input,
+            capture_output=True,
+            text=True,
+            env=nodes_mod.node_env(),
+            timeout=timeout,
+            check=False,
+        )
+
+    def spawn(self, ref: NodeRef, kind: str, **opts: Any) -> list[int]:
+        """Start workload ``kind`` in the node and return its node PIDs, root first, once
+        every one of its processes holds its devices.
+
+        Kinds: ``sglang`` (gpus="0-7", mib, model_path, port), ``stubborn`` (gpu, mib,
+        name), ``slow`` (gpu, delay, mib, name), ``orphan`` (gpu, mib, name), ``monitor``
+        (name), ``persistenced`` (name), ``writer`` (path), ``respawn`` (gpu, mib).
+        """
+        argv = [node_python(), str(PACKAGE_DIR / "launcher.py"), kind, json.dumps(opts)]
+        done = self.run_in(ref, argv)
+        if done.returncode != 0:
+            raise SimError(f"spawn {kind} in {self.node(ref).name} failed: {done.stderr.strip()}")
+        started: list[int] = json.loads(done.stdout)
+        return started
+
+    def processes(self, ref: NodeRef, include_system: bool = False) -> list[SimProcess]:
+        """What runs in the node (init and the SSH listener only with include_system)."""
+        return nodes_mod.processes(self.node(ref), include_system)
+
+    def node_path(self, ref: NodeRef, path: str) -> Path:
+        """Host path of ``path`` inside the node's mount namespace (``/tmp/x`` ->
+        ``/proc/INIT/root/tmp/x``); valid while the node runs."""
+        return Path(f"/proc/{self.node(ref).init_pid}/root") / path.lstrip("/")
+
+    def gpu_used_mib(self, ref: NodeRef) -> list[int]:
+        """Used MiB per GPU, as the node's nvidia-smi reports it ([] if it cannot)."""
+        done = self.run_in(
+            ref,
+            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+        )
+        try:
+            return [int(v) for v in done.stdout.split()] if done.returncode == 0 else []
+        except ValueError:
+            return []
+
+    # -- faults --------------------------------------------------------------------
+
+    def set_fault(self, ref: NodeRef, fault: str) -> None:
+        """``none``, ``na`` ([N/A] memory), ``nvml`` (exit 18), ``missing`` (no binary)."""
+        nodes_mod.set_fault(self.node(ref).dir, fault)
+
+    def stop_node(self, ref: NodeRef) -> None:
+        """Stop the node's sshd: connections are refused; its processes keep running."""
+        self._listen(ref, "off")
+
+    def start_node(self, ref: NodeRef) -> None:
+        """(Re)start the node's sshd."""
+        self._listen(ref, "sshd")
+
+    def blackhole(self, ref: NodeRef) -> None:
+        """Replace sshd by a listener that accepts connections and never answers."""
+        self._listen(ref, "blackhole")
+
+    def rotate_host_key(self, ref: NodeRef) -> None:
+        """New host key and sshd restarted; known_hosts keeps the old key, so clients
+        that check host keys now see a mismatch."""
+        sim_node = self.node(ref)
+        sshfiles.keygen(sim_node.dir / sshfiles.HOST_KEY, f"root@{sim_node.name}")
+        self._listen(sim_node, "sshd")
+
+    def _listen(self, ref: NodeRef, mode: str) -> None:
+        sim_node = self.node(ref)
+        nodes_mod.set_listener(sim_node, self._init(sim_node), mode)
+
+
+def _is_listening(address: str, port: int = 22) -> bool:
+    """Same check as the node init: /proc/net/tcp, no probe connection."""
+    octets = [int(o) for o in address.split(".")]
+    want = "{:08X}:{:04X}".format(int.from_bytes(bytes(octets), "little"), port)
+    with open("/proc/net/tcp") as f:
+        return any(
+            line.split()[1] == want and line.split()[3] == "0A" for line in list(f)[1:]
+        )
+
+
+def wait_gone(fleet: SimFleet, ref: NodeRef, pid: int, timeout: float = 10.0) -> bool:
+    """Wait until node PID ``pid`` has left the node; True if it did in time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(p.pid != pid for p in fleet.processes(ref, include_system=True)):
+            return True
+        time.sleep(0.02)
+    return False

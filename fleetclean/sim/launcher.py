@@ -1,0 +1,173 @@
+"""Start one workload inside a node, detached, and print its PIDs once it is really up.
+
+Runs inside the node (``nsenter -t INIT -p -m -- python3 launcher.py KIND OPTS_JSON``),
+standard library only. The workload is double-forked into its own session, so it is
+reparented to the node's init and survives the launcher; PIDs are node-namespace PIDs.
+Every process of the workload reports through an inherited pipe once its devices are
+open, and the launcher prints ``[pid, ...]`` (the workload's root first) only when the
+pipe reaches end of file, so a caller never races a half-started workload.
+
+Example: ``launcher.py stubborn '{"gpu": 3}'`` prints ``[41]``: a python3 process that
+holds /dev/nvidia3 and ignores SIGTERM. An unknown kind exits 2 with a message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import sys
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAMS = os.path.join(HERE, "programs.py")
+FAKEPKGS = os.path.join(HERE, "fakepkgs")
+READY_FD = "FLEETCLEAN_SIM_READY_FD"
+DEFAULT_MIB = {"sglang": 62000, "stubborn": 20480, "slow": 30720, "orphan": 48000}
+DEFAULT_MIB_OTHER = 16384
+READY_TIMEOUT_S = 30.0
+
+
+def gpu_list(value: Any) -> list[int]:
+    """``"0-7"``, ``"0,2,5"``, ``3`` or ``[1, 2]`` -> GPU indexes."""
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, list):
+        return [int(v) for v in value]
+    out: list[int] = []
+    for part in str(value).split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            out.extend(range(int(lo), int(hi) + 1))
+        elif part.strip():
+            out.append(int(part))
+    return out
+
+
+def program(spec: dict[str, Any]) -> list[str]:
+    text = json.dumps(spec)
+    return [sys.executable, PROGRAMS, text.ljust(max(len(text), len(spec["title"])) + 16)]
+
+
+def plan(kind: str, opts: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """The argv and extra environment that start ``kind``; ValueError if unknown."""
+    mib = str(opts.get("mib", DEFAULT_MIB.get(kind, DEFAULT_MIB_OTHER)))
+    gpu = int(opts.get("gpu", 3 if kind == "orphan" else 0))
+    name = opts.get("name")
+    env = {"FLEETCLEAN_SIM_GPU_MIB": mib}
+    if kind == "sglang":
+        gpus = gpu_list(opts.get("gpus", "0-7"))
+        argv = [sys.executable, "-m", "sglang.launch_server"]
+        argv += ["--model-path", str(opts.get("model_path", "/models/Kimi-K2.5"))]
+        argv += ["--tp", str(len(gpus)), "--port", str(opts.get("port", 30000))]
+        argv += ["--trust-remote-code", "--disable-cuda-graph"]
+        env.update(
+            PYTHONPATH=FAKEPKGS,
+            FLEETCLEAN_SIM_GPUS=",".join(map(str, gpus)),
+            FLEETCLEAN_SIM_PROGRAMS=PROGRAMS,
+        )
+        # argv[0] as a user typed it: `ps` and `pkill -f` see "python3 -m sglang...".
+        return ["python3", *argv[1:]], env
+    specs: dict[str, dict[str, Any]] = {
+        "stubborn": {
+            "role": "holder",
+            "gpus": [gpu],
+            "on_term": "ignore",
+            "title": f"python3 stubborn_worker.py --gpu {gpu}",
+        },
+        "slow": {
+            "role": "holder",
+            "gpus": [gpu],
+            "delay": float(opts.get("delay", 2.0)),
+            "title": f"python3 slow_worker.py --gpu {gpu}",
+        },
+        "orphan": {
+            "role": "holder",
+            "gpus": [gpu],
+            "title": f"sglang::scheduler_TP{gpu}",
+            "comm": f"sglang::scheduler_TP{gpu}",
+        },
+        "monitor": {"role": "holder", "title": "python3 /opt/monitor/agent.py"},
+        "persistenced": {
+            "role": "holder",
+            "ctl_only": True,
+            "title": "/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose",
+            "comm": "nvidia-persistenced",
+        },
+        "writer": {
+            "role": "writer",
+            "path": os.path.join(str(opts.get("path", "/dev/shm/sglang_hs")), "hs_000000.bin"),
+            "title": f"python3 hs_writer.py --out {opts.get('path', '/dev/shm/sglang_hs')}",
+        },
+        "respawn": {
+            "role": "supervisor",
+            "title": "supervise-worker train_worker.py",
+            "comm": "supervise-worker",
+            "child": {
+                "role": "holder",
+                "gpus": [gpu],
+                "title": f"python3 train_worker.py --gpu {gpu}",
+            },
+        },
+    }
+    if kind not in specs:
+        raise ValueError(f"unknown workload kind {kind!r}; known: sglang, {', '.join(specs)}")
+    spec = specs[kind]
+    if name:
+        spec["title"] = str(name)
+        spec["comm"] = os.path.basename(str(name).split()[0])
+    if not spec.get("gpus") and kind != "respawn":
+        env.pop("FLEETCLEAN_SIM_GPU_MIB")
+    return program(spec), env
+
+
+def launch(argv: list[str], extra_env: dict[str, str]) -> list[int]:
+    read_end, write_end = os.pipe()
+    first = os.fork()
+    if first == 0:
+        try:
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+            os.close(read_end)
+            os.set_inheritable(write_end, True)
+            devnull = os.open("/dev/null", os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.chdir("/")
+            env = dict(os.environ, **extra_env)
+            env[READY_FD] = str(write_end)
+            os.execve(sys.executable, argv, env)
+        finally:
+            os._exit(127)
+    os.close(write_end)
+    os.waitpid(first, 0)
+    buf = b""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([read_end], [], [], left)[0]:
+            raise TimeoutError(f"workload not ready after {READY_TIMEOUT_S:.0f} s: {buf!r}")
+        chunk = os.read(read_end, 4096)
+        if not chunk:
+            break
+        buf += chunk
+    return [int(line) for line in buf.split()]
+
+
+def main(argv: list[str]) -> int:
+    kind = argv[1]
+    opts: dict[str, Any] = json.loads(argv[2]) if len(argv) > 2 else {}
+    try:
+        command, env = plan(kind, opts)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    # Sorted: the workload's root starts first, then its children in rank order.
+    print(json.dumps(sorted(launch(command, env))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

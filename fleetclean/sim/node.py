@@ -1,0 +1,252 @@
+"""One simulated node seen from the host: its files, its init, its listener, its processes.
+
+A node is a directory (``nodes/nodeNN`` in the state dir, bind-mounted at
+``/run/fleetclean`` inside the node) and an init process (``node_init.py``) that is PID 1
+of the node's PID namespace. The host talks to the init only through that directory and
+signals sent by PID (see ``node_init`` for the protocol), and enters the node with
+nsenter(1) for everything else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleetclean.errors import SimError
+from fleetclean.sim import pids, sshfiles
+from fleetclean.sim.layout import IN_NODE_DIR, PACKAGE_DIR, node_python
+
+GPU_COUNT = 8
+# The PCI bus ids of the eight GPUs of a typical HGX H200 board.
+BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+FAULTS = ("none", "na", "nvml", "missing")
+LISTENER_MODES = ("sshd", "off", "blackhole")
+NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+LISTENER_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class SimNode:
+    """A node of the fleet: ``init_pid`` is the host PID of the node's PID 1."""
+
+    name: str
+    address: str
+    init_pid: int
+    dir: Path
+
+
+@dataclass(frozen=True)
+class SimProcess:
+    """A process inside a node: ``pid``/``ppid`` as the node sees them (ppid 0: the
+    parent is outside the node), ``host_pid`` as the host sees it."""
+
+    pid: int
+    ppid: int
+    cmdline: str
+    host_pid: int
+
+
+def gpu_uuid(fleet_id: str, node: str, index: int) -> str:
+    """Stable per node and GPU, shaped like ``GPU-fa529bc3-df9c-8e3c-22fb-c95e99d1c9dc``."""
+    h = hashlib.sha256(f"{fleet_id}/{node}/{index}".encode()).hexdigest()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def prepare(node_dir: Path, name: str, address: str, fleet_id: str, client_pub: str) -> None:
+    """Write everything a node needs before its init starts: host key, sshd_config,
+    authorized_keys, GPU facts, the nvidia-smi wrapper, and the wanted listener."""
+    (node_dir / "bin").mkdir(parents=True, exist_ok=True)
+    sshfiles.keygen(node_dir / sshfiles.HOST_KEY, f"root@{name}")
+    (node_dir / "sshd_config").write_text(sshfiles.sshd_config(address, IN_NODE_DIR))
+    (node_dir / "authorized_keys").write_text(client_pub + " fleetclean-sim\n")
+    gpus = [
+        {"index": i, "uuid": gpu_uuid(fleet_id, name, i), "bus_id": f"00000000:{bus}:00.0"}
+        for i, bus in enumerate(BUS_IDS)
+    ]
+    (node_dir / "gpus.json").write_text(json.dumps({"name": name, "gpus": gpus}))
+    (node_dir / "sshd.log").touch()
+    install_nvidia_smi(node_dir)
+    (node_dir / "listener.want").write_text("1 sshd\n")
+
+
+def install_nvidia_smi(node_dir: Path) -> None:
+    wrapper = node_dir / "bin" / "nvidia-smi"
+    script = PACKAGE_DIR / "nvidia_smi.py"
+    wrapper.write_text(f'#!/bin/sh\nexec {node_python()} -S -I {script} "$@"\n')
+    wrapper.chmod(0o755)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def set_fault(node_dir: Path, fault: str) -> None:
+    """``missing`` removes nvidia-smi from the node's PATH; the others select what it
+    prints (see ``nvidia_smi``)."""
+    if fault not in FAULTS:
+        raise SimError(f"unknown fault {fault!r}; choose one of {', '.join(FAULTS)}")
+    if fault == "missing":
+        (node_dir / "bin" / "nvidia-smi").unlink(missing_ok=True)
+        write_atomic(node_dir / "fault", "none\n")
+        return
+    install_nvidia_smi(node_dir)
+    write_atomic(node_dir / "fault", f"{fault}\n")
+
+
+def start_init(node_dir: Path, address: str) -> subprocess.Popen[bytes]:
+    """Start ``unshare ... node_init.py``; the node's PID 1 is unshare's child.
+
+    ``--kill-child`` ties the node to unshare: whoever kills unshare kills the node.
+    """
+    log = (node_dir / "init.log").open("ab")
+    argv = [
+        "unshare",
+        "--pid",
+        "--mount",
+        "--fork",
+        "--mount-proc",
+        "--propagation",
+        "private",
+        "--kill-child",
+        "--",
+        node_python(),
+        "-S",
+        "-I",
+        str(PACKAGE_DIR / "node_init.py"),
+        str(node_dir),
+        address,
+    ]
+    with log:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def child_pids(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def find_init(unshare_pid: int, timeout: float = 10.0) -> int:
+    """Host PID of the node's PID 1, i.e. unshare's only child."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        children = child_pids(unshare_pid)
+        if children:
+            return children[0]
+        if pids.stat_fields(unshare_pid) is None:
+            break
+        time.sleep(0.002)
+    raise SimError(f"unshare (pid {unshare_pid}) did not start a node init")
+
+
+def listener_state(node_dir: Path) -> tuple[int, str, int]:
+    """(generation, mode or ``error``, listener pid in the node); (0, "", 0) if none yet."""
+    try:
+        gen, mode, pid = (node_dir / "listener.state").read_text().split()
+    except (OSError, ValueError):
+        return 0, "", 0
+    return int(gen), mode, int(pid)
+
+
+def wait_listener(node: SimNode, gen: int, timeout: float = LISTENER_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got, mode, _ = listener_state(node.dir)
+        if got >= gen:
+            if mode == "error":
+                raise SimError(f"{node.name}: sshd did not start; {log_tail(node.dir)}")
+            return
+        if pids.stat_fields(node.init_pid) is None:
+            raise SimError(f"{node.name}: node init exited; {log_tail(node.dir)}")
+        time.sleep(0.005)
+    raise SimError(f"{node.name}: listener not up after {timeout:.0f} s; {log_tail(node.dir)}")
+
+
+def log_tail(node_dir: Path) -> str:
+    parts = []
+    for name in ("init.log", "sshd.log"):
+        try:
+            lines = (node_dir / name).read_text(errors="replace").strip().splitlines()
+        except OSError:
+            continue
+        if lines:
+            parts.append(f"{name}: {' | '.join(lines[-3:])}")
+    return "; ".join(parts) or "no log"
+
+
+def set_listener(node: SimNode, init: pids.Recorded, mode: str) -> None:
+    """Make the node listen with ``mode`` (``sshd``, ``off``, ``blackhole``) and wait
+    until it does; always restarts the listener (so a new host key is read)."""
+    if mode not in LISTENER_MODES:
+        raise SimError(f"unknown listener mode {mode!r}")
+    gen = int((node.dir / "listener.want").read_text().split()[0]) + 1
+    write_atomic(node.dir / "listener.want", f"{gen} {mode}\n")
+    if not pids.signal_entry(init, signal.SIGUSR1):
+        raise SimError(f"{node.name} is not running (init pid {node.init_pid} is gone)")
+    wait_listener(node, gen)
+
+
+def ns_pid(host_pid: int) -> int | None:
+    """The PID a process has in its innermost PID namespace."""
+    try:
+        for line in Path(f"/proc/{host_pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except OSError:
+        return None
+    return None
+
+
+def processes(node: SimNode, include_system: bool = False) -> list[SimProcess]:
+    """Every live process of the node, found by walking the tree under its init (orphans
+    are reparented to it, so nothing is missed), sorted by node PID. Without
+    ``include_system``, the init and the SSH listener are left out; zombies always are."""
+    listener = listener_state(node.dir)[2]
+    found: list[SimProcess] = []
+    stack = [(node.init_pid, 0)]
+    while stack:
+        host_pid, parent = stack.pop()
+        pid = ns_pid(host_pid)
+        fields = pids.stat_fields(host_pid)
+        if pid is None or fields is None:
+            continue
+        for child in child_pids(host_pid):
+            stack.append((child, pid))
+        if fields[0] == "Z":
+            continue
+        if not include_system and (pid == 1 or pid == listener):
+            continue
+        try:
+            raw = Path(f"/proc/{host_pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        cmdline = raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace").rstrip()
+        found.append(SimProcess(pid, parent, cmdline, host_pid))
+    return sorted(found, key=lambda p: p.pid)
+
+
+def node_env() -> dict[str, str]:
+    """The environment of commands run inside a node: what an SSH session gets."""
+    return {"PATH": NODE_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root"}
+
+
+def nsenter(node: SimNode, argv: Sequence[str]) -> list[str]:
+    """argv that runs ``argv`` inside the node's PID and mount namespaces."""
+    return ["nsenter", "-t", str(node.init_pid), "-p", "-m", "--", *argv]

@@ -1,0 +1,278 @@
+"""PID 1 of one simulated node: mounts, the SSH listener, and zombie reaping.
+
+Started by the host as ``unshare --pid --mount --fork --mount-proc -- python3 node_init.py
+NODE_DIR ADDRESS``; it runs inside the node's fresh PID and mount namespaces (mount
+propagation private, so nothing here leaks to the host). Standard library only: this file
+runs as a plain script, never imported through the ``fleetclean`` package.
+
+Contract with the host (``fleetclean.sim.node``), all through files in NODE_DIR, which is
+bind-mounted at ``/run/fleetclean`` inside the node:
+
+- ``listener.want`` holds ``GEN MODE`` (MODE: ``sshd``, ``off``, ``blackhole``). On SIGUSR1
+  the init stops whatever listens on ADDRESS:22 and starts MODE, then writes
+  ``listener.state`` = ``GEN MODE PID`` (``GEN error 0`` when sshd would not start).
+- SIGTERM: stop the listener and exit; the kernel then kills everything in the namespace.
+  SIGKILL from the host does the same without the courtesy.
+
+Example: ``echo "2 off" > listener.want; kill -USR1 INIT`` makes the node refuse SSH
+connections while its workloads keep running.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import sys
+import time
+
+IN_NODE_DIR = "/run/fleetclean"
+SSH_PORT = 22
+NVIDIA_GPUS = 8
+
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_BIND = 0x1000
+MS_REC = 0x4000
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_ulong,
+    ctypes.c_char_p,
+]
+
+
+def mount(source: str, target: str, fstype: str, flags: int = 0, data: str = "") -> None:
+    """mount(2) through libc: Python 3.11 has no os.mount, and 20 forks of mount(8)
+    per node would dominate the start-up time of a 64-node fleet."""
+    rc = _libc.mount(
+        source.encode(), target.encode(), fstype.encode(), flags, data.encode() or None
+    )
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {source} on {target} ({fstype}): {os.strerror(err)}")
+
+
+def make_dev() -> None:
+    """Give the node its own /dev: the basics sshd and shells need, a private pty
+    instance, a private /dev/shm, and fake GPU device files.
+
+    The GPU files are regular files on purpose: fuser, lsof and /proc/PID/fd see a
+    process holding them exactly as they would a character device, and no driver is
+    needed. /dev/nvidia-caps is a directory, as on a real host, so that scripts globbing
+    /dev/nvidia* meet one.
+    """
+    mount("tmpfs", "/dev", "tmpfs", MS_NOSUID, "mode=0755,size=64k")
+    for name, major, minor in (
+        ("null", 1, 3),
+        ("zero", 1, 5),
+        ("full", 1, 7),
+        ("random", 1, 8),
+        ("urandom", 1, 9),
+        ("tty", 5, 0),
+    ):
+        os.mknod(f"/dev/{name}", 0o20666, os.makedev(major, minor))
+        os.chmod(f"/dev/{name}", 0o666)
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
+    ):
+        os.symlink(target, f"/dev/{name}")
+    os.mkdir("/dev/pts", 0o755)
+    mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666")
+    os.mkdir("/dev/shm")
+    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    names = [f"nvidia{i}" for i in range(NVIDIA_GPUS)]
+    names += ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]
+    for name in names:
+        with open(f"/dev/{name}", "w"):
+            pass
+        os.chmod(f"/dev/{name}", 0o666)
+    os.mkdir("/dev/nvidia-caps", 0o755)
+
+
+def make_mounts(node_dir: str) -> None:
+    """Private /run (sshd's privilege-separation dir and our control files), /dev, /tmp,
+    and the node's bin dir over /usr/local/sbin, which is on root's sshd PATH."""
+    mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    os.mkdir("/run/sshd", 0o755)
+    os.mkdir(IN_NODE_DIR, 0o755)
+    # Bound before /tmp is covered below: the state dir may well live under /tmp.
+    mount(node_dir, IN_NODE_DIR, "", MS_BIND)
+    mount(os.path.join(node_dir, "bin"), "/usr/local/sbin", "", MS_BIND)
+    make_dev()
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+
+
+def is_listening(address: str, port: int) -> bool:
+    """True when some socket listens on address:port, read from /proc/net/tcp so that
+    no probe connection shows up in sshd's log."""
+    want = "{:08X}:{:04X}".format(
+        int.from_bytes(socket.inet_aton(address), "little"), port
+    )
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if fields[1] == want and fields[3] == "0A":
+                return True
+    return False
+
+
+def spawn(argv: list[str]) -> int:
+    """fork+exec with a clean signal mask: the init blocks the signals it waits for,
+    and a blocked mask would otherwise be inherited by sshd and every session."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            for sig in WAITED:
+                signal.signal(sig, signal.SIG_DFL)
+            os.execv(argv[0], argv)
+        finally:
+            os._exit(127)
+    return pid
+
+
+def blackhole(address: str) -> int:
+    """A listener that accepts TCP connections and never says a word: what a hung sshd
+    or a firewall that drops after the handshake looks like to a client."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            for sig in WAITED:
+                signal.signal(sig, signal.SIG_DFL)
+            server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            server.bind((address, SSH_PORT))
+            server.listen(256)
+            held = []
+            while True:
+                conn, _ = server.accept()
+                held.append(conn)
+        finally:
+            os._exit(1)
+    return pid
+
+
+class Init:
+    """The node's PID 1: one listener at a time, and every orphan reaped."""
+
+    def __init__(self, node_dir: str, address: str) -> None:
+        self.node_dir = node_dir
+        self.address = address
+        self.listener = 0
+        self.gen = -1
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.listener:
+                self.listener = 0
+
+    def stop_listener(self) -> None:
+        if self.listener:
+            os.kill(self.listener, signal.SIGTERM)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                pid, _ = os.waitpid(self.listener, os.WNOHANG)
+                if pid:
+                    break
+                time.sleep(0.005)
+            else:
+                os.kill(self.listener, signal.SIGKILL)
+                os.waitpid(self.listener, 0)
+            self.listener = 0
+        deadline = time.monotonic() + 5
+        while is_listening(self.address, SSH_PORT) and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    def start_listener(self, mode: str) -> str:
+        if mode == "off":
+            return "off"
+        if mode == "blackhole":
+            self.listener = blackhole(self.address)
+        else:
+            self.listener = spawn(
+                [
+                    "/usr/sbin/sshd",
+                    "-D",
+                    "-f",
+                    f"{IN_NODE_DIR}/sshd_config",
+                    "-E",
+                    f"{IN_NODE_DIR}/sshd.log",
+                ]
+            )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if is_listening(self.address, SSH_PORT):
+                return mode
+            pid, _ = os.waitpid(self.listener, os.WNOHANG)
+            if pid:
+                self.listener = 0
+                return "error"
+            time.sleep(0.005)
+        return "error"
+
+    def reconcile(self) -> None:
+        try:
+            with open(os.path.join(IN_NODE_DIR, "listener.want")) as f:
+                gen_text, mode = f.read().split()
+        except (OSError, ValueError):
+            return
+        gen = int(gen_text)
+        if gen == self.gen:
+            return
+        self.stop_listener()
+        state = self.start_listener(mode)
+        self.gen = gen
+        tmp = os.path.join(IN_NODE_DIR, "listener.state.tmp")
+        with open(tmp, "w") as f:
+            f.write(f"{gen} {state} {self.listener}\n")
+        os.rename(tmp, os.path.join(IN_NODE_DIR, "listener.state"))
+
+    def run(self) -> None:
+        self.reconcile()
+        while True:
+            info = signal.sigtimedwait(WAITED, 5.0)
+            if info is None or info.si_signo == signal.SIGCHLD:
+                self.reap()
+            elif info.si_signo == signal.SIGUSR1:
+                self.reconcile()
+            elif info.si_signo in (signal.SIGTERM, signal.SIGINT):
+                self.stop_listener()
+                return
+
+
+WAITED = (signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+
+
+def main(argv: list[str]) -> int:
+    node_dir, address = argv[1], argv[2]
+    # A handler, not SIG_DFL: the kernel drops default-action signals sent to a
+    # namespace's PID 1. Blocked + sigtimedwait makes the loop race-free.
+    for sig in WAITED:
+        signal.signal(sig, lambda *_: None)
+    signal.pthread_sigmask(signal.SIG_BLOCK, WAITED)
+    make_mounts(node_dir)
+    os.chdir("/")
+    Init(node_dir, address).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,124 @@
+"""SSH keys and the files a client needs to reach a simulated fleet.
+
+One ed25519 client key per fleet, one ed25519 host key per node, an sshd_config per node,
+and for clients: ``known_hosts`` (plain entries: the node name and its address),
+``ssh_config`` (``ssh -F ssh_config node01``) and an Ansible YAML inventory, which is what
+``fleetclean -i`` reads.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import yaml
+
+from fleetclean.errors import SimError
+
+
+class NodeLike(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def dir(self) -> Path: ...
+
+
+HOST_KEY = "ssh_host_ed25519_key"
+
+
+def keygen(path: Path, comment: str) -> None:
+    """A fresh ed25519 key pair at ``path`` and ``path.pub``, replacing any old one."""
+    for old in (path, path.with_name(path.name + ".pub")):
+        old.unlink(missing_ok=True)
+    done = subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SimError(f"ssh-keygen failed for {path}: {done.stderr.strip()}")
+
+
+def public_key(path: Path) -> str:
+    """``ssh-ed25519 AAAA...`` without the comment."""
+    key_type, blob = path.with_name(path.name + ".pub").read_text().split()[:2]
+    return f"{key_type} {blob}"
+
+
+def sshd_config(address: str, in_node_dir: str) -> str:
+    """sshd_config for one node; paths are as seen inside the node."""
+    return f"""\
+# Written by fleetclean.sim for one simulated node.
+ListenAddress {address}:22
+HostKey {in_node_dir}/{HOST_KEY}
+PidFile none
+AuthorizedKeysFile {in_node_dir}/authorized_keys
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+UseDNS no
+PrintMotd no
+PrintLastLog no
+MaxStartups 512
+MaxSessions 512
+LogLevel VERBOSE
+AcceptEnv LANG LC_*
+Subsystem sftp internal-sftp
+"""
+
+
+def write_known_hosts(path: Path, nodes: Sequence[NodeLike]) -> None:
+    lines = [
+        f"{node.name},{node.address} {public_key(node.dir / HOST_KEY)}\n" for node in nodes
+    ]
+    path.write_text("".join(lines))
+
+
+def write_ssh_config(path: Path, nodes: Sequence[NodeLike], key: Path, known: Path) -> None:
+    blocks = [
+        f"Host {node.name}\n"
+        f"    HostName {node.address}\n"
+        "    Port 22\n"
+        "    User root\n"
+        f"    IdentityFile {key}\n"
+        "    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {known}\n"
+        "    StrictHostKeyChecking yes\n"
+        "    BatchMode yes\n"
+        "    LogLevel ERROR\n"
+        for node in nodes
+    ]
+    path.write_text("\n".join(blocks))
+
+
+def write_inventory(path: Path, nodes: Sequence[NodeLike], key: Path, known: Path) -> None:
+    hosts = {
+        node.name: {
+            "ansible_host": node.address,
+            "ansible_port": 22,
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(key),
+        }
+        for node in nodes
+    }
+    doc = {
+        "all": {
+            "hosts": hosts,
+            "vars": {
+                "ansible_ssh_common_args": (
+                    f"-o UserKnownHostsFile={known} -o StrictHostKeyChecking=yes"
+                )
+            },
+            "children": {"sim": {"hosts": {node.name: None for node in nodes}}},
+        }
+    }
+    header = "# Simulated fleet written by fleetclean.sim; stop it with `fleetclean sim down`.\n"
+    path.write_text(header + yaml.safe_dump(doc, sort_keys=False))
