@@ -1,4 +1,5 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034,SC2154
+# (opt_* are assigned, and FC_* read, by the rendered script around this template.)
 # Stage "gpu-holders": processes holding a GPU, from nvidia-smi's compute apps and from
 # holders of /dev/nvidiaN (not nvidiactl, nvidia-uvm or the nvidia-caps directory),
 # minus protected ones; optionally only those whose command line matches opt_filter.
@@ -6,7 +7,7 @@
 
 # Sets FC_HOLDERS (pid list, may repeat) and FC_HOLDER_DEV[pid] (device files held).
 fc_gpu_holders() {
-    local out rc pid dev line fd target
+    local out rc pid dev line target
     declare -gA FC_HOLDER_DEV=()
     FC_HOLDERS=()
     FC_NVSMI_NOTE=""
@@ -26,7 +27,7 @@ fc_gpu_holders() {
     fi
     # ls -l output, not fuser: it names the device held, and mmaps outlive no fd here
     # that fuser would see but nvidia-smi would miss.
-    while read -r pid fd target; do
+    while read -r pid _ target; do
         [[ $target =~ ^/dev/nvidia[0-9]+$ ]] || continue
         FC_HOLDERS+=("$pid")
         dev=${FC_HOLDER_DEV[$pid]:-}
@@ -39,7 +40,6 @@ fc_stage_gpu_holders() {
     local -a hits=()
     fc_scan
     fc_gpu_holders
-    # shellcheck disable=SC2154  # opt_* are assigned by the rendered caller
     for p in "${FC_HOLDERS[@]}"; do
         [[ -n ${FC_CMD[$p]:-} ]] || continue
         if [[ -n $opt_filter ]]; then

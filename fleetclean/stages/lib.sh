@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034
 # fleetclean stage library: records, process table, self-exclusion, matching, escalation.
 #
 # Only bash builtins, coreutils, procps/psmisc and flock are used: nodes have no Python.
@@ -175,6 +175,9 @@ fc_expand() {
         p=${queue[0]}
         queue=("${queue[@]:1}")
         [[ -n ${seen[$p]:-} || -z ${FC_START[$p]:-} ]] && continue
+        # A protected process is neither a target nor a way to reach one: the shell that
+        # started the teardown has the pattern in its argv, but its children are not ours.
+        fc_protected "$p" && continue
         seen[$p]=1
         for q in "${FC_PIDS[@]}"; do
             [[ -n ${seen[$q]:-} ]] && continue
@@ -329,6 +332,7 @@ FC_IDX=0
 fc_stage() {
     FC_IDX=$1
     local name=$2 type=$3 fn t0
+    FC_STAGE_NAME=$name
     fc_rec stage "$FC_IDX" "$name" "$type"
     if ((FC_HALT)); then
         fc_rec end "$FC_IDX" skipped 0 0 0 0 "not run: $FC_HALT_REASON"
@@ -381,5 +385,5 @@ fc_begin() {
 }
 
 fc_finish() {
-    fc_rec done 0
+    fc_rec "done" 0
 }

@@ -1,4 +1,5 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034,SC2154
+# (opt_* are assigned, and FC_* read, by the rendered script around this template.)
 # Stage "remove": delete each path of opt_paths (globs allowed). Refuses empty paths and
 # anything that resolves to / or a top-level directory (/, /dev, /etc, ...), whatever
 # "..", symlink or glob led there. A path or glob that matches nothing is an error
@@ -6,7 +7,6 @@
 fc_stage_remove() {
     local p real shown
     local -a found=() refused=() missing=()
-    # shellcheck disable=SC2154  # opt_* are assigned by the rendered caller
     for p in "${opt_paths[@]}"; do
         if [[ -z $p ]]; then
             refused+=("(empty path)")

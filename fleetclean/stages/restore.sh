@@ -1,9 +1,9 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034,SC2154
+# (opt_* are assigned, and FC_* read, by the rendered script around this template.)
 # Stage "restore": put opt_file back from opt_file$opt_backup_suffix. The backup is
 # copied to a temporary file in the same directory, then renamed over the file, so a
 # half-copied file never replaces the original.
 fc_stage_restore() {
-    # shellcheck disable=SC2154  # opt_* are assigned by the rendered caller
     local file=$opt_file backup=$opt_file$opt_backup_suffix dir tmp
     if [[ -z $file ]]; then
         FC_STATUS=ok

@@ -1,0 +1,74 @@
+# shellcheck shell=bash disable=SC2034,SC2154
+# (opt_* are assigned, and FC_* read, by the rendered script around this template.)
+# Stage "guard": refuse the whole teardown on this host, touching nothing, while a file
+# under opt_path is open for writing, or until opt_wait_for_file has a line matching
+# the ERE opt_wait_for_line. Waits up to opt_timeout_ms for both; FC_FORCE overrides.
+
+# Writers of files under $1, as "pid N (cmdline)" words in REPLY.
+fc_writers() {
+    local path=${1%/} pid fd target k v flags
+    local -a found=()
+    while read -r pid fd target; do
+        [[ $target == "$path" || $target == "$path"/* ]] || continue
+        flags=""
+        while read -r k v; do
+            [[ $k == flags: ]] && flags=$v
+        done <"/proc/$pid/fdinfo/$fd" 2>/dev/null
+        # O_WRONLY is 01 and O_RDWR 02 in the octal flags field.
+        [[ -n $flags ]] || continue
+        (((8#$flags & 3) != 0)) || continue
+        [[ -n ${FC_ANCESTOR[$pid]:-} ]] && continue
+        fc_cmdline "$pid"
+        fc_in_list "pid $pid ($REPLY)" "${found[@]}" || found+=("pid $pid ($REPLY)")
+    done < <(fc_open_fds "$path")
+    local IFS=','
+    REPLY=${found[*]}
+    REPLY=${REPLY//,/, }
+}
+
+# Does $1 contain a line matching ERE $2? Pure bash: grep is not promised on nodes.
+fc_has_line() {
+    local line
+    [[ -r $1 ]] || return 1
+    while IFS= read -r line || [[ -n $line ]]; do
+        [[ $line =~ $2 ]] && return 0
+    done <"$1"
+    return 1
+}
+
+fc_stage_guard() {
+    local path=$opt_path file=$opt_wait_for_file line=$opt_wait_for_line t0 why
+    if [[ -z $path && -z $file ]]; then
+        FC_MESSAGE="no guard configured"
+        return 0
+    fi
+    fc_now_us
+    t0=$REPLY
+    while :; do
+        why=""
+        if [[ -n $path ]]; then
+            fc_writers "$path"
+            [[ -n $REPLY ]] && why="$path has writers: $REPLY"
+        fi
+        if [[ -z $why && -n $file ]] && ! fc_has_line "$file" "$line"; then
+            why="no line matching '$line' in $file"
+        fi
+        [[ -z $why ]] && break
+        fc_now_us
+        if (((REPLY - t0) / 1000 >= opt_timeout_ms)); then
+            break
+        fi
+        fc_nap 0.2
+    done
+    if [[ -z $why ]]; then
+        FC_MESSAGE="guard passed"
+    elif ((FC_FORCE)); then
+        FC_MESSAGE="forced past guard: $why"
+    else
+        FC_STATUS=refused
+        FC_MESSAGE="refused: $why"
+        FC_HALT=1
+        FC_HALT_REASON="guard '$FC_STAGE_NAME' refused"
+        fc_rec error "$FC_MESSAGE"
+    fi
+}

@@ -1,0 +1,31 @@
+# shellcheck shell=bash disable=SC2034,SC2154
+# (opt_* are assigned, and FC_* read, by the rendered script around this template.)
+# Stage "shell": run opt_command with bash, its variables in the environment (opt_env
+# holds NAME VALUE pairs), stdout sent to stderr so it can never forge a record.
+fc_stage_shell() {
+    local rc i
+    if ((FC_CHECK)); then
+        FC_STATUS=changed
+        FC_MESSAGE="would run: $opt_command"
+        fc_rec change "$FC_IDX" "$FC_MESSAGE"
+        return 0
+    fi
+    (
+        for ((i = 0; i + 1 < ${#opt_env[@]}; i += 2)); do
+            printf -v "${opt_env[i]}" '%s' "${opt_env[i + 1]}"
+            export "${opt_env[i]?}"
+        done
+        exec timeout -k 5 "$opt_timeout_s" bash -c "$opt_command"
+    ) 9>&- </dev/null >&2
+    rc=$?
+    FC_MATCHED=1
+    if ((rc == 0)); then
+        FC_MESSAGE="exit status 0"
+    elif ((rc == 124)); then
+        FC_STATUS=failed
+        FC_MESSAGE="timed out after ${opt_timeout_s}s"
+    else
+        FC_STATUS=failed
+        FC_MESSAGE="exit status $rc"
+    fi
+}

@@ -1,0 +1,88 @@
+# shellcheck shell=bash disable=SC2034,SC2154
+# (opt_* are assigned, and FC_* read, by the rendered script around this template.)
+# Verification: poll nvidia-smi until every GPU uses at most opt_max_used_mib MiB or
+# opt_timeout_ms pass; then report the GPU rows, the compute apps and the device-file
+# holders as records. Any nvidia-smi failure is reported with its own message.
+fc_verify() {
+    local max=$opt_max_used_mib out rc t0 state line used n over unknown
+    local -a rows=()
+    fc_rec stage verify verify verify
+    if ((FC_HALT)); then
+        fc_rec verify skipped "$max" 0 "not run: $FC_HALT_REASON"
+        return 0
+    fi
+    if ! command -v nvidia-smi >/dev/null 2>&1; then
+        fc_rec nvsmi 127 "nvidia-smi: command not found"
+        fc_rec verify error "$max" 0 "nvidia-smi: command not found"
+        return 0
+    fi
+    fc_now_us
+    t0=$REPLY
+    while :; do
+        out=$(nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total \
+            --format=csv,noheader,nounits 2>&1)
+        rc=$?
+        if ((rc != 0)); then
+            fc_rec nvsmi "$rc" "$out"
+            fc_now_us
+            fc_rec verify error "$max" "$(((REPLY - t0) / 1000))" "nvidia-smi exit $rc: $out"
+            return 0
+        fi
+        rows=() n=0 over=0 unknown=0
+        while IFS= read -r line; do
+            [[ -n ${line//[[:space:]]/} ]] || continue
+            rows+=("$line")
+            n=$((n + 1))
+            # Fields: index, uuid, name, used, total; the name is never split on.
+            used=${line%,*}
+            used=${used##*,}
+            used=${used//[[:space:]]/}
+            if [[ $used =~ ^[0-9]+$ ]]; then
+                ((used > max)) && over=$((over + 1))
+            else
+                unknown=$((unknown + 1))
+            fi
+        done <<<"$out"
+        if ((n == 0)); then
+            state=error
+        elif ((unknown)); then
+            state=unknown
+        elif ((over)); then
+            state=dirty
+        else
+            state=ok
+        fi
+        [[ $state == dirty ]] || break
+        fc_now_us
+        ((FC_CHECK || (REPLY - t0) / 1000 >= opt_timeout_ms)) && break
+        fc_nap "$opt_interval_s"
+    done
+    fc_now_us
+    local ms=$(((REPLY - t0) / 1000))
+    for line in "${rows[@]}"; do
+        fc_rec gpu "$line"
+    done
+    fc_report_holders
+    case $state in
+        ok) fc_rec verify ok "$max" "$ms" "every GPU at or under $max MiB" ;;
+        dirty) fc_rec verify dirty "$max" "$ms" "$over GPU(s) above $max MiB after ${ms} ms" ;;
+        unknown) fc_rec verify unknown "$max" "$ms" "nvidia-smi gave no number for memory.used: $out" ;;
+        *) fc_rec verify error "$max" "$ms" "nvidia-smi listed no GPU: $out" ;;
+    esac
+}
+
+# Compute apps (nvidia-smi) and device-file holders (/proc), one record each.
+fc_report_holders() {
+    local out line pid target
+    if out=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
+        --format=csv,noheader,nounits 2>/dev/null); then
+        while IFS= read -r line; do
+            [[ -n ${line//[[:space:]]/} ]] && fc_rec app "$line"
+        done <<<"$out"
+    fi
+    while read -r pid _ target; do
+        [[ $target =~ ^/dev/nvidia[0-9]+$ ]] || continue
+        fc_cmdline "$pid"
+        fc_rec holder "$pid" "$target" "$REPLY"
+    done < <(fc_open_fds /dev/nvidia)
+}

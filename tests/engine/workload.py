@@ -1,0 +1,66 @@
+"""A process the namespace tests start: holds GPU device files, reacts to SIGTERM as told.
+
+    python3 workload.py --ready FILE [--hold /dev/nvidia0]... [--term exit|ignore|slow]
+                        [--setsid] [--worker TAG]... [--orphan TAG] [--write PATH] TAG...
+
+Trailing TAG words only shape the command line, as SGLang's arguments do.
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+p = argparse.ArgumentParser()
+p.add_argument("--ready", required=True)
+p.add_argument("--hold", action="append", default=[])
+p.add_argument("--term", default="exit")
+p.add_argument("--setsid", action="store_true")
+p.add_argument("--worker", action="append", default=[])
+p.add_argument("--orphan")
+p.add_argument("--write")
+p.add_argument("tags", nargs="*")
+a, extra = p.parse_known_args()
+
+if a.setsid:
+    os.setsid()
+held = [os.open(d, os.O_RDONLY) for d in a.hold]
+if a.write:
+    writer = open(a.write, "w")  # noqa: SIM115 - held open on purpose
+    writer.write("partial")
+    writer.flush()
+
+if a.term == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+elif a.term == "slow":
+    def slow(*_):
+        time.sleep(1.0)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, slow)
+
+me = os.path.abspath(__file__)
+readies = []
+for i, tag in enumerate(a.worker):
+    r = f"{a.ready}.w{i}"
+    readies.append(r)
+    subprocess.Popen([sys.executable, me, "--ready", r, "--term", a.term,
+                      *[x for d in a.hold for x in ("--hold", d)], tag],
+                     stdin=subprocess.DEVNULL)
+if a.orphan:
+    r = f"{a.ready}.orphan"
+    readies.append(r)
+    # Double fork: the grandchild is reparented to PID 1 but stays in our session.
+    if os.fork() == 0:
+        subprocess.Popen([sys.executable, me, "--ready", r, a.orphan],
+                         stdin=subprocess.DEVNULL)
+        os._exit(0)
+    os.wait()
+for r in readies:
+    while not os.path.exists(r):
+        time.sleep(0.01)
+with open(a.ready, "w") as f:
+    f.write(str(os.getpid()))
+while True:
+    time.sleep(3600)
