@@ -49,9 +49,7 @@ def check_host() -> None:
     if os.geteuid() != 0:
         raise SimError("the simulated fleet needs root (namespaces, mounts, sshd)")
     if not os.access(SSHD, os.X_OK):
-        raise SimError(
-            f"{SSHD} not found", hint="install it: apt-get install openssh-server"
-        )
+        raise SimError(f"{SSHD} not found", hint="install it: apt-get install openssh-server")
     for tool in ("unshare", "nsenter", "ssh-keygen"):
         if shutil.which(tool) is None:
             raise SimError(f"{tool} not found", hint="apt-get install util-linux openssh-client")
@@ -128,13 +126,13 @@ class SimFleet:
         sshfiles.keygen(layout.client_key, "fleetclean-sim-client")
         client_pub = sshfiles.public_key(layout.client_key)
         dirs = [layout.node_dir(n) for n in names]
+
+        def prepare(index: int) -> None:
+            nodes_mod.prepare(dirs[index], names[index], addresses[index], fleet_id, client_pub)
+
+        # ssh-keygen dominates preparation; a few at a time keep both cores busy.
         with ThreadPoolExecutor(max_workers=8) as pool:
-            list(
-                pool.map(
-                    lambda args: nodes_mod.prepare(*args, fleet_id, client_pub),
-                    zip(dirs, names, addresses, strict=True),
-                )
-            )
+            list(pool.map(prepare, range(len(names))))
         for name, address, node_dir in zip(names, addresses, dirs, strict=True):
             proc = nodes_mod.start_init(node_dir, address)
             self._children.append(proc)
@@ -189,6 +187,14 @@ class SimFleet:
             listed = ", ".join(f"{e.pid} ({e.role})" for e in left)
             raise SimError(f"these simulator processes would not die: {listed}")
         shutil.rmtree(self.layout.root, ignore_errors=True)
+
+    @classmethod
+    def down_dir(cls, state_dir: Path | None = None) -> Path:
+        """``down`` for whatever is in ``state_dir``, even when ``up`` crashed before it
+        wrote fleet.json: the PID file alone is enough. Returns the state dir."""
+        fleet = cls(StateLayout(Path(state_dir or default_state_dir()).resolve()), [])
+        fleet.down()
+        return fleet.state_dir
 
     def __enter__(self) -> SimFleet:
         return self
@@ -315,9 +321,7 @@ def _is_listening(address: str, port: int = 22) -> bool:
     octets = [int(o) for o in address.split(".")]
     want = "{:08X}:{:04X}".format(int.from_bytes(bytes(octets), "little"), port)
     with open("/proc/net/tcp") as f:
-        return any(
-            line.split()[1] == want and line.split()[3] == "0A" for line in list(f)[1:]
-        )
+        return any(line.split()[1] == want and line.split()[3] == "0A" for line in list(f)[1:])
 
 
 def wait_gone(fleet: SimFleet, ref: NodeRef, pid: int, timeout: float = 10.0) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import signal
 import subprocess
 import time
@@ -113,17 +112,20 @@ def start_init(node_dir: Path, address: str) -> subprocess.Popen[bytes]:
         "--pid",
         "--mount",
         "--fork",
+        "--uts",
         "--mount-proc",
         "--propagation",
         "private",
         "--kill-child",
         "--",
         node_python(),
+        # -E, not -I: node_init imports its sibling proctitle.py through sys.path[0].
         "-S",
-        "-I",
+        "-E",
         str(PACKAGE_DIR / "node_init.py"),
         str(node_dir),
         address,
+        node_dir.name,
     ]
     with log:
         return subprocess.Popen(
@@ -231,7 +233,7 @@ def processes(node: SimNode, include_system: bool = False) -> list[SimProcess]:
             stack.append((child, pid))
         if fields[0] == "Z":
             continue
-        if not include_system and (pid == 1 or pid == listener):
+        if not include_system and pid in (1, listener):
             continue
         try:
             raw = Path(f"/proc/{host_pid}/cmdline").read_bytes()

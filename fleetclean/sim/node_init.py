@@ -1,7 +1,7 @@
 """PID 1 of one simulated node: mounts, the SSH listener, and zombie reaping.
 
-Started by the host as ``unshare --pid --mount --fork --mount-proc -- python3 node_init.py
-NODE_DIR ADDRESS``; it runs inside the node's fresh PID and mount namespaces (mount
+Started by the host as ``unshare --pid --mount --uts --fork --mount-proc -- python3 node_init.py
+NODE_DIR ADDRESS HOSTNAME``; it runs inside the node's fresh PID, mount and UTS namespaces (mount
 propagation private, so nothing here leaks to the host). Standard library only: this file
 runs as a plain script, never imported through the ``fleetclean`` package.
 
@@ -26,6 +26,9 @@ import signal
 import socket
 import sys
 import time
+
+# Run as a script: the sibling module is found through sys.path[0], not the package.
+from proctitle import set_title  # type: ignore[import-not-found]
 
 IN_NODE_DIR = "/run/fleetclean"
 SSH_PORT = 22
@@ -115,9 +118,7 @@ def make_mounts(node_dir: str) -> None:
 def is_listening(address: str, port: int) -> bool:
     """True when some socket listens on address:port, read from /proc/net/tcp so that
     no probe connection shows up in sshd's log."""
-    want = "{:08X}:{:04X}".format(
-        int.from_bytes(socket.inet_aton(address), "little"), port
-    )
+    want = "{:08X}:{:04X}".format(int.from_bytes(socket.inet_aton(address), "little"), port)
     with open("/proc/net/tcp") as f:
         next(f)
         for line in f:
@@ -253,7 +254,9 @@ class Init:
                 self.reap()
             elif info.si_signo == signal.SIGUSR1:
                 self.reconcile()
-            elif info.si_signo in (signal.SIGTERM, signal.SIGINT):
+            elif info.si_signo in (signal.SIGTERM, signal.SIGINT) and info.si_pid == 0:
+                # si_pid is 0 only for a sender outside the namespace (the host): a
+                # `pkill` or `kill -TERM 1` inside the node must not end the node.
                 self.stop_listener()
                 return
 
@@ -262,12 +265,15 @@ WAITED = (signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 
 
 def main(argv: list[str]) -> int:
-    node_dir, address = argv[1], argv[2]
+    node_dir, address, hostname = argv[1], argv[2], argv[3]
     # A handler, not SIG_DFL: the kernel drops default-action signals sent to a
     # namespace's PID 1. Blocked + sigtimedwait makes the loop race-free.
     for sig in WAITED:
         signal.signal(sig, lambda *_: None)
     signal.pthread_sigmask(signal.SIG_BLOCK, WAITED)
+    # A real node's PID 1 is systemd; a python3 here would be hit by `pkill python3`.
+    set_title("/sbin/init", "init")
+    socket.sethostname(hostname)
     make_mounts(node_dir)
     os.chdir("/")
     Init(node_dir, address).run()

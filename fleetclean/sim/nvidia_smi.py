@@ -156,9 +156,7 @@ def csv(
     units = "nounits" not in fmt
     lines = []
     if "noheader" not in fmt:
-        lines.append(
-            ", ".join(APP_HEADERS.get(f, f) + known[f][0] for f in fields)
-        )
+        lines.append(", ".join(APP_HEADERS.get(f, f) + known[f][0] for f in fields))
     for row in rows:
         cells = []
         for field in fields:
@@ -277,7 +275,9 @@ def table(gpus: list[dict[str, object]], held: list[tuple[int, int, int]], na: b
     for index, pid, mib in held:
         name = process_name(str(pid))
         memory = NA if na else f"{mib}MiB"
-        out.append(f"|{index:>5}{'N/A':>6}{'N/A':>5}{pid:>17}{'C':>7}   {name:<33.33}{memory:>10} |")
+        out.append(
+            f"|{index:>5}{'N/A':>6}{'N/A':>5}{pid:>17}{'C':>7}   {name:<33.33}{memory:>10} |"
+        )
     out.append(WIDE)
     return "".join(line + "\n" for line in out)
 
@@ -305,8 +305,7 @@ def parse(argv: list[str]) -> dict[str, str]:
             opts["--id"] = arg[2:]
         else:
             raise Usage(
-                "Invalid combination of input arguments. "
-                "Please run 'nvidia-smi -h' for help.\n",
+                "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n",
                 2,
             )
         i += 1
@@ -333,9 +332,7 @@ def run(argv: list[str]) -> tuple[str, int]:
             fields = [f.strip() for f in opts["--query-compute-apps"].split(",")]
             return csv(fields, APP_FIELDS, app_rows(gpus, holders()), fmt, na), 0
         if "-L" in opts:
-            return "".join(
-                f"GPU {g['index']}: {GPU_NAME} (UUID: {g['uuid']})\n" for g in gpus
-            ), 0
+            return "".join(f"GPU {g['index']}: {GPU_NAME} (UUID: {g['uuid']})\n" for g in gpus), 0
         wanted = {int(str(g["index"])) for g in gpus}
         held = [h for h in holders() if h[0] in wanted]
         return table(gpus, held, na), 0

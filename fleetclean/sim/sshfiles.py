@@ -76,9 +76,7 @@ Subsystem sftp internal-sftp
 
 
 def write_known_hosts(path: Path, nodes: Sequence[NodeLike]) -> None:
-    lines = [
-        f"{node.name},{node.address} {public_key(node.dir / HOST_KEY)}\n" for node in nodes
-    ]
+    lines = [f"{node.name},{node.address} {public_key(node.dir / HOST_KEY)}\n" for node in nodes]
     path.write_text("".join(lines))
 
 

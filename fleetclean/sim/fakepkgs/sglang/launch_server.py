@@ -16,13 +16,15 @@ real one: ``FLEETCLEAN_SIM_GPUS`` (``0,1,...``), ``FLEETCLEAN_SIM_GPU_MIB`` (per
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import sys
+from collections.abc import Mapping
 
 
-def start_worker(programs: str, spec: dict[str, object], env: dict[str, str]) -> int:
+def start_worker(programs: str, spec: Mapping[str, object], env: dict[str, str]) -> int:
     text = json.dumps(spec)
     argv = [sys.executable, programs, text.ljust(len(text) + 32)]
     pid = os.fork()
@@ -58,10 +60,8 @@ def main(argv: list[str]) -> int:
 
     def on_term(signum: int, frame: object) -> None:
         for pid in workers:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         os._exit(0)
 
     signal.signal(signal.SIGTERM, on_term)
