@@ -207,7 +207,8 @@ class _Builder:
     ) -> tuple[str, int | None]:
         """``gpu01:2222`` -> ('gpu01', 2222); a colon inside ``[...]`` is a range's."""
         outside = re.sub(r"\[[^\]]*\]", "", pattern)
-        if outside.count(":") != 1:
+        # An unclosed '[' is a broken range, not a port: leave it to ranges.expand to say so.
+        if outside.count(":") != 1 or "[" in outside:
             return pattern, None
         head, _, tail = pattern.rpartition(":")
         if not tail.isdigit() or not 1 <= int(tail) <= 65535:
@@ -455,21 +456,30 @@ def _read_yaml(text: str, builder: _Builder) -> None:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         problem = err.problem or str(err)
-        hint = (
-            "indent with spaces, not tabs"
-            if "\\t" in problem or "\t" in problem
-            else "check the indentation and the ':' after each name"
-        )
+        if err.context and not err.context.startswith("while"):
+            problem = f"{err.context}, {problem}"
         raise builder.error(
             f"not valid YAML: {problem}",
             mark.line + 1 if mark else None,
             mark.column + 1 if mark else None,
-            hint=hint,
+            hint=_yaml_hint(err),
         ) from None
     except yaml.YAMLError as err:
         raise builder.error(f"not valid YAML: {err}", None, None) from None
     finally:
         loader.dispose()
+
+
+def _yaml_hint(err: yaml.MarkedYAMLError) -> str:
+    problem = err.problem or ""
+    if "\\t" in problem or "\t" in problem:
+        return "indent with spaces, not tabs"
+    if "document" in problem:
+        return "keep one document: remove the second '---'"
+    opened = err.context_mark
+    if err.context and "flow" in err.context and opened is not None:
+        return f"close the '{{' or '[' opened at line {opened.line + 1}"
+    return "check the indentation and the ':' after each name"
 
 
 def _read_ini(text: str, builder: _Builder) -> None:
@@ -759,7 +769,7 @@ def load_inventory(
             "inventory defines no hosts",
             None,
             None,
-            hint="list hosts under a group's 'hosts:' (YAML) or a [group] section (INI)",
+            hint="list hosts under a group's 'hosts:' in YAML or in a [group] section in INI",
         )
     # An empty string (e.g. FLEETCLEAN_SSH_CONFIG= passed through) means: read no ssh config.
     config = os.fspath(ssh_config) if ssh_config is not None else sshconfig.default_config_path()

@@ -132,7 +132,7 @@ def parse_ini(text: str, path: str) -> list[IniSection]:
                 path=path,
                 line=number,
                 column=column,
-                hint=f"add a [{group}] section (it may be empty)",
+                hint=f"add a [{group}] section, even an empty one",
             )
     return sections
 
