@@ -1,0 +1,831 @@
+#!/usr/bin/env bash
+# fleetclean 0.1.0: playbook post-extraction (built-in)
+# host: "node01"  mode: check
+# Runs as `bash -s` with this text on standard input. Records go to stdout as
+# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded.
+# variables:
+#   backup_suffix = ".bak_hsdump"
+#   dump_dir = "/dev/shm/sglang_hs"
+#   force = false
+#   grace = 10
+#   guard_path = "/dev/shm/sglang_hs"
+#   lock_wait = 5
+#   max_used_mib = 0
+#   model_file = "/opt/sglang/models/deepseek_v2.py"
+#   protect = "jupyter"
+#   server_pattern = "sglang.launch_server"
+#   verify_timeout = 30
+#   worker_pattern = "sglang"
+
+# shellcheck shell=bash disable=SC2034
+# fleetclean stage library: records, process table, self-exclusion, matching, escalation.
+#
+# Only bash builtins, coreutils, procps/psmisc and flock are used: nodes have no Python.
+# Every value the renderer supplies arrives as a quoted assignment (opt_*, FC_*) and is
+# only ever read as "$var"; nothing here evaluates a value as code.
+
+# ---------------------------------------------------------------------------- records
+# One record per line on stdout: "@@fleetclean" TAB kind TAB field..., each field
+# percent-encoded (% TAB LF CR) so command lines and messages cannot break the framing.
+fc_enc() {
+    local s=$1
+    s=${s//%/%25}
+    s=${s//$'\t'/%09}
+    s=${s//$'\n'/%0A}
+    s=${s//$'\r'/%0D}
+    REPLY=$s
+}
+
+fc_rec() {
+    local out="@@fleetclean" f
+    for f in "$@"; do
+        fc_enc "$f"
+        out+=$'\t'$REPLY
+    done
+    printf '%s\n' "$out"
+}
+
+# ---------------------------------------------------------------------------- time
+# Microseconds since the epoch, from a builtin (no date(1) fork per poll).
+fc_now_us() {
+    REPLY=${EPOCHREALTIME//[!0-9]/}
+}
+
+# Sleep $1 seconds without forking: read on a pipe nobody writes to times out.
+fc_nap() {
+    if [[ -n ${FC_NAP_FD:-} ]]; then
+        read -r -t "$1" -u "$FC_NAP_FD" _ || :
+    else
+        sleep "$1"
+    fi
+}
+
+# ---------------------------------------------------------------------------- process table
+declare -gA FC_PPID=() FC_PGRP=() FC_SID=() FC_START=() FC_STATE=() FC_COMM=() FC_ARGV0=() FC_CMD=()
+declare -ga FC_PIDS=()
+
+# Read one /proc/PID/stat; sets FC_F (fields from 3 on) and REPLY (comm). Fails if gone.
+fc_read_stat() {
+    local stat
+    { IFS= read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
+    [[ -n $stat ]] || return 1
+    REPLY=${stat#*\(}
+    REPLY=${REPLY%\)*}
+    # comm may hold spaces and parentheses: split only after the last ')'.
+    read -r -a FC_F <<<"${stat##*) }"
+}
+
+# Full command line of PID (NULs as spaces); empty for kernel threads and the gone.
+fc_cmdline() {
+    local -a argv=()
+    { mapfile -d '' -t argv <"/proc/$1/cmdline"; } 2>/dev/null || :
+    FC_ARGV0_ONE=${argv[0]:-}
+    local IFS=' '
+    REPLY="${argv[*]}"
+}
+
+fc_scan() {
+    FC_PPID=() FC_PGRP=() FC_SID=() FC_START=() FC_STATE=() FC_COMM=() FC_ARGV0=() FC_CMD=()
+    FC_PIDS=()
+    local d pid comm
+    for d in /proc/[0-9]*; do
+        pid=${d#/proc/}
+        fc_read_stat "$pid" || continue
+        comm=$REPLY
+        fc_cmdline "$pid"
+        FC_CMD[$pid]=$REPLY
+        FC_ARGV0[$pid]=$FC_ARGV0_ONE
+        FC_COMM[$pid]=$comm
+        FC_STATE[$pid]=${FC_F[0]}
+        FC_PPID[$pid]=${FC_F[1]}
+        FC_PGRP[$pid]=${FC_F[2]}
+        FC_SID[$pid]=${FC_F[3]}
+        # Field 22 of stat: with the PID it names one process for its whole life.
+        FC_START[$pid]=${FC_F[19]}
+        FC_PIDS+=("$pid")
+    done
+}
+
+# Is the process that was (pid, starttime) still alive? Zombies hold no GPU: gone.
+fc_alive() {
+    fc_read_stat "$1" || return 1
+    [[ ${FC_F[19]} == "$2" && ${FC_F[0]} != Z && ${FC_F[0]} != X ]]
+}
+
+# ---------------------------------------------------------------------------- self-exclusion
+declare -gA FC_ANCESTOR=()
+FC_SELF_SID=0
+
+# The script, its ancestors up to PID 1 (so the sshd serving it) and its session.
+fc_self_init() {
+    local pid=$BASHPID
+    FC_ANCESTOR=()
+    while [[ -n $pid && $pid != 0 ]]; do
+        FC_ANCESTOR[$pid]=1
+        [[ $pid == 1 ]] && break
+        fc_read_stat "$pid" || break
+        pid=${FC_F[1]}
+    done
+    fc_read_stat "$BASHPID" && FC_SELF_SID=${FC_F[3]}
+}
+
+fc_in_list() {
+    local needle=$1 x
+    shift
+    for x in "$@"; do
+        [[ $x == "$needle" ]] && return 0
+    done
+    return 1
+}
+
+# Why PID must never be signalled (REPLY), or failure if it may be.
+fc_protected() {
+    local pid=$1 base
+    REPLY=""
+    if [[ $pid == 1 ]]; then
+        REPLY="pid 1"
+    elif [[ -n ${FC_ANCESTOR[$pid]:-} || $pid == "$BASHPID" || $pid == "$$" ]]; then
+        REPLY="the teardown itself or its ancestor"
+    elif [[ $FC_SELF_SID != 0 && ${FC_SID[$pid]:-} == "$FC_SELF_SID" ]]; then
+        # Session 0: the leader lives outside our PID namespace and tells us nothing.
+        REPLY="in the teardown's own session"
+    elif [[ -z ${FC_CMD[$pid]:-} && ${FC_PPID[$pid]:-} == 2 ]]; then
+        REPLY="kernel thread"
+    else
+        base=${FC_ARGV0[$pid]:-}
+        base=${base##*/}
+        if fc_in_list "${FC_COMM[$pid]:-}" "${FC_PROTECT[@]}" || { [[ -n $base ]] && fc_in_list "$base" "${FC_PROTECT[@]}"; }; then
+            REPLY="protected name"
+        fi
+    fi
+    [[ -n $REPLY ]]
+}
+
+# ---------------------------------------------------------------------------- matching
+# PIDs whose full command line matches ERE $1 (and, if set, ERE $2); sets FC_HITS.
+fc_match() {
+    local pattern=$1 filter=${2:-} pid rc
+    FC_HITS=()
+    [[ "" =~ $pattern ]]
+    rc=$?
+    if ((rc == 2)); then
+        FC_MESSAGE="invalid regular expression: $pattern"
+        return 2
+    fi
+    for pid in "${FC_PIDS[@]}"; do
+        [[ -n ${FC_CMD[$pid]} ]] || continue
+        [[ ${FC_CMD[$pid]} =~ $pattern ]] || continue
+        if [[ -n $filter ]]; then
+            [[ ${FC_CMD[$pid]} =~ $filter ]] || continue
+        fi
+        FC_HITS+=("$pid")
+    done
+    return 0
+}
+
+# Add descendants, and the members of process groups and sessions that a target leads
+# (SGLang's workers outlive their parent and are reparented), to the PIDs given; drop
+# protected ones. Sets FC_TARGETS (sorted numerically, unique).
+fc_expand() {
+    local -A seen=()
+    local -a queue=("$@")
+    local p q
+    while ((${#queue[@]})); do
+        p=${queue[0]}
+        queue=("${queue[@]:1}")
+        [[ -n ${seen[$p]:-} || -z ${FC_START[$p]:-} ]] && continue
+        # A protected process is neither a target nor a way to reach one: the shell that
+        # started the teardown has the pattern in its argv, but its children are not ours.
+        fc_protected "$p" && continue
+        seen[$p]=1
+        for q in "${FC_PIDS[@]}"; do
+            [[ -n ${seen[$q]:-} ]] && continue
+            if [[ ${FC_PPID[$q]} == "$p" ]] ||
+                [[ ${FC_PGRP[$p]} == "$p" && ${FC_PGRP[$q]} == "$p" ]] ||
+                [[ ${FC_SID[$p]} == "$p" && ${FC_SID[$q]} == "$p" ]]; then
+                queue+=("$q")
+            fi
+        done
+    done
+    fc_keep_unprotected "${!seen[@]}"
+}
+
+fc_keep_unprotected() {
+    local p
+    FC_TARGETS=()
+    for p in "$@"; do
+        fc_protected "$p" && continue
+        [[ -n ${FC_START[$p]:-} ]] || continue
+        [[ ${FC_STATE[$p]} == Z ]] && continue
+        FC_TARGETS+=("$p")
+    done
+    if ((${#FC_TARGETS[@]})); then
+        mapfile -t FC_TARGETS < <(printf '%s\n' "${FC_TARGETS[@]}" | sort -n -u)
+    fi
+}
+
+# ---------------------------------------------------------------------------- escalation
+# fc_escalate SIGNAL GRACE_MS KILL_WAIT_MS PID...: send SIGNAL, poll until gone or the
+# grace ends, then SIGKILL what is left (and any new child of it) and poll again.
+# Sets FC_SIGNALLED, FC_REMAINING, FC_LEFT (pids).
+fc_escalate() {
+    local sig=$1 grace_ms=$2 kill_ms=$3
+    shift 3
+    local -A start=() cmd=()
+    local p
+    for p in "$@"; do
+        start[$p]=${FC_START[$p]}
+        cmd[$p]=${FC_CMD[$p]}
+    done
+    FC_SIGNALLED=0
+    fc_send "$sig" "$@"
+    fc_wait_gone "$grace_ms" "$@"
+    if ((${#FC_LEFT[@]})) && [[ $sig != KILL ]]; then
+        # New children forked during the grace period die with their parents.
+        fc_scan
+        local -a live=()
+        for p in "${FC_LEFT[@]}"; do
+            [[ ${FC_START[$p]:-} == "${start[$p]}" ]] && live+=("$p")
+        done
+        fc_expand "${live[@]}"
+        for p in "${FC_TARGETS[@]}"; do
+            [[ -n ${start[$p]:-} ]] || { start[$p]=${FC_START[$p]}; cmd[$p]=${FC_CMD[$p]}; }
+        done
+        fc_send KILL "${FC_TARGETS[@]}"
+        fc_wait_gone "$kill_ms" "${FC_TARGETS[@]}"
+    fi
+    FC_REMAINING=${#FC_LEFT[@]}
+}
+
+# Signal each (pid, starttime) still alive; one "signal" record each.
+fc_send() {
+    local sig=$1 p
+    shift
+    for p in "$@"; do
+        fc_alive "$p" "${start[$p]}" || continue
+        if kill -s "$sig" "$p" 2>/dev/null; then
+            FC_SIGNALLED=$((FC_SIGNALLED + 1))
+            fc_rec signal "$FC_IDX" "$p" "$sig" "${cmd[$p]}"
+        fi
+    done
+}
+
+# Poll every 25 ms until every (pid, starttime) is gone or MS pass; FC_LEFT = survivors.
+fc_wait_gone() {
+    local ms=$1 p t0 now
+    shift
+    fc_now_us
+    t0=$REPLY
+    while :; do
+        FC_LEFT=()
+        for p in "$@"; do
+            fc_alive "$p" "${start[$p]}" && FC_LEFT+=("$p")
+        done
+        ((${#FC_LEFT[@]} == 0)) && return 0
+        fc_now_us
+        now=$REPLY
+        (((now - t0) / 1000 >= ms)) && return 1
+        fc_nap 0.025
+    done
+}
+
+# Signal-or-list the targets (FC_TARGETS); the shared tail of signal and gpu-holders.
+fc_act_on_targets() {
+    local sig=$1 grace_ms=$2 kill_ms=$3 p
+    FC_MATCHED=${#FC_TARGETS[@]}
+    for p in "${FC_TARGETS[@]}"; do
+        fc_rec match "$FC_IDX" "$p" "${FC_CMD[$p]}"
+    done
+    if ((FC_MATCHED == 0)); then
+        FC_STATUS=ok
+        FC_MESSAGE="nothing to signal"
+        return 0
+    fi
+    if ((FC_CHECK)); then
+        FC_STATUS=changed
+        FC_MESSAGE="would signal $FC_MATCHED process(es) with $sig"
+        for p in "${FC_TARGETS[@]}"; do
+            fc_rec change "$FC_IDX" "would send $sig to $p (${FC_CMD[$p]})"
+        done
+        return 0
+    fi
+    fc_escalate "$sig" "$grace_ms" "$kill_ms" "${FC_TARGETS[@]}"
+    if ((FC_REMAINING)); then
+        FC_STATUS=failed
+        FC_MESSAGE="$FC_REMAINING process(es) survived SIGKILL:"
+        for p in "${FC_LEFT[@]}"; do
+            FC_MESSAGE+=" pid $p (${FC_CMD[$p]:-})"
+        done
+    else
+        FC_STATUS=ok
+        FC_MESSAGE="$FC_SIGNALLED signal(s) sent; all $FC_MATCHED gone"
+    fi
+}
+
+# ---------------------------------------------------------------------------- open files
+# "PID FD TARGET" for every open descriptor whose target starts with $1, from one
+# `ls -l` over /proc/*/fd (bash has no readlink builtin; one fork, not one per fd).
+fc_open_fds() {
+    local prefix=$1 line pid="" left fd target
+    while IFS= read -r line; do
+        case $line in
+            /proc/*/fd:)
+                pid=${line#/proc/}
+                pid=${pid%/fd:}
+                ;;
+            l*" -> "*)
+                left=${line%% -> *}
+                fd=${left##* }
+                target=${line#* -> }
+                [[ $target == "$prefix"* ]] && printf '%s %s %s\n' "$pid" "$fd" "$target"
+                ;;
+        esac
+    done < <(LC_ALL=C QUOTING_STYLE=literal ls -l /proc/[0-9]*/fd 2>/dev/null)
+}
+
+# ---------------------------------------------------------------------------- stage driver
+FC_HALT=0
+FC_IDX=0
+
+# fc_stage INDEX NAME TYPE: run fc_stage_TYPE and report one "end" record for it.
+fc_stage() {
+    FC_IDX=$1
+    local name=$2 type=$3 fn t0
+    FC_STAGE_NAME=$name
+    fc_rec stage "$FC_IDX" "$name" "$type"
+    if ((FC_HALT)); then
+        fc_rec end "$FC_IDX" skipped 0 0 0 0 "not run: $FC_HALT_REASON"
+        return 0
+    fi
+    FC_STATUS=ok FC_MATCHED=0 FC_SIGNALLED=0 FC_REMAINING=0 FC_MESSAGE=""
+    fc_now_us
+    t0=$REPLY
+    fn=fc_stage_${type//-/_}
+    "$fn"
+    fc_now_us
+    fc_rec end "$FC_IDX" "$FC_STATUS" "$FC_MATCHED" "$FC_SIGNALLED" "$FC_REMAINING" \
+        "$(((REPLY - t0) / 1000))" "$FC_MESSAGE"
+}
+
+# Drop the previous stage's options so a stage never sees another's values.
+fc_reset_opts() {
+    local v
+    for v in "${!opt_@}"; do
+        unset "$v"
+    done
+}
+
+# Take the per-host lock; "busy" if another run holds it past lock_wait seconds.
+fc_lock() {
+    local dir=/run/lock
+    [[ -d $dir && -w $dir ]] || dir=/tmp
+    FC_LOCK_PATH=$dir/fleetclean.lock
+    if ! command -v flock >/dev/null 2>&1; then
+        fc_rec lock none "$FC_LOCK_PATH"
+        return 0
+    fi
+    if ! exec 9>>"$FC_LOCK_PATH"; then
+        fc_rec lock none "$FC_LOCK_PATH"
+        return 0
+    fi
+    if flock -w "$FC_LOCK_WAIT" 9; then
+        fc_rec lock ok "$FC_LOCK_PATH"
+        return 0
+    fi
+    fc_rec lock busy "$FC_LOCK_PATH"
+    return 1
+}
+
+fc_begin() {
+    exec {FC_NAP_FD}<> <(:) 2>/dev/null || FC_NAP_FD=""
+    fc_rec begin 1 "$FC_PLAYBOOK" "$FC_HOST" "$FC_CHECK"
+    fc_self_init
+    fc_lock
+}
+
+fc_finish() {
+    fc_rec "done" 0
+}
+
+# shellcheck shell=bash disable=SC2034,SC2154
+# (opt_* are assigned, and FC_* read, by the rendered script around this template.)
+# Stage "guard": refuse the whole teardown on this host, touching nothing, while a file
+# under opt_path is open for writing, or until opt_wait_for_file has a line matching
+# the ERE opt_wait_for_line. Waits up to opt_timeout_ms for both; FC_FORCE overrides.
+
+# Writers of files under $1, as "pid N (cmdline)" words in REPLY.
+fc_writers() {
+    local path=${1%/} pid fd target k v flags
+    local -a found=()
+    while read -r pid fd target; do
+        [[ $target == "$path" || $target == "$path"/* ]] || continue
+        flags=""
+        while read -r k v; do
+            [[ $k == flags: ]] && flags=$v
+        done <"/proc/$pid/fdinfo/$fd" 2>/dev/null
+        # O_WRONLY is 01 and O_RDWR 02 in the octal flags field.
+        [[ -n $flags ]] || continue
+        (((8#$flags & 3) != 0)) || continue
+        [[ -n ${FC_ANCESTOR[$pid]:-} ]] && continue
+        fc_cmdline "$pid"
+        fc_in_list "pid $pid ($REPLY)" "${found[@]}" || found+=("pid $pid ($REPLY)")
+    done < <(fc_open_fds "$path")
+    local IFS=','
+    REPLY=${found[*]}
+    REPLY=${REPLY//,/, }
+}
+
+# Does $1 contain a line matching ERE $2? Pure bash: grep is not promised on nodes.
+fc_has_line() {
+    local line
+    [[ -r $1 ]] || return 1
+    while IFS= read -r line || [[ -n $line ]]; do
+        [[ $line =~ $2 ]] && return 0
+    done <"$1"
+    return 1
+}
+
+fc_stage_guard() {
+    local path=$opt_path file=$opt_wait_for_file line=$opt_wait_for_line t0 why
+    if [[ -z $path && -z $file ]]; then
+        FC_MESSAGE="no guard configured"
+        return 0
+    fi
+    fc_now_us
+    t0=$REPLY
+    while :; do
+        why=""
+        if [[ -n $path ]]; then
+            fc_writers "$path"
+            [[ -n $REPLY ]] && why="$path has writers: $REPLY"
+        fi
+        if [[ -z $why && -n $file ]] && ! fc_has_line "$file" "$line"; then
+            why="no line matching '$line' in $file"
+        fi
+        [[ -z $why ]] && break
+        fc_now_us
+        if (((REPLY - t0) / 1000 >= opt_timeout_ms)); then
+            break
+        fi
+        fc_nap 0.2
+    done
+    if [[ -z $why ]]; then
+        FC_MESSAGE="guard passed"
+    elif ((FC_FORCE)); then
+        FC_MESSAGE="forced past guard: $why"
+    else
+        FC_STATUS=refused
+        FC_MESSAGE="refused: $why"
+        FC_HALT=1
+        FC_HALT_REASON="guard '$FC_STAGE_NAME' refused"
+        fc_rec error "$FC_MESSAGE"
+    fi
+}
+
+# shellcheck shell=bash disable=SC2034,SC2154
+# (opt_* are assigned, and FC_* read, by the rendered script around this template.)
+# Stage "signal": match processes by ERE on the full command line, take their tree
+# (descendants, process groups and sessions they lead), signal, poll, escalate to KILL.
+# Options: opt_pattern, opt_signal, opt_grace_ms, opt_kill_wait_ms, opt_tree (0/1).
+fc_stage_signal() {
+    local pattern=$opt_pattern
+    fc_scan
+    fc_match "$pattern" || { FC_STATUS=failed; return 0; }
+    if ((opt_tree)); then
+        fc_expand "${FC_HITS[@]}"
+    else
+        fc_keep_unprotected "${FC_HITS[@]}"
+    fi
+    fc_act_on_targets "$opt_signal" "$opt_grace_ms" "$opt_kill_wait_ms"
+}
+
+# shellcheck shell=bash disable=SC2034,SC2154
+# (opt_* are assigned, and FC_* read, by the rendered script around this template.)
+# Stage "gpu-holders": processes holding a GPU, from nvidia-smi's compute apps and from
+# holders of /dev/nvidiaN (not nvidiactl, nvidia-uvm or the nvidia-caps directory),
+# minus protected ones; optionally only those whose command line matches opt_filter.
+# Options: opt_filter, opt_signal, opt_grace_ms, opt_kill_wait_ms, opt_tree (0/1).
+
+# Sets FC_HOLDERS (pid list, may repeat) and FC_HOLDER_DEV[pid] (device files held).
+fc_gpu_holders() {
+    local out rc pid dev line target
+    declare -gA FC_HOLDER_DEV=()
+    FC_HOLDERS=()
+    FC_NVSMI_NOTE=""
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        out=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader,nounits 2>&1)
+        rc=$?
+        if ((rc == 0)); then
+            while IFS= read -r line; do
+                line=${line//[[:space:]]/}
+                [[ $line =~ ^[0-9]+$ ]] && FC_HOLDERS+=("$line")
+            done <<<"$out"
+        else
+            FC_NVSMI_NOTE="nvidia-smi exit $rc: ${out%%$'\n'*}; "
+        fi
+    else
+        FC_NVSMI_NOTE="nvidia-smi not found; device files only; "
+    fi
+    # ls -l output, not fuser: it names the device held, and mmaps outlive no fd here
+    # that fuser would see but nvidia-smi would miss.
+    while read -r pid _ target; do
+        [[ $target =~ ^/dev/nvidia[0-9]+$ ]] || continue
+        FC_HOLDERS+=("$pid")
+        dev=${FC_HOLDER_DEV[$pid]:-}
+        [[ " $dev " == *" $target "* ]] || FC_HOLDER_DEV[$pid]="${dev:+$dev }$target"
+    done < <(fc_open_fds /dev/nvidia)
+}
+
+fc_stage_gpu_holders() {
+    local p
+    local -a hits=()
+    fc_scan
+    fc_gpu_holders
+    for p in "${FC_HOLDERS[@]}"; do
+        [[ -n ${FC_CMD[$p]:-} ]] || continue
+        if [[ -n $opt_filter ]]; then
+            [[ ${FC_CMD[$p]} =~ $opt_filter ]] || continue
+        fi
+        hits+=("$p")
+    done
+    if ((opt_tree)); then
+        fc_expand "${hits[@]}"
+    else
+        fc_keep_unprotected "${hits[@]}"
+    fi
+    fc_act_on_targets "$opt_signal" "$opt_grace_ms" "$opt_kill_wait_ms"
+    FC_MESSAGE="$FC_NVSMI_NOTE$FC_MESSAGE"
+}
+
+# shellcheck shell=bash disable=SC2034,SC2154
+# (opt_* are assigned, and FC_* read, by the rendered script around this template.)
+# Stage "restore": put opt_file back from opt_file$opt_backup_suffix. The backup is
+# copied to a temporary file in the same directory, then renamed over the file, so a
+# half-copied file never replaces the original.
+fc_stage_restore() {
+    local file=$opt_file backup=$opt_file$opt_backup_suffix dir tmp
+    if [[ -z $file ]]; then
+        FC_STATUS=ok
+        FC_MESSAGE="no file to restore (file is empty)"
+        return 0
+    fi
+    if [[ ! -f $backup ]]; then
+        FC_STATUS=failed
+        FC_MESSAGE="backup missing: $backup (cannot restore $file)"
+        return 0
+    fi
+    FC_MATCHED=1
+    if ((FC_CHECK)); then
+        FC_STATUS=changed
+        FC_MESSAGE="would restore $file from $backup"
+        fc_rec change "$FC_IDX" "$FC_MESSAGE"
+        return 0
+    fi
+    dir=$(dirname -- "$file")
+    if ! tmp=$(mktemp -- "$dir/.fleetclean-restore.XXXXXX" 2>&1); then
+        FC_STATUS=failed
+        FC_MESSAGE="cannot create a temporary file in $dir: $tmp"
+        return 0
+    fi
+    if ! out=$(cp --preserve=mode,ownership,timestamps -- "$backup" "$tmp" 2>&1 &&
+        mv -f -- "$tmp" "$file" 2>&1); then
+        rm -f -- "$tmp"
+        FC_STATUS=failed
+        FC_MESSAGE="restore of $file from $backup failed: $out"
+        return 0
+    fi
+    FC_STATUS=ok
+    FC_MESSAGE="restored $file from $backup"
+    fc_rec change "$FC_IDX" "$FC_MESSAGE"
+}
+
+# shellcheck shell=bash disable=SC2034,SC2154
+# (opt_* are assigned, and FC_* read, by the rendered script around this template.)
+# Stage "remove": delete each path of opt_paths (globs allowed). Refuses empty paths and
+# anything that resolves to / or a top-level directory (/, /dev, /etc, ...), whatever
+# "..", symlink or glob led there. A path or glob that matches nothing is an error
+# unless opt_missing_ok is 1.
+fc_stage_remove() {
+    local p real shown
+    local -a found=() refused=() missing=()
+    for p in "${opt_paths[@]}"; do
+        if [[ -z $p ]]; then
+            refused+=("(empty path)")
+            continue
+        fi
+        local -a exp=()
+        if [[ $p == *[*?[]* ]]; then
+            # IFS empty: the value is globbed but never word-split.
+            local IFS=''
+            shopt -s nullglob
+            # shellcheck disable=SC2206  # globbing the value is the point here
+            exp=($p)
+            shopt -u nullglob
+            unset IFS
+        elif [[ -e $p || -L $p ]]; then
+            exp=("$p")
+        fi
+        if ((${#exp[@]} == 0)); then
+            missing+=("$p")
+            continue
+        fi
+        for shown in "${exp[@]}"; do
+            real=$(realpath -m -- "$shown")
+            if [[ $real != /*/* ]]; then
+                refused+=("$shown (resolves to $real)")
+            else
+                found+=("$shown")
+            fi
+        done
+    done
+    FC_MATCHED=${#found[@]}
+    if ((${#refused[@]})); then
+        FC_STATUS=failed
+        FC_MESSAGE="refusing to remove: ${refused[*]}"
+        return 0
+    fi
+    for p in "${found[@]}"; do
+        if ((FC_CHECK)); then
+            fc_rec change "$FC_IDX" "would remove $p"
+        elif out=$(rm -rf --one-file-system -- "$p" 2>&1); then
+            fc_rec change "$FC_IDX" "removed $p"
+        else
+            FC_STATUS=failed
+            FC_MESSAGE="cannot remove $p: $out"
+            return 0
+        fi
+    done
+    if ((${#missing[@]})) && ((!opt_missing_ok)); then
+        FC_STATUS=failed
+        FC_MESSAGE="not found: ${missing[*]}"
+    elif ((${#found[@]} == 0)); then
+        FC_MESSAGE="nothing to remove"
+    elif ((FC_CHECK)); then
+        FC_STATUS=changed
+        FC_MESSAGE="would remove ${#found[@]} path(s)"
+    else
+        FC_MESSAGE="removed ${#found[@]} path(s)"
+    fi
+}
+
+# shellcheck shell=bash disable=SC2034,SC2154
+# (opt_* are assigned, and FC_* read, by the rendered script around this template.)
+# Verification: poll nvidia-smi until every GPU uses at most opt_max_used_mib MiB or
+# opt_timeout_ms pass; then report the GPU rows, the compute apps and the device-file
+# holders as records. Any nvidia-smi failure is reported with its own message.
+fc_verify() {
+    local max=$opt_max_used_mib out rc t0 state line used n over unknown
+    local -a rows=()
+    fc_rec stage verify verify verify
+    if ((FC_HALT)); then
+        fc_rec verify skipped "$max" 0 "not run: $FC_HALT_REASON"
+        return 0
+    fi
+    if ! command -v nvidia-smi >/dev/null 2>&1; then
+        fc_rec nvsmi 127 "nvidia-smi: command not found"
+        fc_rec verify error "$max" 0 "nvidia-smi: command not found"
+        return 0
+    fi
+    fc_now_us
+    t0=$REPLY
+    while :; do
+        out=$(nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total \
+            --format=csv,noheader,nounits 2>&1)
+        rc=$?
+        if ((rc != 0)); then
+            fc_rec nvsmi "$rc" "$out"
+            fc_now_us
+            fc_rec verify error "$max" "$(((REPLY - t0) / 1000))" "nvidia-smi exit $rc: $out"
+            return 0
+        fi
+        rows=() n=0 over=0 unknown=0
+        while IFS= read -r line; do
+            [[ -n ${line//[[:space:]]/} ]] || continue
+            rows+=("$line")
+            n=$((n + 1))
+            # Fields: index, uuid, name, used, total; the name is never split on.
+            used=${line%,*}
+            used=${used##*,}
+            used=${used//[[:space:]]/}
+            if [[ $used =~ ^[0-9]+$ ]]; then
+                ((used > max)) && over=$((over + 1))
+            else
+                unknown=$((unknown + 1))
+            fi
+        done <<<"$out"
+        if ((n == 0)); then
+            state=error
+        elif ((unknown)); then
+            state=unknown
+        elif ((over)); then
+            state=dirty
+        else
+            state=ok
+        fi
+        [[ $state == dirty ]] || break
+        fc_now_us
+        ((FC_CHECK || (REPLY - t0) / 1000 >= opt_timeout_ms)) && break
+        fc_nap "$opt_interval_s"
+    done
+    fc_now_us
+    local ms=$(((REPLY - t0) / 1000))
+    for line in "${rows[@]}"; do
+        fc_rec gpu "$line"
+    done
+    fc_report_holders
+    case $state in
+        ok) fc_rec verify ok "$max" "$ms" "every GPU at or under $max MiB" ;;
+        dirty) fc_rec verify dirty "$max" "$ms" "$over GPU(s) above $max MiB after ${ms} ms" ;;
+        unknown) fc_rec verify unknown "$max" "$ms" "nvidia-smi gave no number for memory.used: $out" ;;
+        *) fc_rec verify error "$max" "$ms" "nvidia-smi listed no GPU: $out" ;;
+    esac
+}
+
+# Compute apps (nvidia-smi) and device-file holders (/proc), one record each.
+fc_report_holders() {
+    local out line pid target
+    if out=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
+        --format=csv,noheader,nounits 2>/dev/null); then
+        while IFS= read -r line; do
+            [[ -n ${line//[[:space:]]/} ]] && fc_rec app "$line"
+        done <<<"$out"
+    fi
+    while read -r pid _ target; do
+        [[ $target =~ ^/dev/nvidia[0-9]+$ ]] || continue
+        fc_cmdline "$pid"
+        fc_rec holder "$pid" "$target" "$REPLY"
+    done < <(fc_open_fds /dev/nvidia)
+}
+
+fc_main() {
+    export LC_ALL=C
+    PATH="$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    FC_PLAYBOOK=post-extraction
+    FC_HOST=node01
+    FC_CHECK=1
+    FC_FORCE=0
+    FC_LOCK_WAIT=5
+    FC_PROTECT=(sshd systemd init nvidia-persistenced nv-hostengine dcgm-exporter nv-fabricmanager Xorg jupyter)
+    if ! fc_begin; then
+        fc_rec error "host busy: another fleetclean run holds $FC_LOCK_PATH"
+        fc_finish
+        return 0
+    fi
+
+    # stage 1/6: "guard-writers" (guard)
+    fc_reset_opts
+    opt_path=/dev/shm/sglang_hs
+    opt_wait_for_file=''
+    opt_wait_for_line=''
+    opt_timeout_ms=0
+    fc_stage 1 guard-writers guard
+
+    # stage 2/6: "stop-server" (signal)
+    fc_reset_opts
+    opt_pattern=sglang.launch_server
+    opt_signal=TERM
+    opt_grace_ms=10000
+    opt_kill_wait_ms=3000
+    opt_tree=1
+    fc_stage 2 stop-server signal
+
+    # stage 3/6: "kill-workers" (signal)
+    fc_reset_opts
+    opt_pattern=sglang
+    opt_signal=TERM
+    opt_grace_ms=2000
+    opt_kill_wait_ms=3000
+    opt_tree=1
+    fc_stage 3 kill-workers signal
+
+    # stage 4/6: "kill-gpu-holders" (gpu-holders)
+    fc_reset_opts
+    opt_filter=''
+    opt_signal=TERM
+    opt_grace_ms=2000
+    opt_kill_wait_ms=3000
+    opt_tree=1
+    fc_stage 4 kill-gpu-holders gpu-holders
+
+    # stage 5/6: "restore-model" (restore)
+    fc_reset_opts
+    opt_file=/opt/sglang/models/deepseek_v2.py
+    opt_backup_suffix=.bak_hsdump
+    fc_stage 5 restore-model restore
+
+    # stage 6/6: "remove-dump" (remove)
+    fc_reset_opts
+    opt_paths=(/dev/shm/sglang_hs)
+    opt_missing_ok=1
+    fc_stage 6 remove-dump remove
+
+    # verify: every GPU at or under max_used_mib before the deadline
+    fc_reset_opts
+    opt_max_used_mib=0
+    opt_timeout_ms=30000
+    opt_interval_s=0.2
+    fc_verify
+    fc_finish
+}
+
+fc_main </dev/null

@@ -1,0 +1,81 @@
+"""Golden files of the rendered built-in scripts, and shellcheck on templates and scripts.
+
+Regenerate after an intended change, then review the diff:
+
+    FLEETCLEAN_REGEN_GOLDEN=1 .venv/bin/pytest tests/engine -k golden
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetclean.playbook import load_playbook
+from fleetclean.render import render_script
+from fleetclean.variables import resolve_vars
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "data" / "golden"
+STAGES = ROOT / "fleetclean" / "stages"
+REGEN = os.environ.get("FLEETCLEAN_REGEN_GOLDEN") == "1"
+
+CASES = {
+    "post-extraction": ({}, False),
+    "post-extraction-check": ({"model_file": "/opt/sglang/models/deepseek_v2.py",
+                               "guard_path": "/dev/shm/sglang_hs", "protect": "jupyter"}, True),
+    "pre-restart": ({}, False),
+    "status": ({}, False),
+}
+
+
+def shellcheck() -> str | None:
+    local = Path(sys.executable).parent / "shellcheck"
+    return str(local) if local.exists() else shutil.which("shellcheck")
+
+
+def rendered(case: str) -> str:
+    extra, check = CASES[case]
+    pb = load_playbook(case.removesuffix("-check"))
+    return render_script(pb, resolve_vars(pb, {}, extra), check=check, host_name="node01")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden_rendered_script(case: str) -> None:
+    path = GOLDEN / f"{case}.sh"
+    text = rendered(case)
+    if REGEN:
+        path.write_text(text)
+    assert path.exists(), f"missing {path}; run with FLEETCLEAN_REGEN_GOLDEN=1"
+    assert text == path.read_text(), f"{path} differs; regenerate and review the diff"
+
+
+@pytest.mark.skipif(shellcheck() is None, reason="shellcheck not installed")
+def test_golden_scripts_pass_shellcheck(tmp_path: Path) -> None:
+    files = []
+    for case in CASES:
+        f = tmp_path / f"{case}.sh"
+        f.write_text(rendered(case))
+        files.append(str(f))
+    out = subprocess.run([str(shellcheck()), "-s", "bash", *files], capture_output=True,
+                         text=True, check=False)
+    assert out.returncode == 0, out.stdout
+
+
+@pytest.mark.skipif(shellcheck() is None, reason="shellcheck not installed")
+def test_stage_templates_pass_shellcheck() -> None:
+    files = sorted(str(p) for p in STAGES.glob("*.sh"))
+    out = subprocess.run([str(shellcheck()), *files], capture_output=True, text=True,
+                         check=False)
+    assert out.returncode == 0, out.stdout
+
+
+def test_hostile_values_are_quoted_in_the_script() -> None:
+    pb = load_playbook("post-extraction")
+    hostile = "/dev/shm/x'; touch /tmp/pwned #$(id)`id`\n*"
+    script = render_script(pb, resolve_vars(pb, {}, {"dump_dir": hostile}))
+    assert "opt_paths=('/dev/shm/x'\"'\"'; touch /tmp/pwned #$(id)`id`\n*')" in script

@@ -1,0 +1,186 @@
+"""Parser tests on real nvidia-smi outputs and on damaged or hostile script output."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fleetclean.nvsmi import APP_FIELDS, NvsmiParseError, parse_compute_apps, parse_query_gpu
+from fleetclean.parse import parse_script_output
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi" / "h200"
+LIB = Path(__file__).resolve().parents[2] / "fleetclean" / "stages" / "lib.sh"
+UUID = "GPU-fa529bc3-df9c-8e3c-22fb-c95e99d1c9dc"
+
+
+def fixture(name: str) -> tuple[str, int]:
+    """A fixture's output and exit status (its last line `__rc=N` is not output)."""
+    text = (DATA / name).read_text()
+    body, _, rc = text.rstrip("\n").rpartition("__rc=")
+    return body, int(rc)
+
+
+def rec(*fields: str) -> str:
+    return "\t".join(["@@fleetclean", *fields]) + "\n"
+
+
+def test_query_nounits_fixture() -> None:
+    text, rc = fixture("q_nounits.txt")
+    rows = parse_query_gpu(text, ["index", "memory.used", "memory.total"], nounits=True,
+                           header=False)
+    assert rc == 0 and rows[0].index == 0 and rows[0].memory_used_mib == 0
+    assert rows[0].memory_total_mib == 143771
+
+
+def test_query_with_units_and_header_fixtures() -> None:
+    text, _ = fixture("q_header.txt")
+    rows = parse_query_gpu(text, ["index", "memory.used"], nounits=False, header=True)
+    assert rows[0].memory_used_mib == 0
+    text, _ = fixture("q_seed.txt")
+    assert parse_query_gpu(text, ["index", "memory.used"], nounits=False,
+                           header=False)[0].memory_used_mib == 0
+
+
+def test_query_full_fixture_keeps_name_and_uuid() -> None:
+    fields = ["index", "uuid", "name", "pci.bus_id", "memory.used", "memory.total",
+              "memory.reserved", "utilization.gpu", "temperature.gpu", "power.draw",
+              "mig.mode.current", "persistence_mode", "driver_version"]
+    for name, nounits in (("q_full.txt", False), ("q_full_nounits.txt", True)):
+        text, _ = fixture(name)
+        row = parse_query_gpu(text, fields, nounits=nounits, header=False)[0]
+        assert (row.uuid, row.name, row.memory_total_mib) == (UUID, "NVIDIA H200", 143771)
+
+
+def test_compute_apps_fixtures() -> None:
+    text, _ = fixture("apps_held_plain_TERM.txt")
+    apps = parse_compute_apps(text, [*APP_FIELDS, "gpu_bus_id"], nounits=False)
+    assert [(a.pid, a.name, a.used_memory_mib, a.gpu_uuid) for a in apps] == [
+        (6742, "python3", 41478, UUID)]
+    text, _ = fixture("apps_empty.txt")
+    assert parse_compute_apps(text) == []
+
+
+def test_not_available_values_become_none() -> None:
+    rows = parse_query_gpu("0, GPU-x, NVIDIA H200, [N/A], [Not Supported]",
+                           ["index", "uuid", "name", "memory.used", "memory.total"],
+                           nounits=True, header=False)
+    assert rows[0].memory_used_mib is None and rows[0].memory_total_mib is None
+
+
+def test_gpu_name_with_comma_is_kept_whole() -> None:
+    rows = parse_query_gpu("3, GPU-x, Weird, Name, 5, 10",
+                           ["index", "uuid", "name", "memory.used", "memory.total"],
+                           nounits=True, header=False)
+    assert rows[0].name == "Weird, Name" and rows[0].memory_used_mib == 5
+
+
+def test_bad_field_fixture_is_an_error_with_nvidia_smis_words() -> None:
+    text, rc = fixture("bad_field.txt")
+    with pytest.raises(NvsmiParseError, match='Field "bogus.field" is not a valid field'):
+        parse_query_gpu(text, ["index", "memory.used"], nounits=True, header=False)
+    assert rc == 2
+
+
+def full_run(*middle: str) -> str:
+    return (rec("begin", "1", "post-extraction", "n1", "0") + rec("lock", "ok", "/run/lock/x")
+            + "".join(middle) + rec("done", "0"))
+
+
+def test_verify_ok_report() -> None:
+    out = full_run(
+        rec("stage", "1", "stop", "signal"),
+        rec("match", "1", "42", "python3 -m sglang.launch_server"),
+        rec("signal", "1", "42", "TERM", "python3 -m sglang.launch_server"),
+        rec("end", "1", "ok", "1", "1", "0", "230", "1 signal(s) sent; all 1 gone"),
+        rec("stage", "verify", "verify", "verify"),
+        rec("gpu", "0, GPU-a, NVIDIA H200, 0, 143771"),
+        rec("holder", "7", "/dev/nvidia0", "python3 monitor.py"),
+        rec("verify", "ok", "0", "21", "every GPU at or under 0 MiB"))
+    r = parse_script_output("banner from a login script\n" + out, "warning: x", 0)
+    assert r.error is None and r.verified is True
+    assert r.stages[0].duration_s == 0.23 and r.stages[0].signalled == 1
+    assert r.signalled[0].stage == "stop" and r.signalled[0].signal == "TERM"
+    assert r.processes[0].gpu_uuid == "GPU-a" and r.processes[0].name == "python3 monitor.py"
+
+
+def test_verify_dirty_is_not_an_error() -> None:
+    out = full_run(rec("stage", "verify", "verify", "verify"),
+                   rec("gpu", "0, GPU-a, NVIDIA H200, 500, 143771"),
+                   rec("verify", "dirty", "0", "30000", "1 GPU(s) above 0 MiB"))
+    r = parse_script_output(out, "", 0)
+    assert r.verified is False and r.error is None and r.gpus[0].memory_used_mib == 500
+
+
+def test_nvml_exit_18_becomes_host_error_with_its_message() -> None:
+    msg = "Failed to initialize NVML: Driver/library version mismatch"
+    out = full_run(rec("stage", "verify", "verify", "verify"), rec("nvsmi", "18", msg),
+                   rec("verify", "error", "0", "20", f"nvidia-smi exit 18: {msg}"))
+    r = parse_script_output(out, "", 0)
+    assert r.error == f"nvidia-smi failed (exit 18): {msg}" and r.verified is None
+
+
+def test_missing_nvidia_smi_becomes_host_error() -> None:
+    out = full_run(rec("stage", "verify", "verify", "verify"),
+                   rec("nvsmi", "127", "nvidia-smi: command not found"),
+                   rec("verify", "error", "0", "0", "nvidia-smi: command not found"))
+    assert parse_script_output(out, "", 0).error == "nvidia-smi: command not found"
+
+
+def test_not_available_memory_is_a_host_error() -> None:
+    out = full_run(rec("stage", "verify", "verify", "verify"),
+                   rec("gpu", "0, GPU-a, NVIDIA H200, [N/A], 143771"),
+                   rec("verify", "unknown", "0", "20",
+                       "nvidia-smi gave no number for memory.used: 0, GPU-a, [N/A]"))
+    r = parse_script_output(out, "", 0)
+    assert r.verified is None and "[N/A]" in (r.error or "")
+    assert r.gpus[0].memory_used_mib is None
+
+
+def test_truncated_output_names_the_stage_in_progress() -> None:
+    out = (rec("begin", "1", "p", "n1", "0") + rec("stage", "2", "kill-workers", "signal")
+           + "@@fleetclean\tsig")
+    r = parse_script_output(out, "", None)
+    assert r.error == ("output ended during stage 2 'kill-workers' (signal): connection "
+                       "lost or script killed")
+    assert r.stages[0].status == "failed"
+
+
+def test_no_output_at_all() -> None:
+    r = parse_script_output("", "bash: line 1: syntax error", 2)
+    assert r.error == "script produced no records (exit status 2): bash: line 1: syntax error"
+
+
+def test_lock_busy() -> None:
+    out = (rec("begin", "1", "p", "n1", "0") + rec("lock", "busy", "/run/lock/fleetclean.lock")
+           + rec("error", "host busy: another fleetclean run holds /run/lock/fleetclean.lock")
+           + rec("done", "0"))
+    r = parse_script_output(out, "", 0)
+    assert r.busy and r.error == ("host busy: another fleetclean run holds "
+                                  "/run/lock/fleetclean.lock")
+
+
+def test_failed_stage_is_a_host_error() -> None:
+    out = full_run(rec("stage", "5", "restore-model", "restore"),
+                   rec("end", "5", "failed", "0", "0", "0", "1",
+                       "backup missing: /m/x.py.bak_hsdump (cannot restore /m/x.py)"))
+    assert parse_script_output(out, "", 0).error == (
+        "stage 'restore-model' failed: backup missing: /m/x.py.bak_hsdump "
+        "(cannot restore /m/x.py)")
+
+
+HOSTILE = "python3 -c 'a\tb'\nsecond line %41 \r@@fleetclean\tdone\t0 ünï"
+
+
+def test_hostile_cmdline_survives_the_bash_encoder() -> None:
+    """The record is produced by the real lib.sh encoder, then parsed back."""
+    out = subprocess.run(
+        ["bash", "-c", f'source "{LIB}"; fc_rec signal 1 99 KILL "$X"; fc_rec end 1 ok 1 1 0 '
+                       '5 "$X"'],
+        env={"X": HOSTILE, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+        check=True).stdout
+    assert out.count("\n") == 2
+    r = parse_script_output(rec("begin", "1", "p", "h", "0") + rec("stage", "1", "s", "signal")
+                            + out + rec("done", "0"), "", 0)
+    assert r.signalled[0].cmdline == HOSTILE and r.stages[0].message == HOSTILE

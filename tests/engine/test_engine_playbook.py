@@ -1,0 +1,128 @@
+"""Playbook loading: built-ins, and every mistake reported with file:line:column."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetclean.errors import PlaybookError, VariableError
+from fleetclean.playbook import list_playbooks, load_playbook
+from fleetclean.variables import resolve_vars
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "pb.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_builtins_are_listed_with_descriptions() -> None:
+    names = [n for n, d in list_playbooks() if d]
+    assert names == ["post-extraction", "pre-restart", "status"]
+
+
+@pytest.mark.parametrize("name", ["post-extraction", "pre-restart", "status"])
+def test_builtin_copies_in_playbooks_dir_are_identical(name: str) -> None:
+    shipped = ROOT / "fleetclean" / "playbooks" / f"{name}.yaml"
+    assert (ROOT / "playbooks" / f"{name}.yaml").read_text() == shipped.read_text()
+
+
+def test_post_extraction_has_the_design_variables() -> None:
+    pb = load_playbook("post-extraction")
+    for var in ("server_pattern", "worker_pattern", "grace", "model_file", "backup_suffix",
+                "dump_dir", "max_used_mib", "verify_timeout", "protect"):
+        assert var in pb.vars
+    assert pb.vars["max_used_mib"] == 0
+    assert [s.type for s in pb.stages] == [
+        "guard", "signal", "signal", "gpu-holders", "restore", "remove"]
+
+
+def test_playbook_by_path(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: mine\nstages:\n  - {name: s, type: signal, pattern: foo}\n")
+    pb = load_playbook(path)
+    assert pb.name == "mine" and pb.stages[0].options["grace"] == 10 and pb.verify is None
+
+
+def test_unknown_builtin_suggests_the_close_one() -> None:
+    with pytest.raises(PlaybookError) as exc:
+        load_playbook("post-extractoin")
+    assert "did you mean 'post-extraction'?" in str(exc.value)
+
+
+def test_unknown_stage_key_names_line_column_and_fix(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: x\nstages:\n  - name: stop\n    type: signal\n"
+                           "    patern: sglang\n")
+    with pytest.raises(PlaybookError) as exc:
+        load_playbook(path)
+    assert str(exc.value) == (f"{path}:5:5: stage 'stop': unknown key 'patern' for type "
+                              "signal (did you mean 'pattern'?)")
+
+
+def test_unknown_stage_type(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: x\nstages:\n  - {name: a, type: signl, pattern: x}\n")
+    with pytest.raises(PlaybookError) as exc:
+        load_playbook(path)
+    assert str(exc.value) == (f"{path}:3:21: stage 1: unknown stage type 'signl' "
+                              "(did you mean 'signal'?)")
+
+
+def test_unknown_top_level_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: x\nstage: []\n")
+    with pytest.raises(PlaybookError) as exc:
+        load_playbook(path)
+    assert str(exc.value) == f"{path}:2:1: unknown key 'stage' (did you mean 'stages'?)"
+
+
+def test_unknown_verify_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: x\nverify:\n  max_used: 0\n")
+    with pytest.raises(PlaybookError, match=r"pb.yaml:3:3: verify: unknown key 'max_used' "
+                                            r"\(did you mean 'max_used_mib'\?\)"):
+        load_playbook(path)
+
+
+def test_missing_required_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: x\nstages:\n  - {name: r, type: restore}\n")
+    with pytest.raises(PlaybookError, match=r"pb.yaml:3:5: stage 'r': missing required key "
+                                            r"'file'"):
+        load_playbook(path)
+
+
+def test_invalid_yaml_has_a_position(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: x\nstages: [\n")
+    with pytest.raises(PlaybookError, match=r"pb.yaml:3:1: invalid YAML"):
+        load_playbook(path)
+
+
+def test_undefined_variable_names_file_line_and_variable(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: x\nvars: {dump_dir: /dev/shm/hs}\nstages:\n"
+                           "  - name: rm\n    type: remove\n    paths: ['{{ dump_dri }}']\n")
+    pb = load_playbook(path)
+    with pytest.raises(VariableError) as exc:
+        resolve_vars(pb, {}, {})
+    assert str(exc.value) == (f"{path}:6:12: undefined variable 'dump_dri' "
+                              "(did you mean 'dump_dir'?)")
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"grace": "soon"}, "stage 'stop-server': grace must be a non-negative number of seconds"),
+    ({"grace": "-1"}, "grace must be a non-negative number"),
+    ({"max_used_mib": "1.5"}, "verify: max_used_mib must be a non-negative integer"),
+    ({"server_pattern": r"sglang\d"}, r"'\d' is not POSIX ERE"),
+    ({"server_pattern": "sglang(?=x)"}, "'(?' groups are not POSIX ERE"),
+    ({"server_pattern": "sgl[ang"}, "invalid regular expression"),
+    ({"server_pattern": ".*"}, "matches the empty string"),
+    ({"dump_dir": "/"}, "it is / or a top-level directory"),
+    ({"dump_dir": "/dev/shm/../../"}, "it is / or a top-level directory"),
+    ({"dump_dir": "relative/dir"}, "must be an absolute path"),
+    ({"protect": 5}, "protect must be a list of names"),
+])
+def test_bad_values_are_rejected_before_anything_is_sent(extra: dict[str, object],
+                                                         message: str) -> None:
+    pb = load_playbook("post-extraction")
+    with pytest.raises(VariableError) as exc:
+        resolve_vars(pb, {}, extra)
+    assert message in str(exc.value)
+    assert "post-extraction.yaml:" in str(exc.value)
