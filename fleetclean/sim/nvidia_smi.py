@@ -245,7 +245,7 @@ def table(gpus: list[dict[str, object]], held: list[tuple[int, int, int]], na: b
         " GPU-Util  Compute M. |",
         "|                                         |                        |"
         "               MIG M. |",
-        BAR.replace("-", "="),
+        "|" + BAR[1:-1].replace("-", "=") + "|",
     ]
     for gpu in gpus:
         index = int(str(gpu["index"]))
@@ -276,7 +276,7 @@ def table(gpus: list[dict[str, object]], held: list[tuple[int, int, int]], na: b
         name = process_name(str(pid))
         memory = NA if na else f"{mib}MiB"
         out.append(
-            f"|{index:>5}{'N/A':>6}{'N/A':>5}{pid:>17}{'C':>7}   {name:<33.33}{memory:>10} |"
+            f"|{index:>5}{'N/A':>6}{'N/A':>5}{pid:>17}{'C':>7}   {name:<33.33}{memory:>12} |"
         )
     out.append(WIDE)
     return "".join(line + "\n" for line in out)

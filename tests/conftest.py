@@ -1,0 +1,90 @@
+"""Shared fixtures: the simulated fleet.
+
+Tests marked ``sim`` need Linux, root, unshare/nsenter and /usr/sbin/sshd; elsewhere they
+are skipped with the reason. ``sim_fleet_factory`` gives each test its own fleets, each in
+its own state dir and its own 127.S.0.0/16 subnet, and always takes them down, failed test
+or not, then checks that no process the simulator started is left.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+SIM_SKIP_REASON: str | None = None
+try:
+    from fleetclean.errors import SimError
+    from fleetclean.sim import SimFleet
+    from fleetclean.sim import pids as sim_pids
+    from fleetclean.sim.fleet import check_host
+
+    check_host()
+except (ImportError, SimError) as exc:  # pragma: no cover - depends on the machine
+    SIM_SKIP_REASON = f"simulated fleet unavailable: {exc}"
+
+_subnets = itertools.count()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if SIM_SKIP_REASON is None:
+        return
+    skip = pytest.mark.skip(reason=SIM_SKIP_REASON)
+    for item in items:
+        if "sim" in item.keywords:
+            item.add_marker(skip)
+
+
+def free_subnet() -> int:
+    """A second octet whose 127.S.1.1:22 nobody listens on. Seeded by our PID so that two
+    pytest processes on one machine rarely try the same one."""
+    for _ in range(150):
+        subnet = 100 + (os.getpid() * 7 + next(_subnets)) % 150
+        if not _listening(f"127.{subnet}.1.1"):
+            return subnet
+    raise RuntimeError("no free 127.S.0.0/16 subnet for a simulated fleet")
+
+
+def _listening(address: str) -> bool:
+    want = "{:08X}:0016".format(int.from_bytes(bytes(map(int, address.split("."))), "little"))
+    with open("/proc/net/tcp") as f:
+        return any(line.split()[1] == want for line in list(f)[1:])
+
+
+@pytest.fixture
+def sim_fleet_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., SimFleet]]:
+    """``make(n=2)`` -> a running SimFleet of n nodes; all of them down at teardown."""
+    made: list[SimFleet] = []
+
+    def make(n: int = 2) -> SimFleet:
+        fleet = SimFleet.up(n, tmp_path_factory.mktemp("sim"), subnet=free_subnet())
+        made.append(fleet)
+        return fleet
+
+    yield make
+    for fleet in made:
+        recorded = sim_pids.load(fleet.layout.pid_file)
+        fleet.down()
+        left = [e for e in recorded if sim_pids.is_alive(e)]
+        assert not left, f"simulator processes left after down: {left}"
+
+
+@pytest.fixture(scope="module")
+def sim_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
+    """Three nodes shared by a module's read-only tests."""
+    if SIM_SKIP_REASON is not None:
+        pytest.skip(SIM_SKIP_REASON)
+    fleet = SimFleet.up(3, tmp_path_factory.mktemp("sim"), subnet=free_subnet())
+    try:
+        yield fleet
+    finally:
+        fleet.down()
+
+
+@pytest.fixture
+def nvidia_smi_fixtures() -> Path:
+    """Real nvidia-smi outputs (see tests/data/nvidia-smi/README.md)."""
+    return Path(__file__).parent / "data" / "nvidia-smi" / "h200"

@@ -1,0 +1,133 @@
+"""The fake nvidia-smi against real H200 outputs: same lines, same spacing, same errors.
+
+No fleet needed: the node facts come from a temporary gpus.json whose GPU 0 is the
+fixture machine's GPU, and the holders are given, not scanned.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleetclean.sim import nvidia_smi
+
+UUID0 = "GPU-fa529bc3-df9c-8e3c-22fb-c95e99d1c9dc"
+BUS0 = "00000000:00:06.0"
+APPS = "--query-compute-apps=pid,process_name,used_memory,gpu_uuid,gpu_bus_id"
+FULL = (
+    "--query-gpu=index,uuid,name,pci.bus_id,memory.used,memory.total,memory.reserved,"
+    "utilization.gpu,temperature.gpu,power.draw,mig.mode.current,persistence_mode,"
+    "driver_version"
+)
+
+
+def fixture(dir_: Path, name: str) -> tuple[str, int]:
+    """(output, exit status) of a fixture file, its ``__rc=N`` line stripped."""
+    text = (dir_ / name).read_text()
+    body, _, rc = text.rpartition("__rc=")
+    return body, int(rc)
+
+
+@pytest.fixture
+def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    gpus = [{"index": 0, "uuid": UUID0, "bus_id": BUS0}]
+    gpus += [{"index": i, "uuid": f"GPU-{i}", "bus_id": f"00000000:0{i}:00.0"} for i in range(1, 8)]
+    (tmp_path / "gpus.json").write_text(json.dumps({"name": "node01", "gpus": gpus}))
+    monkeypatch.setattr(nvidia_smi, "NODE_DIR", str(tmp_path))
+    monkeypatch.setattr(nvidia_smi, "holders", lambda: [])
+    return tmp_path
+
+
+def gpu0(argv: list[str]) -> tuple[str, int]:
+    """Output for GPU 0 only, as the one-GPU fixture machine printed it."""
+    return nvidia_smi.run([*argv, "-i", "0"])
+
+
+@pytest.mark.parametrize(
+    ("name", "argv"),
+    [
+        ("q_seed.txt", ["--query-gpu=index,memory.used", "--format=csv,noheader"]),
+        ("q_header.txt", ["--query-gpu=index,memory.used", "--format=csv"]),
+        (
+            "q_nounits.txt",
+            ["--query-gpu=index,memory.used,memory.total", "--format=csv,noheader,nounits"],
+        ),
+        ("q_full.txt", [FULL, "--format=csv,noheader"]),
+        ("apps_empty.txt", [APPS, "--format=csv,noheader"]),
+        ("bad_field.txt", ["--query-gpu=index,bogus.field", "--format=csv,noheader"]),
+    ],
+)
+def test_idle_gpu_queries_match_real_output_exactly(
+    node: Path, nvidia_smi_fixtures: Path, name: str, argv: list[str]
+) -> None:
+    assert gpu0(argv) == fixture(nvidia_smi_fixtures, name)
+
+
+def test_nounits_full_query_has_the_real_columns(node: Path, nvidia_smi_fixtures: Path) -> None:
+    want, _ = fixture(nvidia_smi_fixtures, "q_full_nounits.txt")
+    got, status = gpu0([FULL, "--format=csv,noheader,nounits"])
+    assert status == 0
+    # Power draw is the one live reading that differs between two real calls.
+    assert got.split(", ")[:9] == want.split(", ")[:9]
+    assert got.split(", ")[10:] == want.split(", ")[10:]
+
+
+def test_held_gpu_is_listed_like_the_real_compute_app(
+    node: Path, nvidia_smi_fixtures: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nvidia_smi, "holders", lambda: [(0, 6742, 41478)])
+    monkeypatch.setattr(nvidia_smi, "process_name", lambda pid: "python3")
+    assert gpu0([APPS, "--format=csv,noheader"]) == fixture(
+        nvidia_smi_fixtures, "apps_held_plain_TERM.txt"
+    )
+    used, _ = gpu0(["--query-gpu=index,memory.used", "--format=csv,noheader"])
+    assert used == "0, 41478 MiB\n"
+
+
+def test_plain_table_matches_the_real_screen_but_the_clock(
+    node: Path, nvidia_smi_fixtures: Path
+) -> None:
+    want, rc = fixture(nvidia_smi_fixtures, "plain.txt")
+    got, status = gpu0([])
+    assert status == rc == 0
+    assert got.splitlines()[1:] == want.splitlines()[1:]
+    assert len(got.splitlines()[0]) == len(want.splitlines()[0])
+
+
+def test_plain_table_of_eight_busy_gpus_keeps_every_column(
+    node: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = [(i, 100 + i, 62000) for i in range(8)]
+    monkeypatch.setattr(nvidia_smi, "holders", lambda: held)
+    monkeypatch.setattr(nvidia_smi, "process_name", lambda pid: "sglang::scheduler_TP0")
+    got, status = nvidia_smi.run([])
+    lines = got.splitlines()[1:]
+    assert status == 0
+    assert {len(line) for line in lines if line} == {91}
+    assert sum("62000MiB / 143771MiB" in line for line in lines) == 8
+    assert sum("sglang::scheduler_TP0" in line for line in lines) == 8
+
+
+def test_nvml_fault_exits_18_with_the_driver_message(node: Path) -> None:
+    (node / "fault").write_text("nvml\n")
+    assert nvidia_smi.run(["--query-gpu=index,memory.used", "--format=csv"]) == (
+        "Failed to initialize NVML: Driver/library version mismatch\n",
+        18,
+    )
+
+
+def test_na_fault_prints_na_for_memory_only(node: Path) -> None:
+    (node / "fault").write_text("na\n")
+    got, status = gpu0(["--query-gpu=index,memory.used,memory.total", "--format=csv,noheader"])
+    assert (got, status) == ("0, [N/A], 143771 MiB\n", 0)
+
+
+def test_unknown_compute_app_field_is_rejected(node: Path) -> None:
+    got, status = nvidia_smi.run(["--query-compute-apps=pid,nonsense", "--format=csv"])
+    assert (got, status) == ('Field "nonsense" is not a valid field to query.\n\n', 2)
+
+
+def test_bad_gpu_id_finds_no_device(node: Path) -> None:
+    assert nvidia_smi.run(["-i", "9", "--query-gpu=index", "--format=csv"])[1] == 6
