@@ -167,7 +167,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, env: Env | None = None) -> int:
     env = env or Env()
     args_list = list(sys.argv[1:] if argv is None else argv)
-    err = env.console(stderr=True)
     try:
         args = build_parser().parse_args(args_list)
         if not args.command:
@@ -176,16 +175,22 @@ def main(argv: Sequence[str] | None = None, env: Env | None = None) -> int:
         handler = _HANDLERS[args.command]
         return handler(args, env, args_list)
     except BadInput as exc:
-        err.print(f"fleetclean: error: {exc}", markup=False, highlight=False)
+        _error_line(env, f"fleetclean: error: {exc}")
         return int(ExitStatus.BAD_INPUT)
     except FleetcleanError as exc:
-        err.print(f"fleetclean: error: {exc}", markup=False, highlight=False)
+        _error_line(env, f"fleetclean: error: {exc}")
         return int(ExitStatus.FAILED)
     except KeyboardInterrupt:
-        err.print("fleetclean: interrupted", markup=False)
+        _error_line(env, "fleetclean: interrupted")
         return int(ExitStatus.INTERRUPTED)
     except BrokenPipeError:
         return int(ExitStatus.OK)
+
+
+def _error_line(env: Env, text: str) -> None:
+    # Plain write, never wrapped: scripts grep this one line.
+    env.stderr.write(" ".join(text.split()) + "\n")
+    env.stderr.flush()
 
 
 # --- shared steps -------------------------------------------------------------------------

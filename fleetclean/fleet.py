@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from fleetclean import parse
 from fleetclean.models import Host, HostResult, HostStatus, RunResult, ScriptReport
@@ -107,7 +108,7 @@ def _run_one(
     t0 = time.monotonic()
 
     def on_line(line: str) -> None:
-        stage = parse.stage_started(line)
+        stage = _stage_started(line)
         if stage:
             emit(Event(name, "stage", stage))
 
@@ -115,6 +116,17 @@ def _run_one(
     result = host_result(name, output, time.monotonic() - t0)
     emit(Event(name, "done", result=result))
     return result
+
+
+_STAGE_PREFIX = parse.MARKER + "\tstage\t"
+
+
+def _stage_started(line: str) -> str | None:
+    """The stage a progress line announces (see parse's wire format), else None."""
+    if not line.startswith(_STAGE_PREFIX):
+        return None
+    fields = line.split("\t")
+    return unquote(fields[3]) if len(fields) > 3 else None
 
 
 def host_result(name: str, output: ScriptOutput, duration_s: float) -> HostResult:
@@ -156,6 +168,13 @@ def _status(output: ScriptOutput, report: ScriptReport) -> tuple[HostStatus, str
 
 def _dirty_reason(report: ScriptReport) -> str:
     busy = [g for g in report.gpus if g.memory_used_mib]
-    gpus = ", ".join(f"GPU{g.index} {g.memory_used_mib} MiB" for g in busy) or "GPUs above limit"
-    holders = ", ".join(f"{p.pid} {p.name}" for p in report.processes[:4])
-    return f"still used: {gpus}" + (f"; held by {holders}" if holders else "")
+    if len(busy) > 2:
+        gpus = f"{len(busy)} GPUs in use ({sum(g.memory_used_mib or 0 for g in busy)} MiB)"
+    else:
+        gpus = ", ".join(f"GPU{g.index} {g.memory_used_mib} MiB" for g in busy) or "above limit"
+    shown = report.processes[:3]
+    holders = ", ".join(f"{p.pid} {p.name}" for p in shown)
+    more = len(report.processes) - len(shown)
+    if more > 0:
+        holders += f" (+{more} more)"
+    return f"{gpus}" + (f"; held by {holders}" if holders else "")

@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING, Any
 
+from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -109,7 +110,7 @@ def _cell(g: GpuRow | None) -> Text:
     total = g.memory_total_mib or 0
     share = used / total if total else (1.0 if used else 0.0)
     style = "green" if used == 0 else "yellow" if share < 0.05 else "red"
-    return Text(f"{used:,}", style=style)
+    return Text(str(used), style=style)
 
 
 def _fold_key(h: HostResult) -> tuple[Any, ...] | None:
@@ -120,7 +121,12 @@ def _fold_key(h: HostResult) -> tuple[Any, ...] | None:
 
 def gpu_table(result: RunResult) -> Table:
     ncols = max((g.index + 1 for h in result.hosts for g in h.gpus), default=8)
-    table = Table(title=f"GPU memory used (MiB), {result.playbook}", title_justify="left")
+    table = Table(
+        title=f"GPU memory used (MiB), {result.playbook}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     table.add_column("HOST", no_wrap=True)
     for i in range(ncols):
         table.add_column(f"GPU{i}", justify="right")

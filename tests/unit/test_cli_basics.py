@@ -1,0 +1,44 @@
+"""The CLI's contract for bad options: one line, exit 4, no traceback."""
+
+import io
+
+import pytest
+
+from fleetclean import __version__
+from fleetclean.cli import Env, main
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), Env(stdout=out, stderr=err, environ={"NO_COLOR": "1"}))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["run"], "the following arguments are required: PLAYBOOK, -i/--inventory"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["status", "-i", "x.yml", "--forks", "many"], "invalid int value: 'many'"),
+        (["run", "post-extraction", "-i", "x.yml", "--json", "--csv"], "not allowed with"),
+    ],
+)
+def test_bad_options_get_one_line_and_exit_4(argv: list[str], needle: str) -> None:
+    code, out, err = run(*argv)
+    assert code == 4
+    assert out == ""
+    assert err.count("\n") == 1 and needle in err
+    assert "Traceback" not in err
+
+
+def test_version() -> None:
+    with pytest.raises(SystemExit) as exc:
+        run("--version")
+    assert exc.value.code == 0
+
+
+def test_help_lists_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run()
+    assert code == 0
+    assert "fleetclean run post-extraction -i lab.yml" in out
+    assert __version__

@@ -1,0 +1,62 @@
+"""The local connection: the same bash -s path as SSH, without a network."""
+
+import time
+
+from fleetclean.models import Host
+from fleetclean.transport import Options, Session, classify, remote_command
+
+LOCAL = Host(name="here", address="localhost", connection="local")
+
+
+def test_script_travels_on_stdin_and_lines_stream_back() -> None:
+    seen: list[str] = []
+    with Session(Options(timeout=10)) as session:
+        out = session.run(LOCAL, "echo one\necho two >&2\necho three\nexit 3\n", seen.append)
+    assert out.ok and out.started
+    assert out.exit_code == 3
+    assert seen == ["one", "three"]
+    assert out.stderr == "two\n"
+
+
+def test_script_text_is_not_in_any_argv() -> None:
+    marker = "fleetclean-argv-marker-7f3a"
+    script = (
+        f"# {marker}\n"
+        "tr '\\0' ' ' </proc/$$/cmdline; echo\n"
+        "tr '\\0' ' ' </proc/$PPID/cmdline; echo\n"
+    )
+    with Session(Options(timeout=10)) as session:
+        out = session.run(LOCAL, script)
+    shell, parent = out.stdout.splitlines()
+    assert shell.strip() == "bash -s"
+    assert marker not in shell and marker not in parent
+
+
+def test_a_script_past_its_timeout_is_stopped_and_reported() -> None:
+    t0 = time.monotonic()
+    with Session(Options(timeout=0.5)) as session:
+        out = session.run(LOCAL, "echo started\nread -r -t 30 _ </dev/zero || true\n"
+                          "exec 3<>/dev/null; while :; do :; done\n")
+    assert time.monotonic() - t0 < 5
+    assert out.failure is not None and out.failure.kind == "timeout"
+    assert "started" in out.stdout
+
+
+def test_become_goes_through_sudo_without_a_password_prompt() -> None:
+    assert remote_command(Host("h", "h", become=True)) == "sudo -n -u root -- bash -s"
+    assert remote_command(Host("h", "h")) == "bash -s"
+
+
+def test_connection_refused_is_unreachable() -> None:
+    host = Host("gpu01", "127.0.0.1", port=1)
+    failure = classify(ConnectionRefusedError(111, "Connection refused"), host, 0.01, 5)
+    assert failure is not None and failure.kind == "unreachable"
+    assert "127.0.0.1:1" in failure.message
+
+
+def test_unreachable_port_end_to_end() -> None:
+    host = Host("gpu01", "127.0.0.1", port=1, user="root")
+    with Session(Options(connect_timeout=2, timeout=5)) as session:
+        out = session.run(host, "true")
+    assert out.failure is not None and out.failure.kind == "unreachable"
+    assert not out.started
