@@ -265,22 +265,24 @@ class _YamlReader:
         return self.b.error(message, mark.line + 1, mark.column + 1, hint)
 
     def pairs(self, node: yaml.MappingNode) -> list[tuple[str, yaml.Node, yaml.Node]]:
-        self.loader.flatten_mapping(node)  # YAML merge keys (<<: *defaults)
         seen: dict[str, yaml.Node] = {}
-        out: list[tuple[str, yaml.Node, yaml.Node]] = []
-        for key_node, value_node in node.value:
+        for key_node, _ in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or not str(key_node.value).strip():
                 raise self.error("a key here must be a name", key_node, hint="write 'name:'")
             key = str(key_node.value)
-            if key in seen:
+            if key in seen and key != "<<":
                 raise self.error(
                     f"duplicate key '{key}' (first at line {seen[key].start_mark.line + 1})",
                     key_node,
                     hint="merge the two entries into one",
                 )
             seen[key] = key_node
-            out.append((key, key_node, value_node))
-        return out
+        # YAML merge keys (<<: *defaults) put the merged pairs first: a later pair wins.
+        self.loader.flatten_mapping(node)
+        out: dict[str, tuple[str, yaml.Node, yaml.Node]] = {}
+        for key_node, value_node in node.value:
+            out[str(key_node.value)] = (str(key_node.value), key_node, value_node)
+        return list(out.values())
 
     def top(self, root: yaml.Node) -> None:
         if not isinstance(root, yaml.MappingNode):
