@@ -868,18 +868,20 @@ def _plain(value: Any) -> Any:
 
 
 def render_inventory_table(hosts: list[Host]) -> Table:
-    """The human ``fleetclean inventory`` view: one row per host, effective values."""
+    """The human ``fleetclean inventory`` view: one row per host, effective values.
+
+    Columns that say where to connect never wrap; playbook variables go one per line.
+    """
     table = Table(title=f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}")
-    for column in ("host", "address", "port", "user", "via", "become", "groups", "vars"):
-        table.add_column(column, overflow="fold")
+    for column in ("host", "address", "user", "via", "become", "groups", "vars"):
+        table.add_column(column, no_wrap=column in ("host", "address"), overflow="fold")
     for h in hosts:
         via = "local" if h.connection == "local" else (h.proxy_jump or "")
         become = (h.become_user or "root") if h.become else ""
-        variables = " ".join(f"{k}={v}" for k, v in h.vars.items())
+        variables = "\n".join(f"{k}={v}" for k, v in h.vars.items())
         table.add_row(
             h.name,
-            h.address,
-            str(h.port),
+            f"{h.address}:{h.port}",
             h.user or "",
             via,
             become,

@@ -197,7 +197,7 @@ def _why_empty(
     if not empty_terms:
         return "the hosts it names are all removed again by its '&' or '!' terms"
     term = empty_terms[0]
-    close = difflib.get_close_matches(term, [*groups, *hosts], n=1)
+    close = difflib.get_close_matches(term, [*groups, *hosts], n=1, cutoff=0.7)
     if close:
         return f"'{term}' matches no host or group name; did you mean '{close[0]}'?"
     return f"'{term}' matches no host or group name; hosts are {', '.join(ranges.fold(hosts))}"
