@@ -33,8 +33,8 @@ Host *
 
 def test_config_fills_every_field(write: Write) -> None:
     config = write("ssh_config", CONFIG)
-    host = load_inventory(write("a.yml", "all:\n  hosts:\n    gpu01:\n"), ssh_config=config)
-    host = host.hosts["gpu01"]
+    inventory = load_inventory(write("a.yml", "all:\n  hosts:\n    gpu01:\n"), ssh_config=config)
+    host = inventory.hosts["gpu01"]
     assert (host.address, host.port, host.user) == ("10.1.0.1", 2201, "alice")
     assert host.key == str(Path("~/.ssh/alice_key").expanduser())
     assert host.proxy_jump == "bastion.lab"
