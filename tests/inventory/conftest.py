@@ -7,9 +7,6 @@ from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "inventories"
-INVENTORIES = Path(__file__).resolve().parents[2] / "inventories"
-
 
 @pytest.fixture(autouse=True)
 def _no_user_ssh_config(monkeypatch: pytest.MonkeyPatch) -> None:

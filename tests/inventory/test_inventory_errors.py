@@ -6,10 +6,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import DATA, INVENTORIES
 
 from fleetclean.errors import InventoryError
 from fleetclean.inventory import load_inventory
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "inventories"
+INVENTORIES = Path(__file__).resolve().parents[2] / "inventories"
 
 BAD = DATA / "bad"
 

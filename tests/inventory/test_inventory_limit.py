@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import INVENTORIES
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fleetclean.errors import InventoryError
 from fleetclean.inventory import load_inventory
 from fleetclean.limit import select_names, split_terms
+
+INVENTORIES = Path(__file__).resolve().parents[2] / "inventories"
 
 HOSTS = [f"h{i:02d}" for i in range(12)]
 GROUP_NAMES = ["ga", "gb", "gc", "gd"]

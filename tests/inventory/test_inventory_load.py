@@ -7,10 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import INVENTORIES
 from rich.console import Console
 
 from fleetclean.inventory import inventory_json, load_inventory, render_inventory_table
+
+INVENTORIES = Path(__file__).resolve().parents[2] / "inventories"
 
 Write = Callable[[str, str], Path]
 
