@@ -55,7 +55,9 @@ def _listening(address: str) -> bool:
 
 
 @pytest.fixture
-def sim_fleet_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., SimFleet]]:
+def sim_fleet_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., SimFleet]]:
     """``make(n=2)`` -> a running SimFleet of n nodes; all of them down at teardown."""
     made: list[SimFleet] = []
 
@@ -82,6 +84,14 @@ def sim_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
         yield fleet
     finally:
         fleet.down()
+
+
+@pytest.fixture
+def sim_subnet() -> int:
+    """A free second octet for a fleet a test starts by other means (a subprocess)."""
+    if SIM_SKIP_REASON is not None:
+        pytest.skip(SIM_SKIP_REASON)
+    return free_subnet()
 
 
 @pytest.fixture
