@@ -10,7 +10,7 @@ Keyed by nvidia-smi's own field names; a value nvidia-smi could not give (``[N/A
 >>> parse_query_gpu("Failed to initialize NVML: Driver/library version mismatch",
 ...                 ["index", "memory.used"], nounits=True, header=False)
 Traceback (most recent call last):
-fleetclean.nvsmi.NvsmiParseError: nvidia-smi: Failed to initialize NVML: Driver/library version mismatch
+NvsmiParseError: nvidia-smi: Failed to initialize NVML: Driver/library version mismatch
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def _split(line: str, fields: Sequence[str], free: str) -> dict[str, str]:
         parts[i:i + extra + 1] = [", ".join(parts[i:i + extra + 1])]
     if len(parts) != len(fields):
         raise NvsmiParseError(f"nvidia-smi: {line.strip()}")
-    return dict(zip(fields, parts))
+    return dict(zip(fields, parts, strict=True))
 
 
 def _lines(text: str, header: bool) -> list[str]:

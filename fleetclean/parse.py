@@ -30,10 +30,10 @@ done       0                             (the script reached its end)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import unquote
 
-from fleetclean.models import GpuProcess, ScriptReport, Signalled, StageResult
+from fleetclean.models import GpuProcess, GpuRow, ScriptReport, Signalled, StageResult
 from fleetclean.nvsmi import (
     APP_FIELDS,
     GPU_FIELDS,
@@ -74,8 +74,8 @@ class _State:
 
 def _records(stdout: str) -> list[list[str]]:
     out = []
-    for line in stdout.splitlines():
-        line = line.rstrip("\r")
+    for raw in stdout.splitlines():
+        line = raw.rstrip("\r")
         if line.startswith(MARKER + "\t"):
             out.append([unquote(f) for f in line.split("\t")[1:]])
     return out
@@ -138,7 +138,7 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
         except (IndexError, KeyError, ValueError):
             continue  # a damaged record: the truncation check below still reports it
 
-    gpus: tuple = ()
+    gpus: tuple[GpuRow, ...] = ()
     try:
         gpus = tuple(parse_query_gpu("\n".join(st.gpu_lines), GPU_FIELDS, nounits=True,
                                      header=False))
@@ -185,18 +185,17 @@ def _truncated(st: _State) -> str:
     return f"output ended before the script finished: {what}"
 
 
-def _processes(st: _State, gpus: tuple) -> tuple[GpuProcess, ...]:
+def _processes(st: _State, gpus: tuple[GpuRow, ...]) -> tuple[GpuProcess, ...]:
     try:
         apps = parse_compute_apps("\n".join(st.app_lines), APP_FIELDS, nounits=True)
     except NvsmiParseError:
         apps = []
     uuid_by_dev = {f"/dev/nvidia{g.index}": g.uuid for g in gpus}
-    seen = {(a.pid, a.gpu_uuid) for a in apps}
-    out = list(apps)
+    cmdlines = {pid: cmdline for pid, _, cmdline in st.holders if cmdline}
+    # nvidia-smi names a process by its executable; a person wants the command line.
+    out = {(a.pid, a.gpu_uuid): replace(a, name=cmdlines.get(a.pid, a.name)) for a in apps}
     for pid, dev, cmdline in st.holders:
         uuid = uuid_by_dev.get(dev, dev)
-        if (pid, uuid) in seen:
-            continue
-        seen.add((pid, uuid))
-        out.append(GpuProcess(pid=pid, name=cmdline, used_memory_mib=None, gpu_uuid=uuid))
-    return tuple(out)
+        out.setdefault((pid, uuid), GpuProcess(pid=pid, name=cmdline, used_memory_mib=None,
+                                               gpu_uuid=uuid))
+    return tuple(out.values())

@@ -125,7 +125,7 @@ def load_playbook(name_or_path: str) -> Playbook:
     True
     >>> load_playbook("post-extractoin")
     Traceback (most recent call last):
-    fleetclean.errors.PlaybookError: no playbook 'post-extractoin' ... (did you mean 'post-extraction'?)
+    PlaybookError: no playbook 'post-extractoin' ... (did you mean 'post-extraction'?)
     """
     path = Path(name_or_path)
     if BUILTIN_NAME.match(name_or_path) and not path.exists():

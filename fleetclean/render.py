@@ -72,7 +72,9 @@ def _stage_assignments(stage: ResolvedStage) -> list[str]:
         return [f"opt_file={q(o['file'])}", f"opt_backup_suffix={q(o['backup_suffix'])}"]
     if stage.type == "remove":
         paths = " ".join(q(p) for p in o["paths"])
-        return [f"opt_paths=({paths})", f"opt_missing_ok={int(o['missing_ok'])}"]
+        globs = " ".join(str(int(g)) for g in o["globs"])
+        return [f"opt_paths=({paths})", f"opt_globs=({globs})",
+                f"opt_missing_ok={int(o['missing_ok'])}"]
     if stage.type == "guard":
         return [
             f"opt_path={q(o['path'])}",

@@ -115,7 +115,7 @@ def resolve_vars(playbook: Playbook, host_vars: Mapping[str, Any],
     '7'
     >>> resolve_vars(pb, {}, {"grace": "soon"})
     Traceback (most recent call last):
-    fleetclean.errors.VariableError: post-extraction.yaml:...: stage 'stop-server': grace must be a non-negative number of seconds, not 'soon'
+    VariableError: post-extraction.yaml:...: stage 'stop-server': grace must be ... not 'soon'
     """
     merged: dict[str, Any] = {**BUILTIN_VARS, **playbook.vars, **host_vars, **extra}
     resolve_playbook(playbook, merged)
@@ -237,6 +237,8 @@ def _resolve_stage(stage: Stage, variables: Mapping[str, Any]) -> ResolvedStage:
         value = substitute(raw, variables, where)
         checker = _CHECKS.get(key, _text)
         out[key] = checker(value, where, what)
+        if key == "paths":
+            out["globs"] = _glob_flags(raw, len(out[key]))
     return ResolvedStage(name=stage.name, type=stage.type, options=out, env=env)
 
 
@@ -377,6 +379,16 @@ def _paths(value: Any, where: Location | None, what: str) -> list[str]:
                        "name a path at least two levels deep, e.g. /dev/shm/sglang_hs")
         out.append(text)
     return out
+
+
+def _glob_flags(raw: Any, count: int) -> list[bool]:
+    """Which paths are globs: only wildcards written in the playbook itself count, so a
+    variable's value is always a literal path (``-e dump_dir='*'`` removes nothing else)."""
+    items = raw if isinstance(raw, list) else [raw]
+    if len(items) != count:  # one "{{ list_var }}" became several literal paths
+        return [False] * count
+    return [isinstance(i, str) and any(c in _TEMPLATE.sub("", i) for c in "*?[")
+            for i in items]
 
 
 def _names(value: Any, where: Location | None) -> list[str]:

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Test double for nvidia-smi: 8 GPUs; a GPU's used memory is 1000 MiB per process holding
-# /dev/nvidiaN open. $FAKE_NVSMI_MODE (read from /tmp/fake-nvsmi-mode) makes it misbehave.
+# /dev/nvidiaN open (nvidia-persistenced: none). $FAKE_NVSMI_MODE (read from /tmp/fake-nvsmi-mode) makes it misbehave.
 mode=$(cat /tmp/fake-nvsmi-mode 2>/dev/null)
 case $mode in
     nvml) echo "Failed to initialize NVML: Driver/library version mismatch"; exit 18 ;;
@@ -14,6 +14,9 @@ while IFS= read -r line; do
             dev=${line##* -> /dev/nvidia}
             [[ $dev =~ ^[0-9]+$ ]] || continue
             [[ " ${holders[$dev]:-} " == *" $pid "* ]] && continue
+            # Like the real one, nvidia-persistenced holds devices but no memory.
+            argv0=$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | head -n 1)
+            [[ $argv0 == nvidia-persistenced ]] && continue
             holders[$dev]+=" $pid"
             used[$dev]=$(( ${used[$dev]:-0} + 1000 )) ;;
     esac

@@ -33,19 +33,34 @@ mount -t tmpfs tmpfs /tmp
 mkdir /tmp/.hostdev
 mount --rbind /dev /tmp/.hostdev
 mount -t tmpfs tmpfs /dev
-for n in null zero random urandom; do touch /dev/$n; mount --bind /tmp/.hostdev/$n /dev/$n; done
+for n in null zero random urandom; do
+    touch /dev/$n
+    mount --bind /tmp/.hostdev/$n /dev/$n
+done
 ln -s /proc/self/fd /dev/fd
-ln -s /proc/self/fd/0 /dev/stdin; ln -s /proc/self/fd/1 /dev/stdout; ln -s /proc/self/fd/2 /dev/stderr
+ln -s /proc/self/fd/0 /dev/stdin
+ln -s /proc/self/fd/1 /dev/stdout
+ln -s /proc/self/fd/2 /dev/stderr
 mkdir /dev/shm /dev/nvidia-caps
-touch /dev/nvidia0 /dev/nvidia1 /dev/nvidia2 /dev/nvidia3 /dev/nvidia4 /dev/nvidia5 /dev/nvidia6 /dev/nvidia7 /dev/nvidiactl /dev/nvidia-uvm
+touch /dev/nvidia{0..7} /dev/nvidiactl /dev/nvidia-uvm
 mkdir /tmp/fakebin
 cp "$FC_FAKE_NVSMI" /tmp/fakebin/nvidia-smi
 export PATH=/tmp/fakebin:$PATH
 set +e
 # spawn NAME ARGS...: start a workload in the background, remember its ready file.
 READY=()
-spawn() { local n=$1; shift; "$FC_PY" "$FC_WORKLOAD" --ready "/tmp/ready.$n" "$@" </dev/null >/dev/null 2>&1 & READY+=("/tmp/ready.$n"); }
-ready() { local f i; for f in "${READY[@]}"; do for ((i = 0; i < 500; i++)); do [[ -e $f ]] && break; sleep 0.02; done; done; }
+spawn() {
+    local n=$1
+    shift
+    "$FC_PY" "$FC_WORKLOAD" --ready "/tmp/ready.$n" "$@" </dev/null >/dev/null 2>&1 &
+    READY+=("/tmp/ready.$n")
+}
+ready() {
+    local f i
+    for f in "${READY[@]}"; do
+        for ((i = 0; i < 500; i++)); do [[ -e $f ]] && break; sleep 0.02; done
+    done
+}
 """
 
 EPILOGUE = r"""

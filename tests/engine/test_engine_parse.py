@@ -78,7 +78,7 @@ def test_gpu_name_with_comma_is_kept_whole() -> None:
 
 def test_bad_field_fixture_is_an_error_with_nvidia_smis_words() -> None:
     text, rc = fixture("bad_field.txt")
-    with pytest.raises(NvsmiParseError, match='Field "bogus.field" is not a valid field'):
+    with pytest.raises(NvsmiParseError, match=r'Field "bogus\.field" is not a valid field'):
         parse_query_gpu(text, ["index", "memory.used"], nounits=True, header=False)
     assert rc == 2
 

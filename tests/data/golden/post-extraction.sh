@@ -601,20 +601,22 @@ fc_stage_restore() {
 
 # shellcheck shell=bash disable=SC2034,SC2154
 # (opt_* are assigned, and FC_* read, by the rendered script around this template.)
-# Stage "remove": delete each path of opt_paths (globs allowed). Refuses empty paths and
+# Stage "remove": delete each path of opt_paths; opt_globs[i]=1 marks a glob written in
+# the playbook (a variable's value is never globbed). Refuses empty paths and
 # anything that resolves to / or a top-level directory (/, /dev, /etc, ...), whatever
 # "..", symlink or glob led there. A path or glob that matches nothing is an error
 # unless opt_missing_ok is 1.
 fc_stage_remove() {
-    local p real shown
+    local p real shown i
     local -a found=() refused=() missing=()
-    for p in "${opt_paths[@]}"; do
+    for i in "${!opt_paths[@]}"; do
+        p=${opt_paths[i]}
         if [[ -z $p ]]; then
             refused+=("(empty path)")
             continue
         fi
         local -a exp=()
-        if [[ $p == *[*?[]* ]]; then
+        if ((opt_globs[i])); then
             # IFS empty: the value is globbed but never word-split.
             local IFS=''
             shopt -s nullglob
@@ -816,6 +818,7 @@ fc_main() {
     # stage 6/6: "remove-dump" (remove)
     fc_reset_opts
     opt_paths=(/dev/shm/sglang_hs)
+    opt_globs=(0)
     opt_missing_ok=1
     fc_stage 6 remove-dump remove
 

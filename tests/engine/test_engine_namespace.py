@@ -1,0 +1,210 @@
+"""Rendered scripts executed with ``bash -s`` inside a PID + mount namespace of their own.
+
+Every workload is started inside the namespace by ``setup`` and dies with it; /tmp,
+/run/lock and /dev are private tmpfs mounts there, so nothing can touch the host. The
+namespace's setup shell has "sglang" in its own argv: the seeds' failure is always present.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from nsrun import namespace_available, run_in_namespace
+
+from fleetclean.playbook import load_playbook
+from fleetclean.render import render_script
+from fleetclean.variables import resolve_vars
+
+pytestmark = [pytest.mark.sim,
+              pytest.mark.skipif(not namespace_available(), reason="needs Linux, root, unshare")]
+
+SGLANG = ("spawn srv --setsid --hold /dev/nvidia0 --hold /dev/nvidia1 "
+          "--worker sglang::scheduler_TP0 --worker sglang::scheduler_TP1 "
+          "--orphan orphan-helper python3 -m sglang.launch_server --tp 8\n")
+STUBBORN = "spawn stub --setsid --term ignore --hold /dev/nvidia2 stubborn-holder\n"
+SLOW = "spawn slow --setsid --term slow --hold /dev/nvidia3 slow-holder\n"
+BYSTANDERS = (
+    "spawn mon --setsid python3-monitor-agent\n"
+    # argv[0] is nvidia-persistenced: protected by name even though it holds a GPU file.
+    'READY+=(/tmp/ready.pers); (exec -a nvidia-persistenced "$FC_PY" "$FC_WORKLOAD" '
+    "--ready /tmp/ready.pers --setsid --hold /dev/nvidiactl --hold /dev/nvidia4 "
+    "</dev/null >/dev/null 2>&1) &\n")
+
+
+def script(name: str, extra: dict[str, Any] | None = None, **kw: Any) -> str:
+    pb = load_playbook(name)
+    return render_script(pb, resolve_vars(pb, {}, extra or {}), host_name="ns", **kw)
+
+
+def after(r: Any) -> str:
+    """What the test's `after` commands printed."""
+    return str(r.stdout.partition("__RC__=")[2].partition("__PS__")[0].partition("\n")[2])
+
+
+def playbook_file(tmp_path: Any, text: str) -> str:
+    p = tmp_path / "pb.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+def test_post_extraction_frees_every_gpu_and_spares_bystanders() -> None:
+    r = run_in_namespace(script("post-extraction", {"grace": "5"}),
+                         setup=SGLANG + STUBBORN + SLOW + BYSTANDERS
+                         + "mkdir -p /dev/shm/sglang_hs; echo x > /dev/shm/sglang_hs/a\n",
+                         after="ls /dev/shm\n")
+    rep = r.report
+    assert rep.error is None, rep.error
+    assert rep.verified is True
+    assert [g.memory_used_mib for g in rep.gpus if g.index != 4] == [0] * 7
+    assert [s.status for s in rep.stages] == ["ok"] * 6
+    assert not r.alive("sglang") and not r.alive("orphan-helper")
+    assert not r.alive("stubborn-holder") and not r.alive("slow-holder")
+    assert r.alive("python3-monitor-agent") and r.alive("nvidia-persistenced")
+    sent = {(s.cmdline.split()[-1], s.signal) for s in rep.signalled}
+    assert ("stubborn-holder", "KILL") in sent  # ignored TERM: escalated, and reported
+    assert ("slow-holder", "TERM") in sent and ("slow-holder", "KILL") not in sent
+    assert ("orphan-helper", "TERM") in sent  # reparented, caught through its session
+    assert "sglang_hs" not in after(r)
+
+
+@pytest.mark.parametrize("name", ["pre-restart", "status"])
+def test_other_builtins_spare_monitor_and_persistenced(name: str) -> None:
+    r = run_in_namespace(script(name), setup=SGLANG + BYSTANDERS)
+    assert r.alive("python3-monitor-agent") and r.alive("nvidia-persistenced")
+    if name == "status":
+        assert r.alive("sglang.launch_server") and not r.report.signalled
+        assert r.report.verified is False  # GPUs held: status reads them, touches nothing
+        holders = {p.name.split()[-1] for p in r.report.processes}
+        assert "8" in holders  # the server's cmdline ends in "--tp 8"
+    else:
+        assert r.report.verified is True and not r.alive("sglang")
+
+
+def test_pattern_in_the_invoking_shells_argv_does_not_kill_the_teardown() -> None:
+    # The invoking shell is `bash -c '... sglang ...; bash -s'`, as in the seed command.
+    r = run_in_namespace(script("pre-restart"), setup=SGLANG,
+                         run="bash -c ': pkill -f sglang; bash -s'")
+    assert r.report.error is None
+    assert [s.name for s in r.report.stages] == ["stop-server", "kill-workers",
+                                                 "kill-gpu-holders"]
+    assert r.report.verified is True
+
+
+def test_check_mode_lists_and_changes_nothing() -> None:
+    r = run_in_namespace(
+        script("post-extraction", {"model_file": "/tmp/m.py"}, check=True),
+        setup=SGLANG + "echo new > /tmp/m.py; echo old > /tmp/m.py.bak_hsdump\n"
+              "mkdir -p /dev/shm/sglang_hs\n",
+        after="cat /tmp/m.py; ls -d /dev/shm/sglang_hs\n")
+    by = {s.name: s for s in r.report.stages}
+    assert by["stop-server"].status == "changed" and by["stop-server"].matched == 4
+    assert by["restore-model"].status == "changed" and by["remove-dump"].status == "changed"
+    assert not r.report.signalled and r.alive("sglang.launch_server")
+    assert "new\n/dev/shm/sglang_hs" in after(r)
+
+
+def test_restore_puts_content_and_mode_back() -> None:
+    r = run_in_namespace(
+        script("post-extraction", {"model_file": "/tmp/model.py"}),
+        setup="echo patched > /tmp/model.py; chmod 600 /tmp/model.py\n"
+              "echo original > /tmp/model.py.bak_hsdump; chmod 754 /tmp/model.py.bak_hsdump\n",
+        after="cat /tmp/model.py; stat -c 'mode=%a' /tmp/model.py; ls -a /tmp\n")
+    assert r.report.error is None
+    assert "original\nmode=754\n" in after(r) and ".fleetclean-restore" not in after(r)
+
+
+def test_restore_with_missing_backup_fails_clearly() -> None:
+    r = run_in_namespace(script("post-extraction", {"model_file": "/tmp/model.py"}),
+                         setup="echo patched > /tmp/model.py\n", after="cat /tmp/model.py\n")
+    assert r.report.error == ("stage 'restore-model' failed: backup missing: "
+                              "/tmp/model.py.bak_hsdump (cannot restore /tmp/model.py)")
+    assert "patched" in after(r)
+    assert r.report.verified is True  # later stages and verification still ran
+
+
+def test_guard_refuses_while_a_writer_is_open_and_signals_nothing() -> None:
+    r = run_in_namespace(
+        script("post-extraction", {"guard_path": "/dev/shm/sglang_hs"}),
+        setup="mkdir -p /dev/shm/sglang_hs\n" + SGLANG
+              + "spawn w --setsid --write /dev/shm/sglang_hs/part.bin writer-task\n")
+    assert r.report.error is not None
+    assert r.report.error.startswith("refused: /dev/shm/sglang_hs has writers: pid ")
+    assert "writer-task" in r.report.error
+    assert [s.status for s in r.report.stages] == ["refused"] + ["skipped"] * 5
+    assert not r.report.signalled and r.alive("sglang.launch_server")
+
+
+def test_guard_is_overridden_by_force() -> None:
+    r = run_in_namespace(
+        script("post-extraction", {"guard_path": "/dev/shm/sglang_hs"}, force=True),
+        setup="mkdir -p /dev/shm/sglang_hs\n"
+              "spawn w --setsid --write /dev/shm/sglang_hs/part.bin writer-task\n")
+    assert r.report.stages[0].status == "ok" and "forced" in r.report.stages[0].message
+
+
+def test_remove_refuses_globs_that_match_nothing_unless_missing_ok(tmp_path: Any) -> None:
+    from fleetclean.playbook import load_playbook as load
+    pb = load(playbook_file(tmp_path, "name: rm\nstages:\n"
+                            "  - {name: rm, type: remove, paths: ['/tmp/d/*.bin', '/tmp/e']}\n"))
+    r = run_in_namespace(render_script(pb, resolve_vars(pb, {}, {})),
+                         setup="mkdir -p /tmp/e /tmp/d\n", after="ls -d /tmp/e\n")
+    assert r.report.error == "stage 'rm' failed: not found: /tmp/d/*.bin"
+
+
+INJECTIONS = ["'; touch /tmp/pwned #", "$(touch /tmp/pwned)", "`touch /tmp/pwned`",
+              "x\ntouch /tmp/pwned", "*"]
+
+
+@pytest.mark.parametrize("value", INJECTIONS)
+def test_injected_values_are_passed_literally(value: str, tmp_path: Any) -> None:
+    text = ("name: inj\nvars: {v: x}\nstages:\n"
+            "  - {name: sig, type: signal, pattern: 'zz{{ v }}', grace: 0}\n"
+            "  - {name: rm, type: remove, paths: ['/tmp/x/{{ v }}'], missing_ok: true}\n"
+            "  - {name: restore, type: restore, file: '/tmp/{{ v }}'}\n"
+            "  - {name: guard, type: guard, path: '/tmp/{{ v }}'}\n"
+            "  - {name: sh, type: shell, command: 'printf %s {{ v }} > /tmp/shell-out'}\n")
+    pb = load_playbook(playbook_file(tmp_path, text))
+    variables = resolve_vars(pb, {}, {"v": value})
+    r = run_in_namespace(render_script(pb, variables),
+                         setup="mkdir -p /tmp/x; touch /tmp/x/keep\n",
+                         after="ls /tmp/pwned 2>&1; ls /tmp/x; "
+                               "printf '[%s]' \"$(cat /tmp/shell-out)\"\n")
+    assert "No such file" in after(r)  # the canary never appeared
+    assert "keep" in after(r)  # "*" was not expanded into /tmp/x/keep
+    assert f"[{value}]" in after(r)
+    assert [s.name for s in r.report.stages] == ["sig", "rm", "restore", "guard", "sh"]
+
+
+def test_second_concurrent_run_reports_busy() -> None:
+    body = script("pre-restart", {"lock_wait": "0.3"})
+    # The first run holds the lock; in the meantime the second one runs.
+    r = run_in_namespace(
+        body,
+        setup="exec 8>/run/lock/fleetclean.lock; flock 8\n",
+        run="bash -s; exec 8>&-")
+    assert r.report.busy
+    assert r.report.error == "host busy: another fleetclean run holds /run/lock/fleetclean.lock"
+    assert r.report.stages == ()
+
+
+def test_two_rendered_scripts_at_once_one_is_busy() -> None:
+    body = script("pre-restart", {"lock_wait": "0.2", "grace": "3"})
+    r = run_in_namespace(
+        body,
+        setup=STUBBORN,
+        run="cat > /tmp/s.sh; (bash -s < /tmp/s.sh > /tmp/first.out) & sleep 0.5; "
+            "bash -s < /tmp/s.sh; wait",
+        after="grep -c 'lock\tok' /tmp/first.out\n")
+    assert r.report.busy
+    assert after(r).endswith("1\n")
+
+
+def test_nvidia_smi_failures_become_host_errors() -> None:
+    r = run_in_namespace(script("status"), setup="echo nvml > /tmp/fake-nvsmi-mode\n")
+    assert r.report.error == ("nvidia-smi failed (exit 18): Failed to initialize NVML: "
+                              "Driver/library version mismatch")
+    r = run_in_namespace(script("status"), setup="echo na > /tmp/fake-nvsmi-mode\n")
+    assert r.report.error is not None and "[N/A]" in r.report.error
+    r = run_in_namespace(script("status"), setup="rm /tmp/fakebin/nvidia-smi\n")
+    assert r.report.error == "nvidia-smi: command not found"
