@@ -20,7 +20,6 @@ import platform
 import secrets
 import shutil
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -323,12 +322,3 @@ def _is_listening(address: str, port: int = 22) -> bool:
     with open("/proc/net/tcp") as f:
         return any(line.split()[1] == want and line.split()[3] == "0A" for line in list(f)[1:])
 
-
-def wait_gone(fleet: SimFleet, ref: NodeRef, pid: int, timeout: float = 10.0) -> bool:
-    """Wait until node PID ``pid`` has left the node; True if it did in time."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(p.pid != pid for p in fleet.processes(ref, include_system=True)):
-            return True
-        time.sleep(0.02)
-    return False
