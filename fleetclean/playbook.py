@@ -48,7 +48,14 @@ STAGE_OPTIONS: dict[str, dict[str, Any]] = {
 }
 """Every stage type with its options and their defaults."""
 
-VERIFY_OPTIONS: dict[str, Any] = {"max_used_mib": 0, "timeout": 30, "interval": 0.2}
+# settle: once every GPU reads clean, read again this much later; a holder that a
+# supervisor respawns (systemd's default RestartSec is 100 ms) shows up there as dirty.
+VERIFY_OPTIONS: dict[str, Any] = {
+    "max_used_mib": 0,
+    "timeout": 30,
+    "interval": 0.2,
+    "settle": 0.25,
+}
 VERIFY_ALIASES = {"verify_timeout": "timeout", "poll_interval": "interval"}
 TOP_KEYS = ("name", "description", "vars", "stages", "verify", "read_only")
 STAGE_COMMON = ("name", "type")
@@ -78,7 +85,7 @@ class Stage:
 
 @dataclass(frozen=True)
 class Verify:
-    """The verification's options (``max_used_mib``, ``timeout``, ``interval``)."""
+    """The verification's options (``max_used_mib``, ``timeout``, ``interval``, ``settle``)."""
 
     options: dict[str, Any]
     where: Location

@@ -193,7 +193,7 @@ class ResolvedStage:
 @dataclass(frozen=True)
 class ResolvedPlaybook:
     stages: tuple[ResolvedStage, ...]
-    verify: dict[str, Any] | None  # max_used_mib (int), timeout (s), interval (s)
+    verify: dict[str, Any] | None  # max_used_mib (int), timeout, interval, settle (s)
     protect: tuple[str, ...]
     lock_wait: float
     force: bool
@@ -214,6 +214,7 @@ def resolve_playbook(playbook: Playbook, variables: Mapping[str, Any]) -> Resolv
             "max_used_mib": _int(*get("max_used_mib"), "verify: max_used_mib"),
             "timeout": _number(*get("timeout"), "verify: timeout"),
             "interval": _number(*get("interval"), "verify: interval", positive=True),
+            "settle": _number(*get("settle"), "verify: settle"),
         }
     var_where = playbook.var_where.get
     protect = _names(variables.get("protect", []), var_where("protect"))

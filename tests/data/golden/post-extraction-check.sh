@@ -676,7 +676,7 @@ fc_stage_remove() {
 # opt_timeout_ms pass; then report the GPU rows, the compute apps and the device-file
 # holders as records. Any nvidia-smi failure is reported with its own message.
 fc_verify() {
-    local max=$opt_max_used_mib out rc t0 state line used n over unknown
+    local max=$opt_max_used_mib out rc t0 state line used n over unknown settled=0
     local -a rows=()
     fc_rec stage verify verify verify
     if ((FC_HALT)); then
@@ -723,6 +723,13 @@ fc_verify() {
             state=dirty
         else
             state=ok
+        fi
+        # A first clean read is confirmed once, opt_settle_s later: a holder respawned by
+        # a supervisor would otherwise pass as clean in the gap between kill and restart.
+        if [[ $state == ok ]] && ((!FC_CHECK && !settled)) && [[ $opt_settle_s != 0 ]]; then
+            settled=1
+            fc_nap "$opt_settle_s"
+            continue
         fi
         [[ $state == dirty ]] || break
         fc_now_us
@@ -827,6 +834,7 @@ fc_main() {
     opt_max_used_mib=0
     opt_timeout_ms=30000
     opt_interval_s=0.2
+    opt_settle_s=0.25
     fc_verify
     fc_finish
 }

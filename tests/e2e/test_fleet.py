@@ -1,0 +1,158 @@
+"""Fleet runs: many simulated hosts at once, mixed outcomes, host keys, run records."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fleetclean.sim import SimFleet
+
+Cli = Callable[..., Any]
+pytestmark = pytest.mark.sim
+
+
+def edit_inventory(fleet: SimFleet, dest: Path, **host_vars: dict[str, Any]) -> Path:
+    """A copy of the simulator's inventory with some host variables changed."""
+    data = yaml.safe_load(fleet.inventory_path.read_text())
+    for host, changes in host_vars.items():
+        data["all"]["hosts"][host].update(changes)
+    dest.write_text(yaml.safe_dump(data))
+    return dest
+
+
+@pytest.mark.slow
+def test_32_nodes_with_mixed_workloads_all_clean_and_report_matches_nvidia_smi(
+    sim_fleet_factory, cli: Cli
+) -> None:
+    fleet = sim_fleet_factory(32)
+    kinds = ["sglang", "orphan", "stubborn", "slow", "monitor", "persistenced"]
+    for i, node in enumerate(fleet.nodes):
+        fleet.spawn(node.name, kinds[i % len(kinds)])
+        if i % 2 == 0:
+            fleet.spawn(node.name, "sglang", gpus="4-7")
+
+    before = cli("status", "-i", fleet.inventory_path, "--json")
+    for host in before.json()["hosts"]:
+        assert [g["memory_used_mib"] for g in host["gpus"]] == fleet.gpu_used_mib(host["host"])
+
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "-e", "grace=2", "--json")
+
+    assert res.code == 0, res.out
+    data = res.json()
+    assert data["summary"] == {"hosts": 32, "clean": 32, "dirty": 0, "failed": 0}
+    for host in data["hosts"]:
+        assert [g["memory_used_mib"] for g in host["gpus"]] == fleet.gpu_used_mib(host["host"])
+        assert fleet.gpu_used_mib(host["host"]) == [0] * 8
+
+    table = cli("status", "-i", fleet.inventory_path)
+    assert table.code == 0
+    assert "node[01-32]" in table.out
+    assert "32 hosts: 32 clean, 0 dirty, 0 failed" in table.out
+
+
+def test_mixed_outcomes_in_one_run(sim_fleet_factory, cli: Cli, tmp_path: Path) -> None:
+    fleet = sim_fleet_factory(6)
+    for node in fleet.nodes:
+        fleet.spawn(node.name, "sglang", gpus="0-1")
+    fleet.spawn("node04", "respawn", gpu=2)
+    fleet.stop_node("node01")
+    fleet.rotate_host_key("node03")
+    marker_pids = fleet.spawn("node03", "monitor")
+    wrong_key = tmp_path / "wrong_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong_key)],
+                   check=True)
+    inventory = edit_inventory(fleet, tmp_path / "inv.yaml",
+                               node02={"ansible_ssh_private_key_file": str(wrong_key)})
+    node03_before = {p.pid for p in fleet.processes("node03")}
+
+    res = cli("run", "post-extraction", "-i", inventory, "-e", "grace=1",
+              "-e", "verify_timeout=2", "--json")
+
+    assert res.code == 2
+    status = {h["host"]: h["status"] for h in res.json()["hosts"]}
+    assert status == {
+        "node01": "unreachable",
+        "node02": "auth_failed",
+        "node03": "host_key_mismatch",
+        "node04": "dirty",
+        "node05": "clean",
+        "node06": "clean",
+    }
+    assert "train_worker" in res.host("node04")["error"]
+    assert "CHANGED" in res.host("node03")["error"]
+    # nothing ran on the host whose key changed
+    assert {p.pid for p in fleet.processes("node03")} == node03_before
+    assert set(marker_pids) <= node03_before
+    assert fleet.gpu_used_mib("node03")[0] > 0
+
+
+def test_unknown_host_key_refused_then_accepted_and_recorded(
+    sim_fleet_factory, cli: Cli, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(2)
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    inventory = tmp_path / "inv.yaml"
+    data = yaml.safe_load(fleet.inventory_path.read_text())
+    data["all"]["vars"]["ansible_ssh_common_args"] = f"-o UserKnownHostsFile={known}"
+    inventory.write_text(yaml.safe_dump(data))
+
+    refused = cli("status", "-i", inventory, "--json")
+    assert refused.code == 2
+    for host in refused.json()["hosts"]:
+        assert host["status"] == "host_key_mismatch"
+        assert "unknown host key" in host["error"] and "SHA256:" in host["error"]
+        assert "--accept-new-host-keys" in host["error"]
+    assert known.read_text() == ""
+
+    accepted = cli("status", "-i", inventory, "--accept-new-host-keys", "--json")
+    assert accepted.code == 0, accepted.out
+    lines = known.read_text().splitlines()
+    assert {line.split()[0] for line in lines} == {n.address for n in fleet.nodes}
+
+    again = cli("status", "-i", inventory, "--json")
+    assert again.code == 0
+
+
+def test_interrupted_run_writes_a_record_and_exits_130(
+    sim_fleet_factory, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(2)
+    for node in fleet.nodes:
+        fleet.spawn(node.name, "stubborn", gpu=1)
+    env = dict(os.environ, FLEETCLEAN_STATE_DIR=str(tmp_path / "state"), NO_COLOR="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetclean", "run", "post-extraction", "-i",
+         str(fleet.inventory_path), "-e", "grace=3", "--json"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)  # our own child, by PID
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    records = list((tmp_path / "state" / "runs").glob("*.json"))
+    assert len(records) == 1
+    record = json.loads(records[0].read_text())
+    assert record["interrupted"] is True
+    assert record["playbook"] == "post-extraction"
+    assert json.loads(out)["summary"]["hosts"] == 2
+
+
+def test_history_lists_and_shows_runs(sim_fleet_factory, cli: Cli) -> None:
+    fleet = sim_fleet_factory(1)
+    server = fleet.spawn("node01", "sglang", gpus="0")
+    assert cli("run", "pre-restart", "-i", fleet.inventory_path, "--json").code == 0
+    listing = cli("history")
+    assert "pre-restart" in listing.out and "1 hosts 1 clean" in listing.out
+    shown = cli("history", "-1")
+    assert f"node01: SIGTERM {server[0]} python3 -m sglang.launch_server" in shown.out
