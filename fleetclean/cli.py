@@ -27,7 +27,7 @@ from fleetclean.transport import Options
 EPILOG_RUN = """\
 examples:
   fleetclean run post-extraction -i lab.yml -l extraction
-  fleetclean run post-extraction -i lab.yml -e model_file=/opt/sglang/python/sglang/srt/models/deepseek_v2.py
+  fleetclean run post-extraction -i lab.yml -e model_file=/opt/sglang/srt/models/deepseek_v2.py
   fleetclean run pre-restart -i lab.yml -l 'gpu0*:!gpu05' --check
   fleetclean run ./my-teardown.yaml -i hosts.ini -e @vars.yaml --json > result.json
 
@@ -300,7 +300,6 @@ def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
         return int(result.exit_status)
     opts = _options(args)
     console = env.console()
-    result = None
     try:
         with Live(console=console, auto_refresh=False) as live:
             while True:

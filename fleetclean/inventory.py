@@ -59,19 +59,6 @@ ALIASES = {
     "ansible_ssh_user": "ansible_user",
     "ansible_private_key_file": "ansible_ssh_private_key_file",
 }
-CONNECTION_VARS = frozenset(
-    {
-        "ansible_host",
-        "ansible_port",
-        "ansible_user",
-        "ansible_ssh_private_key_file",
-        "ansible_connection",
-        "ansible_become",
-        "ansible_become_user",
-        "ansible_ssh_common_args",
-        "ansible_ssh_extra_args",
-    }
-)
 PRIORITY = "ansible_group_priority"
 # Two declarations of one host that disagree on where to connect is a mistake worth stopping
 # for; disagreeing playbook variables follow Ansible (the later one wins).
@@ -717,7 +704,9 @@ class _HostMaker:
             become_user=self.text("ansible_become_user", values),
             groups=tuple(sorted(groups - {"all"})),
             vars={
-                k: v.value for k, v in values.items() if k not in CONNECTION_VARS and k != PRIORITY
+                # Every ansible_* name is Ansible's (passwords among them): never a
+                # playbook variable, never printed by `inventory --json` or in a script.
+                k: v.value for k, v in values.items() if not k.startswith("ansible_")
             },
             proxy_jump=settings.proxy_jump,
             ssh_options=settings.options,

@@ -76,7 +76,9 @@ def host_json(h: HostResult) -> dict[str, Any]:
             }
             for g in h.gpus
         ],
-        "signalled": [{"pid": s.pid, "cmdline": s.cmdline, "signal": s.signal} for s in h.signalled],
+        "signalled": [
+            {"pid": s.pid, "cmdline": s.cmdline, "signal": s.signal} for s in h.signalled
+        ],
     }
 
 

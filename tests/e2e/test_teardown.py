@@ -4,12 +4,12 @@ still runs, the file was restored, the table shows 0 MiB."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from fleetclean.sim import SimFleet
-
-from collections.abc import Callable
-from typing import Any
 
 Cli = Callable[..., Any]
 

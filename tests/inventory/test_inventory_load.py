@@ -110,7 +110,8 @@ all:
     assert (gpu01.address, gpu01.port, gpu01.user) == ("10.0.0.1", 2222, "admin")
     assert gpu01.key == str(Path("~/.ssh/lab").expanduser())
     assert (gpu01.connection, gpu01.become, gpu01.become_user) == ("ssh", True, "gpuadmin")
-    assert gpu01.vars == {"ansible_python_interpreter": "/usr/bin/python3"}
+    # every ansible_* variable is Ansible's own: never a playbook variable
+    assert gpu01.vars == {}
     # The main name beats its alias within one scope; host beats group for the user.
     assert (gpu02.address, gpu02.user, gpu02.become) == ("10.0.0.2", "root", False)
     assert (laptop.connection, laptop.address, laptop.port) == ("local", "laptop", 22)
