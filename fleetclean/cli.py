@@ -199,7 +199,10 @@ def _error_line(env: Env, text: str) -> None:
 def _select_hosts(args: argparse.Namespace, env: Env) -> list[Host]:
     from fleetclean.inventory import load_inventory
 
-    ssh_config = args.ssh_config or env.environ.get("FLEETCLEAN_SSH_CONFIG")
+    # -F "" reads no ssh_config at all, like `ssh -F /dev/null`.
+    ssh_config = args.ssh_config
+    if ssh_config is None:
+        ssh_config = env.environ.get("FLEETCLEAN_SSH_CONFIG")
     inv = load_inventory(args.inventory, ssh_config=ssh_config)
     return inv.select(args.limit)
 

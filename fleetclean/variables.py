@@ -331,6 +331,11 @@ def check_ere(pattern: str, where: Location | None, what: str) -> str:
     fleetclean.errors.VariableError: pattern: '\\\\d' is not POSIX ERE ... ([0-9] ...)
     """
     text = _text(pattern, where, what)
+    if not text:
+        # bash's [[ x =~ "" ]] is true for every x: an empty pattern would target every
+        # process on the host.
+        raise _err(where, f"{what} is empty, so it would match every process",
+                   "give a specific pattern, e.g. -e server_pattern=sglang.launch_server")
     try:
         re.compile(text)
     except re.error as exc:
@@ -351,7 +356,7 @@ def check_ere(pattern: str, where: Location | None, what: str) -> str:
         if ch in "*+?}" and text[i + 1:i + 2] == "?":
             raise _err(where, f"{what}: lazy quantifier '{ch}?' is not POSIX ERE in {text!r}")
         i += 1
-    if text and re.search(text, "") is not None:
+    if re.search(text, "") is not None:
         raise _err(where, f"{what}: {text!r} matches the empty string, so it matches "
                           "every process", "make the pattern specific")
     return text

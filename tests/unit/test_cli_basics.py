@@ -42,3 +42,11 @@ def test_help_lists_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert "fleetclean run post-extraction -i lab.yml" in out
     assert __version__
+
+
+@pytest.mark.parametrize("var", ["server_pattern", "worker_pattern"])
+def test_an_empty_pattern_is_refused_because_it_would_match_every_process(var: str) -> None:
+    code, out, err = run("show", "post-extraction", "-e", f"{var}=")
+    assert code == 4
+    assert out == ""
+    assert "is empty, so it would match every process" in err

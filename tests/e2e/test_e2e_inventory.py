@@ -1,0 +1,46 @@
+"""Inventories the way users have them: bare names resolved through an ssh_config."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+Cli = Callable[..., Any]
+pytestmark = pytest.mark.sim
+
+
+def test_names_only_inventory_reaches_sim_nodes_through_ssh_config(
+    sim_fleet_factory, cli: Cli, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(3)
+    fleet.spawn("node02", "sglang", gpus="0-1")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[gpus]\nnode[01:03]\n")
+
+    listed = cli("inventory", "-i", inventory, "-F", fleet.ssh_config_path, "--json")
+    assert listed.code == 0, listed.err
+    by_name = {h["name"]: h for h in listed.json()["hosts"]}
+    assert by_name["node02"]["address"] == fleet.node("node02").address
+    assert by_name["node02"]["user"] == "root"
+
+    res = cli("status", "-i", inventory, "-F", fleet.ssh_config_path, "-l", "gpus:!node03",
+              "--json")
+    assert res.code == 1, res.out  # node02's GPUs are held: dirty, read-only
+    assert [h["host"] for h in res.json()["hosts"]] == ["node01", "node02"]
+    assert res.host("node01")["status"] == "clean"
+    used = [g["memory_used_mib"] for g in res.host("node02")["gpus"]]
+    assert used == fleet.gpu_used_mib("node02") and used[0] > 0
+
+
+def test_without_the_ssh_config_the_bare_names_do_not_resolve(
+    sim_fleet_factory, cli: Cli, tmp_path: Path
+) -> None:
+    sim_fleet_factory(1)
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("node01 ansible_connection=ssh\n")
+    res = cli("status", "-i", inventory, "-F", "", "--connect-timeout", "2", "--json")
+    assert res.code == 2
+    assert res.host("node01")["status"] == "unreachable"
