@@ -166,6 +166,10 @@ def _status(output: ScriptOutput, report: ScriptReport) -> tuple[HostStatus, str
     return HostStatus.CLEAN, None
 
 
+def _short(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _dirty_reason(report: ScriptReport) -> str:
     busy = [g for g in report.gpus if g.memory_used_mib]
     if len(busy) > 2:
@@ -173,7 +177,7 @@ def _dirty_reason(report: ScriptReport) -> str:
     else:
         gpus = ", ".join(f"GPU{g.index} {g.memory_used_mib} MiB" for g in busy) or "above limit"
     shown = report.processes[:3]
-    holders = ", ".join(f"{p.pid} {p.name}" for p in shown)
+    holders = ", ".join(f"{p.pid} {_short(p.name)}" for p in shown)
     more = len(report.processes) - len(shown)
     if more > 0:
         holders += f" (+{more} more)"

@@ -123,12 +123,7 @@ def _fold_key(h: HostResult) -> tuple[Any, ...] | None:
 
 def gpu_table(result: RunResult) -> Table:
     ncols = max((g.index + 1 for h in result.hosts for g in h.gpus), default=8)
-    table = Table(
-        title=f"GPU memory used (MiB), {result.playbook}",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("HOST", no_wrap=True)
     for i in range(ncols):
         table.add_column(f"GPU{i}", justify="right")
@@ -179,7 +174,9 @@ def summary_line(result: RunResult) -> str:
 
 
 def render_result(result: RunResult) -> RenderableType:
-    parts: list[RenderableType] = [gpu_table(result)]
+    # The title is a line of its own: as a table title it would wrap to the table's width.
+    title = Text(f"GPU memory used (MiB), {result.playbook}", style="bold")
+    parts: list[RenderableType] = [title, gpu_table(result)]
     for line in problems(result):
         parts.append(Text(line, style="yellow"))
     parts.append(Text(summary_line(result), style="bold"))

@@ -1,0 +1,77 @@
+"""Parsers and the --json contract on outputs read off a real H200 (tests/data/gpu/h200/,
+written by tests/gpu/gpu_check.py on the lent GPU machine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleetclean.nvsmi import APP_FIELDS, parse_compute_apps, parse_query_gpu
+
+DATA = Path(__file__).parent.parent / "data" / "gpu" / "h200"
+GPU_FIELDS = ["index", "uuid", "name", "memory.used", "memory.total"]
+UUID = "GPU-84f78930-acf1-f90f-6f09-f75a531bc42e"
+
+
+def text(name: str) -> str:
+    """A fixture without its trailing ``__rc=N`` line (not nvidia-smi's output)."""
+    lines = (DATA / name).read_text().splitlines(keepends=True)
+    assert lines[-1].startswith("__rc=")
+    return "".join(lines[:-1])
+
+
+def test_query_gpu_while_a_server_held_50_gib() -> None:
+    (row,) = parse_query_gpu(text("q_held.txt"), GPU_FIELDS, nounits=True, header=False)
+    assert (row.index, row.uuid, row.name) == (0, UUID, "NVIDIA H200")
+    assert (row.memory_used_mib, row.memory_total_mib) == (50387, 143771)
+
+
+def test_query_gpu_with_units() -> None:
+    (row,) = parse_query_gpu(text("q_held_units.txt"), GPU_FIELDS, nounits=False, header=False)
+    assert row.memory_used_mib == 50387
+
+
+@pytest.mark.parametrize("name", ["q_idle.txt", "q_after.txt"])
+def test_idle_h200_reads_zero(name: str) -> None:
+    (row,) = parse_query_gpu(text(name), GPU_FIELDS, nounits=True, header=False)
+    assert row.memory_used_mib == 0
+
+
+@pytest.mark.parametrize("name,nounits", [("apps_held.txt", True),
+                                           ("apps_held_units.txt", False)])
+def test_compute_apps_name_the_server_and_its_worker(name: str, nounits: bool) -> None:
+    apps = parse_compute_apps(text(name), [*APP_FIELDS, "gpu_bus_id"], nounits=nounits)
+    assert [(a.pid, a.used_memory_mib) for a in apps] == [(880, 41570), (901, 8802)]
+    assert {a.gpu_uuid for a in apps} == {UUID}
+    # the real driver reports the executable's full path here, not just "python3"
+    assert apps[0].name == "/opt/torch/.venv/bin/python3"
+
+
+@pytest.mark.parametrize("name", ["apps_idle.txt", "apps_after.txt"])
+def test_no_compute_apps_when_idle(name: str) -> None:
+    assert parse_compute_apps(text(name), [*APP_FIELDS, "gpu_bus_id"]) == []
+
+
+def test_recorded_teardown_follows_the_contract_and_freed_the_gpu() -> None:
+    data = json.loads((DATA / "teardown.json").read_text())
+    assert data["summary"] == {"hosts": 1, "clean": 1, "dirty": 0, "failed": 0}
+    host = data["hosts"][0]
+    assert [g["memory_used_mib"] for g in host["gpus"]] == [0]
+    assert {s["pid"] for s in host["signalled"]} == {880, 901}
+    assert all("--marker fcgpu-" in s["cmdline"] for s in host["signalled"])
+
+
+def test_recorded_status_saw_the_held_memory_and_check_changed_nothing() -> None:
+    status = json.loads((DATA / "status_held.json").read_text())
+    assert status["hosts"][0]["status"] == "dirty"
+    assert status["hosts"][0]["gpus"][0]["memory_used_mib"] == 50387
+    check = json.loads((DATA / "check.json").read_text())
+    assert check["hosts"][0]["signalled"] == []
+
+
+def test_summary_of_the_real_gpu_run() -> None:
+    summary = json.loads((DATA / "summary.json").read_text())
+    assert summary["ok"] is True and all(summary["checks"].values())
+    assert summary["after_mib"] == summary["idle_mib"] == [0]
