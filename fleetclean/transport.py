@@ -141,12 +141,17 @@ class _Bastions:
         self._clients: dict[str, paramiko.SSHClient] = {}
 
     def channel(
-        self, spec: str, target: tuple[str, int], known: _KnownHosts, opts: Options
+        self,
+        spec: str,
+        target: tuple[str, int],
+        known: _KnownHosts,
+        opts: Options,
+        key: str | None,
     ) -> paramiko.Channel:
         with self._lock:
             client = self._clients.get(spec)
             if client is None or not _alive(client):
-                client = _connect_bastion(spec, known, opts)
+                client = _connect_bastion(spec, known, opts, key)
                 self._clients[spec] = client
         transport = client.get_transport()
         assert transport is not None
@@ -170,7 +175,11 @@ def _share_host_keys(client: paramiko.SSHClient, known: _KnownHosts) -> None:
     setattr(client, "_host_keys", known.keys)  # noqa: B010
 
 
-def _connect_bastion(spec: str, known: _KnownHosts, opts: Options) -> paramiko.SSHClient:
+def _connect_bastion(
+    spec: str, known: _KnownHosts, opts: Options, key: str | None
+) -> paramiko.SSHClient:
+    """Connect to a ProxyJump spec ``[user@]host[:port]``; the first host behind it lends its
+    key (a bastion and its hosts usually take the same one), else agent and default keys."""
     user, _, rest = spec.rpartition("@")
     hostname, _, port = rest.partition(":")
     client = paramiko.SSHClient()
@@ -180,6 +189,7 @@ def _connect_bastion(spec: str, known: _KnownHosts, opts: Options) -> paramiko.S
         hostname,
         port=int(port or 22),
         username=user or None,
+        key_filename=os.path.expanduser(key) if key else None,
         timeout=opts.connect_timeout,
         banner_timeout=opts.connect_timeout,
         auth_timeout=opts.connect_timeout,
@@ -249,7 +259,7 @@ class Session:
             try:
                 if host.proxy_jump:
                     sock = self._bastions.channel(
-                        host.proxy_jump, (host.address, port), known, opts
+                        host.proxy_jump, (host.address, port), known, opts, host.key
                     )
                 client.connect(
                     host.address,

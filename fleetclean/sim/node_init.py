@@ -113,6 +113,13 @@ def make_mounts(node_dir: str) -> None:
     mount(os.path.join(node_dir, "bin"), "/usr/local/sbin", "", MS_BIND)
     make_dev()
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    # A node is another machine: root's home there must not be this host's, whose dotfiles
+    # (a pyenv init in .bashrc, say) would run in every SSH session. Kept when the code the
+    # node runs lives under /root itself.
+    home = os.path.expanduser("~root")
+    ours = (os.path.realpath(__file__), os.path.realpath(sys.executable), node_dir)
+    if not any(p == home or p.startswith(home + "/") for p in ours):
+        mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
 
 
 def is_listening(address: str, port: int) -> bool:

@@ -44,3 +44,26 @@ def test_without_the_ssh_config_the_bare_names_do_not_resolve(
     res = cli("status", "-i", inventory, "-F", "", "--connect-timeout", "2", "--json")
     assert res.code == 2
     assert res.host("node01")["status"] == "unreachable"
+
+
+def test_hosts_behind_a_bastion_share_one_connection_to_it(
+    sim_fleet_factory, cli: Cli, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(4)
+    bastion = fleet.node("node01")
+    log = bastion.dir / "sshd.log"
+    before = log.read_text().count("Accepted publickey")
+    data = fleet.inventory_path.read_text()
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text(data.replace(
+        "ansible_ssh_common_args: ",
+        f"ansible_ssh_common_args: -J root@{bastion.address} ",
+    ))
+    for name in ("node02", "node03", "node04"):
+        fleet.spawn(name, "sglang", gpus="0")
+
+    res = cli("run", "pre-restart", "-i", inventory, "-l", "node0[2-4]", "--json")
+
+    assert res.code == 0, res.out
+    assert res.json()["summary"]["clean"] == 3
+    assert log.read_text().count("Accepted publickey") - before == 1
