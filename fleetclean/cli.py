@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import threading
@@ -203,6 +204,10 @@ def _select_hosts(args: argparse.Namespace, env: Env) -> list[Host]:
     ssh_config = args.ssh_config
     if ssh_config is None:
         ssh_config = env.environ.get("FLEETCLEAN_SSH_CONFIG")
+    if args.limit is not None and not args.limit.strip():
+        # `-l "$HOSTS"` with HOSTS unset must not mean every host of the fleet.
+        raise UsageError("-l/--limit is empty, which would select every host",
+                         hint="leave -l out (or write -l all) to mean every host")
     inv = load_inventory(args.inventory, ssh_config=ssh_config)
     return inv.select(args.limit)
 
@@ -210,8 +215,10 @@ def _select_hosts(args: argparse.Namespace, env: Env) -> list[Host]:
 def _options(args: argparse.Namespace) -> Options:
     if args.forks < 1:
         raise UsageError(f"--forks must be at least 1, not {args.forks}")
-    if args.connect_timeout <= 0 or args.timeout <= 0:
-        raise UsageError("--connect-timeout and --timeout must be positive")
+    for flag, value in (("--connect-timeout", args.connect_timeout), ("--timeout", args.timeout)):
+        if not math.isfinite(value) or value <= 0:  # nan and inf parse as floats
+            raise UsageError(f"{flag} must be a positive number of seconds, not {value}",
+                             hint=f"e.g. {flag} 30")
     return Options(
         connect_timeout=args.connect_timeout,
         timeout=args.timeout,

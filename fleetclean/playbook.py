@@ -232,6 +232,10 @@ def _parse(text: str, path: str, *, builtin: bool) -> Playbook:
 
     stages = _stages(r, top.get("stages"))
     verify = _verify(r, top["verify"]) if "verify" in top and not _is_null(top["verify"]) else None
+    if not stages and verify is None:
+        raise r.error(top.get("stages", r.root), "playbook has no stages and no verify: it "
+                      "would do nothing and report every host clean",
+                      "add a 'stages:' list or a 'verify:' section")
     read_only = r.value(top["read_only"]) if "read_only" in top else False
     if not isinstance(read_only, bool):
         raise r.error(top["read_only"], "'read_only' must be true or false")

@@ -677,6 +677,7 @@ fc_stage_remove() {
 # holders as records. Any nvidia-smi failure is reported with its own message.
 fc_verify() {
     local max=$opt_max_used_mib out rc t0 state line used n over unknown settled=0
+    local no_number=""
     local -a rows=()
     fc_rec stage verify verify verify
     if ((FC_HALT)); then
@@ -700,7 +701,7 @@ fc_verify() {
             fc_rec verify error "$max" "$(((REPLY - t0) / 1000))" "nvidia-smi exit $rc: $out"
             return 0
         fi
-        rows=() n=0 over=0 unknown=0
+        rows=() n=0 over=0 unknown=0 no_number=""
         while IFS= read -r line; do
             [[ -n ${line//[[:space:]]/} ]] || continue
             rows+=("$line")
@@ -713,6 +714,7 @@ fc_verify() {
                 ((used > max)) && over=$((over + 1))
             else
                 unknown=$((unknown + 1))
+                no_number+=" GPU${line%%,*}=${used:-empty}"
             fi
         done <<<"$out"
         if ((n == 0)); then
@@ -745,7 +747,8 @@ fc_verify() {
     case $state in
         ok) fc_rec verify ok "$max" "$ms" "every GPU at or under $max MiB" ;;
         dirty) fc_rec verify dirty "$max" "$ms" "$over GPU(s) above $max MiB after ${ms} ms" ;;
-        unknown) fc_rec verify unknown "$max" "$ms" "nvidia-smi gave no number for memory.used: $out" ;;
+        unknown) fc_rec verify unknown "$max" "$ms" \
+            "nvidia-smi gave no number for memory.used:$no_number (check the driver: run nvidia-smi on the host)" ;;
         *) fc_rec verify error "$max" "$ms" "nvidia-smi listed no GPU: $out" ;;
     esac
 }

@@ -1,0 +1,78 @@
+"""Helpers of the reliability suite (imported by its tests and its conftest)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fleetclean.sim import SimFleet
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+    seconds: float = 0.0
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+    def host(self, name: str) -> dict[str, Any]:
+        hosts: list[dict[str, Any]] = self.json()["hosts"]
+        return next(h for h in hosts if h["host"] == name)
+
+
+Cli = Callable[..., CliResult]
+
+
+def _listening(address: str) -> bool:
+    want = "{:08X}:0016".format(int.from_bytes(bytes(map(int, address.split("."))), "little"))
+    with open("/proc/net/tcp") as f:
+        return any(line.split()[1] == want for line in list(f)[1:])
+
+
+def module_subnet() -> int:
+    """A free 127.S.0.0/16 for a module-scoped fleet, in 20..89 (tests/conftest.py's
+    per-test fleets use 100..249, so the two never meet)."""
+    for i in range(70):
+        subnet = 20 + (os.getpid() * 11 + i) % 70
+        if not _listening(f"127.{subnet}.1.1"):
+            return subnet
+    raise RuntimeError("no free subnet for a module fleet")
+
+
+def ssh_log_count(fleet: SimFleet, needle: str = "Connection from") -> int:
+    """How many lines of every node's sshd log contain ``needle``: each TCP connection
+    sshd accepts logs one "Connection from" line (LogLevel VERBOSE)."""
+    total = 0
+    for node in fleet.nodes:
+        try:
+            text = (node.dir / "sshd.log").read_text(errors="replace")
+        except OSError:
+            continue
+        total += sum(needle in line for line in text.splitlines())
+    return total
+
+
+def edit_inventory(fleet: SimFleet, dest: Path, *, group_vars: dict[str, Any] | None = None,
+                   **host_vars: dict[str, Any]) -> Path:
+    """A copy of the simulator's inventory with some host (or all-group) variables set."""
+    data = yaml.safe_load(fleet.inventory_path.read_text())
+    for host, changes in host_vars.items():
+        data["all"]["hosts"][host].update(changes)
+    if group_vars:
+        data["all"]["vars"].update(group_vars)
+    dest.write_text(yaml.safe_dump(data))
+    return dest
+
+
+def alive(fleet: SimFleet, node: str, pids: list[int]) -> list[int]:
+    running = {p.pid for p in fleet.processes(node)}
+    return [p for p in pids if p in running]
