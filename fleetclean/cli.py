@@ -287,18 +287,8 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
             env.console(stderr=True).print(f"fleetclean: warning: no run record: {exc}")
     _emit(result, args, env)
     if args.check and not (args.json or args.csv):
-        _print_check(result, env)
+        report.print_check(env.console(), result)
     return int(result.exit_status)
-
-
-def _print_check(result: RunResult, env: Env) -> None:
-    console = env.console()
-    console.print("--check: nothing was changed. Each stage would:", style="bold")
-    for h in result.hosts:
-        for s in h.stages:
-            if s.changes:
-                for change in s.changes:
-                    console.print(f"  {h.host} {s.name}: {change}", markup=False)
 
 
 def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:

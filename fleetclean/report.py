@@ -123,7 +123,9 @@ def _fold_key(h: HostResult) -> tuple[Any, ...] | None:
 
 def gpu_table(result: RunResult) -> Table:
     ncols = max((g.index + 1 for h in result.hosts for g in h.gpus), default=8)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    # Narrow on purpose: a host, 8 GPU columns of up to 6 digits and the status fit 80
+    # columns, the width of the terminal an engineer ssh'd in from.
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), show_edge=False, collapse_padding=True)
     table.add_column("HOST", no_wrap=True)
     for i in range(ncols):
         table.add_column(f"GPU{i}", justify="right")
@@ -157,6 +159,28 @@ def problems(result: RunResult) -> list[str]:
             continue
         by_message[(h.status.value, h.error or "")].append(h.host)
     return [f"{fold(hosts)}: {status}: {msg}" for (status, msg), hosts in by_message.items()]
+
+
+def check_blocks(result: RunResult) -> list[tuple[str, list[str]]]:
+    """What --check found, one block per distinct list of changes, naming every host that
+    gave it (as dshbak -c does); hosts with nothing to change are left out."""
+    blocks: dict[tuple[str, ...], list[str]] = {}
+    for h in result.hosts:
+        lines = tuple(f"{s.name}: {c}" for s in h.stages for c in s.changes)
+        if lines:
+            blocks.setdefault(lines, []).append(h.host)
+    return [(fold(hosts), list(lines)) for lines, hosts in blocks.items()]
+
+
+def print_check(console: Console, result: RunResult) -> None:
+    console.print("--check: nothing was changed. What each stage would do:", style="bold")
+    blocks = check_blocks(result)
+    if not blocks:
+        console.print("  nothing: every selected host is already clean", markup=False)
+    for hosts, lines in blocks:
+        console.print(f"{hosts}:", style="bold", markup=False)
+        for line in lines:
+            console.print(f"  {line}", markup=False, no_wrap=True, overflow="ellipsis")
 
 
 def summary_line(result: RunResult) -> str:

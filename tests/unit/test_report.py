@@ -111,3 +111,14 @@ def test_csv_has_one_row_per_host_and_gpu() -> None:
 def test_exit_status_reflects_the_worst_host() -> None:
     assert folded_fleet().exit_status == 0
     assert mixed_fleet().exit_status == 2
+
+
+def test_check_listing_is_shown_once_for_hosts_that_gave_the_same_one() -> None:
+    would = StageResult("stop-server", "signal", "changed", matched=1,
+                        changes=("would send TERM to 5 (python3 -m sglang.launch_server)",))
+    hosts = tuple(HostResult(f"gpu0{i}", HostStatus.DIRTY, stages=(would,)) for i in (1, 2, 3))
+    other = HostResult("gpu04", HostStatus.CLEAN, stages=(StageResult("stop-server", "signal",
+                                                                      "ok"),))
+    blocks = report.check_blocks(RunResult("post-extraction", 0.1, (*hosts, other)))
+    assert blocks == [("gpu[01-03]",
+                       ["stop-server: would send TERM to 5 (python3 -m sglang.launch_server)"])]

@@ -292,6 +292,16 @@ fc_wait_gone() {
 # Signal-or-list the targets (FC_TARGETS); the shared tail of signal and gpu-holders.
 fc_act_on_targets() {
     local sig=$1 grace_ms=$2 kill_ms=$3 p
+    local -a fresh=()
+    if ((FC_CHECK)); then
+        # In a real run an earlier stage would already have stopped these: list each
+        # process under the first stage that would act on it, not under every stage.
+        for p in "${FC_TARGETS[@]}"; do
+            [[ -n ${FC_CLAIMED[$p]:-} ]] || fresh+=("$p")
+            FC_CLAIMED[$p]=1
+        done
+        FC_TARGETS=("${fresh[@]}")
+    fi
     FC_MATCHED=${#FC_TARGETS[@]}
     for p in "${FC_TARGETS[@]}"; do
         fc_rec match "$FC_IDX" "$p" "${FC_CMD[$p]}"
@@ -346,6 +356,7 @@ fc_open_fds() {
 # ---------------------------------------------------------------------------- stage driver
 FC_HALT=0
 FC_IDX=0
+declare -A FC_CLAIMED=()
 
 # fc_stage INDEX NAME TYPE: run fc_stage_TYPE and report one "end" record for it.
 fc_stage() {
