@@ -104,7 +104,9 @@ def make_dev() -> None:
 
 def make_mounts(node_dir: str) -> None:
     """Private /run (sshd's privilege-separation dir and our control files), /dev, /tmp,
-    and the node's bin dir over /usr/local/sbin, which is on root's sshd PATH."""
+    an empty home for root, and the node's bin dir over /usr/local/sbin, which is on root's
+    sshd PATH. The simulator's own code stays visible where it is, even when it lives
+    under /tmp or /root (a checkout in /tmp, as CI makes)."""
     mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
     os.mkdir("/run/sshd", 0o755)
     os.mkdir(IN_NODE_DIR, 0o755)
@@ -112,14 +114,32 @@ def make_mounts(node_dir: str) -> None:
     mount(node_dir, IN_NODE_DIR, "", MS_BIND)
     mount(os.path.join(node_dir, "bin"), "/usr/local/sbin", "", MS_BIND)
     make_dev()
-    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    code = os.path.dirname(os.path.realpath(__file__))
+    os.mkdir(CODE_KEEP, 0o755)
+    mount(code, CODE_KEEP, "", MS_BIND)
+    cover("/tmp", "mode=1777", code)
     # A node is another machine: root's home there must not be this host's, whose dotfiles
-    # (a pyenv init in .bashrc, say) would run in every SSH session. Kept when the code the
-    # node runs lives under /root itself.
+    # (a pyenv init in .bashrc, say) would run in every SSH session. Left alone when the
+    # Python running this init lives there.
     home = os.path.expanduser("~root")
-    ours = (os.path.realpath(__file__), os.path.realpath(sys.executable), node_dir)
-    if not any(p == home or p.startswith(home + "/") for p in ours):
-        mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
+    if not _under(os.path.realpath(sys.executable), home):
+        cover(home, "mode=0700", code)
+
+
+CODE_KEEP = "/run/fleetclean-code"
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def cover(top: str, mode: str, code: str) -> None:
+    """Mount an empty tmpfs on ``top``; if the simulator's code was under it, bind it back
+    at the same path so every path the host computed stays valid inside the node."""
+    mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, mode)
+    if _under(code, top):
+        os.makedirs(code, exist_ok=True)
+        mount(CODE_KEEP, code, "", MS_BIND)
 
 
 def is_listening(address: str, port: int) -> bool:
