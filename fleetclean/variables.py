@@ -250,18 +250,52 @@ def _shell_command(raw: Any, variables: Mapping[str, Any], where: Location,
     if not isinstance(raw, str) or not raw.strip():
         raise _err(where, "shell: command must be a non-empty string")
 
+    quoted, double_quoted = _quoted_offsets(raw)
+
     def one(match: re.Match[str]) -> str:
         name = match.group(1).strip()
         if not VAR_NAME.match(name):
             raise _err(where, f"unsupported expression '{{{{{match.group(1)}}}}}'",
                        "only {{ name }} is supported")
+        if match.start() in quoted:
+            # '{{ x }}' would become '"${FC_VAR_x}"': the literal text, never the value.
+            raise _err(where, f"shell: '{{{{ {name} }}}}' is inside single quotes, where bash "
+                              "would never expand it",
+                       f"write {{{{ {name} }}}} unquoted: it is substituted as one quoted word")
         value = _lookup(name, variables, where)
         if isinstance(value, list):
             value = " ".join(_scalar_text(v, name, where) for v in value)
         env[f"FC_VAR_{name}"] = _no_nul(_scalar_text(value, name, where), where, name)
+        if match.start() in double_quoted:  # already inside "...": quotes would close it
+            return f"${{FC_VAR_{name}}}"
         return f'"${{FC_VAR_{name}}}"'
 
     return _TEMPLATE.sub(one, raw)
+
+
+def _quoted_offsets(command: str) -> tuple[set[int], set[int]]:
+    """Offsets of ``command`` that bash reads inside '...' and inside "..." (backslashes
+    tracked, so "it's" and \\' do not open a single-quoted string)."""
+    inside: set[int] = set()
+    in_double: set[int] = set()
+    single = double = escaped = False
+    for i, ch in enumerate(command):
+        if double:
+            in_double.add(i)
+        if single:
+            if ch == "'":
+                single = False
+            else:
+                inside.add(i)
+        elif escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == '"':
+            double = not double
+        elif ch == "'" and not double:
+            single = True
+    return inside, in_double
 
 
 def _no_nul(text: str, where: Location | None, what: str) -> str:

@@ -139,6 +139,10 @@ CASES: list[Case] = [
          book(STAGE_OK + "verify:\n  max_used_mib: 0\n  interval: 0\n"), "b.yaml"),
     Case("book-shell-empty", ("run", "{f}", "-i", "{inv}"), "{f}:6",
          book("stages:\n  - name: s\n    type: shell\n    command: ''\n"), "b.yaml"),
+    Case("book-shell-var-in-single-quotes", ("run", "{f}", "-i", "{inv}"), "{f}:7",
+         book("vars: {x: a}\nstages:\n  - name: s\n    type: shell\n"
+              "    command: \"echo '{{ x }}'\"\n"),
+         "b.yaml"),  # was: ran and printed the literal "${FC_VAR_x}", never the value
     Case("book-restore-relative", ("run", "{f}", "-i", "{inv}"), "{f}:6",
          book("stages:\n  - name: s\n    type: restore\n    file: model.py\n"), "b.yaml"),
     Case("book-guard-relative", ("run", "{f}", "-i", "{inv}"), "{f}:6",
