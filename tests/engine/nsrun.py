@@ -44,7 +44,11 @@ ln -s /proc/self/fd/2 /dev/stderr
 mkdir /dev/shm /dev/nvidia-caps
 touch /dev/nvidia{0..7} /dev/nvidiactl /dev/nvidia-uvm
 mkdir /tmp/fakebin
-cp "$FC_FAKE_NVSMI" /tmp/fakebin/nvidia-smi
+# The test files travel as text: the checkout itself may live under the /tmp just covered.
+printf '%s' "$FC_FAKE_NVSMI_SRC" >/tmp/fakebin/nvidia-smi
+chmod +x /tmp/fakebin/nvidia-smi
+printf '%s' "$FC_WORKLOAD_SRC" >/tmp/workload.py
+FC_WORKLOAD=/tmp/workload.py
 export PATH=/tmp/fakebin:$PATH
 set +e
 # spawn NAME ARGS...: start a workload in the background, remember its ready file.
@@ -97,8 +101,10 @@ def run_in_namespace(script: str, *, setup: str = "", run: str = "bash -s", afte
     ``after`` and list the processes still alive."""
     program = "\n".join([
         PRELUDE, setup, "ready", f"{run}", 'echo "__RC__=$?"', after, EPILOGUE])
-    env = {**os.environ, "FC_PY": sys.executable, "FC_WORKLOAD": str(WORKLOAD),
-           "FC_FAKE_NVSMI": str(FAKE_NVSMI)}
+    # The real interpreter, not a venv's link that may sit under /tmp; workloads need only
+    # the standard library.
+    env = {**os.environ, "FC_PY": os.path.realpath(sys.executable),
+           "FC_WORKLOAD_SRC": WORKLOAD.read_text(), "FC_FAKE_NVSMI_SRC": FAKE_NVSMI.read_text()}
     proc = subprocess.run(
         ["unshare", "--pid", "--mount", "--fork", "--mount-proc", "bash", "-c", program],
         input=script, capture_output=True, text=True, timeout=timeout, env=env, check=False)
