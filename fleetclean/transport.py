@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import logging
 import os
 import select
 import shlex
@@ -35,6 +36,11 @@ import paramiko
 from fleetclean.models import Host
 
 LineCallback = Callable[[str], None]
+
+# paramiko logs a failed handshake from its reader thread ("Exception (client): Error
+# reading SSH protocol banner" and a traceback); with no handler Python prints that on
+# stderr. Every failure comes back as a TransportFailure value instead.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 # sshd drops connections beyond MaxStartups before sending its banner; those are retried.
 BANNER_RETRIES = 3
@@ -204,6 +210,7 @@ class Session:
         self.opts = opts
         self._bastions = _Bastions()
         self._known_cache: dict[tuple[str, ...], _KnownHosts] = {}
+        self._keys: dict[str, paramiko.PKey | None] = {}
         self._lock = threading.Lock()
 
     def known_for(self, host: Host) -> _KnownHosts:
@@ -220,6 +227,18 @@ class Session:
                 known = _KnownHosts(key)
                 self._known_cache[key] = known
             return known
+
+    def _pkey(self, path: str) -> paramiko.PKey | None:
+        """The private key at ``path``, parsed once per run (not once per host); None when
+        it cannot be loaded unaided (passphrase, odd format): paramiko then loads it itself
+        and reports the error for that host."""
+        with self._lock:
+            if path not in self._keys:
+                try:
+                    self._keys[path] = paramiko.PKey.from_path(os.path.expanduser(path))
+                except Exception:  # any failure: let connect() report it
+                    self._keys[path] = None
+            return self._keys[path]
 
     def close(self) -> None:
         self._bastions.close()
@@ -261,11 +280,13 @@ class Session:
                     sock = self._bastions.channel(
                         host.proxy_jump, (host.address, port), known, opts, host.key
                     )
+                pkey = self._pkey(host.key) if host.key else None
                 client.connect(
                     host.address,
                     port=port,
                     username=host.user,
-                    key_filename=os.path.expanduser(host.key) if host.key else None,
+                    pkey=pkey,
+                    key_filename=os.path.expanduser(host.key) if host.key and not pkey else None,
                     look_for_keys=host.key is None,
                     allow_agent=host.key is None,
                     timeout=connect_timeout,
@@ -335,7 +356,10 @@ def classify(
     if isinstance(exc, OSError):
         reason = exc.strerror or str(exc)
         return TransportFailure("unreachable", f"cannot connect to {where}: {reason}")
-    if isinstance(exc, paramiko.SSHException) and "banner" in str(exc).lower():
+    # A silent listener: paramiko's banner timer and its handshake timer (both set to the
+    # connect timeout) race, and the loser says "No existing session" or "Negotiation failed".
+    lost_race = str(exc) in ("No existing session", "Negotiation failed.")
+    if isinstance(exc, paramiko.SSHException) and ("banner" in str(exc).lower() or lost_race):
         if elapsed >= connect_timeout * 0.9:
             return TransportFailure(
                 "timeout",

@@ -270,7 +270,7 @@ fc_send() {
     done
 }
 
-# Poll every 25 ms until every (pid, starttime) is gone or MS pass; FC_LEFT = survivors.
+# Poll every 10 ms until every (pid, starttime) is gone or MS pass; FC_LEFT = survivors.
 fc_wait_gone() {
     local ms=$1 p t0 now
     shift
@@ -285,7 +285,7 @@ fc_wait_gone() {
         fc_now_us
         now=$REPLY
         (((now - t0) / 1000 >= ms)) && return 1
-        fc_nap 0.025
+        fc_nap 0.01
     done
 }
 
@@ -847,7 +847,7 @@ fc_main() {
     fc_reset_opts
     opt_max_used_mib=0
     opt_timeout_ms=30000
-    opt_interval_s=0.2
+    opt_interval_s=0.05
     opt_settle_s=0.25
     fc_verify
     fc_finish

@@ -262,7 +262,7 @@ fc_send() {
     done
 }
 
-# Poll every 25 ms until every (pid, starttime) is gone or MS pass; FC_LEFT = survivors.
+# Poll every 10 ms until every (pid, starttime) is gone or MS pass; FC_LEFT = survivors.
 fc_wait_gone() {
     local ms=$1 p t0 now
     shift
@@ -277,7 +277,7 @@ fc_wait_gone() {
         fc_now_us
         now=$REPLY
         (((now - t0) / 1000 >= ms)) && return 1
-        fc_nap 0.025
+        fc_nap 0.01
     done
 }
 
