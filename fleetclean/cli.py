@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TextIO
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
+from rich.text import Text
 
 from fleetclean import __version__, fleet, records, report
 from fleetclean.errors import BadInput, FleetcleanError, UsageError
@@ -304,12 +305,18 @@ def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
         with Live(console=console, auto_refresh=False) as live:
             while True:
                 result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks)
-                stamp = time.strftime("%H:%M:%S")
-                live.update(report.render_result(result), refresh=True)
-                console.set_window_title(f"fleetclean status {stamp}")
+                if result.interrupted:
+                    break
+                view = Group(
+                    Text(f"every {args.watch:g}s, last {time.strftime('%H:%M:%S')}; "
+                         "Ctrl-C to stop", style="dim"),
+                    report.render_result(result),
+                )
+                live.update(view, refresh=True)
                 time.sleep(max(0.1, args.watch))
     except KeyboardInterrupt:
-        return int(ExitStatus.INTERRUPTED)
+        pass
+    return int(ExitStatus.INTERRUPTED)
 
 
 def cmd_show(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
