@@ -43,7 +43,10 @@ from typing import Any
 
 import paramiko
 import yaml
+from rich import box
+from rich.console import Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from fleetclean import inventory_ini, ranges, sshconfig
 from fleetclean.errors import InventoryError
@@ -856,25 +859,55 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def render_inventory_table(hosts: list[Host]) -> Table:
-    """The human ``fleetclean inventory`` view: one row per host, effective values.
-
-    Columns that say where to connect never wrap; playbook variables go one per line.
+def render_inventory_table(hosts: list[Host]) -> RenderableType:
+    """The human ``fleetclean inventory`` view: one row per host with where and how to
+    connect, then the playbook variables: those every host shares once, the others once per
+    set of hosts that has them (``h200-[01-07].lab: grace=10``), so that 80 columns suffice.
+    Columns empty for every host are left out.
     """
-    table = Table(title=f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}")
-    for column in ("host", "address", "user", "via", "become", "groups", "vars"):
-        table.add_column(column, no_wrap=column in ("host", "address"), overflow="fold")
+    from fleetclean.nodeset import fold
+
+    shared = {
+        k: v for k, v in (hosts[0].vars.items() if hosts else ())
+        if all(k in h.vars and h.vars[k] == v for h in hosts)
+    }
+    rows = [{
+        "host": h.name,
+        "address": f"{h.address}:{h.port}",
+        "user": h.user or "",
+        "via": "local" if h.connection == "local" else (h.proxy_jump or ""),
+        "become": (h.become_user or "root") if h.become else "",
+        "groups": ",".join(h.groups),
+    } for h in hosts]
+    table = Table(
+        title=f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+    )
+    columns = [c for c in rows[0] if c == "host" or any(r[c] for r in rows)] if rows else []
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    for r in rows:
+        table.add_row(*(r[c] for c in columns))
+    lines: list[RenderableType] = [table]
+    if shared:
+        lines.append(Text("vars, every host: " + _vars_text(shared)))
+    by_vars: dict[str, list[str]] = {}
     for h in hosts:
-        via = "local" if h.connection == "local" else (h.proxy_jump or "")
-        become = (h.become_user or "root") if h.become else ""
-        variables = "\n".join(f"{k}={v}" for k, v in h.vars.items())
-        table.add_row(
-            h.name,
-            f"{h.address}:{h.port}",
-            h.user or "",
-            via,
-            become,
-            ",".join(h.groups),
-            variables,
-        )
-    return table
+        own = _vars_text({k: v for k, v in h.vars.items() if k not in shared})
+        if own:
+            by_vars.setdefault(own, []).append(h.name)
+    for text, names in by_vars.items():
+        lines.append(Text(f"vars, {fold(names)}: {text}"))
+    return Group(*lines)
+
+
+def _vars_text(variables: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_var_text(v)}" for k, v in variables.items())
+
+
+def _var_text(value: object) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
