@@ -319,16 +319,21 @@ def test_down_after_a_crashed_process_leaves_nothing(tmp_path: Path, sim_subnet:
         os._exit(3)  # a test that dies without any teardown
         """
     )
-    crashed = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert crashed.returncode == 3, crashed.stderr
-    inside = json.loads(crashed.stdout)
-    recorded = sim_pids.load(state / "pids")
-    assert len(recorded) == 4 and len(inside) > 15
-    starts = {pid: sim_pids.start_time(pid) for pid in inside}
-    SimFleet.down_dir(state)
-    SimFleet.down_dir(state)  # idempotent
+    try:
+        crashed = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+            check=False,
+        )
+        assert crashed.returncode == 3, crashed.stderr
+        inside = json.loads(crashed.stdout)
+        recorded = sim_pids.load(state / "pids")
+        assert len(recorded) == 4 and len(inside) > 15
+        starts = {pid: sim_pids.start_time(pid) for pid in inside}
+        SimFleet.down_dir(state)
+        SimFleet.down_dir(state)  # idempotent
+    finally:
+        # Whatever failed above, this test's own fleet must not outlive it.
+        SimFleet.down_dir(state)
     assert not any(sim_pids.is_alive(e) for e in recorded)
     # A process the kernel killed may stay a zombie for a moment; zombies run nothing.
     assert wait_for(lambda: not [pid for pid, t in starts.items() if still_running(pid, t)])
