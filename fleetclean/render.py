@@ -155,7 +155,7 @@ def render_script(playbook: Playbook, variables: Mapping[str, Any], *, check: bo
             f"    opt_max_used_mib={v['max_used_mib']}",
             f"    opt_timeout_ms={_seconds_ms(v['timeout'])}",
             f"    opt_interval_s={v['interval']:g}",
-            f"    opt_settle_s={v['settle']:g}",
+            f"    opt_settle_ms={_seconds_ms(v['settle'])}",
             "    fc_verify",
         ]
     main += ["    fc_finish", "}", "", "fc_main </dev/null", ""]

@@ -29,9 +29,8 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
-import paramiko
-
 from fleetclean.errors import InventoryError
+from fleetclean.sshlib import paramiko
 
 __all__ = [
     "SshArgs",

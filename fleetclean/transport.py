@@ -31,9 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import paramiko
-
 from fleetclean.models import Host
+from fleetclean.sshlib import paramiko
 
 LineCallback = Callable[[str], None]
 

@@ -247,6 +247,8 @@ fc_send() {
         if kill -s "$sig" "$p" 2>/dev/null; then
             FC_SIGNALLED=$((FC_SIGNALLED + 1))
             fc_rec signal "$FC_IDX" "$p" "$sig" "${cmd[$p]}"
+            fc_now_us
+            FC_LAST_SIGNAL_US=$REPLY
         fi
     done
 }
@@ -337,6 +339,7 @@ fc_open_fds() {
 # ---------------------------------------------------------------------------- stage driver
 FC_HALT=0
 FC_IDX=0
+FC_LAST_SIGNAL_US=0
 declare -A FC_CLAIMED=()
 
 # fc_stage INDEX NAME TYPE: run fc_stage_TYPE and report one "end" record for it.
@@ -392,6 +395,12 @@ fc_begin() {
     exec {FC_NAP_FD}<> <(:) 2>/dev/null || FC_NAP_FD=""
     fc_rec begin 1 "$FC_PLAYBOOK" "$FC_HOST" "$FC_CHECK"
     fc_self_init
+    # A read-only run (status, --check) changes nothing, so it races with nobody: it must
+    # not wait behind a teardown that holds the lock.
+    if ((FC_CHECK)); then
+        fc_rec lock none ""
+        return 0
+    fi
     fc_lock
 }
 

@@ -266,6 +266,8 @@ fc_send() {
         if kill -s "$sig" "$p" 2>/dev/null; then
             FC_SIGNALLED=$((FC_SIGNALLED + 1))
             fc_rec signal "$FC_IDX" "$p" "$sig" "${cmd[$p]}"
+            fc_now_us
+            FC_LAST_SIGNAL_US=$REPLY
         fi
     done
 }
@@ -356,6 +358,7 @@ fc_open_fds() {
 # ---------------------------------------------------------------------------- stage driver
 FC_HALT=0
 FC_IDX=0
+FC_LAST_SIGNAL_US=0
 declare -A FC_CLAIMED=()
 
 # fc_stage INDEX NAME TYPE: run fc_stage_TYPE and report one "end" record for it.
@@ -411,6 +414,12 @@ fc_begin() {
     exec {FC_NAP_FD}<> <(:) 2>/dev/null || FC_NAP_FD=""
     fc_rec begin 1 "$FC_PLAYBOOK" "$FC_HOST" "$FC_CHECK"
     fc_self_init
+    # A read-only run (status, --check) changes nothing, so it races with nobody: it must
+    # not wait behind a teardown that holds the lock.
+    if ((FC_CHECK)); then
+        fc_rec lock none ""
+        return 0
+    fi
     fc_lock
 }
 
@@ -687,7 +696,7 @@ fc_stage_remove() {
 # opt_timeout_ms pass; then report the GPU rows, the compute apps and the device-file
 # holders as records. Any nvidia-smi failure is reported with its own message.
 fc_verify() {
-    local max=$opt_max_used_mib out rc t0 state line used n over unknown settled=0
+    local max=$opt_max_used_mib out rc t0 state line used n over unknown settled=0 left wait_s
     local no_number=""
     local -a rows=()
     fc_rec stage verify verify verify
@@ -737,12 +746,19 @@ fc_verify() {
         else
             state=ok
         fi
-        # A first clean read is confirmed once, opt_settle_s later: a holder respawned by
-        # a supervisor would otherwise pass as clean in the gap between kill and restart.
-        if [[ $state == ok ]] && ((!FC_CHECK && !settled)) && [[ $opt_settle_s != 0 ]]; then
+        # A first clean read is confirmed once opt_settle_ms have passed since the last
+        # signal this run sent: a holder respawned by a supervisor would otherwise pass as
+        # clean in the gap between kill and restart. With no signal sent there is nothing
+        # of ours to respawn, and the time the targets took to die counts towards it.
+        if [[ $state == ok ]] && ((!FC_CHECK && !settled && FC_LAST_SIGNAL_US)); then
             settled=1
-            fc_nap "$opt_settle_s"
-            continue
+            fc_now_us
+            left=$((opt_settle_ms - (REPLY - FC_LAST_SIGNAL_US) / 1000))
+            if ((left > 0)); then
+                printf -v wait_s '%d.%03d' $((left / 1000)) $((left % 1000))
+                fc_nap "$wait_s"
+                continue
+            fi
         fi
         [[ $state == dirty ]] || break
         fc_now_us
@@ -754,7 +770,10 @@ fc_verify() {
     for line in "${rows[@]}"; do
         fc_rec gpu "$line"
     done
-    fc_report_holders
+    # Who holds the GPUs matters only where some GPU is still in use; skipping it on a clean
+    # host saves two process-table scans and an nvidia-smi call (a fleet-wide status is
+    # mostly clean hosts).
+    [[ $state == ok ]] || fc_report_holders
     case $state in
         ok) fc_rec verify ok "$max" "$ms" "every GPU at or under $max MiB" ;;
         dirty) fc_rec verify dirty "$max" "$ms" "$over GPU(s) above $max MiB after ${ms} ms" ;;
@@ -848,7 +867,7 @@ fc_main() {
     opt_max_used_mib=0
     opt_timeout_ms=30000
     opt_interval_s=0.05
-    opt_settle_s=0.25
+    opt_settle_ms=250
     fc_verify
     fc_finish
 }

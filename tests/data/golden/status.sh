@@ -258,6 +258,8 @@ fc_send() {
         if kill -s "$sig" "$p" 2>/dev/null; then
             FC_SIGNALLED=$((FC_SIGNALLED + 1))
             fc_rec signal "$FC_IDX" "$p" "$sig" "${cmd[$p]}"
+            fc_now_us
+            FC_LAST_SIGNAL_US=$REPLY
         fi
     done
 }
@@ -348,6 +350,7 @@ fc_open_fds() {
 # ---------------------------------------------------------------------------- stage driver
 FC_HALT=0
 FC_IDX=0
+FC_LAST_SIGNAL_US=0
 declare -A FC_CLAIMED=()
 
 # fc_stage INDEX NAME TYPE: run fc_stage_TYPE and report one "end" record for it.
@@ -403,6 +406,12 @@ fc_begin() {
     exec {FC_NAP_FD}<> <(:) 2>/dev/null || FC_NAP_FD=""
     fc_rec begin 1 "$FC_PLAYBOOK" "$FC_HOST" "$FC_CHECK"
     fc_self_init
+    # A read-only run (status, --check) changes nothing, so it races with nobody: it must
+    # not wait behind a teardown that holds the lock.
+    if ((FC_CHECK)); then
+        fc_rec lock none ""
+        return 0
+    fi
     fc_lock
 }
 
@@ -412,69 +421,11 @@ fc_finish() {
 
 # shellcheck shell=bash disable=SC2034,SC2154
 # (opt_* are assigned, and FC_* read, by the rendered script around this template.)
-# Stage "gpu-holders": processes holding a GPU, from nvidia-smi's compute apps and from
-# holders of /dev/nvidiaN (not nvidiactl, nvidia-uvm or the nvidia-caps directory),
-# minus protected ones; optionally only those whose command line matches opt_filter.
-# Options: opt_filter, opt_signal, opt_grace_ms, opt_kill_wait_ms, opt_tree (0/1).
-
-# Sets FC_HOLDERS (pid list, may repeat) and FC_HOLDER_DEV[pid] (device files held).
-fc_gpu_holders() {
-    local out rc pid dev line target
-    declare -gA FC_HOLDER_DEV=()
-    FC_HOLDERS=()
-    FC_NVSMI_NOTE=""
-    if command -v nvidia-smi >/dev/null 2>&1; then
-        out=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader,nounits 2>&1)
-        rc=$?
-        if ((rc == 0)); then
-            while IFS= read -r line; do
-                line=${line//[[:space:]]/}
-                [[ $line =~ ^[0-9]+$ ]] && FC_HOLDERS+=("$line")
-            done <<<"$out"
-        else
-            FC_NVSMI_NOTE="nvidia-smi exit $rc: ${out%%$'\n'*}; "
-        fi
-    else
-        FC_NVSMI_NOTE="nvidia-smi not found; device files only; "
-    fi
-    # ls -l output, not fuser: it names the device held, and mmaps outlive no fd here
-    # that fuser would see but nvidia-smi would miss.
-    while read -r pid _ target; do
-        [[ $target =~ ^/dev/nvidia[0-9]+$ ]] || continue
-        FC_HOLDERS+=("$pid")
-        dev=${FC_HOLDER_DEV[$pid]:-}
-        [[ " $dev " == *" $target "* ]] || FC_HOLDER_DEV[$pid]="${dev:+$dev }$target"
-    done < <(fc_open_fds /dev/nvidia)
-}
-
-fc_stage_gpu_holders() {
-    local p
-    local -a hits=()
-    fc_scan
-    fc_gpu_holders
-    for p in "${FC_HOLDERS[@]}"; do
-        [[ -n ${FC_CMD[$p]:-} ]] || continue
-        if [[ -n $opt_filter ]]; then
-            [[ ${FC_CMD[$p]} =~ $opt_filter ]] || continue
-        fi
-        hits+=("$p")
-    done
-    if ((opt_tree)); then
-        fc_expand "${hits[@]}"
-    else
-        fc_keep_unprotected "${hits[@]}"
-    fi
-    fc_act_on_targets "$opt_signal" "$opt_grace_ms" "$opt_kill_wait_ms"
-    FC_MESSAGE="$FC_NVSMI_NOTE$FC_MESSAGE"
-}
-
-# shellcheck shell=bash disable=SC2034,SC2154
-# (opt_* are assigned, and FC_* read, by the rendered script around this template.)
 # Verification: poll nvidia-smi until every GPU uses at most opt_max_used_mib MiB or
 # opt_timeout_ms pass; then report the GPU rows, the compute apps and the device-file
 # holders as records. Any nvidia-smi failure is reported with its own message.
 fc_verify() {
-    local max=$opt_max_used_mib out rc t0 state line used n over unknown settled=0
+    local max=$opt_max_used_mib out rc t0 state line used n over unknown settled=0 left wait_s
     local no_number=""
     local -a rows=()
     fc_rec stage verify verify verify
@@ -524,12 +475,19 @@ fc_verify() {
         else
             state=ok
         fi
-        # A first clean read is confirmed once, opt_settle_s later: a holder respawned by
-        # a supervisor would otherwise pass as clean in the gap between kill and restart.
-        if [[ $state == ok ]] && ((!FC_CHECK && !settled)) && [[ $opt_settle_s != 0 ]]; then
+        # A first clean read is confirmed once opt_settle_ms have passed since the last
+        # signal this run sent: a holder respawned by a supervisor would otherwise pass as
+        # clean in the gap between kill and restart. With no signal sent there is nothing
+        # of ours to respawn, and the time the targets took to die counts towards it.
+        if [[ $state == ok ]] && ((!FC_CHECK && !settled && FC_LAST_SIGNAL_US)); then
             settled=1
-            fc_nap "$opt_settle_s"
-            continue
+            fc_now_us
+            left=$((opt_settle_ms - (REPLY - FC_LAST_SIGNAL_US) / 1000))
+            if ((left > 0)); then
+                printf -v wait_s '%d.%03d' $((left / 1000)) $((left % 1000))
+                fc_nap "$wait_s"
+                continue
+            fi
         fi
         [[ $state == dirty ]] || break
         fc_now_us
@@ -541,7 +499,10 @@ fc_verify() {
     for line in "${rows[@]}"; do
         fc_rec gpu "$line"
     done
-    fc_report_holders
+    # Who holds the GPUs matters only where some GPU is still in use; skipping it on a clean
+    # host saves two process-table scans and an nvidia-smi call (a fleet-wide status is
+    # mostly clean hosts).
+    [[ $state == ok ]] || fc_report_holders
     case $state in
         ok) fc_rec verify ok "$max" "$ms" "every GPU at or under $max MiB" ;;
         dirty) fc_rec verify dirty "$max" "$ms" "$over GPU(s) above $max MiB after ${ms} ms" ;;
@@ -582,21 +543,12 @@ fc_main() {
         return 0
     fi
 
-    # stage 1/1: "gpu-holders" (gpu-holders)
-    fc_reset_opts
-    opt_filter=''
-    opt_signal=TERM
-    opt_grace_ms=5000
-    opt_kill_wait_ms=3000
-    opt_tree=1
-    fc_stage 1 gpu-holders gpu-holders
-
     # verify: every GPU at or under max_used_mib before the deadline
     fc_reset_opts
     opt_max_used_mib=0
     opt_timeout_ms=0
     opt_interval_s=0.2
-    opt_settle_s=0.25
+    opt_settle_ms=250
     fc_verify
     fc_finish
 }
