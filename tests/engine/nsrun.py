@@ -1,6 +1,6 @@
 """Run a rendered script with ``bash -s`` inside a throw-away PID + mount namespace.
 
-Inside: a private tmpfs on /tmp, /run/lock and /dev (with /dev/null etc. bound back, fake
+Inside: a private tmpfs on /tmp, /run and /dev (with /dev/null etc. bound back, fake
 /dev/nvidia0..7, /dev/nvidiactl, /dev/nvidia-uvm and the /dev/nvidia-caps directory), and a
 fake ``nvidia-smi`` first on PATH. Nothing the script does can reach the host's processes:
 it only sees what the test's ``setup`` started in the namespace, and every process dies
@@ -29,7 +29,7 @@ FAKE_NVSMI = HERE / "fake_nvidia_smi.sh"
 PRELUDE = r"""
 set -e
 mount -t tmpfs tmpfs /tmp
-[[ -d /run/lock ]] && mount -t tmpfs tmpfs /run/lock
+mount -t tmpfs tmpfs /run
 mkdir /tmp/.hostdev
 mount --rbind /dev /tmp/.hostdev
 mount -t tmpfs tmpfs /dev

@@ -1,7 +1,7 @@
 """Rendered scripts executed with ``bash -s`` inside a PID + mount namespace of their own.
 
 Every workload is started inside the namespace by ``setup`` and dies with it; /tmp,
-/run/lock and /dev are private tmpfs mounts there, so nothing can touch the host. The
+/run and /dev are private tmpfs mounts there, so nothing can touch the host. The
 namespace's setup shell has "sglang" in its own argv: the seeds' failure is always present.
 """
 
@@ -181,10 +181,10 @@ def test_second_concurrent_run_reports_busy() -> None:
     # The first run holds the lock; in the meantime the second one runs.
     r = run_in_namespace(
         body,
-        setup="exec 8>/run/lock/fleetclean.lock; flock 8\n",
+        setup="mkdir -m 0700 /run/fleetclean-lock; exec 8>/run/fleetclean-lock/lock; flock 8\n",
         run="bash -s; exec 8>&-")
     assert r.report.busy
-    assert r.report.error == "host busy: another fleetclean run holds /run/lock/fleetclean.lock"
+    assert r.report.error == "host busy: another fleetclean run holds /run/fleetclean-lock/lock"
     assert r.report.stages == ()
 
 

@@ -201,9 +201,10 @@ def test_second_run_waits_lock_wait_then_reports_busy_or_serialises(
         assert busy.code == 2
         for h in busy.json()["hosts"]:
             assert h["status"] == "error"
-            # /run/lock if the node has it, else /tmp (the simulated nodes have no /run/lock)
-            assert "host busy: another fleetclean run holds" in h["error"], h["error"]
-            assert "fleetclean.lock" in h["error"]
+            # a root-only directory, never world-writable /run/lock or /tmp
+            assert h["error"] == (
+                "host busy: another fleetclean run holds /run/fleetclean-lock/lock"
+            ), h["error"]
             assert h["signalled"] == [] and h["stages"] == []
         waited = run_json(cli, fleet.inventory_path, "-e", "lock_wait=20", "-e", "grace=1")
         first_out, _ = first.communicate(timeout=60)

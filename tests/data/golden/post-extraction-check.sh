@@ -389,11 +389,29 @@ fc_reset_opts() {
     done
 }
 
+# A directory only this user can write to, for the lock: /run/lock and /tmp are
+# world-writable, where another user could hold the lock file or plant a symlink there.
+fc_lock_dir() {
+    local d
+    for d in /run/fleetclean-lock "${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/fleetclean-lock}" \
+        "/tmp/fleetclean-lock-$EUID"; do
+        [[ -n $d ]] || continue
+        mkdir -m 0700 "$d" 2>/dev/null
+        if [[ -d $d && ! -L $d && -O $d ]]; then
+            REPLY=$d
+            return 0
+        fi
+    done
+    return 1
+}
+
 # Take the per-host lock; "busy" if another run holds it past lock_wait seconds.
 fc_lock() {
-    local dir=/run/lock
-    [[ -d $dir && -w $dir ]] || dir=/tmp
-    FC_LOCK_PATH=$dir/fleetclean.lock
+    if ! fc_lock_dir; then
+        fc_rec lock none ""
+        return 0
+    fi
+    FC_LOCK_PATH=$REPLY/lock
     if ! command -v flock >/dev/null 2>&1; then
         fc_rec lock none "$FC_LOCK_PATH"
         return 0
