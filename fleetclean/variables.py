@@ -441,13 +441,41 @@ def _names(value: Any, where: Location | None) -> list[str]:
                       f"not {value!r}")
 
 
+# Command lines that no teardown means to target. A pattern matching several of them
+# ('.+', 's', '[a-z]') would signal most of a host.
+_BYSTANDERS = (
+    "/sbin/init", "sshd: root@notty", "-bash", "/usr/lib/systemd/systemd-journald",
+    "/usr/sbin/cron -f", "sleep 60", "/usr/bin/dockerd -H fd://", "tmux", "vim notes.txt",
+    "top",
+)
+
+
+def check_target_pattern(value: Any, where: Location | None, what: str) -> str:
+    """A stage's target pattern: a valid ERE (see :func:`check_ere`) that is not so broad
+    that it matches ordinary processes.
+
+    >>> check_target_pattern("sglang", None, "pattern")
+    'sglang'
+    >>> check_target_pattern(".+", None, "pattern")
+    Traceback (most recent call last):
+    fleetclean.errors.VariableError: pattern: '.+' would match ordinary processes ...
+    """
+    text = check_ere(value, where, what)
+    hits = [c for c in _BYSTANDERS if re.search(text, c)]
+    if len(hits) >= 3:
+        shown = ", ".join(repr(c) for c in hits[:3])
+        raise _err(where, f"{what}: {text!r} would match ordinary processes such as {shown}",
+                   "make the pattern name what you mean to stop, e.g. sglang.launch_server")
+    return text
+
+
 def _ere_or_empty(value: Any, where: Location | None, what: str) -> str:
     text = _text(value, where, what)
     return check_ere(text, where, what) if text else ""
 
 
 _CHECKS: dict[str, Any] = {
-    "pattern": check_ere,
+    "pattern": check_target_pattern,
     "filter": _ere_or_empty,
     "wait_for_line": _ere_or_empty,
     "grace": _number,

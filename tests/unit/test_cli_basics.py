@@ -50,3 +50,17 @@ def test_an_empty_pattern_is_refused_because_it_would_match_every_process(var: s
     assert code == 4
     assert out == ""
     assert "is empty, so it would match every process" in err
+
+
+@pytest.mark.parametrize("pattern", [".+", "s", "[a-z]", ".*x*"])
+def test_a_catch_all_pattern_is_refused_before_anything_is_sent(pattern: str) -> None:
+    code, out, err = run("show", "post-extraction", "-e", f"server_pattern={pattern}")
+    assert code == 4
+    assert out == ""
+    assert "would match ordinary processes" in err or "matches the empty string" in err
+
+
+@pytest.mark.parametrize("pattern", ["sglang", "python3", "bash|sshd", "train_worker"])
+def test_specific_patterns_are_accepted(pattern: str) -> None:
+    code, out, _ = run("show", "post-extraction", "-e", f"server_pattern={pattern}")
+    assert code == 0 and out.startswith("#!/usr/bin/env bash")
