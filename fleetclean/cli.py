@@ -277,19 +277,41 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     hosts = _select_hosts(args, env)
     name, jobs, extra = _render_jobs(args.playbook, hosts, args.extra_vars,
                                      check=args.check, force=args.force)
+    record = None if args.no_record else _start_record(name, jobs, args, env, argv=argv,
+                                                       extra=extra)
     result = _execute(name, jobs, args, env)
-    if not args.no_record:
+    if record is not None:
         try:
-            path = records.write_record(result, argv=argv, inventory=args.inventory,
-                                        variables=extra, check=args.check)
+            path = record.finish(result)
             if not (args.json or args.csv):
                 env.console(stderr=True).print(f"record: {path}", style="dim", markup=False)
         except OSError as exc:
-            env.console(stderr=True).print(f"fleetclean: warning: no run record: {exc}")
+            _error_line(env, f"fleetclean: warning: run record not completed: {exc}")
     _emit(result, args, env)
     if args.check and not (args.json or args.csv):
         report.print_check(env.console(), result)
     return int(result.exit_status)
+
+
+def _start_record(
+    name: str,
+    jobs: list[fleet.Job],
+    args: argparse.Namespace,
+    env: Env,
+    *,
+    argv: list[str],
+    extra: dict[str, Any],
+) -> records.RunRecord | None:
+    """Write the record before the first connection, so that a controller killed mid-run
+    still leaves a trace of what it was doing and where."""
+    try:
+        return records.RunRecord.start(
+            playbook=name, hosts=[j.host.name for j in jobs], argv=argv,
+            inventory=args.inventory, variables=extra, check=args.check,
+        )
+    except OSError as exc:
+        _error_line(env, f"fleetclean: warning: no run record: {exc}")
+        return None
 
 
 def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
@@ -379,7 +401,13 @@ def cmd_history(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
                               markup=False)
             for c in change["changes"]:
                 console.print(f"  {host}: {c}", markup=False)
-        console.print(report.summary_line(_result_from_json(record["result"])), markup=False)
+        if record.get("result") is None:
+            console.print("INCOMPLETE: the controller stopped before the end; what ran on "
+                          f"{', '.join(record.get('hosts', []))} is unknown: check with "
+                          "'fleetclean status'", markup=False)
+        else:
+            console.print(report.summary_line(_result_from_json(record["result"])),
+                          markup=False)
         return int(ExitStatus.OK)
     paths = records.list_records()
     if not paths:
@@ -389,10 +417,15 @@ def cmd_history(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        s = data["result"]["summary"]
+        if data.get("result") is None:
+            outcome = (f"{len(data.get('hosts', []))} hosts  INCOMPLETE: the controller "
+                       "stopped before the end; see 'fleetclean history ID'")
+        else:
+            s = data["result"]["summary"]
+            outcome = (f"{s['hosts']} hosts {s['clean']} clean {s['dirty']} dirty "
+                       f"{s['failed']} failed")
         env.stdout.write(
-            f"{data['id']}  {data['started_at']}  {data['playbook']:<16} "
-            f"{s['hosts']} hosts {s['clean']} clean {s['dirty']} dirty {s['failed']} failed"
+            f"{data['id']}  {data['started_at']}  {data['playbook']:<16} {outcome}"
             f"{'  (check)' if data.get('check') else ''}"
             f"{'  (interrupted)' if data.get('interrupted') else ''}\n"
         )

@@ -33,45 +33,78 @@ def runs_dir() -> Path:
     return state_dir() / "runs"
 
 
-def write_record(
-    result: RunResult,
-    *,
-    argv: Sequence[str],
-    inventory: str | None,
-    variables: Mapping[str, Any],
-    check: bool,
-) -> Path:
-    """Write one run's record atomically; returns its path."""
-    now = time.time()
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"-{os.getpid()}"
-    record = {
-        "id": stamp,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - result.duration_s)),
-        "user": _user(),
-        "controller": socket.gethostname(),
-        "argv": list(argv),
-        "inventory": inventory,
-        "playbook": result.playbook,
-        "check": check,
-        "variables": dict(variables),
-        "interrupted": result.interrupted,
-        "exit_status": int(result.exit_status),
-        "result": to_json(result),
-        "changes": {
-            h.host: {
-                "signalled": host_json(h)["signalled"],
-                "changes": [c for s in h.stages for c in s.changes],
-            }
-            for h in result.hosts
-        },
-    }
-    directory = runs_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{stamp}-{result.playbook}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2, default=str))
-    tmp.replace(path)
-    return path
+class RunRecord:
+    """One run's record, written when the run starts and completed when it ends.
+
+    The first write says who ran what on which hosts, with ``result: null``; if the
+    controller dies mid-run (SIGKILL, a closed laptop), that is what stays, and ``history``
+    shows the run as incomplete instead of not at all.
+
+    >>> rec = RunRecord.start(playbook="pre-restart", hosts=["gpu01"], argv=["run"],
+    ...                       inventory="lab.yml", variables={}, check=False)
+    >>> rec.finish(result)   # same file, now with the result and what changed
+    """
+
+    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        self.path = path
+        self.data = data
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        playbook: str,
+        hosts: Sequence[str],
+        argv: Sequence[str],
+        inventory: str | None,
+        variables: Mapping[str, Any],
+        check: bool,
+    ) -> RunRecord:
+        now = time.time()
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"-{os.getpid()}"
+        data: dict[str, Any] = {
+            "id": stamp,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+            "user": _user(),
+            "controller": socket.gethostname(),
+            "argv": list(argv),
+            "inventory": inventory,
+            "playbook": playbook,
+            "hosts": list(hosts),
+            "check": check,
+            "variables": dict(variables),
+            "interrupted": False,
+            "exit_status": None,
+            "result": None,
+            "changes": {},
+        }
+        directory = runs_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        record = cls(directory / f"{stamp}-{playbook}.json", data)
+        record._write()
+        return record
+
+    def finish(self, result: RunResult) -> Path:
+        self.data.update(
+            interrupted=result.interrupted,
+            exit_status=int(result.exit_status),
+            result=to_json(result),
+            changes={
+                h.host: {
+                    "signalled": host_json(h)["signalled"],
+                    "changes": [c for s in h.stages for c in s.changes],
+                }
+                for h in result.hosts
+            },
+        )
+        self._write()
+        return self.path
+
+    def _write(self) -> None:
+        # Write then rename: a reader never sees half a record.
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=2, default=str))
+        tmp.replace(self.path)
 
 
 def _user() -> str:

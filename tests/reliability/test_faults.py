@@ -279,7 +279,11 @@ def test_controller_killed_mid_stage_node_finishes_and_releases_lock(
     while alive(fleet, "node01", holdout) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert alive(fleet, "node01", holdout) == [], "the script went on and killed it"
-    assert not list((tmp_path / "state" / "runs").glob("*.json")), "no record: it died"
+    # The record written at the start stays, incomplete: history can say what was running.
+    (path,) = (tmp_path / "state" / "runs").glob("*.json")
+    record = json.loads(path.read_text())
+    assert record["result"] is None and record["hosts"] == ["node01"]
+    assert record["playbook"] == "post-extraction"
     after = run_json(cli, fleet.inventory_path, "-e", "lock_wait=5", "-e", "grace=1")
     assert after.code == 0, after.out
     assert after.host("node01")["status"] == "clean"

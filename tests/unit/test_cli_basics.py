@@ -64,3 +64,19 @@ def test_a_catch_all_pattern_is_refused_before_anything_is_sent(pattern: str) ->
 def test_specific_patterns_are_accepted(pattern: str) -> None:
     code, out, _ = run("show", "post-extraction", "-e", f"server_pattern={pattern}")
     assert code == 0 and out.startswith("#!/usr/bin/env bash")
+
+
+def test_a_run_whose_controller_died_shows_as_incomplete_in_history(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fleetclean.records import RunRecord
+
+    monkeypatch.setenv("FLEETCLEAN_STATE_DIR", str(tmp_path))
+    record = RunRecord.start(playbook="post-extraction", hosts=["gpu01", "gpu02"],
+                             argv=["run", "post-extraction"], inventory="lab.yml",
+                             variables={"grace": "5"}, check=False)
+    code, out, _ = run("history")
+    assert code == 0
+    assert "post-extraction" in out and "2 hosts  INCOMPLETE" in out
+    code, out, _ = run("history", record.data["id"])
+    assert "what ran on gpu01, gpu02 is unknown" in out
