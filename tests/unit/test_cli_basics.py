@@ -79,4 +79,4 @@ def test_a_run_whose_controller_died_shows_as_incomplete_in_history(
     assert code == 0
     assert "post-extraction" in out and "2 hosts  INCOMPLETE" in out
     code, out, _ = run("history", record.data["id"])
-    assert "what ran on gpu01, gpu02 is unknown" in out
+    assert "what ran on gpu01, gpu02 is unknown" in " ".join(out.split())
