@@ -10,13 +10,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetclean.errors import SimError
-from fleetclean.sim.fleet import SimFleet
 from fleetclean.sim.launcher import gpu_list
 from fleetclean.sim.layout import STATE_DIR_ENV
 from fleetclean.sim.node import FAULTS
+
+if TYPE_CHECKING:
+    from fleetclean.sim.fleet import SimFleet
 
 KINDS = ("sglang", "stubborn", "slow", "orphan", "monitor", "persistenced", "writer", "respawn")
 RAW = argparse.RawDescriptionHelpFormatter
@@ -117,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     if command == "down":
         _down(args.state_dir)
         return 0
+    from fleetclean.sim.fleet import SimFleet
+
     fleet = SimFleet.load(args.state_dir)
     if command == "status":
         _status(fleet)
@@ -133,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
+    from fleetclean.sim.fleet import SimFleet
+
     fleet = SimFleet.up(args.nodes, args.state_dir, subnet=args.subnet)
     for kind in args.workload:
         for sim_node in fleet.nodes:
@@ -152,6 +158,8 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(state_dir: Path | None) -> None:
+    from fleetclean.sim.fleet import SimFleet
+
     root = SimFleet.down_dir(state_dir)
     print(f"simulated fleet in {root} is down")
 
