@@ -801,20 +801,25 @@ fc_verify() {
     esac
 }
 
-# Compute apps (nvidia-smi) and device-file holders (/proc), one record each.
+# The processes holding GPUs, one record each: device-file holders, else compute apps.
 fc_report_holders() {
-    local out line pid target
+    local out line pid target any_holder=0
+    # Device-file holders first: one `ls` names each process and the GPU it holds. Ask
+    # nvidia-smi (a second call, 20 ms of a busy host's status) only when that found
+    # nobody, e.g. when the holder lives in a container whose processes we cannot see.
+    while read -r pid _ target; do
+        [[ $target =~ ^/dev/nvidia[0-9]+$ ]] || continue
+        fc_cmdline "$pid"
+        fc_rec holder "$pid" "$target" "$REPLY"
+        any_holder=1
+    done < <(fc_open_fds /dev/nvidia)
+    ((any_holder)) && return 0
     if out=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
         --format=csv,noheader,nounits 2>/dev/null); then
         while IFS= read -r line; do
             [[ -n ${line//[[:space:]]/} ]] && fc_rec app "$line"
         done <<<"$out"
     fi
-    while read -r pid _ target; do
-        [[ $target =~ ^/dev/nvidia[0-9]+$ ]] || continue
-        fc_cmdline "$pid"
-        fc_rec holder "$pid" "$target" "$REPLY"
-    done < <(fc_open_fds /dev/nvidia)
 }
 
 fc_main() {
