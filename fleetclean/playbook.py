@@ -48,13 +48,14 @@ STAGE_OPTIONS: dict[str, dict[str, Any]] = {
 }
 """Every stage type with its options and their defaults."""
 
-# settle: once every GPU reads clean, read again this much later; a holder that a
-# supervisor respawns (systemd's default RestartSec is 100 ms) shows up there as dirty.
+# settle: when a killed GPU holder's parent lives on, a clean read counts only once this
+# long has passed since the last signal; a holder that its supervisor respawns (systemd's
+# default RestartSec is 100 ms, plus the start-up of the process) shows up there as dirty.
 VERIFY_OPTIONS: dict[str, Any] = {
     "max_used_mib": 0,
     "timeout": 30,
     "interval": 0.2,
-    "settle": 0.25,
+    "settle": 1.0,
 }
 VERIFY_ALIASES = {"verify_timeout": "timeout", "poll_interval": "interval"}
 TOP_KEYS = ("name", "description", "vars", "stages", "verify", "read_only")

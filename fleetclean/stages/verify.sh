@@ -54,11 +54,11 @@ fc_verify() {
         else
             state=ok
         fi
-        # A first clean read is confirmed once opt_settle_ms have passed since the last
-        # signal this run sent: a holder respawned by a supervisor would otherwise pass as
-        # clean in the gap between kill and restart. With no signal sent there is nothing
-        # of ours to respawn, and the time the targets took to die counts towards it.
-        if [[ $state == ok ]] && ((!FC_CHECK && !settled && FC_LAST_SIGNAL_US)); then
+        # Where a killed GPU holder's parent lives on (see fc_note_respawn_risk), a first
+        # clean read is confirmed once opt_settle_ms have passed since the last signal: a
+        # holder respawned by its supervisor would otherwise pass as clean in the gap
+        # between kill and restart. The time the targets took to die counts towards it.
+        if [[ $state == ok ]] && ((!FC_CHECK && !settled && FC_RESPAWN_RISK)); then
             settled=1
             fc_now_us
             left=$((opt_settle_ms - (REPLY - FC_LAST_SIGNAL_US) / 1000))

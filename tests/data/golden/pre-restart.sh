@@ -234,6 +234,7 @@ fc_escalate() {
         cmd[$p]=${FC_CMD[$p]}
     done
     FC_SIGNALLED=0
+    fc_note_respawn_risk "$@"
     fc_send "$sig" "$@"
     fc_wait_gone "$grace_ms" "$@"
     if ((${#FC_LEFT[@]})) && [[ $sig != KILL ]]; then
@@ -251,6 +252,33 @@ fc_escalate() {
         fc_wait_gone "$kill_ms" "${FC_TARGETS[@]}"
     fi
     FC_REMAINING=${#FC_LEFT[@]}
+}
+
+# A GPU holder whose parent we leave alive may be started again by it (a supervisor,
+# systemd's Restart=): then the verification must confirm a clean read after a settle
+# time. A holder whose whole tree goes (an SGLang server and its workers) needs no wait.
+fc_note_respawn_risk() {
+    local -A targeted=()
+    local p
+    for p in "$@"; do
+        targeted[$p]=1
+    done
+    for p in "$@"; do
+        [[ -n ${targeted[${FC_PPID[$p]:-0}]:-} ]] && continue
+        if fc_holds_gpu "$p"; then
+            FC_RESPAWN_RISK=1
+            return 0
+        fi
+    done
+}
+
+# True when PID has a /dev/nvidiaN open.
+fc_holds_gpu() {
+    local line
+    while IFS= read -r line; do
+        [[ $line == *" -> /dev/nvidia"[0-9]* ]] && return 0
+    done < <(LC_ALL=C ls -l "/proc/$1/fd" 2>/dev/null)
+    return 1
 }
 
 # Signal each (pid, starttime) still alive; one "signal" record each.
@@ -355,6 +383,7 @@ fc_open_fds() {
 FC_HALT=0
 FC_IDX=0
 FC_LAST_SIGNAL_US=0
+FC_RESPAWN_RISK=0
 declare -A FC_CLAIMED=()
 
 # fc_stage INDEX NAME TYPE: run fc_stage_TYPE and report one "end" record for it.
@@ -572,11 +601,11 @@ fc_verify() {
         else
             state=ok
         fi
-        # A first clean read is confirmed once opt_settle_ms have passed since the last
-        # signal this run sent: a holder respawned by a supervisor would otherwise pass as
-        # clean in the gap between kill and restart. With no signal sent there is nothing
-        # of ours to respawn, and the time the targets took to die counts towards it.
-        if [[ $state == ok ]] && ((!FC_CHECK && !settled && FC_LAST_SIGNAL_US)); then
+        # Where a killed GPU holder's parent lives on (see fc_note_respawn_risk), a first
+        # clean read is confirmed once opt_settle_ms have passed since the last signal: a
+        # holder respawned by its supervisor would otherwise pass as clean in the gap
+        # between kill and restart. The time the targets took to die counts towards it.
+        if [[ $state == ok ]] && ((!FC_CHECK && !settled && FC_RESPAWN_RISK)); then
             settled=1
             fc_now_us
             left=$((opt_settle_ms - (REPLY - FC_LAST_SIGNAL_US) / 1000))
@@ -677,7 +706,7 @@ fc_main() {
     opt_max_used_mib=0
     opt_timeout_ms=30000
     opt_interval_s=0.05
-    opt_settle_ms=250
+    opt_settle_ms=1000
     fc_verify
     fc_finish
 }
