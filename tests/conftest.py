@@ -1,4 +1,4 @@
-"""Shared fixtures: the simulated fleet.
+"""Shared fixtures: the simulated fleet, and the real CLI run in-process against it.
 
 Tests marked ``sim`` need Linux, root, unshare/nsenter and /usr/sbin/sshd; elsewhere they
 are skipped with the reason. ``sim_fleet_factory`` gives each test its own fleets, each in
@@ -8,18 +8,22 @@ or not, then checks that no process the simulator started is left.
 
 from __future__ import annotations
 
+import io
 import itertools
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from simhelp import Cli, CliResult, down_checked, listening, module_subnet
+
+from fleetclean.cli import Env, main
 
 SIM_SKIP_REASON: str | None = None
 try:
     from fleetclean.errors import SimError
     from fleetclean.sim import SimFleet
-    from fleetclean.sim import pids as sim_pids
     from fleetclean.sim.fleet import check_host
 
     check_host()
@@ -43,15 +47,9 @@ def free_subnet() -> int:
     pytest processes on one machine rarely try the same one."""
     for _ in range(150):
         subnet = 100 + (os.getpid() * 7 + next(_subnets)) % 150
-        if not _listening(f"127.{subnet}.1.1"):
+        if not listening(f"127.{subnet}.1.1"):
             return subnet
     raise RuntimeError("no free 127.S.0.0/16 subnet for a simulated fleet")
-
-
-def _listening(address: str) -> bool:
-    want = "{:08X}:0016".format(int.from_bytes(bytes(map(int, address.split("."))), "little"))
-    with open("/proc/net/tcp") as f:
-        return any(line.split()[1] == want for line in list(f)[1:])
 
 
 @pytest.fixture
@@ -68,10 +66,27 @@ def sim_fleet_factory(
 
     yield make
     for fleet in made:
-        recorded = sim_pids.load(fleet.layout.pid_file)
-        fleet.down()
-        left = [e for e in recorded if sim_pids.is_alive(e)]
-        assert not left, f"simulator processes left after down: {left}"
+        down_checked(fleet)
+
+
+@pytest.fixture(scope="module")
+def module_fleet_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[[int], SimFleet]]:
+    """``make(n)`` -> a fleet shared by one module's tests (its own 127.S subnet, in 20..89),
+    all down at module end."""
+    if SIM_SKIP_REASON is not None:
+        pytest.skip(SIM_SKIP_REASON)
+    made: list[SimFleet] = []
+
+    def make(n: int) -> SimFleet:
+        fleet = SimFleet.up(n, tmp_path_factory.mktemp("simmod"), subnet=module_subnet())
+        made.append(fleet)
+        return fleet
+
+    yield make
+    for fleet in made:
+        down_checked(fleet)
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +113,20 @@ def sim_subnet() -> int:
 def nvidia_smi_fixtures() -> Path:
     """Real nvidia-smi outputs (see tests/data/nvidia-smi/README.md)."""
     return Path(__file__).parent / "data" / "nvidia-smi" / "h200"
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """``cli("run", "post-extraction", "-i", inv, "--json")`` -> CliResult: the real CLI,
+    in-process, with its run records in this test's own state dir."""
+    monkeypatch.setenv("FLEETCLEAN_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("NO_COLOR", "1")
+
+    def run(*argv: str | Path) -> CliResult:
+        out, err = io.StringIO(), io.StringIO()
+        env = Env(stdout=out, stderr=err, environ={"NO_COLOR": "1"})
+        t0 = time.monotonic()
+        code = main([str(a) for a in argv], env)
+        return CliResult(code, out.getvalue(), err.getvalue(), time.monotonic() - t0)
+
+    return run

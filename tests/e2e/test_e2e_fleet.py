@@ -8,26 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from simhelp import Cli, edit_inventory
 
-from fleetclean.sim import SimFleet
-
-Cli = Callable[..., Any]
 pytestmark = pytest.mark.sim
-
-
-def edit_inventory(fleet: SimFleet, dest: Path, **host_vars: dict[str, Any]) -> Path:
-    """A copy of the simulator's inventory with some host variables changed."""
-    data = yaml.safe_load(fleet.inventory_path.read_text())
-    for host, changes in host_vars.items():
-        data["all"]["hosts"][host].update(changes)
-    dest.write_text(yaml.safe_dump(data))
-    return dest
 
 
 @pytest.mark.slow

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
+from simhelp import Cli
 
-Cli = Callable[..., Any]
 pytestmark = pytest.mark.sim
 
 

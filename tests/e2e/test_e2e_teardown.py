@@ -4,21 +4,10 @@ still runs, the file was restored, the table shows 0 MiB."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import pytest
-
-from fleetclean.sim import SimFleet
-
-Cli = Callable[..., Any]
+from simhelp import Cli, alive
 
 pytestmark = pytest.mark.sim
-
-
-def alive(fleet: SimFleet, node: str, pids: list[int]) -> list[int]:
-    running = {p.pid for p in fleet.processes(node)}
-    return [p for p in pids if p in running]
 
 
 def test_sglang_orphan_stubborn_and_slow_are_all_gone_and_gpus_free(

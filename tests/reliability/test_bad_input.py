@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from relhelp import Cli, ssh_log_count
+from simhelp import Cli, ssh_log_count
 
 from fleetclean.sim import SimFleet
 

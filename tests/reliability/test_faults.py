@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from relhelp import Cli, alive, edit_inventory, ssh_log_count
+from simhelp import Cli, alive, edit_inventory, ssh_log_count
 
 from fleetclean.sim import SimFleet
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from relhelp import Cli, alive
+from simhelp import Cli, alive
 
 from fleetclean.sim import SimFleet
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from relhelp import Cli
+from simhelp import Cli
 
 from fleetclean.sim import SimFleet
 

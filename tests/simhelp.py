@@ -1,4 +1,8 @@
-"""Helpers of the reliability suite (imported by its tests and its conftest)."""
+"""Helpers shared by the tests that drive the CLI against the simulated fleet.
+
+``tests/`` is on ``sys.path`` (pytest puts the directory of ``tests/conftest.py`` there), so
+any test imports them with ``from simhelp import ...``.
+"""
 
 from __future__ import annotations
 
@@ -32,7 +36,8 @@ class CliResult:
 Cli = Callable[..., CliResult]
 
 
-def _listening(address: str) -> bool:
+def listening(address: str) -> bool:
+    """True when something listens on address:22 (read from /proc: no probe connection)."""
     want = "{:08X}:0016".format(int.from_bytes(bytes(map(int, address.split("."))), "little"))
     with open("/proc/net/tcp") as f:
         return any(line.split()[1] == want for line in list(f)[1:])
@@ -43,7 +48,7 @@ def module_subnet() -> int:
     per-test fleets use 100..249, so the two never meet)."""
     for i in range(70):
         subnet = 20 + (os.getpid() * 11 + i) % 70
-        if not _listening(f"127.{subnet}.1.1"):
+        if not listening(f"127.{subnet}.1.1"):
             return subnet
     raise RuntimeError("no free subnet for a module fleet")
 
@@ -74,5 +79,16 @@ def edit_inventory(fleet: SimFleet, dest: Path, *, group_vars: dict[str, Any] | 
 
 
 def alive(fleet: SimFleet, node: str, pids: list[int]) -> list[int]:
+    """The PIDs of ``pids`` still running in ``node``."""
     running = {p.pid for p in fleet.processes(node)}
     return [p for p in pids if p in running]
+
+
+def down_checked(fleet: SimFleet) -> None:
+    """Stop ``fleet`` and fail if any process it started outlives ``down``."""
+    from fleetclean.sim import pids as sim_pids
+
+    recorded = sim_pids.load(fleet.layout.pid_file)
+    fleet.down()
+    left = [e for e in recorded if sim_pids.is_alive(e)]
+    assert not left, f"simulator processes left after down: {left}"
