@@ -176,7 +176,7 @@ def _dirty_reason(report: ScriptReport) -> str:
         gpus = f"{len(busy)} GPUs in use ({sum(g.memory_used_mib or 0 for g in busy)} MiB)"
     else:
         gpus = ", ".join(f"GPU{g.index} {g.memory_used_mib} MiB" for g in busy) or "above limit"
-    shown = report.processes[:3]
+    shown = sorted(report.processes, key=lambda p: p.pid)[:3]
     holders = ", ".join(f"{p.pid} {_short(p.name)}" for p in shown)
     more = len(report.processes) - len(shown)
     if more > 0:
