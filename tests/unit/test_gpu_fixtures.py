@@ -75,3 +75,26 @@ def test_summary_of_the_real_gpu_run() -> None:
     summary = json.loads((DATA / "summary.json").read_text())
     assert summary["ok"] is True and all(summary["checks"].values())
     assert summary["after_mib"] == summary["idle_mib"] == [0]
+
+
+X2 = Path(__file__).parent.parent / "data" / "gpu" / "h200x2"
+
+
+def test_status_on_a_two_gpu_machine_lists_every_gpu() -> None:
+    (host,) = json.loads((X2 / "status_all.json").read_text())["hosts"]
+    assert host["status"] == "clean"
+    assert [(g["index"], g["memory_used_mib"], g["memory_total_mib"]) for g in host["gpus"]] == [
+        (0, 0, 143771), (1, 0, 143771)]
+    rows = parse_query_gpu("".join((X2 / "q_idle.txt").read_text().splitlines(True)[:-1]),
+                           GPU_FIELDS, nounits=True, header=False)
+    assert [g.uuid for g in rows] == [g["uuid"] for g in host["gpus"]]
+    table = (X2 / "status_all.txt").read_text()
+    assert "GPU0  GPU1" in table and "1 hosts: 1 clean" in table
+
+
+def test_teardown_on_the_two_gpu_machine_freed_only_gpu0_it_held() -> None:
+    summary = json.loads((X2 / "summary.json").read_text())
+    assert summary["held_mib"][0] > 40000 and summary["held_mib"][1] == 0
+    assert summary["after_mib"] == [0, 0] and summary["ok"] is True
+    teardown = json.loads((X2 / "teardown.json").read_text())
+    assert teardown["summary"]["clean"] == 1
