@@ -181,4 +181,7 @@ def _dirty_reason(report: ScriptReport) -> str:
     more = len(report.processes) - len(shown)
     if more > 0:
         holders += f" (+{more} more)"
-    return f"{gpus}" + (f"; held by {holders}" if holders else "")
+    reason = f"{gpus}" + (f"; held by {holders}" if holders else "")
+    if report.verify_message.startswith("respawned"):
+        reason += f"; {report.verify_message}"
+    return reason

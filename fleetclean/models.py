@@ -126,6 +126,7 @@ class ScriptReport:
     verified: bool | None = None  # None: the playbook has no verification or it never ran
     error: str | None = None  # a host-level error a person can act on (nvidia-smi, lock, ...)
     busy: bool = False
+    verify_message: str = ""  # the verification's own words ("respawned after it was ...")
 
 
 @dataclass(frozen=True)

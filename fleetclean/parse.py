@@ -172,7 +172,7 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
     error = "; ".join(dict.fromkeys(st.errors)) or None
     return ScriptReport(stages=tuple(stages), gpus=gpus, processes=processes,
                         signalled=tuple(st.signalled), verified=verified, error=error,
-                        busy=st.busy)
+                        busy=st.busy, verify_message=st.verify_message)
 
 
 def _truncated(st: _State) -> str:

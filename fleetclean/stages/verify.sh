@@ -5,6 +5,7 @@
 # holders as records. Any nvidia-smi failure is reported with its own message.
 fc_verify() {
     local max=$opt_max_used_mib out rc t0 state line used n over unknown settled=0 left wait_s
+    local respawn=""
     local no_number=""
     local -a rows=()
     fc_rec stage verify verify verify
@@ -68,6 +69,13 @@ fc_verify() {
                 continue
             fi
         fi
+        # After the settle, a watched parent with a new child is restarting what we
+        # killed, however slowly that child starts: wait for it up to the deadline, and
+        # call the host dirty even if it has not taken its GPU yet.
+        if [[ $state == ok ]] && ((!FC_CHECK && settled)) && fc_respawned; then
+            respawn=$REPLY
+            state=dirty
+        fi
         [[ $state == dirty ]] || break
         fc_now_us
         ((FC_CHECK || (REPLY - t0) / 1000 >= opt_timeout_ms)) && break
@@ -84,7 +92,13 @@ fc_verify() {
     [[ $state == ok ]] || fc_report_holders
     case $state in
         ok) fc_rec verify ok "$max" "$ms" "every GPU at or under $max MiB" ;;
-        dirty) fc_rec verify dirty "$max" "$ms" "$over GPU(s) above $max MiB after ${ms} ms" ;;
+        dirty)
+            if [[ -n $respawn ]]; then
+                fc_rec verify dirty "$max" "$ms" "respawned after it was killed: $respawn"
+            else
+                fc_rec verify dirty "$max" "$ms" "$over GPU(s) above $max MiB after ${ms} ms"
+            fi
+            ;;
         unknown) fc_rec verify unknown "$max" "$ms" \
             "nvidia-smi gave no number for memory.used:$no_number (check the driver: run nvidia-smi on the host)" ;;
         *) fc_rec verify error "$max" "$ms" "nvidia-smi listed no GPU: $out" ;;

@@ -259,21 +259,47 @@ fc_escalate() {
 }
 
 # A GPU holder whose parent we leave alive may be started again by it (a supervisor,
-# systemd's Restart=): then the verification must confirm a clean read after a settle
-# time. A holder whose whole tree goes (an SGLang server and its workers) needs no wait.
+# systemd's Restart=): remember that parent, and which processes existed before the
+# signal, so that the verification can wait out a settle time and then tell a restarted
+# child from an old one (fc_respawned). A holder whose whole tree goes (an SGLang server
+# and its workers) needs neither.
 fc_note_respawn_risk() {
     local -A targeted=()
-    local p
+    local p q parent
     for p in "$@"; do
         targeted[$p]=1
     done
     for p in "$@"; do
-        [[ -n ${targeted[${FC_PPID[$p]:-0}]:-} ]] && continue
-        if fc_holds_gpu "$p"; then
+        parent=${FC_PPID[$p]:-0}
+        [[ -n ${targeted[$parent]:-} ]] && continue
+        fc_holds_gpu "$p" || continue
+        if ((!FC_RESPAWN_RISK)); then
             FC_RESPAWN_RISK=1
-            return 0
+            for q in "${FC_PIDS[@]}"; do
+                FC_BEFORE[$q]=${FC_START[$q]}
+            done
         fi
+        # PID 1 is watched too (systemd restarts services); what is watched for is a new
+        # child running the same program, so that an unrelated job started meanwhile is
+        # not taken for a respawn.
+        ((parent > 0)) && FC_WATCH[$parent]+="|${FC_COMM[$p]}|"
     done
+}
+
+# True (REPLY names it) when a watched parent has a child, running the program of a holder
+# we killed, that did not exist before the signal: that holder is being started again.
+fc_respawned() {
+    local q parent
+    ((${#FC_WATCH[@]})) || return 1
+    fc_scan
+    for q in "${FC_PIDS[@]}"; do
+        parent=${FC_PPID[$q]}
+        [[ ${FC_WATCH[$parent]:-} == *"|${FC_COMM[$q]}|"* ]] || continue
+        [[ ${FC_BEFORE[$q]:-} == "${FC_START[$q]}" ]] && continue
+        REPLY="pid $q (${FC_CMD[$q]}) started by pid $parent (${FC_CMD[$parent]:-?})"
+        return 0
+    done
+    return 1
 }
 
 # True when PID has a /dev/nvidiaN open.
@@ -388,6 +414,7 @@ FC_HALT=0
 FC_IDX=0
 FC_LAST_SIGNAL_US=0
 FC_RESPAWN_RISK=0
+declare -A FC_WATCH=() FC_BEFORE=()
 declare -A FC_CLAIMED=()
 
 # fc_stage INDEX NAME TYPE: run fc_stage_TYPE and report one "end" record for it.
@@ -744,6 +771,7 @@ fc_stage_remove() {
 # holders as records. Any nvidia-smi failure is reported with its own message.
 fc_verify() {
     local max=$opt_max_used_mib out rc t0 state line used n over unknown settled=0 left wait_s
+    local respawn=""
     local no_number=""
     local -a rows=()
     fc_rec stage verify verify verify
@@ -807,6 +835,13 @@ fc_verify() {
                 continue
             fi
         fi
+        # After the settle, a watched parent with a new child is restarting what we
+        # killed, however slowly that child starts: wait for it up to the deadline, and
+        # call the host dirty even if it has not taken its GPU yet.
+        if [[ $state == ok ]] && ((!FC_CHECK && settled)) && fc_respawned; then
+            respawn=$REPLY
+            state=dirty
+        fi
         [[ $state == dirty ]] || break
         fc_now_us
         ((FC_CHECK || (REPLY - t0) / 1000 >= opt_timeout_ms)) && break
@@ -823,7 +858,13 @@ fc_verify() {
     [[ $state == ok ]] || fc_report_holders
     case $state in
         ok) fc_rec verify ok "$max" "$ms" "every GPU at or under $max MiB" ;;
-        dirty) fc_rec verify dirty "$max" "$ms" "$over GPU(s) above $max MiB after ${ms} ms" ;;
+        dirty)
+            if [[ -n $respawn ]]; then
+                fc_rec verify dirty "$max" "$ms" "respawned after it was killed: $respawn"
+            else
+                fc_rec verify dirty "$max" "$ms" "$over GPU(s) above $max MiB after ${ms} ms"
+            fi
+            ;;
         unknown) fc_rec verify unknown "$max" "$ms" \
             "nvidia-smi gave no number for memory.used:$no_number (check the driver: run nvidia-smi on the host)" ;;
         *) fc_rec verify error "$max" "$ms" "nvidia-smi listed no GPU: $out" ;;
