@@ -333,10 +333,15 @@ def main() -> int:
             script.write_text(run_measured(fc("show", "post-extraction", "-i", str(inv[big]),
                                               "--host", names[0]), env=env)[3])
             scale = {n: Sample() for n in args.sizes}
+            status_scale = {n: Sample() for n in args.sizes}
             pssh_pe = Sample()
             for _ in range(reps):
                 for n in args.sizes:
                     spawn_all(fleet, names[:n])
+                    # status of the busy nodes first (read-only), then their teardown
+                    w, *_ = run_measured(fc("status", "-i", str(inv[n])), env=env,
+                                         ok=lambda rc, o: rc in (0, 1))
+                    status_scale[n].wall.append(w)
                     w, c, r, _o = run_measured(fc("run", "post-extraction", "-i", str(inv[n])),
                                                env=env)
                     scale[n].wall.append(w)
@@ -351,6 +356,8 @@ def main() -> int:
                     print(f"  note: parallel-ssh run left {len(left)} busy GPUs", file=sys.stderr)
             for n in args.sizes:
                 rows.append(Row("2", f"post-extraction, {n} nodes", scale[n]))
+            for n in args.sizes:
+                rows.append(Row("2", f"status, {n} busy nodes", status_scale[n]))
             rows.append(Row("4", f"post-extraction, {big} nodes vs parallel-ssh (same script)",
                             scale[big], pssh_pe, "parallel-ssh", ">= 1x", lambda r: r >= 1))
             cpu = Sample(wall=[c / big for c in scale[big].cpu])

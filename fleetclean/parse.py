@@ -159,7 +159,9 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
         code = "none" if exit_code is None else str(exit_code)
         st.errors.append(f"script produced no records (exit status {code}): {tail}")
     elif not st.done:
-        st.errors.append(_truncated(st))
+        # What the script's bash said last is often why it stopped.
+        last = [line for line in stderr.strip().splitlines() if line.strip()][-1:]
+        st.errors.append(_truncated(st) + (f" (stderr: {last[0].strip()})" if last else ""))
 
     stages = []
     for key, stage in st.stages.items():

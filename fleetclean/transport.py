@@ -451,7 +451,11 @@ def _run_remote(
         while chan.recv_stderr_ready():
             err += chan.recv_stderr(65536)
             got = True
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+        # Done only once sshd has sent EOF as well as the exit status: it may send the
+        # status while the script's last lines are still on their way (seen under load as
+        # output cut off in the middle of the verification).
+        drained = not chan.recv_ready() and not chan.recv_stderr_ready()
+        if drained and chan.exit_status_ready() and (chan.eof_received or chan.closed):
             break
         if not got and chan.closed:
             break
