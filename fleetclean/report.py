@@ -176,7 +176,10 @@ def print_check(console: Console, result: RunResult) -> None:
     console.print("--check: nothing was changed. What each stage would do:", style="bold")
     blocks = check_blocks(result)
     if not blocks:
-        console.print("  nothing: every selected host is already clean", markup=False)
+        checked = [h for h in result.hosts if not h.status.failed]
+        text = ("nothing: every host that answered has nothing to stop, restore or remove"
+                if checked else "nothing: no host could be checked (see above)")
+        console.print(f"  {text}", markup=False)
     for hosts, lines in blocks:
         console.print(f"{hosts}:", style="bold", markup=False)
         for line in lines:

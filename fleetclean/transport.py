@@ -180,20 +180,26 @@ def _share_host_keys(client: paramiko.SSHClient, known: _KnownHosts) -> None:
     setattr(client, "_host_keys", known.keys)  # noqa: B010
 
 
+def _bastion_host(spec: str) -> Host:
+    """``[user@]host[:port]`` as a Host, to word a bastion's failure."""
+    user, _, rest = spec.rpartition("@")
+    hostname, _, port = rest.partition(":")
+    return Host(name=hostname, address=hostname, port=int(port or 22), user=user or None)
+
+
 def _connect_bastion(
     spec: str, known: _KnownHosts, opts: Options, key: str | None
 ) -> paramiko.SSHClient:
     """Connect to a ProxyJump spec ``[user@]host[:port]``; the first host behind it lends its
     key (a bastion and its hosts usually take the same one), else agent and default keys."""
-    user, _, rest = spec.rpartition("@")
-    hostname, _, port = rest.partition(":")
+    bastion = _bastion_host(spec)
     client = paramiko.SSHClient()
     _share_host_keys(client, known)
     client.set_missing_host_key_policy(_Policy(known, opts.accept_new_host_keys))
     client.connect(
-        hostname,
-        port=int(port or 22),
-        username=user or None,
+        bastion.address,
+        port=bastion.port or 22,
+        username=bastion.user,
         key_filename=os.path.expanduser(key) if key else None,
         timeout=opts.connect_timeout,
         banner_timeout=opts.connect_timeout,
@@ -295,7 +301,15 @@ class Session:
                 )
             except Exception as exc:
                 client.close()
-                failure = classify(exc, host, time.monotonic() - started, connect_timeout)
+                failed = host
+                if host.proxy_jump and sock is None:
+                    # The bastion itself failed: name it, or the user checks the wrong host.
+                    failed = _bastion_host(host.proxy_jump)
+                failure = classify(exc, failed, time.monotonic() - started, connect_timeout)
+                if failure is not None and failed is not host:
+                    failure = TransportFailure(
+                        failure.kind, f"ProxyJump {host.proxy_jump}: {failure.message}"
+                    )
                 if failure is None and attempt <= BANNER_RETRIES:
                     time.sleep(BANNER_BACKOFF_S * attempt)
                     continue

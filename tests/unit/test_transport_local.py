@@ -60,3 +60,13 @@ def test_unreachable_port_end_to_end() -> None:
         out = session.run(host, "true")
     assert out.failure is not None and out.failure.kind == "unreachable"
     assert not out.started
+
+
+def test_a_dead_bastion_is_named_in_the_failure() -> None:
+    host = Host("gpu01", "10.9.9.9", port=22, user="root", proxy_jump="ops@127.0.0.1:1")
+    with Session(Options(connect_timeout=2, timeout=5)) as session:
+        out = session.run(host, "true")
+    assert out.failure is not None and out.failure.kind == "unreachable"
+    assert out.failure.message == (
+        "ProxyJump ops@127.0.0.1:1: cannot connect to 127.0.0.1:1: connection refused"
+    )
