@@ -261,6 +261,18 @@ def _execute(
 
 
 def _emit(result: RunResult, args: argparse.Namespace, env: Env) -> None:
+    """Print the result; a reader that went away (``| head``) does not change the exit
+    status, which reports the hosts."""
+    try:
+        _emit_to(result, args, env)
+        env.stdout.flush()
+    except BrokenPipeError:
+        if env.stdout is sys.stdout:
+            # Python would complain about the broken pipe again when it flushes at exit.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _emit_to(result: RunResult, args: argparse.Namespace, env: Env) -> None:
     if args.json:
         json.dump(report.to_json(result), env.stdout, indent=2)
         env.stdout.write("\n")
@@ -385,8 +397,8 @@ def cmd_history(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     if args.record:
         try:
             record = records.load_record(args.record)
-        except FileNotFoundError:
-            raise UsageError(f"no run record matches {args.record!r}",
+        except FileNotFoundError as exc:
+            raise UsageError(f"no run record matches {args.record!r}: {exc}",
                              hint="'fleetclean history' lists them") from None
         if args.json:
             json.dump(record, env.stdout, indent=2)
@@ -416,8 +428,10 @@ def cmd_history(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
-            continue
-        if data.get("result") is None:
+            continue  # damaged: history lists what it can read
+        if not isinstance(data, dict) or not {"id", "started_at", "playbook"} <= data.keys():
+            continue  # not a record of ours
+        if not isinstance(data.get("result"), dict) or "summary" not in data["result"]:
             outcome = (f"{len(data.get('hosts', []))} hosts  INCOMPLETE: the controller "
                        "stopped before the end; see 'fleetclean history ID'")
         else:

@@ -124,7 +124,9 @@ def list_records() -> list[Path]:
 def load_record(ref: str) -> dict[str, Any]:
     """A record by id prefix, file name or path; ``-1`` is the latest."""
     paths = list_records()
-    if ref.lstrip("-").isdigit() and int(ref) < 0 and paths:
+    if ref.lstrip("-").isdigit() and int(ref) < 0:
+        if -int(ref) > len(paths):
+            raise FileNotFoundError(ref)
         path = paths[int(ref)]
     elif Path(ref).is_file():
         path = Path(ref)
@@ -133,5 +135,10 @@ def load_record(ref: str) -> dict[str, Any]:
         if not found:
             raise FileNotFoundError(ref)
         path = found[-1]
-    data: dict[str, Any] = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise FileNotFoundError(f"{path}: not a readable run record ({exc})") from exc
+    if not isinstance(data, dict) or "id" not in data:
+        raise FileNotFoundError(f"{path}: not a run record")
     return data

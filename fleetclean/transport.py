@@ -44,6 +44,9 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 # sshd drops connections beyond MaxStartups before sending its banner; those are retried.
 BANNER_RETRIES = 3
 BANNER_BACKOFF_S = 0.15
+# How long a finished script's channel may stay open (a background process holding it)
+# before the run stops reading.
+EOF_GRACE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -106,10 +109,27 @@ class _KnownHosts:
         self._lock = threading.Lock()
         self._keys = paramiko.HostKeys()
         for f in files:
-            path = Path(f).expanduser()
-            if path.is_file():
-                with contextlib.suppress(OSError, paramiko.SSHException):
-                    self._keys.load(str(path))
+            self._load(Path(f).expanduser())
+
+    def _load(self, path: Path) -> None:
+        # Line by line: paramiko's own loader gives up on the whole file at the first line
+        # it cannot read (@cert-authority and @revoked markers, which it does not support,
+        # or a damaged entry), and one such line must not cost every other host its key.
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            return
+        for line in lines:
+            text = line.strip()
+            if not text or text.startswith(("#", "@")):
+                continue
+            try:
+                entry = paramiko.hostkeys.HostKeyEntry.from_line(text)
+            except (paramiko.SSHException, paramiko.hostkeys.InvalidHostKey, ValueError):
+                continue
+            if entry is not None and entry.key is not None:
+                for name in entry.hostnames:
+                    self._keys.add(name, entry.key.get_name(), entry.key)
 
     @property
     def keys(self) -> paramiko.HostKeys:
@@ -120,9 +140,12 @@ class _KnownHosts:
         with self._lock:
             self._keys.add(hostname, key.get_name(), key)
             target = Path(self._files[0] if self._files else "~/.ssh/known_hosts").expanduser()
-            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with target.open("a") as fh:
-                fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+            # An unwritable file (read-only ~/.ssh, owned by root) costs the record, not the
+            # run: the key stays accepted for this run.
+            with contextlib.suppress(OSError):
+                target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                with target.open("a") as fh:
+                    fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
 
 class _Policy(paramiko.MissingHostKeyPolicy):
@@ -160,7 +183,9 @@ class _Bastions:
                 self._clients[spec] = client
         transport = client.get_transport()
         assert transport is not None
-        return transport.open_channel("direct-tcpip", target, ("127.0.0.1", 0))
+        return transport.open_channel(
+            "direct-tcpip", target, ("127.0.0.1", 0), timeout=opts.connect_timeout
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -258,11 +283,21 @@ class Session:
         """Run ``script`` on ``host``; failures come back as values."""
         if host.connection == "local":
             return _run_local(host, script, self.opts, on_line)
+        started = False
         try:
             with self._connect(host) as client:
+                started = True
                 return _run_remote(client, host, script, self.opts, on_line)
         except _Failure as exc:
             return ScriptOutput(failure=exc.failure)
+        except Exception as exc:
+            # Whatever else breaks (the server refusing a session channel, a socket error
+            # while sending the script) is this host's failure, never the whole run's.
+            where = f"{host.address}:{host.port or 22}"
+            return ScriptOutput(
+                failure=TransportFailure("error", f"{where}: {type(exc).__name__}: {exc}"),
+                started=started,
+            )
 
     @contextlib.contextmanager
     def _connect(self, host: Host) -> Iterator[paramiko.SSHClient]:
@@ -362,6 +397,16 @@ def classify(
             f"authentication failed for {host.user or os.environ.get('USER', '?')}@{where} "
             f"with key {host.key or '(agent/default keys)'}: {exc}",
         )
+    if isinstance(exc, paramiko.ChannelException):
+        return TransportFailure(
+            "unreachable", f"the bastion cannot reach {where}: {exc.text or exc}"
+        )
+    if isinstance(exc, FileNotFoundError) and host.key and exc.filename:
+        return TransportFailure(
+            "auth_failed",
+            f"private key {exc.filename} not found (ansible_ssh_private_key_file or "
+            "IdentityFile names a file that does not exist here)",
+        )
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return TransportFailure("timeout", f"no answer from {where} within {connect_timeout:g}s")
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
@@ -438,6 +483,7 @@ def _run_remote(
     out, err = bytearray(), bytearray()
     lines = _LineSplitter(on_line)
     deadline = time.monotonic() + opts.timeout
+    status_at: float | None = None
     # select() on the channel wakes us as soon as data or the exit status arrives, instead of
     # polling with sleeps (a teardown is often over in well under a second).
     while True:
@@ -465,15 +511,28 @@ def _run_remote(
         while chan.recv_stderr_ready():
             err += chan.recv_stderr(65536)
             got = True
-        # Done only once sshd has sent EOF as well as the exit status: it may send the
-        # status while the script's last lines are still on their way (seen under load as
-        # output cut off in the middle of the verification).
+        # Done once sshd has sent EOF as well as the exit status: it may send the status
+        # while the script's last lines are still on their way (seen under load as output
+        # cut off in the middle of the verification). A process the script left in the
+        # background can hold the channel open for ever, so EOF gets a few seconds, not
+        # the whole --timeout.
         drained = not chan.recv_ready() and not chan.recv_stderr_ready()
-        if drained and chan.exit_status_ready() and (chan.eof_received or chan.closed):
+        if chan.exit_status_ready() and status_at is None:
+            status_at = time.monotonic()
+        if drained and status_at is not None and (
+            chan.eof_received or chan.closed or time.monotonic() - status_at > EOF_GRACE_S
+        ):
             break
         if not got and chan.closed:
             break
+        if (status_at is not None or chan.eof_received) and not got:
+            # After EOF paramiko's pipe stays readable: wait on time, not on select().
+            time.sleep(0.005)
+    # paramiko reports -1 for a channel closed without an exit status (bash killed by a
+    # signal, the connection dropped): that is no status at all.
     code = chan.recv_exit_status() if chan.exit_status_ready() else None
+    if code == -1:
+        code = None
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     failure = _sudo_failure(stderr, host)
     if code is None and failure is None:

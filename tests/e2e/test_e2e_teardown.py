@@ -154,3 +154,23 @@ def test_hostile_variables_are_passed_literally(
             "-e", "grace=0.5", "--json")
     assert not fleet.node_path("node01", "/tmp/pwned").exists()
     assert alive(fleet, "node01", keep) == keep
+
+
+def test_a_background_process_left_by_a_shell_stage_does_not_hold_the_run(
+    sim_fleet_factory, cli: Cli, tmp_path
+) -> None:
+    """A relaunch in a shell stage (`server &`) keeps the SSH channel open after the script
+    ends; the run must still finish, not wait out --timeout."""
+    fleet = sim_fleet_factory(1)
+    book = tmp_path / "relaunch.yaml"
+    book.write_text(
+        "name: relaunch\n"
+        "description: start something in the background\n"
+        "stages:\n"
+        "  - name: start\n"
+        "    type: shell\n"
+        "    command: \"sleep 60 &\"\n"
+    )
+    res = cli("run", book, "-i", fleet.inventory_path, "--timeout", "30", "--json")
+    assert res.code == 0, res.out
+    assert res.host("node01")["status"] == "clean"

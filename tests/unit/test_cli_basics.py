@@ -80,3 +80,16 @@ def test_a_run_whose_controller_died_shows_as_incomplete_in_history(
     assert "post-extraction" in out and "2 hosts  INCOMPLETE" in out
     code, out, _ = run("history", record.data["id"])
     assert "what ran on gpu01, gpu02 is unknown" in " ".join(out.split())
+
+
+def test_history_with_a_bad_reference_is_one_line_not_a_traceback(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEETCLEAN_STATE_DIR", str(tmp_path))
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "20260101T000000-1-x.json").write_text("{not json")
+    for ref in ("-5", "-1", "nope"):
+        code, out, err = run("history", ref)
+        assert code == 4 and out == "" and err.count("\n") == 1, (ref, err)
+    code, out, _ = run("history")
+    assert code == 0

@@ -70,3 +70,23 @@ def test_a_dead_bastion_is_named_in_the_failure() -> None:
     assert out.failure.message == (
         "ProxyJump ops@127.0.0.1:1: cannot connect to 127.0.0.1:1: connection refused"
     )
+
+
+def test_known_hosts_lines_paramiko_cannot_read_do_not_hide_the_others(tmp_path) -> None:
+    import subprocess
+
+    from fleetclean.transport import _KnownHosts
+
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")],
+                   check=True)
+    kind, blob = (tmp_path / "k.pub").read_text().split()[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        f"@cert-authority *.lab {kind} {blob}\n"
+        "damaged line without a key\n"
+        f"127.0.1.1 {kind} AAAAnot-base64\n"
+        f"127.0.1.2 {kind} {blob}\n"
+    )
+    keys = _KnownHosts((str(known),)).keys
+    assert keys.lookup("127.0.1.2") is not None
+    assert keys.lookup("127.0.1.1") is None
