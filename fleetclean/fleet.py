@@ -72,6 +72,9 @@ def run_fleet(
                 done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             except KeyboardInterrupt:
                 if interrupted:
+                    # A second Ctrl-C: stop waiting for the running hosts.
+                    session.abort()
+                    pool.shutdown(wait=False, cancel_futures=True)
                     raise
                 interrupted = True
                 cancel.set()

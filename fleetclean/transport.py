@@ -242,6 +242,8 @@ class Session:
         self._known_cache: dict[tuple[str, ...], _KnownHosts] = {}
         self._keys: dict[str, paramiko.PKey | None] = {}
         self._lock = threading.Lock()
+        self._open: set[paramiko.SSHClient] = set()
+        self.aborted = False
 
     def known_for(self, host: Host) -> _KnownHosts:
         files = list(self.opts.known_hosts)
@@ -269,6 +271,16 @@ class Session:
                 except Exception:  # any failure: let connect() report it
                     self._keys[path] = None
             return self._keys[path]
+
+    def abort(self) -> None:
+        """Close every open connection now (a second Ctrl-C): each host's read loop sees
+        its channel closed and returns; sshd hangs up on the scripts."""
+        with self._lock:
+            self.aborted = True
+            clients = list(self._open)
+        for client in clients:
+            client.close()
+        self._bastions.close()
 
     def close(self) -> None:
         self._bastions.close()
@@ -356,9 +368,13 @@ class Session:
                         f"banner {attempt} times (MaxStartups?); retry with fewer --forks",
                     )
                 ) from exc
+            with self._lock:
+                self._open.add(client)
             try:
                 yield client
             finally:
+                with self._lock:
+                    self._open.discard(client)
                 client.close()
             return
 
@@ -528,11 +544,9 @@ def _run_remote(
         if (status_at is not None or chan.eof_received) and not got:
             # After EOF paramiko's pipe stays readable: wait on time, not on select().
             time.sleep(0.005)
-    # paramiko reports -1 for a channel closed without an exit status (bash killed by a
-    # signal, the connection dropped): that is no status at all.
+    # A channel closed without an exit status reads -1 (bash killed, the connection
+    # dropped); the parser then says which stage the output ended in.
     code = chan.recv_exit_status() if chan.exit_status_ready() else None
-    if code == -1:
-        code = None
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     failure = _sudo_failure(stderr, host)
     if code is None and failure is None:

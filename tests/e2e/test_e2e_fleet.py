@@ -143,3 +143,28 @@ def test_history_lists_and_shows_runs(sim_fleet_factory, cli: Cli) -> None:
     assert "pre-restart" in listing.out and "1 hosts 1 clean" in listing.out
     shown = cli("history", "-1")
     assert f"node01: SIGTERM {server[0]} python3 -m sglang.launch_server" in shown.out
+
+
+def test_a_second_ctrl_c_stops_waiting_for_running_hosts(
+    sim_fleet_factory, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(1)
+    fleet.spawn("node01", "stubborn", gpu=1)
+    env = dict(os.environ, FLEETCLEAN_STATE_DIR=str(tmp_path / "state"), NO_COLOR="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetclean", "run", "post-extraction", "-i",
+         str(fleet.inventory_path), "-e", "grace=120", "--timeout", "200", "--json"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGINT)  # our own child, by PID
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)  # not the 120 s grace
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
