@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,3 +94,11 @@ def down_checked(fleet: SimFleet) -> None:
     fleet.down()
     left = [e for e in recorded if sim_pids.is_alive(e)]
     assert not left, f"simulator processes left after down: {left}"
+
+
+def spawn_cli(tmp_path: Path, *argv: str) -> subprocess.Popen[str]:
+    """fleetclean in a subprocess of this test (signalled only by its PID), its run records
+    in the test's own state dir."""
+    env = dict(os.environ, FLEETCLEAN_STATE_DIR=str(tmp_path / "state"), NO_COLOR="1")
+    return subprocess.Popen([sys.executable, "-m", "fleetclean", *argv], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

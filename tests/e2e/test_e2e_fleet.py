@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from simhelp import Cli, edit_inventory
+from simhelp import Cli, edit_inventory, spawn_cli
 
 pytestmark = pytest.mark.sim
 
@@ -117,12 +115,8 @@ def test_interrupted_run_writes_a_record_and_exits_130(
     fleet = sim_fleet_factory(2)
     for node in fleet.nodes:
         fleet.spawn(node.name, "stubborn", gpu=1)
-    env = dict(os.environ, FLEETCLEAN_STATE_DIR=str(tmp_path / "state"), NO_COLOR="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fleetclean", "run", "post-extraction", "-i",
-         str(fleet.inventory_path), "-e", "grace=3", "--json"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    proc = spawn_cli(tmp_path, "run", "post-extraction", "-i", str(fleet.inventory_path),
+                     "-e", "grace=3", "--json")
     time.sleep(1.5)
     proc.send_signal(signal.SIGINT)  # our own child, by PID
     out, err = proc.communicate(timeout=60)
@@ -150,12 +144,8 @@ def test_a_second_ctrl_c_stops_waiting_for_running_hosts(
 ) -> None:
     fleet = sim_fleet_factory(1)
     fleet.spawn("node01", "stubborn", gpu=1)
-    env = dict(os.environ, FLEETCLEAN_STATE_DIR=str(tmp_path / "state"), NO_COLOR="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fleetclean", "run", "post-extraction", "-i",
-         str(fleet.inventory_path), "-e", "grace=120", "--timeout", "200", "--json"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    proc = spawn_cli(tmp_path, "run", "post-extraction", "-i", str(fleet.inventory_path),
+                     "-e", "grace=120", "--timeout", "200", "--json")
     try:
         time.sleep(1.5)
         proc.send_signal(signal.SIGINT)  # our own child, by PID

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from simhelp import Cli, alive, edit_inventory, ssh_log_count
+from simhelp import Cli, alive, edit_inventory, spawn_cli, ssh_log_count
 
 from fleetclean.sim import SimFleet
 
@@ -37,13 +35,6 @@ def run_json(cli: Cli, inventory: Path, *args: str) -> Any:
     res = cli("run", "post-extraction", "-i", inventory, "--json", *args)
     assert "Traceback" not in res.err
     return res
-
-
-def spawn_cli(tmp_path: Path, *argv: str) -> subprocess.Popen[str]:
-    """fleetclean in a subprocess of this test (signalled only by its PID)."""
-    env = dict(os.environ, FLEETCLEAN_STATE_DIR=str(tmp_path / "state"), NO_COLOR="1")
-    return subprocess.Popen([sys.executable, "-m", "fleetclean", *argv], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 # --- connection faults ---------------------------------------------------------------------
