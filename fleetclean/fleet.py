@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from urllib.parse import unquote
 
 from fleetclean import parse
 from fleetclean.models import Host, HostResult, HostStatus, RunResult, ScriptReport
@@ -111,7 +110,7 @@ def _run_one(
     t0 = time.monotonic()
 
     def on_line(line: str) -> None:
-        stage = _stage_started(line)
+        stage = parse.stage_started(line)
         if stage:
             emit(Event(name, "stage", stage))
 
@@ -119,17 +118,6 @@ def _run_one(
     result = host_result(name, output, time.monotonic() - t0)
     emit(Event(name, "done", result=result))
     return result
-
-
-_STAGE_PREFIX = parse.MARKER + "\tstage\t"
-
-
-def _stage_started(line: str) -> str | None:
-    """The stage a progress line announces (see parse's wire format), else None."""
-    if not line.startswith(_STAGE_PREFIX):
-        return None
-    fields = line.split("\t")
-    return unquote(fields[3]) if len(fields) > 3 else None
 
 
 def host_result(name: str, output: ScriptOutput, duration_s: float) -> HostResult:

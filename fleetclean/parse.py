@@ -44,7 +44,13 @@ from fleetclean.nvsmi import (
 
 MARKER = "@@fleetclean"
 
-__all__ = ["MARKER", "parse_compute_apps", "parse_query_gpu", "parse_script_output"]
+__all__ = [
+    "MARKER",
+    "parse_compute_apps",
+    "parse_query_gpu",
+    "parse_script_output",
+    "stage_started",
+]
 
 
 @dataclass
@@ -70,6 +76,23 @@ class _State:
     verify: str | None = None
     verify_message: str = ""
     nvsmi: str | None = None
+
+
+def stage_started(line: str) -> str | None:
+    """The stage name a single stdout line announces, for live progress; else None.
+
+    >>> stage_started("@@fleetclean\\tstage\\t2\\tstop-server\\tsignal")
+    'stop-server'
+    >>> stage_started("some stray output") is None
+    True
+    """
+    if not line.startswith(_STAGE_PREFIX):
+        return None
+    fields = line.rstrip("\r").split("\t")
+    return unquote(fields[3]) if len(fields) > 3 else None
+
+
+_STAGE_PREFIX = MARKER + "\tstage\t"
 
 
 def _records(stdout: str) -> list[list[str]]:

@@ -97,10 +97,6 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-def _known_hosts_name(host: str, port: int) -> str:
-    return host if port == 22 else f"[{host}]:{port}"
-
-
 class _KnownHosts:
     """known_hosts files shared by all connections of one run; thread-safe for accept-new."""
 

@@ -184,3 +184,11 @@ def test_hostile_cmdline_survives_the_bash_encoder() -> None:
     r = parse_script_output(rec("begin", "1", "p", "h", "0") + rec("stage", "1", "s", "signal")
                             + out + rec("done", "0"), "", 0)
     assert r.signalled[0].cmdline == HOSTILE and r.stages[0].message == HOSTILE
+
+
+def test_stage_started_reads_one_progress_line() -> None:
+    from fleetclean.parse import stage_started
+
+    assert stage_started("@@fleetclean\tstage\t2\tstop%09server\tsignal") == "stop\tserver"
+    assert stage_started("@@fleetclean\tsignal\t2\t41\tTERM\tx") is None
+    assert stage_started("stage\t2\tstop-server") is None
