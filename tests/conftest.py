@@ -52,41 +52,39 @@ def free_subnet() -> int:
     raise RuntimeError("no free 127.S.0.0/16 subnet for a simulated fleet")
 
 
-@pytest.fixture
-def sim_fleet_factory(
-    tmp_path_factory: pytest.TempPathFactory,
+def _fleets(
+    tmp_path_factory: pytest.TempPathFactory, prefix: str, subnet: Callable[[], int]
 ) -> Iterator[Callable[..., SimFleet]]:
-    """``make(n=2)`` -> a running SimFleet of n nodes; all of them down at teardown."""
+    """``make(n)`` -> a running SimFleet of n nodes in its own state dir and subnet; every
+    fleet made is taken down afterwards, failed test or not, and checked to leave nothing."""
     made: list[SimFleet] = []
 
     def make(n: int = 2) -> SimFleet:
-        fleet = SimFleet.up(n, tmp_path_factory.mktemp("sim"), subnet=free_subnet())
+        fleet = SimFleet.up(n, tmp_path_factory.mktemp(prefix), subnet=subnet())
         made.append(fleet)
         return fleet
 
     yield make
     for fleet in made:
         down_checked(fleet)
+
+
+@pytest.fixture
+def sim_fleet_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., SimFleet]]:
+    """``make(n=2)`` -> a fleet for this test alone (subnets 100..249)."""
+    yield from _fleets(tmp_path_factory, "sim", free_subnet)
 
 
 @pytest.fixture(scope="module")
 def module_fleet_factory(
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Callable[[int], SimFleet]]:
-    """``make(n)`` -> a fleet shared by one module's tests (its own 127.S subnet, in 20..89),
-    all down at module end."""
+) -> Iterator[Callable[..., SimFleet]]:
+    """``make(n)`` -> a fleet shared by one module's tests (subnets 20..89)."""
     if SIM_SKIP_REASON is not None:
         pytest.skip(SIM_SKIP_REASON)
-    made: list[SimFleet] = []
-
-    def make(n: int) -> SimFleet:
-        fleet = SimFleet.up(n, tmp_path_factory.mktemp("simmod"), subnet=module_subnet())
-        made.append(fleet)
-        return fleet
-
-    yield make
-    for fleet in made:
-        down_checked(fleet)
+    yield from _fleets(tmp_path_factory, "simmod", module_subnet)
 
 
 @pytest.fixture(scope="module")
