@@ -155,15 +155,20 @@ def is_listening(address: str, port: int) -> bool:
     return False
 
 
+def _child_signals() -> None:
+    """In a forked child: the signal mask and handlers a fresh process has."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for sig in WAITED:
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def spawn(argv: list[str]) -> int:
     """fork+exec with a clean signal mask: the init blocks the signals it waits for,
     and a blocked mask would otherwise be inherited by sshd and every session."""
     pid = os.fork()
     if pid == 0:
         try:
-            signal.pthread_sigmask(signal.SIG_SETMASK, [])
-            for sig in WAITED:
-                signal.signal(sig, signal.SIG_DFL)
+            _child_signals()
             os.execv(argv[0], argv)
         finally:
             os._exit(127)
@@ -176,9 +181,7 @@ def blackhole(address: str) -> int:
     pid = os.fork()
     if pid == 0:
         try:
-            signal.pthread_sigmask(signal.SIG_SETMASK, [])
-            for sig in WAITED:
-                signal.signal(sig, signal.SIG_DFL)
+            _child_signals()
             server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             server.bind((address, SSH_PORT))
