@@ -34,17 +34,22 @@ _STATUS_STYLE = {
 
 def to_json(result: RunResult) -> dict[str, Any]:
     """The --json object of DESIGN.md's contract (extra keys only where it allows)."""
-    hosts = result.hosts
     return {
         "playbook": result.playbook,
         "duration_s": result.duration_s,
-        "summary": {
-            "hosts": len(hosts),
-            "clean": sum(h.status is HostStatus.CLEAN for h in hosts),
-            "dirty": sum(h.status is HostStatus.DIRTY for h in hosts),
-            "failed": sum(h.status.failed for h in hosts),
-        },
-        "hosts": [host_json(h) for h in hosts],
+        "summary": summary(result),
+        "hosts": [host_json(h) for h in result.hosts],
+    }
+
+
+def summary(result: RunResult) -> dict[str, int]:
+    """Counts of hosts by outcome, as in --json's ``summary``."""
+    hosts = result.hosts
+    return {
+        "hosts": len(hosts),
+        "clean": sum(h.status is HostStatus.CLEAN for h in hosts),
+        "dirty": sum(h.status is HostStatus.DIRTY for h in hosts),
+        "failed": sum(h.status.failed for h in hosts),
     }
 
 
@@ -187,7 +192,7 @@ def print_check(console: Console, result: RunResult) -> None:
 
 
 def summary_line(result: RunResult) -> str:
-    s = to_json(result)["summary"]
+    s = summary(result)
     line = (
         f"{s['hosts']} hosts: {s['clean']} clean, {s['dirty']} dirty, {s['failed']} failed "
         f"in {result.duration_s:.2f}s"
