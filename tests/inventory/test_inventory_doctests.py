@@ -7,10 +7,10 @@ from types import ModuleType
 
 import pytest
 
-from fleetclean import inventory, inventory_ini, limit, ranges, sshconfig
+from fleetclean.inventory import ini_file, limit, load, ranges, ssh_settings
 
 
-@pytest.mark.parametrize("module", [inventory, inventory_ini, limit, ranges, sshconfig])
+@pytest.mark.parametrize("module", [load, ini_file, limit, ranges, ssh_settings])
 def test_docstring_examples(module: ModuleType) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0

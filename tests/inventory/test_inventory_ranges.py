@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleetclean.ranges import RangeError, expand, fold
+from fleetclean.inventory.ranges import RangeError, expand, fold
 
 affix = st.text(alphabet="abcxyz-.", max_size=4)
 

@@ -48,9 +48,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from fleetclean import inventory_ini, ranges, sshconfig
 from fleetclean.errors import InventoryError
-from fleetclean.limit import select_names
+from fleetclean.inventory import ini_file as inventory_ini
+from fleetclean.inventory import ranges
+from fleetclean.inventory import ssh_settings as sshconfig
+from fleetclean.inventory.limit import select_names
 from fleetclean.models import Connection, Host
 
 __all__ = ["Inventory", "inventory_json", "load_inventory", "render_inventory_table"]

@@ -17,7 +17,7 @@ Ansible's inventory ranges, written without Ansible's code:
 >>> expand("gpu[10:01]")
 Traceback (most recent call last):
 ...
-fleetclean.ranges.RangeError: host range 'gpu[10:01]' runs backwards (10 comes after 01)
+fleetclean.inventory.ranges.RangeError: host range 'gpu[10:01]' runs backwards (10 comes after 01)
 
 ``RangeError`` carries no file position; callers that know where the name was written wrap it
 in an ``InventoryError`` (``offset`` is where in the name the bad bracket starts).

@@ -20,7 +20,7 @@ inventory sets it, else the inventory name. So ``Host *.lab`` applies to ``gpu01
 >>> parse_ssh_args("-o")
 Traceback (most recent call last):
 ...
-fleetclean.sshconfig.SshArgsError: '-o' at the end of the ssh arguments has no option
+fleetclean.inventory.ssh_settings.SshArgsError: '-o' at the end of the ssh arguments has no option
 """
 
 from __future__ import annotations
