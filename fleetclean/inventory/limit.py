@@ -200,4 +200,5 @@ def _why_empty(
     close = difflib.get_close_matches(term, [*groups, *hosts], n=1, cutoff=0.7)
     if close:
         return f"'{term}' matches no host or group name; did you mean '{close[0]}'?"
-    return f"'{term}' matches no host or group name; hosts are {', '.join(ranges.fold(hosts))}"
+    known = ", ".join(ranges.as_patterns(hosts))
+    return f"'{term}' matches no host or group name; hosts are {known}"
