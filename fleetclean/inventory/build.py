@@ -26,6 +26,7 @@ fleetclean.errors.InventoryError: lab.yml:1:16: ansible_become must be yes/no/tr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -77,10 +78,11 @@ def _priority(builder: Builder, group: str) -> int:
         or not isinstance(value.value, (int, str))
         or not str(value.value).lstrip("-").isdigit()
     ):
-        raise builder.error(
+        raise InventoryError(
             f"{PRIORITY} of group '{group}' must be a whole number, got {show(value.value)}",
-            value.line,
-            value.column,
+            path=value.path or builder.path,
+            line=value.line,
+            column=value.column,
             hint="e.g. ansible_group_priority: 10",
         )
     return int(value.value)
@@ -130,7 +132,7 @@ class _HostMaker:
     def error(self, key: str, values: dict[str, Value], message: str, hint: str) -> InventoryError:
         where = values[key]
         return InventoryError(
-            message, path=self.path, line=where.line, column=where.column, hint=hint
+            message, path=where.path or self.path, line=where.line, column=where.column, hint=hint
         )
 
     def text(self, key: str, values: dict[str, Value]) -> str | None:
@@ -213,14 +215,16 @@ class _HostMaker:
     ) -> tuple[paramiko.SSHConfig | None, str | None]:
         path = self.default_config
         if args.config_file is not None:
-            # Relative to the inventory, so an inventory and its ssh config travel together.
-            path = os.path.join(os.path.dirname(self.path), os.path.expanduser(args.config_file))
+            key = next(
+                k
+                for k in ("ansible_ssh_extra_args", "ansible_ssh_common_args")
+                if k in values and "-F" in str(values[k].value)
+            )
+            # Relative to the inventory that gave it, so an inventory and its ssh config
+            # travel together.
+            source = values[key].path or self.path
+            path = os.path.join(os.path.dirname(source), os.path.expanduser(args.config_file))
             if not os.path.isfile(path):
-                key = next(
-                    k
-                    for k in ("ansible_ssh_extra_args", "ansible_ssh_common_args")
-                    if k in values and "-F" in str(values[k].value)
-                )
                 raise self.error(
                     key,
                     values,
@@ -284,6 +288,11 @@ class Inventory:
         """
         names = select_names(limit, list(self.hosts), self.groups, source=self.path)
         return [self.hosts[name] for name in names]
+
+    def with_connection(self, connection: Connection) -> Inventory:
+        """Every host reached through ``connection`` (``-c``), whatever its inventory says."""
+        hosts = {n: dataclasses.replace(h, connection=connection) for n, h in self.hosts.items()}
+        return dataclasses.replace(self, hosts=hosts)
 
 
 def resolve(builder: Builder, ssh_config: str | None) -> Inventory:

@@ -51,6 +51,7 @@ class Value:
     value: Any
     line: int | None = None
     column: int | None = None
+    path: str | None = None
 
 
 @dataclass
@@ -74,6 +75,10 @@ class Builder:
         self, message: str, line: int | None, column: int | None, hint: str | None = None
     ) -> InventoryError:
         return InventoryError(message, path=self.path, line=line, column=column, hint=hint)
+
+    def located(self, value: Any, line: int | None, column: int | None) -> Value:
+        """``value`` as written at line:column of the source being read now."""
+        return Value(value, line, column, self.path)
 
     def group(self, name: str, line: int | None, column: int | None) -> Group:
         if not name or any(c.isspace() for c in name) or ":" in name:
@@ -133,12 +138,13 @@ class Builder:
             raise self.error(err.message, line, at, hint=err.hint) from None
         variables = canonical(variables)
         if port is not None and "ansible_port" not in variables:
-            variables["ansible_port"] = Value(port, line, column)
+            variables["ansible_port"] = self.located(port, line, column)
         for name in names:
             known = self.hosts.setdefault(name, {})
             for key in ADDRESS_VARS:
                 old, new = known.get(key), variables.get(key)
-                if old is not None and new is not None and old.value != new.value:
+                # Across sources (-i a.yml -i b.yml) the later one wins, as in Ansible.
+                if old and new and old.path == new.path and old.value != new.value:
                     raise self.error(
                         f"host '{name}' has {key} {show(new.value)} here but "
                         f"{show(old.value)} at line {old.line}",

@@ -240,7 +240,7 @@ def read_ini(text: str, builder: Builder) -> None:
         elif section.kind == "vars":
             for var in section.vars:
                 builder.variable_name(var.key, var.line, var.column)
-                builder.groups[section.group].vars[var.key] = Value(
+                builder.groups[section.group].vars[var.key] = builder.located(
                     var.value, var.line, var.column
                 )
         else:
@@ -248,6 +248,6 @@ def read_ini(text: str, builder: Builder) -> None:
                 variables: dict[str, Value] = {}
                 for var in item.vars:
                     builder.variable_name(var.key, var.line, var.column)
-                    variables[var.key] = Value(var.value, var.line, var.column)
+                    variables[var.key] = builder.located(var.value, var.line, var.column)
                 builder.add_hosts(section.group, item.text, variables, item.line, item.column)
 

@@ -20,39 +20,52 @@ fleetclean.errors.InventoryError: .../bad.yml:2:3: unknown key 'childern' in gro
 from __future__ import annotations
 
 import os
+import socket
+from collections.abc import Sequence
 
 from fleetclean.errors import InventoryError
-from fleetclean.inventory import ssh_settings
+from fleetclean.inventory import inline, ssh_settings
 from fleetclean.inventory.build import Inventory, resolve
 from fleetclean.inventory.builder import Builder
 from fleetclean.inventory.ini_file import looks_like_ini, read_ini
 from fleetclean.inventory.yaml_file import read_yaml
+from fleetclean.models import Host
 
-__all__ = ["load_inventory"]
+__all__ = ["load_inventory", "local_inventory"]
 
 
 def load_inventory(
-    path: str | os.PathLike[str], *, ssh_config: str | os.PathLike[str] | None = None
+    sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    ssh_config: str | os.PathLike[str] | None = None,
 ) -> Inventory:
-    """Read a YAML or INI inventory; ``ssh_config`` None means ``~/.ssh/config`` if present.
+    """Read inventory sources into one inventory; ``ssh_config`` None means ``~/.ssh/config``
+    if present.
 
-    ``$FLEETCLEAN_SSH_CONFIG`` replaces that default; an empty value (env or argument) reads
-    no ssh config at all. A given config file that is missing is an error.
+    A source is a YAML or INI file, or a host list (``'gpu01,gpu02,'``, see :mod:`.inline`).
+    Several sources merge as in Ansible: groups are united, and where two sources set one
+    variable of a group or host, the later source wins.
+    ``$FLEETCLEAN_SSH_CONFIG`` replaces the ssh config default; an empty value (env or
+    argument) reads no ssh config at all. A given config file that is missing is an error.
     ``.yml``/``.yaml``/``.json`` files are YAML, ``.ini`` files INI, others are told apart
     by their first line. Every problem is one ``InventoryError``: file, line, column, fix.
     """
-    source = os.fspath(path)
-    text = _read_text(source)
-    builder = Builder(source)
-    if not text.strip():
-        raise builder.error("inventory file is empty", None, None, hint="add 'all:' with 'hosts:'")
-    extension = os.path.splitext(source)[1].lower()
-    if extension in (".yml", ".yaml", ".json"):
-        read_yaml(text, builder)
-    elif extension == ".ini" or looks_like_ini(text):
-        read_ini(text, builder)
-    else:
-        read_yaml(text, builder)
+    names = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else [
+        os.fspath(s) for s in sources
+    ]
+    if not names:
+        raise InventoryError("no inventory given", hint="give -i FILE or -i 'host1,host2,'")
+    builder = Builder(names[0])
+    labels = []
+    for source in names:
+        if inline.is_inline(source):
+            builder.path = inline.label(source)
+            inline.read_inline(source, builder)
+        else:
+            builder.path = source
+            _read_file(source, builder)
+        labels.append(builder.path)
+    builder.path = " + ".join(labels)
     if not builder.hosts:
         raise builder.error(
             "inventory defines no hosts",
@@ -68,6 +81,33 @@ def load_inventory(
     return resolve(builder, config)
 
 
+def local_inventory() -> Inventory:
+    """``--local``: this machine alone, named after its hostname, reached without SSH.
+
+    >>> inv = local_inventory()
+    >>> [(h.address, h.connection, h.groups) for h in inv.select(None)]
+    [('localhost', 'local', ('ungrouped',))]
+    """
+    name = socket.gethostname() or "localhost"
+    host = Host(name=name, address="localhost", connection="local", groups=("ungrouped",))
+    return Inventory(
+        path="--local", hosts={name: host}, groups={"all": (name,), "ungrouped": (name,)}
+    )
+
+
+def _read_file(source: str, builder: Builder) -> None:
+    text = _read_text(source)
+    if not text.strip():
+        raise builder.error("inventory file is empty", None, None, hint="add 'all:' with 'hosts:'")
+    extension = os.path.splitext(source)[1].lower()
+    if extension in (".yml", ".yaml", ".json"):
+        read_yaml(text, builder)
+    elif extension == ".ini" or looks_like_ini(text):
+        read_ini(text, builder)
+    else:
+        read_yaml(text, builder)
+
+
 def _read_text(path: str) -> str:
     if os.path.isdir(path):
         raise InventoryError(
@@ -80,7 +120,7 @@ def _read_text(path: str) -> str:
             data = handle.read()
     except FileNotFoundError:
         raise InventoryError(
-            "inventory file does not exist", path=path, hint="check the path given to -i"
+            "inventory file does not exist", path=path, hint=_missing_hint(path)
         ) from None
     except OSError as err:
         raise InventoryError(
@@ -100,3 +140,11 @@ def _read_text(path: str) -> str:
             column=column,
             hint="save the file as UTF-8",
         ) from None
+
+
+def _missing_hint(path: str) -> str:
+    """A bare word given to -i is most likely one host meant as a host list."""
+    extension = os.path.splitext(path)[1]
+    if os.sep in path or extension.lower() in (".yml", ".yaml", ".ini", ".json"):
+        return "check the path given to -i"
+    return f"check the path given to -i; for the host itself, end it with a comma: -i '{path},'"

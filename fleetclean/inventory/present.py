@@ -73,7 +73,7 @@ def render_inventory_table(hosts: list[Host]) -> RenderableType:
     }
     rows = [{
         "host": h.name,
-        "address": f"{h.address}:{h.port}",
+        "address": h.address if h.port is None else f"{h.address}:{h.port}",
         "user": h.user or "",
         "via": "local" if h.connection == "local" else (h.proxy_jump or ""),
         "become": (h.become_user or "root") if h.become else "",

@@ -8,7 +8,7 @@ line and column of the key or value at fault; Ansible's ``!unsafe`` reads as pla
 >>> b = Builder("lab.yml")
 >>> read_yaml("all:\\n  hosts:\\n    gpu01: {ansible_port: 2222}\\n", b)
 >>> b.hosts["gpu01"]["ansible_port"]  # doctest: +ELLIPSIS
-Value(value=2222, line=3, column=27...)
+Value(value=2222, line=3, column=27, path='lab.yml')
 >>> read_yaml("all:\\n  hosts:\\n    - gpu01\\n", Builder("lab.yml"))  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
@@ -193,7 +193,7 @@ class _YamlReader:
         ):
             mark = key_node.start_mark
             self.b.variable_name(key, mark.line + 1, mark.column + 1)
-            out[key] = Value(
+            out[key] = self.b.located(
                 self.construct(value_node),
                 value_node.start_mark.line + 1,
                 value_node.start_mark.column + 1,
