@@ -81,9 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"fleetclean {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    def hosts_opts(sp: argparse.ArgumentParser, *, required: bool = True) -> None:
-        sp.add_argument("-i", "--inventory", required=required, metavar="FILE",
-                        help="Ansible inventory (YAML or INI)")
+    def hosts_opts(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("-i", "--inventory", action="append", metavar="SOURCE",
+                        help="Ansible inventory (YAML or INI), or hosts inline: 'gpu01,gpu02,' "
+                        "or 'gpu[01:16].lab,'; repeatable, later sources win; default "
+                        "$FLEETCLEAN_INVENTORY")
+        sp.add_argument("-c", "--connection", choices=("ssh", "local"),
+                        help="reach every selected host this way (local: run here, no SSH)")
+        sp.add_argument("--local", action="store_true",
+                        help="this machine alone, named after its hostname, without SSH or -i")
         sp.add_argument("-l", "--limit", metavar="PATTERN",
                         help="select hosts: names, groups, globs, 'a:b', '&grp', '!grp', @file")
         sp.add_argument("-F", "--ssh-config", metavar="FILE",
@@ -136,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "  fleetclean show post-extraction -i lab.yml --host gpu01 -e grace=30\n",
                           formatter_class=fmt)
     show.add_argument("playbook", metavar="PLAYBOOK")
-    hosts_opts(show, required=False)
+    hosts_opts(show)
     show.add_argument("--host", metavar="HOST", help="render with this host's variables")
     show.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE")
     show.add_argument("--check", action="store_true", help="render the --check variant")
@@ -199,7 +205,7 @@ def _error_line(env: Env, text: str) -> None:
 
 
 def _select_hosts(args: argparse.Namespace, env: Env) -> list[Host]:
-    from fleetclean.inventory import load_inventory
+    from fleetclean.inventory import load_inventory, local_inventory
 
     # -F "" reads no ssh_config at all, like `ssh -F /dev/null`.
     ssh_config = args.ssh_config
@@ -209,8 +215,34 @@ def _select_hosts(args: argparse.Namespace, env: Env) -> list[Host]:
         # `-l "$HOSTS"` with HOSTS unset must not mean every host of the fleet.
         raise UsageError("-l/--limit is empty, which would select every host",
                          hint="leave -l out (or write -l all) to mean every host")
-    inv = load_inventory(args.inventory, ssh_config=ssh_config)
+    if args.local:
+        if args.inventory or args.connection == "ssh":
+            raise UsageError("--local is this machine alone, without SSH or an inventory",
+                             hint="drop -i/-c, or use -i SOURCE -c local")
+        inv = local_inventory()
+    else:
+        sources = _inventory_sources(args, env)
+        if not sources:
+            raise UsageError("no inventory given",
+                             hint="give -i lab.yml or -i 'gpu01,gpu02,', --local for this "
+                             "machine, or set FLEETCLEAN_INVENTORY")
+        inv = load_inventory(sources, ssh_config=ssh_config)
+    if args.connection:
+        inv = inv.with_connection(args.connection)
     return inv.select(args.limit)
+
+
+def _inventory_sources(args: argparse.Namespace, env: Env) -> list[str]:
+    """Every -i, else $FLEETCLEAN_INVENTORY, else none."""
+    if args.inventory:
+        return list(args.inventory)
+    default = env.environ.get("FLEETCLEAN_INVENTORY", "").strip()
+    return [default] if default else []
+
+
+def _inventory_label(args: argparse.Namespace, env: Env) -> str | None:
+    """The inventory as a run record names it."""
+    return "--local" if args.local else " + ".join(_inventory_sources(args, env)) or None
 
 
 def _options(args: argparse.Namespace) -> Options:
@@ -319,7 +351,7 @@ def _start_record(
     try:
         return records.RunRecord.start(
             playbook=name, hosts=[j.host.name for j in jobs], argv=argv,
-            inventory=args.inventory, variables=extra, check=args.check,
+            inventory=_inventory_label(args, env), variables=extra, check=args.check,
         )
     except OSError as exc:
         _error_line(env, f"fleetclean: warning: no run record: {exc}")
@@ -355,12 +387,13 @@ def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
 
 def cmd_show(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     hosts: list[Host]
-    if args.inventory:
+    if args.local or _inventory_sources(args, env):
         hosts = _select_hosts(args, env)
         if args.host:
             hosts = [h for h in hosts if h.name == args.host]
             if not hosts:
-                raise UsageError(f"--host {args.host}: no such host in {args.inventory}",
+                raise UsageError(f"--host {args.host}: no such host in "
+                                 f"{_inventory_label(args, env)}",
                                  hint="see 'fleetclean inventory -i FILE'")
         hosts = hosts[:1]
     else:

@@ -1,11 +1,18 @@
 """Fold host names into compact node sets for display, as clush and dshbak do.
 
+This is fleetclean's one fold. The table shows its ClusterShell form (:func:`fold`); hints
+that users paste into ``-l`` show the same grouping in Ansible's range syntax
+(:func:`fleetclean.inventory.ranges.as_patterns`), built from :func:`fold_groups`.
+
 Example::
 
     >>> fold(["gpu01", "gpu02", "gpu03", "gpu05", "login"])
     'gpu[01-03,05],login'
     >>> fold(["a"])
     'a'
+    >>> fold_groups(["gpu01", "gpu02", "login"])  # doctest: +NORMALIZE_WHITESPACE
+    [NodeGroup(prefix='gpu', suffix='', runs=(('01', '02'),)),
+     NodeGroup(prefix='login', suffix='', runs=())]
 
 Names are grouped by everything except their last run of digits; zero padding is kept and
 only numbers of the same width fold together (``gpu9`` and ``gpu10`` stay apart when padded
@@ -17,47 +24,70 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["NodeGroup", "fold", "fold_groups"]
 
 _LAST_NUMBER = re.compile(r"^(.*?)(\d+)(\D*)$")
 
 
+@dataclass(frozen=True)
+class NodeGroup:
+    """Names ``prefix + N + suffix`` for every N in ``runs`` (first, last as written, same
+    width, inclusive); a name without a number is a group of its own with no runs."""
+
+    prefix: str
+    suffix: str
+    runs: tuple[tuple[str, str], ...]
+
+
 def fold(names: Iterable[str]) -> str:
-    groups: dict[tuple[str, str, int], list[int]] = defaultdict(list)
-    plain: list[str] = []
+    """ClusterShell's node set: ``gpu[01-03,05],login``."""
+    parts: list[str] = []
+    for group in fold_groups(names):
+        runs = group.runs
+        if not runs:
+            parts.append(group.prefix)
+        elif len(runs) == 1 and runs[0][0] == runs[0][1]:
+            parts.append(f"{group.prefix}{runs[0][0]}{group.suffix}")
+        else:
+            body = ",".join(first if first == last else f"{first}-{last}" for first, last in runs)
+            parts.append(f"{group.prefix}[{body}]{group.suffix}")
+    return ",".join(parts)
+
+
+def fold_groups(names: Iterable[str]) -> list[NodeGroup]:
+    """Groups in the order their first name came in; runs ascending; duplicates dropped."""
+    numbers: dict[tuple[str, str, int], list[int]] = defaultdict(list)
     order: list[tuple[str, str, int] | str] = []
     for name in dict.fromkeys(names):
         m = _LAST_NUMBER.match(name)
         if not m:
-            plain.append(name)
             order.append(name)
             continue
         prefix, digits, suffix = m.groups()
         key = (prefix, suffix, len(digits))
-        if key not in groups:
+        if key not in numbers:
             order.append(key)
-        groups[key].append(int(digits))
-    parts: list[str] = []
+        numbers[key].append(int(digits))
+    groups: list[NodeGroup] = []
     for item in order:
         if isinstance(item, str):
-            parts.append(item)
+            groups.append(NodeGroup(item, "", ()))
             continue
         prefix, suffix, width = item
-        numbers = sorted(set(groups[item]))
-        if len(numbers) == 1:
-            parts.append(f"{prefix}{numbers[0]:0{width}d}{suffix}")
-            continue
-        parts.append(f"{prefix}[{_ranges(numbers, width)}]{suffix}")
-    return ",".join(parts)
+        runs = _runs(sorted(set(numbers[item])))
+        written = tuple((f"{a:0{width}d}", f"{b:0{width}d}") for a, b in runs)
+        groups.append(NodeGroup(prefix, suffix, written))
+    return groups
 
 
-def _ranges(numbers: list[int], width: int) -> str:
-    out: list[str] = []
-    start = prev = numbers[0]
-    for n in [*numbers[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        out.append(f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}")
-        if n is not None:
-            start = prev = n
-    return ",".join(out)
+def _runs(numbers: list[int]) -> list[tuple[int, int]]:
+    """Sorted numbers -> (first, last) of each stretch of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], n)
+        else:
+            runs.append((n, n))
+    return runs

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fleetclean.errors import InventoryError
 from fleetclean.inventory import load_inventory
-from fleetclean.limit import select_names, split_terms
+from fleetclean.inventory.limit import select_names, split_terms
 
 INVENTORIES = Path(__file__).resolve().parents[2] / "inventories"
 

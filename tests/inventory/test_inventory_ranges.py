@@ -1,4 +1,4 @@
-"""Host ranges: count, padding, order, stride, and fold() as expand()'s inverse."""
+"""Host ranges: count, padding, order, stride, and as_patterns() as expand()'s inverse."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleetclean.ranges import RangeError, expand, fold
+from fleetclean.inventory.ranges import RangeError, as_patterns, expand
 
 affix = st.text(alphabet="abcxyz-.", max_size=4)
 
@@ -54,9 +54,11 @@ name_numbers = st.lists(
 
 
 @given(name_numbers)
-def test_fold_then_expand_gives_back_the_same_names(parts: list[tuple[str, int, bool]]) -> None:
+def test_patterns_of_the_fold_expand_back_to_the_same_names(
+    parts: list[tuple[str, int, bool]],
+) -> None:
     names = [f"{head}{n:03d}.lab" if pad else f"{head}{n}.lab" for head, n, pad in parts]
-    folded = fold(names)
+    folded = as_patterns(names)
     expanded = [name for pattern in folded for name in expand(pattern)]
     assert sorted(expanded) == sorted(set(names))
     assert len(folded) <= len(set(names))
@@ -68,8 +70,8 @@ def test_known_examples() -> None:
     assert expand("x[1:9:2]") == ["x1", "x3", "x5", "x7", "x9"]
     assert expand("x[:2]") == ["x0", "x1", "x2"]
     assert expand("plain.lab") == ["plain.lab"]
-    assert fold([*expand("gpu[01:08].lab"), "login"]) == ["gpu[01:08].lab", "login"]
-    assert fold(["gpu9", "gpu10", "gpu09"]) == ["gpu9", "gpu[09:10]"]
+    assert as_patterns([*expand("gpu[01:08].lab"), "login"]) == ["gpu[01:08].lab", "login"]
+    assert as_patterns(["gpu9", "gpu10", "gpu09"]) == ["gpu9", "gpu[09:10]"]
 
 
 @pytest.mark.parametrize(

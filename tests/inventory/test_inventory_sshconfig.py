@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fleetclean.inventory import load_inventory
-from fleetclean.sshconfig import SshArgsError, parse_ssh_args
+from fleetclean.inventory.ssh_settings import SshArgsError, parse_ssh_args
 
 Write = Callable[[str, str], Path]
 

@@ -17,7 +17,10 @@ def run(*argv: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize(
     "argv,needle",
     [
-        (["run"], "the following arguments are required: PLAYBOOK, -i/--inventory"),
+        (["run"], "the following arguments are required: PLAYBOOK"),
+        (["run", "post-extraction"], "no inventory given (give -i lab.yml or -i 'gpu01,gpu02,'"),
+        (["status", "--local", "-i", "x.yml"], "--local is this machine alone"),
+        (["status", "-c", "telnet", "-i", "x.yml"], "invalid choice: 'telnet'"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         (["status", "-i", "x.yml", "--forks", "many"], "invalid int value: 'many'"),
         (["run", "post-extraction", "-i", "x.yml", "--json", "--csv"], "not allowed with"),

@@ -5,7 +5,7 @@ A limit is a list of terms split on ``,`` or ``:`` (not inside ``[...]`` or ``{.
 ==================  =====================================================================
 ``gpu01.lab``       that host; a group name means all its hosts; ``all`` and ``*`` mean all
 ``gpu0*``           shell glob over host and group names (case-sensitive)
-``gpu[01:04].lab``  host range (see :mod:`fleetclean.ranges`)
+``gpu[01:04].lab``  host range (see :mod:`fleetclean.inventory.ranges`)
 ``training[0:2]``   Ansible's subscript of a group: its 1st to 3rd host (end inclusive);
                     ``[0]``, ``[-1]``, ``[:2]``, ``[2:]`` too
 ``~gpu0[1-4]``      regular expression, matched from the start of host and group names
@@ -36,8 +36,8 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from fleetclean import ranges
 from fleetclean.errors import InventoryError
+from fleetclean.inventory import ranges
 
 __all__ = ["select_names", "split_terms"]
 
@@ -200,4 +200,5 @@ def _why_empty(
     close = difflib.get_close_matches(term, [*groups, *hosts], n=1, cutoff=0.7)
     if close:
         return f"'{term}' matches no host or group name; did you mean '{close[0]}'?"
-    return f"'{term}' matches no host or group name; hosts are {', '.join(ranges.fold(hosts))}"
+    known = ", ".join(ranges.as_patterns(hosts))
+    return f"'{term}' matches no host or group name; hosts are {known}"

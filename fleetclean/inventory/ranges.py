@@ -12,12 +12,12 @@ Ansible's inventory ranges, written without Ansible's code:
 ['gpu01.lab', 'gpu02.lab', 'gpu03.lab']
 >>> expand("node[1:9:4]")
 ['node1', 'node5', 'node9']
->>> fold(["gpu01", "gpu02", "gpu03", "login"])
+>>> as_patterns(["gpu01", "gpu02", "gpu03", "login"])
 ['gpu[01:03]', 'login']
 >>> expand("gpu[10:01]")
 Traceback (most recent call last):
 ...
-fleetclean.ranges.RangeError: host range 'gpu[10:01]' runs backwards (10 comes after 01)
+fleetclean.inventory.ranges.RangeError: host range 'gpu[10:01]' runs backwards (10 comes after 01)
 
 ``RangeError`` carries no file position; callers that know where the name was written wrap it
 in an ``InventoryError`` (``offset`` is where in the name the bad bracket starts).
@@ -25,11 +25,12 @@ in an ``InventoryError`` (``offset`` is where in the name the bad bracket starts
 
 from __future__ import annotations
 
-import re
 import string
 from collections.abc import Iterable
 
-__all__ = ["RangeError", "expand", "fold", "has_range"]
+from fleetclean.nodeset import fold_groups
+
+__all__ = ["RangeError", "as_patterns", "expand", "has_range"]
 
 
 class RangeError(ValueError):
@@ -150,55 +151,18 @@ def _letter_values(pattern: str, start: str, end: str, step: int, offset: int) -
     return [chr(c) for c in range(ord(start), ord(end) + 1, step)]
 
 
-_LAST_NUMBER = re.compile(r"^(.*?)(\d+)(\D*)$")
+def as_patterns(names: Iterable[str]) -> list[str]:
+    """Names as Ansible range patterns, one per run of :func:`fleetclean.nodeset.fold_groups`:
+    the table's fold written so that ``-l`` and :func:`expand` take it back.
 
-
-def fold(names: Iterable[str]) -> list[str]:
-    """Fold names into ranges for display: the inverse of :func:`expand` over a set of names.
-
-    Only the last number in a name is folded; runs of consecutive numbers written the same way
-    (same zero padding) become one range; anything else stays as written. Patterns come out in
-    the order their first name came in. ``set(sum(map(expand, fold(ns)), [])) == set(ns)``
-    holds for any names without brackets.
+    ``sorted(n for p in as_patterns(ns) for n in expand(p)) == sorted(set(ns))`` holds for
+    any names without brackets.
     """
-    # (head, tail) -> numbers as written, in first-seen order; None keys keep a literal name.
-    buckets: dict[tuple[str, str] | str, list[str]] = {}
-    for name in dict.fromkeys(names):
-        match = None if has_range(name) else _LAST_NUMBER.match(name)
-        if match is None:
-            buckets.setdefault(name, [])
-            continue
-        buckets.setdefault((match.group(1), match.group(3)), []).append(match.group(2))
     out: list[str] = []
-    for key, numbers in buckets.items():
-        if isinstance(key, str):
-            out.append(key)
-            continue
-        head, tail = key
-        for run in _runs(numbers):
-            if len(run) == 1:
-                out.append(f"{head}{run[0]}{tail}")
-            else:
-                out.append(f"{head}[{run[0]}:{run[-1]}]{tail}")
+    for group in fold_groups(names):
+        if not group.runs:
+            out.append(group.prefix)
+        for first, last in group.runs:
+            body = first if first == last else f"[{first}:{last}]"
+            out.append(f"{group.prefix}{body}{group.suffix}")
     return out
-
-
-def _runs(numbers: list[str]) -> list[list[str]]:
-    """Split numbers (as written) into runs that one ``[start:end]`` reproduces exactly."""
-    runs: list[list[str]] = []
-    for text in sorted(numbers, key=lambda t: (int(t), len(t))):
-        if runs and _extends(runs[-1], text):
-            runs[-1].append(text)
-        else:
-            runs.append([text])
-    return runs
-
-
-def _extends(run: list[str], text: str) -> bool:
-    first, last = run[0], run[-1]
-    if int(text) != int(last) + 1:
-        return False
-    if first.startswith("0") and len(first) > 1:
-        return len(text) == len(first)
-    # An unpadded run may only continue with numbers written without leading zeros.
-    return text == str(int(text))

@@ -20,7 +20,7 @@ inventory sets it, else the inventory name. So ``Host *.lab`` applies to ``gpu01
 >>> parse_ssh_args("-o")
 Traceback (most recent call last):
 ...
-fleetclean.sshconfig.SshArgsError: '-o' at the end of the ssh arguments has no option
+fleetclean.inventory.ssh_settings.SshArgsError: '-o' at the end of the ssh arguments has no option
 """
 
 from __future__ import annotations
@@ -28,9 +28,12 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fleetclean.errors import InventoryError
-from fleetclean.sshlib import paramiko
+
+if TYPE_CHECKING:
+    import paramiko
 
 __all__ = [
     "SshArgs",
@@ -150,6 +153,10 @@ def default_config_path() -> str | None:
 
 def load_config(path: str, *, given_by: str = "ssh config") -> paramiko.SSHConfig:
     """Parse one ssh config file; a missing or unreadable one is an ``InventoryError``."""
+    # Imported here, not at the top: reading an inventory without an ssh config never loads
+    # paramiko, and the inventory never imports the transport. paramiko's parser is the one
+    # the transport's connections follow, so hosts are resolved as they will be reached.
+    import paramiko
     if not os.path.exists(path):
         raise InventoryError(
             f"{given_by} file does not exist", path=path, hint="fix the path or remove it"
@@ -186,6 +193,7 @@ def merge(
 ) -> SshSettings:
     """Fill unset inventory values from ``config``; inventory values always win.
 
+    >>> import paramiko
     >>> cfg = paramiko.SSHConfig.from_text("Host gpu01\\n  HostName 10.0.0.1\\n  Port 2222")
     >>> s = merge("gpu01", host=None, port=None, user="root", key=None, proxy_jump=None,
     ...           options={}, config=cfg)

@@ -1,7 +1,7 @@
 """Ansible's INI inventory format -> sections of hosts, children and variables.
 
-This module only reads the text; :mod:`fleetclean.inventory` turns the sections into hosts,
-expanding ranges and applying precedence exactly as it does for YAML.
+:func:`parse_ini` reads the text; :func:`read_ini` feeds the sections to a
+:class:`~fleetclean.inventory.builder.Builder`, which expands ranges as it does for YAML.
 
 - ``[group]`` lists hosts, one a line: ``name [key=value ...]``; ``name:port`` sets the port.
 - ``[group:children]`` lists child groups; ``[group:vars]`` holds ``key=value`` lines.
@@ -32,8 +32,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fleetclean.errors import InventoryError
+from fleetclean.inventory.builder import Builder, Value
 
-__all__ = ["IniItem", "IniSection", "IniVar", "looks_like_ini", "parse_ini", "parse_value"]
+__all__ = [
+    "IniItem",
+    "IniSection",
+    "IniVar",
+    "looks_like_ini",
+    "parse_ini",
+    "parse_value",
+    "read_ini",
+]
 
 SectionKind = Literal["hosts", "children", "vars"]
 
@@ -216,3 +225,29 @@ def _var(line: str, raw: str, path: str, number: int) -> IniVar:
     if parsed is value:
         parsed = re.split(r"\s+[#;]", value, maxsplit=1)[0]
     return IniVar(key, parsed, number, column)
+
+
+def read_ini(text: str, builder: Builder) -> None:
+    """Feed the sections of INI ``text`` to ``builder``: groups first, so children can name
+    groups defined further down."""
+    sections = parse_ini(text, builder.path)
+    for section in sections:
+        builder.group(section.group, section.line or None, 1 if section.line else None)
+    for section in sections:
+        if section.kind == "children":
+            for item in section.items:
+                builder.add_child(section.group, item.text, item.line, item.column)
+        elif section.kind == "vars":
+            for var in section.vars:
+                builder.variable_name(var.key, var.line, var.column)
+                builder.groups[section.group].vars[var.key] = builder.located(
+                    var.value, var.line, var.column
+                )
+        else:
+            for item in section.items:
+                variables: dict[str, Value] = {}
+                for var in item.vars:
+                    builder.variable_name(var.key, var.line, var.column)
+                    variables[var.key] = builder.located(var.value, var.line, var.column)
+                builder.add_hosts(section.group, item.text, variables, item.line, item.column)
+

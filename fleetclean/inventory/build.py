@@ -1,0 +1,310 @@
+"""Precedence and Host building: a :class:`~fleetclean.inventory.builder.Builder` -> hosts.
+
+- precedence, as Ansible documents it: ``all`` < parent groups < child groups < host, and
+  among groups of one depth ``ansible_group_priority`` (default 1) then the group name
+  (alphabetical, the later name wins);
+- connection variables -> Host fields, with ``~/.ssh/config`` filling what the inventory
+  leaves open (:mod:`.ssh_settings`). Every other variable is a playbook variable and lands
+  in ``Host.vars``.
+
+``Host.groups`` is Ansible's ``group_names``: every group the host is in, parents included,
+sorted, without ``all``; a host in no group but ``all`` is in ``ungrouped``, as in Ansible.
+
+>>> from fleetclean.inventory.builder import Builder, Value
+>>> b = Builder("lab.yml")
+>>> b.add_hosts("all", "gpu01", {"ansible_user": Value("root", 2, 12)}, 2, 5)
+>>> b.groups["all"].vars["grace"] = Value(10, 1, 1)
+>>> host = resolve(b, ssh_config=None).hosts["gpu01"]
+>>> host.address, host.port, host.user, host.groups, host.vars
+('gpu01', 22, 'root', ('ungrouped',), {'grace': 10})
+>>> b.groups["all"].vars["ansible_become"] = Value("maybe", 1, 16)
+>>> resolve(b, ssh_config=None)  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+fleetclean.errors.InventoryError: lab.yml:1:16: ansible_become must be yes/no/true/false, ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fleetclean.errors import InventoryError
+from fleetclean.inventory import ssh_settings
+from fleetclean.inventory.builder import Builder, Value, canonical, show
+from fleetclean.inventory.limit import select_names
+from fleetclean.models import Connection, Host
+
+if TYPE_CHECKING:
+    import paramiko
+
+__all__ = ["Inventory", "resolve"]
+
+PRIORITY = "ansible_group_priority"
+CONNECTIONS: dict[str, Connection] = {
+    "ssh": "ssh",
+    "paramiko": "ssh",
+    "paramiko_ssh": "ssh",
+    "smart": "ssh",
+    "local": "local",
+}
+TRUTHY = frozenset({"yes", "y", "true", "t", "on", "1"})
+FALSY = frozenset({"no", "n", "false", "f", "off", "0"})
+
+
+def _depths(builder: Builder) -> dict[str, int]:
+    """Longest path from ``all``: a group is as deep as its deepest parent plus one."""
+    depths: dict[str, int] = {}
+
+    def depth(name: str) -> int:
+        if name not in depths:
+            parents = builder.groups[name].parents or (["all"] if name != "all" else [])
+            depths[name] = max((depth(p) + 1 for p in parents), default=0)
+        return depths[name]
+
+    for name in builder.groups:
+        depth(name)
+    return depths
+
+
+def _priority(builder: Builder, group: str) -> int:
+    value = builder.groups[group].vars.get(PRIORITY)
+    if value is None:
+        return 1
+    if (
+        isinstance(value.value, bool)
+        or not isinstance(value.value, (int, str))
+        or not str(value.value).lstrip("-").isdigit()
+    ):
+        raise InventoryError(
+            f"{PRIORITY} of group '{group}' must be a whole number, got {show(value.value)}",
+            path=value.path or builder.path,
+            line=value.line,
+            column=value.column,
+            hint="e.g. ansible_group_priority: 10",
+        )
+    return int(value.value)
+
+
+def _memberships(builder: Builder) -> dict[str, set[str]]:
+    """Host -> every group it is in, ancestors and ``all`` included."""
+    out: dict[str, set[str]] = {name: {"all"} for name in builder.hosts}
+    for group in builder.groups.values():
+        for host in group.hosts:
+            todo = [group.name]
+            while todo:
+                current = todo.pop()
+                if current not in out[host]:
+                    out[host].add(current)
+                    todo.extend(builder.groups[current].parents)
+    for groups in out.values():
+        # Ansible: "ungrouped" holds exactly the hosts that are in no group but "all".
+        groups.discard("ungrouped")
+        if groups == {"all"}:
+            groups.add("ungrouped")
+    return out
+
+
+def _effective(
+    builder: Builder, host: str, groups: set[str], depths: dict[str, int]
+) -> dict[str, Value]:
+    order = sorted(groups, key=lambda g: (depths[g], _priority(builder, g), g))
+    merged: dict[str, Value] = {}
+    for group in order:
+        merged.update(canonical(builder.groups[group].vars))
+    merged.update(builder.hosts[host])
+    return merged
+
+
+# --- step 3: connection variables -> Host ------------------------------------------------
+
+
+class _HostMaker:
+    """Turns one host's effective variables into a Host, reading ssh configs once each."""
+
+    def __init__(self, path: str, ssh_config: str | None) -> None:
+        self.path = path
+        self.default_config = ssh_config
+        self.configs: dict[str, paramiko.SSHConfig] = {}
+
+    def error(self, key: str, values: dict[str, Value], message: str, hint: str) -> InventoryError:
+        where = values[key]
+        return InventoryError(
+            message, path=where.path or self.path, line=where.line, column=where.column, hint=hint
+        )
+
+    def text(self, key: str, values: dict[str, Value]) -> str | None:
+        value = values[key].value if key in values else None
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise self.error(
+                key,
+                values,
+                f"{key} must be text, got {show(value)}",
+                f"write {key}: VALUE on one line",
+            )
+        if str(value) == "":
+            raise self.error(key, values, f"{key} is empty", f"give a value or remove {key}")
+        return str(value)
+
+    def port(self, values: dict[str, Value]) -> int | None:
+        value = values["ansible_port"].value if "ansible_port" in values else None
+        if value is None:
+            return None
+        number = value if isinstance(value, int) and not isinstance(value, bool) else None
+        if isinstance(value, str) and value.strip().isdigit():
+            number = int(value)
+        if number is None or not 1 <= number <= 65535:
+            raise self.error(
+                "ansible_port",
+                values,
+                f"ansible_port must be a whole number from 1 to 65535, got {show(value)}",
+                "e.g. ansible_port: 22",
+            )
+        return number
+
+    def connection(self, values: dict[str, Value]) -> Connection:
+        value = self.text("ansible_connection", values) or "ssh"
+        if value.lower() not in CONNECTIONS:
+            raise self.error(
+                "ansible_connection",
+                values,
+                f"ansible_connection '{value}' is not supported",
+                "use 'ssh' or 'local'",
+            )
+        return CONNECTIONS[value.lower()]
+
+    def become(self, values: dict[str, Value]) -> bool:
+        value = values["ansible_become"].value if "ansible_become" in values else None
+        if value is None:
+            return False
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower() if isinstance(value, (str, int)) else ""
+        if text in TRUTHY or text in FALSY:
+            return text in TRUTHY
+        raise self.error(
+            "ansible_become",
+            values,
+            f"ansible_become must be yes/no/true/false, got {show(value)}",
+            "e.g. ansible_become: yes",
+        )
+
+    def ssh_args(self, values: dict[str, Value]) -> ssh_settings.SshArgs:
+        options: dict[str, str] = {}
+        proxy_jump: str | None = None
+        config_file: str | None = None
+        for key in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+            text = self.text(key, values)
+            if text is None:
+                continue
+            try:
+                args = ssh_settings.parse_ssh_args(text)
+            except ssh_settings.SshArgsError as err:
+                raise self.error(key, values, f"{key}: {err.message}", err.hint or "") from None
+            options.update(args.options)
+            proxy_jump = args.proxy_jump or proxy_jump
+            config_file = args.config_file or config_file
+        return ssh_settings.SshArgs(options, proxy_jump, config_file)
+
+    def config(
+        self, values: dict[str, Value], args: ssh_settings.SshArgs
+    ) -> tuple[paramiko.SSHConfig | None, str | None]:
+        path = self.default_config
+        if args.config_file is not None:
+            key = next(
+                k
+                for k in ("ansible_ssh_extra_args", "ansible_ssh_common_args")
+                if k in values and "-F" in str(values[k].value)
+            )
+            # Relative to the inventory that gave it, so an inventory and its ssh config
+            # travel together.
+            source = values[key].path or self.path
+            path = os.path.join(os.path.dirname(source), os.path.expanduser(args.config_file))
+            if not os.path.isfile(path):
+                raise self.error(
+                    key,
+                    values,
+                    f"ssh config file '{path}' given by -F does not exist",
+                    "fix the -F path or remove it",
+                )
+        if path is None:
+            return None, None
+        if path not in self.configs:
+            self.configs[path] = ssh_settings.load_config(path)
+        return self.configs[path], path
+
+    def make(self, name: str, values: dict[str, Value], groups: set[str]) -> Host:
+        connection = self.connection(values)
+        args = self.ssh_args(values)
+        key = self.text("ansible_ssh_private_key_file", values)
+        config, config_path = (None, None) if connection == "local" else self.config(values, args)
+        settings = ssh_settings.merge(
+            name,
+            host=self.text("ansible_host", values),
+            port=self.port(values),
+            user=self.text("ansible_user", values),
+            key=os.path.expanduser(key) if key else None,
+            proxy_jump=args.proxy_jump,
+            options=args.options,
+            config=config,
+            config_path=config_path,
+        )
+        return Host(
+            name=name,
+            address=settings.address,
+            port=settings.port,
+            user=settings.user,
+            key=settings.key,
+            connection=connection,
+            become=self.become(values),
+            become_user=self.text("ansible_become_user", values),
+            groups=tuple(sorted(groups - {"all"})),
+            vars={
+                # Every ansible_* name is Ansible's (passwords among them): never a
+                # playbook variable, never printed by `inventory --json` or in a script.
+                k: v.value for k, v in values.items() if not k.startswith("ansible_")
+            },
+            proxy_jump=settings.proxy_jump,
+            ssh_options=settings.options,
+        )
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Every host of one inventory file, in file order, and every group's hosts."""
+
+    path: str
+    hosts: dict[str, Host]
+    groups: dict[str, tuple[str, ...]]
+
+    def select(self, limit: str | None) -> list[Host]:
+        """Hosts a ``--limit`` pattern selects (see :mod:`.limit`), file order.
+
+        Raises ``InventoryError`` naming the pattern when it selects nothing.
+        """
+        names = select_names(limit, list(self.hosts), self.groups, source=self.path)
+        return [self.hosts[name] for name in names]
+
+    def with_connection(self, connection: Connection) -> Inventory:
+        """Every host reached through ``connection`` (``-c``), whatever its inventory says."""
+        hosts = {n: dataclasses.replace(h, connection=connection) for n, h in self.hosts.items()}
+        return dataclasses.replace(self, hosts=hosts)
+
+
+def resolve(builder: Builder, ssh_config: str | None) -> Inventory:
+    """Every host of ``builder`` with its effective variables; ``ssh_config`` a path or None."""
+    depths = _depths(builder)
+    memberships = _memberships(builder)
+    maker = _HostMaker(builder.path, ssh_config)
+    hosts = {
+        name: maker.make(name, _effective(builder, name, groups, depths), groups)
+        for name, groups in memberships.items()
+    }
+    names = ["all", *(g for g in builder.groups if g not in ("all", "ungrouped")), "ungrouped"]
+    groups = {group: tuple(h for h in hosts if group in memberships[h]) for group in names}
+    return Inventory(path=builder.path, hosts=hosts, groups=groups)
+

@@ -1,0 +1,198 @@
+"""Groups, hosts and variables as an inventory source wrote them, before any precedence.
+
+Each reader (:mod:`.yaml_file`, :mod:`.ini_file`, :mod:`.inline`) feeds one :class:`Builder`;
+every value keeps the line and column it came from, so that :mod:`.build` can name them in
+its errors. The builder checks what is wrong whatever the syntax: bad group names, groups
+that contain themselves, a host whose address is given twice differently.
+
+>>> b = Builder("lab.yml")
+>>> b.add_hosts("all", "gpu[01:02]:2222", {}, 3, 5)
+>>> sorted(b.hosts), b.hosts["gpu01"]["ansible_port"].value
+(['gpu01', 'gpu02'], 2222)
+>>> b.add_child("all", "all", 4, 5)  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+fleetclean.errors.InventoryError: lab.yml:4:5: group 'all' cannot be a child of 'all' ('all' ...
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetclean.errors import InventoryError
+from fleetclean.inventory import ranges
+
+__all__ = ["ADDRESS_VARS", "Builder", "Group", "Value", "canonical", "show"]
+
+ALIASES = {
+    "ansible_ssh_host": "ansible_host",
+    "ansible_ssh_port": "ansible_port",
+    "ansible_ssh_user": "ansible_user",
+    "ansible_private_key_file": "ansible_ssh_private_key_file",
+}
+# Two declarations of one host that disagree on where to connect is a mistake worth stopping
+# for; disagreeing playbook variables follow Ansible (the later one wins).
+ADDRESS_VARS = (
+    "ansible_host",
+    "ansible_port",
+    "ansible_user",
+    "ansible_ssh_private_key_file",
+    "ansible_connection",
+)
+_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class Value:
+    """One variable's value and where it was written (None: not from a file's line)."""
+
+    value: Any
+    line: int | None = None
+    column: int | None = None
+    path: str | None = None
+
+
+@dataclass
+class Group:
+    name: str
+    hosts: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+    parents: list[str] = field(default_factory=list)
+    vars: dict[str, Value] = field(default_factory=dict)
+
+
+class Builder:
+    """Groups, hosts and variables as written, before any precedence is applied."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.groups: dict[str, Group] = {"all": Group("all"), "ungrouped": Group("ungrouped")}
+        self.hosts: dict[str, dict[str, Value]] = {}
+
+    def error(
+        self, message: str, line: int | None, column: int | None, hint: str | None = None
+    ) -> InventoryError:
+        return InventoryError(message, path=self.path, line=line, column=column, hint=hint)
+
+    def located(self, value: Any, line: int | None, column: int | None) -> Value:
+        """``value`` as written at line:column of the source being read now."""
+        return Value(value, line, column, self.path)
+
+    def group(self, name: str, line: int | None, column: int | None) -> Group:
+        if not name or any(c.isspace() for c in name) or ":" in name:
+            raise self.error(
+                f"bad group name '{name}'",
+                line,
+                column,
+                hint="group names are one word without ':', e.g. training",
+            )
+        return self.groups.setdefault(name, Group(name))
+
+    def add_child(self, parent: str, child: str, line: int | None, column: int | None) -> None:
+        if child == "all":
+            raise self.error(
+                f"group 'all' cannot be a child of '{parent}'",
+                line,
+                column,
+                hint="'all' holds every group already",
+            )
+        if child == parent or parent in self._descendants(child):
+            raise self.error(
+                f"group '{child}' would contain itself through '{parent}'",
+                line,
+                column,
+                hint="remove one of the children: entries that form the loop",
+            )
+        self.group(child, line, column)
+        if child not in self.groups[parent].children:
+            self.groups[parent].children.append(child)
+            self.groups[child].parents.append(parent)
+
+    def _descendants(self, name: str) -> set[str]:
+        seen: set[str] = set()
+        todo = list(self.groups[name].children) if name in self.groups else []
+        while todo:
+            current = todo.pop()
+            if current not in seen:
+                seen.add(current)
+                todo.extend(self.groups[current].children)
+        return seen
+
+    def add_hosts(
+        self,
+        group: str,
+        pattern: str,
+        variables: dict[str, Value],
+        line: int | None,
+        column: int | None,
+    ) -> None:
+        pattern, port = self._split_port(pattern, line, column)
+        if not pattern:
+            raise self.error("empty host name", line, column, hint="give the host a name")
+        try:
+            names = ranges.expand(pattern)
+        except ranges.RangeError as err:
+            at = None if column is None else column + err.offset
+            raise self.error(err.message, line, at, hint=err.hint) from None
+        variables = canonical(variables)
+        if port is not None and "ansible_port" not in variables:
+            variables["ansible_port"] = self.located(port, line, column)
+        for name in names:
+            known = self.hosts.setdefault(name, {})
+            for key in ADDRESS_VARS:
+                old, new = known.get(key), variables.get(key)
+                # Across sources (-i a.yml -i b.yml) the later one wins, as in Ansible.
+                if old and new and old.path == new.path and old.value != new.value:
+                    raise self.error(
+                        f"host '{name}' has {key} {show(new.value)} here but "
+                        f"{show(old.value)} at line {old.line}",
+                        new.line,
+                        new.column,
+                        hint="give each host its connection variables in one place",
+                    )
+            known.update(variables)
+            if name not in self.groups[group].hosts:
+                self.groups[group].hosts.append(name)
+
+    def _split_port(
+        self, pattern: str, line: int | None, column: int | None
+    ) -> tuple[str, int | None]:
+        """``gpu01:2222`` -> ('gpu01', 2222); a colon inside ``[...]`` is a range's."""
+        outside = re.sub(r"\[[^\]]*\]", "", pattern)
+        # An unclosed '[' is a broken range, not a port: leave it to ranges.expand to say so.
+        if outside.count(":") != 1 or "[" in outside:
+            return pattern, None
+        head, _, tail = pattern.rpartition(":")
+        if not tail.isdigit() or not 1 <= int(tail) <= 65535:
+            raise self.error(
+                f"host '{pattern}' has a bad port '{tail}'",
+                line,
+                column,
+                hint="write name:PORT with PORT from 1 to 65535",
+            )
+        return head, int(tail)
+
+    def variable_name(self, key: str, line: int | None, column: int | None) -> str:
+        if not _VAR_NAME.match(key):
+            fixed = re.sub(r"\W", "_", key)
+            raise self.error(
+                f"'{key}' is not a valid variable name",
+                line,
+                column,
+                hint=f"use letters, digits and underscores, e.g. '{fixed}'",
+            )
+        return key
+
+
+def canonical(variables: dict[str, Value]) -> dict[str, Value]:
+    """Aliases (``ansible_ssh_host`` ...) under their main name; the main name wins a tie."""
+    out = {ALIASES.get(k, k): v for k, v in variables.items() if k in ALIASES}
+    out.update({k: v for k, v in variables.items() if k not in ALIASES})
+    return out
+
+
+def show(value: Any) -> str:
+    return f"'{value}'" if isinstance(value, str) else repr(value)
+
