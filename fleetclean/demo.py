@@ -20,6 +20,7 @@ from fleetclean.models import ExitStatus, RunResult
 from fleetclean.playbook import load_playbook
 from fleetclean.render import render_script
 from fleetclean.results import table
+from fleetclean.results.words import counted
 from fleetclean.transport import Options
 from fleetclean.variables import resolve_vars
 
@@ -71,8 +72,9 @@ def run_demo(console: Console, *, nodes: int = 4, state_dir: str | None = None) 
             f"running on every node: {'[green]yes[/]' if survived else '[red]NO[/]'}"
         )
         signals = sum(len(h.signalled) for h in after.hosts)
-        console.print(f"   {signals} processes signalled in {after.duration_s:.2f}s for "
-                      f"{nodes} nodes; the seed command sleeps 14s per host.")
+        console.print(f"   {counted(signals, 'process', 'processes')} signalled in "
+                      f"{after.duration_s:.2f}s for {counted(nodes, 'node')}; the seed command "
+                      "sleeps 14s per host.")
         ok = after.exit_status is ExitStatus.OK and survived
         return int(ExitStatus.OK if ok else after.exit_status or ExitStatus.DIRTY)
     finally:

@@ -33,7 +33,6 @@ _fleetclean_inventory() {
 }
 
 _fleetclean() {
-    local IFS=$'\n'
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]} cmd="" i
     for ((i = 1; i < COMP_CWORD; i++)); do
         case ${COMP_WORDS[i]} in
@@ -44,6 +43,7 @@ _fleetclean() {
     COMPREPLY=()
     case $prev in
         FILE_OPTS)
+            local IFS=$'\n'  # file names may hold spaces
             COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         HOST_OPTS)
             local inv
@@ -65,7 +65,10 @@ OPTIONS
             return 0 ;;
     esac
     case $cmd in
-        run | show) COMPREPLY=($(compgen -W "PLAYBOOKS" -- "$cur") $(compgen -f -- "$cur")) ;;
+        run | show)
+            COMPREPLY=($(compgen -W "PLAYBOOKS" -- "$cur"))
+            local IFS=$'\n'
+            COMPREPLY+=($(compgen -f -- "$cur")) ;;
 POSITIONALS
     esac
     return 0
