@@ -1,30 +1,35 @@
 """Command line: options -> calls. The one place that maps errors to exit statuses.
 
 ``main(argv, env) -> int`` never calls ``sys.exit`` itself and prints only through the
-``Env`` it is given, so tests can swap the streams.
+``Env`` it is given, so tests can swap the streams. The subcommands' handlers live in
+``fleetclean.commands``, one module per job, imported only when their command runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
+import importlib
 import math
 import os
 import sys
-import threading
-import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO, cast
 
-from rich.console import Console, Group
-from rich.live import Live
-from rich.text import Text
+from rich.console import Console
 
-from fleetclean import __version__, fleet, records, report
+from fleetclean import __version__, fleet
 from fleetclean.errors import BadInput, FleetcleanError, UsageError
-from fleetclean.models import ExitStatus, Host, RunResult
+from fleetclean.models import ExitStatus, Host
 from fleetclean.transport import Options
+
+EXIT_STATUS_HELP = """\
+exit status: 0 every host clean, 1 some host dirty or faulty, 2 some host unreachable or
+failed, 3 internal error (a bug: --debug shows its traceback), 4 bad input (nothing was
+sent), 130 interrupted.
+"""
 
 EPILOG_RUN = """\
 examples:
@@ -32,10 +37,9 @@ examples:
   fleetclean run post-extraction -i lab.yml -e model_file=/opt/sglang/srt/models/deepseek_v2.py
   fleetclean run pre-restart -i lab.yml -l 'gpu0*:!gpu05' --check
   fleetclean run ./my-teardown.yaml -i hosts.ini -e @vars.yaml --json > result.json
+  fleetclean run post-extraction -i lab.yml --prom /var/lib/node_exporter/fleetclean.prom
 
-exit status: 0 every host clean, 1 some host dirty, 2 some host unreachable or failed,
-4 bad input (nothing was sent), 130 interrupted.
-"""
+""" + EXIT_STATUS_HELP
 
 EPILOG_MAIN = """\
 examples:
@@ -44,7 +48,12 @@ examples:
   fleetclean run post-extraction -i lab.yml --check what would be signalled, restored, removed
   fleetclean run post-extraction -i lab.yml         stop servers, free GPUs, verify
   fleetclean show post-extraction -i lab.yml --host gpu01   the exact bash sent to gpu01
-"""
+  eval "$(fleetclean completion bash)"              tab completion in this shell
+
+""" + EXIT_STATUS_HELP
+
+# Wide enough for any table; rich lays a table out at its natural width, never wider.
+_UNWRAPPED = 100_000
 
 
 @dataclass
@@ -54,11 +63,34 @@ class Env:
     stdout: TextIO = field(default_factory=lambda: sys.stdout)
     stderr: TextIO = field(default_factory=lambda: sys.stderr)
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    no_color: bool = False
 
     def console(self, *, stderr: bool = False) -> Console:
         stream = self.stderr if stderr else self.stdout
-        no_color = "NO_COLOR" in self.environ
-        return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=False)
+        # https://no-color.org: set and not empty.
+        no_color = self.no_color or bool(self.environ.get("NO_COLOR"))
+        if _isatty(stream):
+            return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=False)
+        # Logs and pipes (CI, `| tee`): nothing is hard-wrapped; a table is as wide as it
+        # needs unless COLUMNS says otherwise, and lines of text are never broken.
+        return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=True,
+                       width=_columns(self.environ))
+
+    @property
+    def debug(self) -> bool:
+        return self.environ.get("FLEETCLEAN_DEBUG", "") not in ("", "0")
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or odd stream is no terminal
+        return False
+
+
+def _columns(environ: dict[str, str]) -> int:
+    value = environ.get("COLUMNS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else _UNWRAPPED
 
 
 class _Parser(argparse.ArgumentParser):
@@ -68,50 +100,53 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}", hint=f"see '{self.prog} --help'")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    fmt = argparse.RawDescriptionHelpFormatter
-    p = _Parser(
-        prog="fleetclean",
-        description="Clean a fleet of GPU nodes over SSH: stop inference servers and their "
-        "stray workers, free every GPU, put patched files back, and show a per-host, "
-        "per-GPU memory table that proves it.",
-        epilog=EPILOG_MAIN,
-        formatter_class=fmt,
-    )
-    p.add_argument("--version", action="version", version=f"fleetclean {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+def _global_opts(p: argparse.ArgumentParser, *, top: bool) -> None:
+    # On every subcommand too (`fleetclean run ... --debug`); SUPPRESS there so that a
+    # subcommand's default never overwrites the flag given before it.
+    default: Any = False if top else argparse.SUPPRESS
+    p.add_argument("--debug", action="store_true", default=default,
+                   help="print the traceback of an internal error (or FLEETCLEAN_DEBUG=1)")
+    p.add_argument("--no-color", action="store_true", default=default,
+                   help="no colours (also when NO_COLOR is set)")
 
-    def hosts_opts(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("-i", "--inventory", action="append", metavar="SOURCE",
-                        help="Ansible inventory (YAML or INI), or hosts inline: 'gpu01,gpu02,' "
-                        "or 'gpu[01:16].lab,'; repeatable, later sources win; default "
-                        "$FLEETCLEAN_INVENTORY")
-        sp.add_argument("-c", "--connection", choices=("ssh", "local"),
-                        help="reach every selected host this way (local: run here, no SSH)")
-        sp.add_argument("--local", action="store_true",
-                        help="this machine alone, named after its hostname, without SSH or -i")
-        sp.add_argument("-l", "--limit", metavar="PATTERN",
-                        help="select hosts: names, groups, globs, 'a:b', '&grp', '!grp', @file")
-        sp.add_argument("-F", "--ssh-config", metavar="FILE",
-                        help="ssh_config to honour (default ~/.ssh/config, or "
-                        "$FLEETCLEAN_SSH_CONFIG)")
 
-    def conn_opts(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("-f", "--forks", type=int, default=64, metavar="N",
-                        help="hosts at once (default 64)")
-        sp.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
-                        help="seconds to connect and authenticate (default 10)")
-        sp.add_argument("--timeout", type=float, default=300.0, metavar="S",
-                        help="seconds for the whole script on one host (default 300)")
-        sp.add_argument("--known-hosts", action="append", default=[], metavar="FILE",
-                        help="extra known_hosts file (default ~/.ssh/known_hosts)")
-        sp.add_argument("--accept-new-host-keys", action="store_true",
-                        help="record unknown host keys (never changed ones), like "
-                        "StrictHostKeyChecking=accept-new")
-        out = sp.add_mutually_exclusive_group()
-        out.add_argument("--json", action="store_true", help="print one JSON object")
-        out.add_argument("--csv", action="store_true", help="print one CSV row per host and GPU")
+def hosts_opts(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("-i", "--inventory", action="append", metavar="SOURCE",
+                    help="Ansible inventory (YAML or INI), or hosts inline: 'gpu01,gpu02,' "
+                    "or 'gpu[01:16].lab,'; repeatable, later sources win; default "
+                    "$FLEETCLEAN_INVENTORY")
+    sp.add_argument("-c", "--connection", choices=("ssh", "local"),
+                    help="reach every selected host this way (local: run here, no SSH)")
+    sp.add_argument("--local", action="store_true",
+                    help="this machine alone, named after its hostname, without SSH or -i")
+    sp.add_argument("-l", "--limit", metavar="PATTERN",
+                    help="select hosts: names, groups, globs, 'a:b', '&grp', '!grp', @file")
+    sp.add_argument("-F", "--ssh-config", metavar="FILE",
+                    help="ssh_config to honour (default ~/.ssh/config, or "
+                    "$FLEETCLEAN_SSH_CONFIG)")
 
+
+def conn_opts(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("-f", "--forks", type=int, default=64, metavar="N",
+                    help="hosts at once (default 64)")
+    sp.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+                    help="seconds to connect and authenticate (default 10)")
+    sp.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                    help="seconds for the whole script on one host (default 300)")
+    sp.add_argument("--known-hosts", action="append", default=[], metavar="FILE",
+                    help="extra known_hosts file (default ~/.ssh/known_hosts)")
+    sp.add_argument("--accept-new-host-keys", action="store_true",
+                    help="record unknown host keys (never changed ones), like "
+                    "StrictHostKeyChecking=accept-new")
+    out = sp.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print one JSON object")
+    out.add_argument("--csv", action="store_true", help="print one CSV row per host and GPU")
+    sp.add_argument("--prom", metavar="FILE",
+                    help="also write the results in Prometheus text format (atomically), "
+                    "e.g. for node_exporter's textfile collector")
+
+
+def _add_run(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     run = sub.add_parser("run", help="run a teardown playbook on the selected hosts",
                          description="Render PLAYBOOK into one bash script per host, run them in "
                          "parallel over SSH, verify every GPU is free.",
@@ -126,10 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-record", action="store_true", help="do not write a run record")
     conn_opts(run)
 
+
+def _add_status(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     status = sub.add_parser("status", help="read-only GPU memory table of the selected hosts",
                             epilog="examples:\n  fleetclean status -i lab.yml\n"
-                            "  fleetclean status -i lab.yml -l training --watch 2\n",
-                            formatter_class=fmt)
+                            "  fleetclean status -i lab.yml -l training --watch 2\n\n"
+                            + EXIT_STATUS_HELP, formatter_class=fmt)
     hosts_opts(status)
     status.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE",
                         help="set a variable of the status playbook (e.g. max_used_mib=512)")
@@ -137,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="refresh the table in place every S seconds (default 2)")
     conn_opts(status)
 
+
+def _add_show(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     show = sub.add_parser("show", help="print the exact script a host would receive",
                           epilog="examples:\n  fleetclean show post-extraction\n"
                           "  fleetclean show post-extraction -i lab.yml --host gpu01 -e grace=30\n",
@@ -147,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE")
     show.add_argument("--check", action="store_true", help="render the --check variant")
 
+
+def _add_others(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     sub.add_parser("playbooks", help="list built-in playbooks")
 
     inv = sub.add_parser("inventory", help="show selected hosts with effective settings",
@@ -161,6 +202,16 @@ def build_parser() -> argparse.ArgumentParser:
     hist.add_argument("record", nargs="?", metavar="ID", help="record id prefix, path, or -1")
     hist.add_argument("--json", action="store_true")
 
+    comp = sub.add_parser("completion", help="print a shell completion script (bash or zsh)",
+                          epilog='install:\n  eval "$(fleetclean completion bash)"   '
+                          "# in ~/.bashrc\n  eval \"$(fleetclean completion zsh)\"    "
+                          "# in ~/.zshrc\n", formatter_class=fmt)
+    comp.add_argument("shell", choices=("bash", "zsh"))
+    # No help: the completion script's own helper, kept out of --help.
+    names = sub.add_parser("__complete")
+    names.add_argument("what", choices=("hosts", "playbooks"))
+    hosts_opts(names)
+
     demo = sub.add_parser("demo", help="clean a local simulated fleet end to end (Linux, root)")
     demo.add_argument("--nodes", type=int, default=4, metavar="N")
     demo.add_argument("--state-dir", metavar="DIR", help="where the simulated fleet lives")
@@ -169,19 +220,62 @@ def build_parser() -> argparse.ArgumentParser:
     from fleetclean.sim import cli as sim_cli
 
     sim_cli.add_subparsers(sim)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = _Parser(
+        prog="fleetclean",
+        description="Clean a fleet of GPU nodes over SSH: stop inference servers and their "
+        "stray workers, free every GPU, put patched files back, and show a per-host, "
+        "per-GPU memory table that proves it.",
+        epilog=EPILOG_MAIN,
+        formatter_class=fmt,
+    )
+    p.add_argument("--version", action="version", version=f"fleetclean {__version__}")
+    _global_opts(p, top=True)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for add in (_add_run, _add_status, _add_show, _add_others):
+        add(sub, fmt)
+    for sp in sub.choices.values():
+        _global_opts(sp, top=False)
     return p
+
+
+Handler = Callable[[argparse.Namespace, Env, list[str]], int]
+
+# command -> (module, function): a handler's imports cost only the command that needs them.
+_HANDLERS: dict[str, tuple[str, str]] = {
+    "run": ("fleetclean.commands.run", "cmd_run"),
+    "status": ("fleetclean.commands.status", "cmd_status"),
+    "show": ("fleetclean.commands.info", "cmd_show"),
+    "playbooks": ("fleetclean.commands.info", "cmd_playbooks"),
+    "inventory": ("fleetclean.commands.info", "cmd_inventory"),
+    "history": ("fleetclean.commands.history", "cmd_history"),
+    "completion": ("fleetclean.commands.completion", "cmd_completion"),
+    "__complete": ("fleetclean.commands.completion", "cmd_complete_names"),
+    "demo": ("fleetclean.commands.info", "cmd_demo"),
+    "sim": ("fleetclean.commands.info", "cmd_sim"),
+}
+
+
+def _handler(command: str) -> Handler:
+    module, name = _HANDLERS[command]
+    return cast(Handler, getattr(importlib.import_module(module), name))
 
 
 def main(argv: Sequence[str] | None = None, env: Env | None = None) -> int:
     env = env or Env()
     args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = env.debug
     try:
         args = build_parser().parse_args(args_list)
+        debug = debug or args.debug
+        env = dataclasses.replace(env, no_color=env.no_color or args.no_color)
         if not args.command:
             build_parser().print_help(env.stdout)
             return int(ExitStatus.OK)
-        handler = _HANDLERS[args.command]
-        return handler(args, env, args_list)
+        return _handler(args.command)(args, env, args_list)
     except BadInput as exc:
         _error_line(env, f"fleetclean: error: {exc}")
         return int(ExitStatus.BAD_INPUT)
@@ -193,6 +287,37 @@ def main(argv: Sequence[str] | None = None, env: Env | None = None) -> int:
         return int(ExitStatus.INTERRUPTED)
     except BrokenPipeError:
         return int(ExitStatus.OK)
+    except Exception as exc:  # a bug: one line (or the traceback with --debug), exit 3
+        if debug:
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=env.stderr)
+            env.stderr.flush()
+        else:
+            _error_line(env, internal_error_line(exc))
+        return int(ExitStatus.INTERNAL)
+
+
+def internal_error_line(exc: BaseException) -> str:
+    """One line naming a bug: its type, message and where it was raised.
+
+    >>> try:
+    ...     {}["grace"]
+    ... except KeyError as exc:
+    ...     print(internal_error_line(exc))
+    fleetclean: internal error (a bug): KeyError: 'grace' at <doctest ...>:2; rerun with --debug for the traceback
+    """  # noqa: E501
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = ""
+    if frames:
+        last = frames[-1]
+        here = last.filename
+        package = os.path.dirname(os.path.abspath(__file__))
+        if here.startswith(package + os.sep):
+            here = "fleetclean/" + os.path.relpath(here, package)
+        where = f" at {here}:{last.lineno}"
+        if last.name != "<module>":
+            where += f" in {last.name}"
+    return (f"fleetclean: internal error (a bug): {type(exc).__name__}: {exc}{where}; "
+            "rerun with --debug for the traceback")
 
 
 def _error_line(env: Env, text: str) -> None:
@@ -278,236 +403,3 @@ def _render_jobs(
     return book.name, jobs, extra_vars
 
 
-def _execute(
-    name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env
-) -> RunResult:
-    opts = _options(args)
-    live = not (args.json or args.csv)
-    console = env.console(stderr=True)
-    cancel = threading.Event()
-    if live:
-        with report.LiveProgress(console, [j.host.name for j in jobs]) as progress:
-            return fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks,
-                                   on_event=progress, cancel=cancel)
-    return fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks, cancel=cancel)
-
-
-def _emit(result: RunResult, args: argparse.Namespace, env: Env) -> None:
-    """Print the result; a reader that went away (``| head``) does not change the exit
-    status, which reports the hosts."""
-    try:
-        _emit_to(result, args, env)
-        env.stdout.flush()
-    except BrokenPipeError:
-        if env.stdout is sys.stdout:
-            # Python would complain about the broken pipe again when it flushes at exit.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-def _emit_to(result: RunResult, args: argparse.Namespace, env: Env) -> None:
-    if args.json:
-        json.dump(report.to_json(result), env.stdout, indent=2)
-        env.stdout.write("\n")
-    elif args.csv:
-        report.write_csv(result, env.stdout)
-    else:
-        report.print_result(env.console(), result)
-
-
-# --- commands -----------------------------------------------------------------------------
-
-
-def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
-    hosts = _select_hosts(args, env)
-    name, jobs, extra = _render_jobs(args.playbook, hosts, args.extra_vars,
-                                     check=args.check, force=args.force)
-    record = None if args.no_record else _start_record(name, jobs, args, env, argv=argv,
-                                                       extra=extra)
-    result = _execute(name, jobs, args, env)
-    if record is not None:
-        try:
-            path = record.finish(result)
-            if not (args.json or args.csv):
-                env.console(stderr=True).print(f"record: {path}", style="dim", markup=False)
-        except OSError as exc:
-            _error_line(env, f"fleetclean: warning: run record not completed: {exc}")
-    _emit(result, args, env)
-    if args.check and not (args.json or args.csv):
-        report.print_check(env.console(), result)
-    return int(result.exit_status)
-
-
-def _start_record(
-    name: str,
-    jobs: list[fleet.Job],
-    args: argparse.Namespace,
-    env: Env,
-    *,
-    argv: list[str],
-    extra: dict[str, Any],
-) -> records.RunRecord | None:
-    """Write the record before the first connection, so that a controller killed mid-run
-    still leaves a trace of what it was doing and where."""
-    try:
-        return records.RunRecord.start(
-            playbook=name, hosts=[j.host.name for j in jobs], argv=argv,
-            inventory=_inventory_label(args, env), variables=extra, check=args.check,
-        )
-    except OSError as exc:
-        _error_line(env, f"fleetclean: warning: no run record: {exc}")
-        return None
-
-
-def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
-    hosts = _select_hosts(args, env)
-    name, jobs, _ = _render_jobs("status", hosts, args.extra_vars, check=False, force=False)
-    if args.watch is None:
-        result = _execute(name, jobs, args, env)
-        _emit(result, args, env)
-        return int(result.exit_status)
-    opts = _options(args)
-    console = env.console()
-    try:
-        with Live(console=console, auto_refresh=False) as live:
-            while True:
-                result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks)
-                if result.interrupted:
-                    break
-                view = Group(
-                    Text(f"every {args.watch:g}s, last {time.strftime('%H:%M:%S')}; "
-                         "Ctrl-C to stop", style="dim"),
-                    report.render_result(result),
-                )
-                live.update(view, refresh=True)
-                time.sleep(max(0.1, args.watch))
-    except KeyboardInterrupt:
-        pass
-    return int(ExitStatus.INTERRUPTED)
-
-
-def cmd_show(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
-    hosts: list[Host]
-    if args.local or _inventory_sources(args, env):
-        hosts = _select_hosts(args, env)
-        if args.host:
-            hosts = [h for h in hosts if h.name == args.host]
-            if not hosts:
-                raise UsageError(f"--host {args.host}: no such host in "
-                                 f"{_inventory_label(args, env)}",
-                                 hint="see 'fleetclean inventory -i FILE'")
-        hosts = hosts[:1]
-    else:
-        if args.host:
-            raise UsageError("--host needs -i INVENTORY")
-        hosts = [Host(name="HOST", address="HOST")]
-    _, jobs, _ = _render_jobs(args.playbook, hosts, args.extra_vars, check=args.check,
-                              force=False)
-    env.stdout.write(jobs[0].script)
-    return int(ExitStatus.OK)
-
-
-def cmd_playbooks(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
-    from fleetclean.playbook import list_playbooks
-
-    for name, description in list_playbooks():
-        env.stdout.write(f"{name:<18} {description}\n")
-    return int(ExitStatus.OK)
-
-
-def cmd_inventory(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
-    from fleetclean.inventory import inventory_json, render_inventory_table
-
-    hosts = _select_hosts(args, env)
-    if args.json:
-        json.dump(inventory_json(hosts), env.stdout, indent=2)
-        env.stdout.write("\n")
-    else:
-        env.console().print(render_inventory_table(hosts))
-    return int(ExitStatus.OK)
-
-
-def cmd_history(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
-    if args.record:
-        try:
-            record = records.load_record(args.record)
-        except FileNotFoundError as exc:
-            raise UsageError(f"no run record matches {args.record!r}: {exc}",
-                             hint="'fleetclean history' lists them") from None
-        if args.json:
-            json.dump(record, env.stdout, indent=2)
-            env.stdout.write("\n")
-            return int(ExitStatus.OK)
-        console = env.console()
-        console.print(f"{record['id']}  {record['user']}@{record['controller']}  "
-                      f"{' '.join(record['argv'])}", markup=False)
-        for host, change in record["changes"].items():
-            for s in change["signalled"]:
-                console.print(f"  {host}: SIG{s['signal']} {s['pid']} {s['cmdline']}",
-                              markup=False)
-            for c in change["changes"]:
-                console.print(f"  {host}: {c}", markup=False)
-        if record.get("result") is None:
-            console.print("INCOMPLETE: the controller stopped before the end; what ran on "
-                          f"{', '.join(record.get('hosts', []))} is unknown: check with "
-                          "'fleetclean status'", markup=False)
-        else:
-            console.print(report.summary_line(_result_from_json(record["result"])),
-                          markup=False)
-        return int(ExitStatus.OK)
-    paths = records.list_records()
-    if not paths:
-        env.stdout.write(f"no run records in {records.runs_dir()}\n")
-    for path in paths:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # damaged: history lists what it can read
-        if not isinstance(data, dict) or not {"id", "started_at", "playbook"} <= data.keys():
-            continue  # not a record of ours
-        if not isinstance(data.get("result"), dict) or "summary" not in data["result"]:
-            outcome = (f"{len(data.get('hosts', []))} hosts  INCOMPLETE: the controller "
-                       "stopped before the end; see 'fleetclean history ID'")
-        else:
-            s = data["result"]["summary"]
-            outcome = (f"{s['hosts']} hosts {s['clean']} clean {s['dirty']} dirty "
-                       f"{s['failed']} failed")
-        env.stdout.write(
-            f"{data['id']}  {data['started_at']}  {data['playbook']:<16} {outcome}"
-            f"{'  (check)' if data.get('check') else ''}"
-            f"{'  (interrupted)' if data.get('interrupted') else ''}\n"
-        )
-    return int(ExitStatus.OK)
-
-
-def _result_from_json(data: dict[str, Any]) -> RunResult:
-    from fleetclean.models import HostResult, HostStatus
-
-    hosts = tuple(
-        HostResult(h["host"], HostStatus(h["status"]), h.get("error"), h.get("duration_s", 0))
-        for h in data["hosts"]
-    )
-    return RunResult(data["playbook"], data["duration_s"], hosts)
-
-
-def cmd_demo(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
-    from fleetclean.demo import run_demo
-
-    return run_demo(env.console(), nodes=args.nodes, state_dir=args.state_dir)
-
-
-def cmd_sim(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
-    from fleetclean.sim import cli as sim_cli
-
-    return sim_cli.run(args)
-
-
-_HANDLERS: dict[str, Callable[[argparse.Namespace, Env, list[str]], int]] = {
-    "run": cmd_run,
-    "status": cmd_status,
-    "show": cmd_show,
-    "playbooks": cmd_playbooks,
-    "inventory": cmd_inventory,
-    "history": cmd_history,
-    "demo": cmd_demo,
-    "sim": cmd_sim,
-}

@@ -14,11 +14,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fleetclean import fleet, report
+from fleetclean import fleet
 from fleetclean.inventory import load_inventory
 from fleetclean.models import ExitStatus, RunResult
 from fleetclean.playbook import load_playbook
 from fleetclean.render import render_script
+from fleetclean.results import table
+from fleetclean.results.words import counted
 from fleetclean.transport import Options
 from fleetclean.variables import resolve_vars
 
@@ -56,10 +58,10 @@ def run_demo(console: Console, *, nodes: int = 4, state_dir: str | None = None) 
                 sim.spawn(node.name, "stubborn", gpu=5)
         inventory = sim.inventory_path
         before = _run(inventory, "status", {})
-        report.print_result(console, before)
+        table.print_result(console, before)
         console.print(f"[bold]3.[/] fleetclean run post-extraction -i {inventory}")
         after = _run(inventory, "post-extraction", {"grace": 2})
-        report.print_result(console, after)
+        table.print_result(console, after)
         alive = {
             name: [p.pid for p in sim.processes(name) if p.pid in pids]
             for name, pids in keep.items()
@@ -70,8 +72,9 @@ def run_demo(console: Console, *, nodes: int = 4, state_dir: str | None = None) 
             f"running on every node: {'[green]yes[/]' if survived else '[red]NO[/]'}"
         )
         signals = sum(len(h.signalled) for h in after.hosts)
-        console.print(f"   {signals} processes signalled in {after.duration_s:.2f}s for "
-                      f"{nodes} nodes; the seed command sleeps 14s per host.")
+        console.print(f"   {counted(signals, 'process', 'processes')} signalled in "
+                      f"{after.duration_s:.2f}s for {counted(nodes, 'node')}; the seed command "
+                      "sleeps 14s per host.")
         ok = after.exit_status is ExitStatus.OK and survived
         return int(ExitStatus.OK if ok else after.exit_status or ExitStatus.DIRTY)
     finally:

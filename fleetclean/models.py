@@ -43,6 +43,9 @@ class HostStatus(str, enum.Enum):
 
     CLEAN = "clean"
     DIRTY = "dirty"
+    # A GPU no kill can fix (lost, driver down, fewer GPUs than expected, Xid, pending row
+    # remap): exit status 1 like dirty, but a person has to act on the hardware.
+    FAULTY = "faulty"
     UNREACHABLE = "unreachable"
     AUTH_FAILED = "auth_failed"
     HOST_KEY_MISMATCH = "host_key_mismatch"
@@ -51,7 +54,8 @@ class HostStatus(str, enum.Enum):
 
     @property
     def failed(self) -> bool:
-        return self not in (HostStatus.CLEAN, HostStatus.DIRTY)
+        """Not clean, dirty or faulty: the host could not be judged (exit status 2)."""
+        return self not in (HostStatus.CLEAN, HostStatus.DIRTY, HostStatus.FAULTY)
 
 
 class ExitStatus(enum.IntEnum):
@@ -60,6 +64,7 @@ class ExitStatus(enum.IntEnum):
     OK = 0
     DIRTY = 1
     FAILED = 2
+    INTERNAL = 3  # a bug in fleetclean: --debug prints its traceback
     BAD_INPUT = 4
     INTERRUPTED = 130
 
@@ -154,6 +159,6 @@ class RunResult:
             return ExitStatus.INTERRUPTED
         if any(h.status.failed for h in self.hosts):
             return ExitStatus.FAILED
-        if any(h.status is HostStatus.DIRTY for h in self.hosts):
+        if any(h.status in (HostStatus.DIRTY, HostStatus.FAULTY) for h in self.hosts):
             return ExitStatus.DIRTY
         return ExitStatus.OK

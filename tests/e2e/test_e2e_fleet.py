@@ -34,7 +34,8 @@ def test_32_nodes_with_mixed_workloads_all_clean_and_report_matches_nvidia_smi(
 
     assert res.code == 0, res.out
     data = res.json()
-    assert data["summary"] == {"hosts": 32, "clean": 32, "dirty": 0, "failed": 0}
+    assert data["summary"] == {"hosts": 32, "clean": 32, "dirty": 0, "faulty": 0,
+                               "failed": 0}
     for host in data["hosts"]:
         assert [g["memory_used_mib"] for g in host["gpus"]] == fleet.gpu_used_mib(host["host"])
         assert fleet.gpu_used_mib(host["host"]) == [0] * 8
@@ -134,7 +135,7 @@ def test_history_lists_and_shows_runs(sim_fleet_factory, cli: Cli) -> None:
     server = fleet.spawn("node01", "sglang", gpus="0")
     assert cli("run", "pre-restart", "-i", fleet.inventory_path, "--json").code == 0
     listing = cli("history")
-    assert "pre-restart" in listing.out and "1 hosts 1 clean" in listing.out
+    assert "pre-restart" in listing.out and "1 host 1 clean" in listing.out
     shown = cli("history", "-1")
     assert f"node01: SIGTERM {server[0]} python3 -m sglang.launch_server" in shown.out
 

@@ -409,7 +409,8 @@ def test_64_nodes_10_percent_faulty(sim_fleet_factory: Factory, cli: Cli, tmp_pa
     assert [n for n in healthy if status[n] != "clean"] == []
     for name in healthy:
         assert fleet.gpu_used_mib(name) == [0] * 8
-    assert res.json()["summary"] == {"hosts": 64, "clean": 57, "dirty": 1, "failed": 6}
+    assert res.json()["summary"] == {"hosts": 64, "clean": 57, "dirty": 1, "faulty": 0,
+                                      "failed": 6}
     bound = connect_timeout + grace + verify_timeout + 2 + 20  # kill-workers' fixed 2 s grace
     assert res.seconds <= bound, res.seconds
     print(f"64 nodes, 7 faulty: {res.seconds:.1f}s (bound {bound}s)")

@@ -72,7 +72,7 @@ def test_specific_patterns_are_accepted(pattern: str) -> None:
 def test_a_run_whose_controller_died_shows_as_incomplete_in_history(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fleetclean.records import RunRecord
+    from fleetclean.results.records import RunRecord
 
     monkeypatch.setenv("FLEETCLEAN_STATE_DIR", str(tmp_path))
     record = RunRecord.start(playbook="post-extraction", hosts=["gpu01", "gpu02"],

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from fleetclean import report
 from fleetclean.models import (
     GpuProcess,
     GpuRow,
@@ -19,6 +18,7 @@ from fleetclean.models import (
     Signalled,
     StageResult,
 )
+from fleetclean.results import csvout, jsonio, table
 
 GOLDEN = Path(__file__).parent.parent / "data" / "golden"
 TOTAL = 143771
@@ -58,7 +58,7 @@ def mixed_fleet() -> RunResult:
 
 def render(result: RunResult) -> str:
     console = Console(width=120, no_color=True, record=True, file=io.StringIO())
-    report.print_result(console, result)
+    table.print_result(console, result)
     return console.export_text()
 
 
@@ -79,15 +79,16 @@ def test_identical_clean_hosts_fold_into_one_node_set() -> None:
 
 
 def test_failed_hosts_with_the_same_reason_are_listed_once() -> None:
-    lines = report.problems(mixed_fleet())
+    lines = table.problems(mixed_fleet())
     assert "gpu[05-06]: unreachable: cannot connect: connection refused" in lines
     assert not any("gpu01" in line for line in lines)
 
 
 def test_json_follows_the_contract() -> None:
-    data = report.to_json(mixed_fleet())
+    data = jsonio.to_json(mixed_fleet())
     assert set(data) == {"playbook", "duration_s", "summary", "hosts"}
-    assert data["summary"] == {"hosts": 8, "clean": 3, "dirty": 1, "failed": 4}
+    assert data["summary"] == {"hosts": 8, "clean": 3, "dirty": 1, "faulty": 0,
+                               "failed": 4}
     host = data["hosts"][0]
     assert set(host) == {"host", "status", "error", "duration_s", "stages", "gpus", "signalled"}
     assert set(host["stages"][0]) == {"name", "type", "status", "matched", "signalled",
@@ -101,7 +102,7 @@ def test_json_follows_the_contract() -> None:
 
 def test_csv_has_one_row_per_host_and_gpu() -> None:
     out = io.StringIO()
-    report.write_csv(mixed_fleet(), out)
+    csvout.write_csv(mixed_fleet(), out)
     rows = list(csv.DictReader(io.StringIO(out.getvalue())))
     assert len(rows) == 4 * 8 + 4  # 4 hosts with GPUs, 4 failed hosts with one row each
     dirty = [r for r in rows if r["host"] == "gpu03" and r["index"] == "2"]
@@ -119,6 +120,6 @@ def test_check_listing_is_shown_once_for_hosts_that_gave_the_same_one() -> None:
     hosts = tuple(HostResult(f"gpu0{i}", HostStatus.DIRTY, stages=(would,)) for i in (1, 2, 3))
     other = HostResult("gpu04", HostStatus.CLEAN, stages=(StageResult("stop-server", "signal",
                                                                       "ok"),))
-    blocks = report.check_blocks(RunResult("post-extraction", 0.1, (*hosts, other)))
+    blocks = table.check_blocks(RunResult("post-extraction", 0.1, (*hosts, other)))
     assert blocks == [("gpu[01-03]",
                        ["stop-server: would send TERM to 5 (python3 -m sglang.launch_server)"])]

@@ -13,12 +13,12 @@ import json
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fleetclean.models import RunResult
-from fleetclean.report import host_json, to_json
+from fleetclean.results.jsonio import from_json, signalled_json, to_json
 
 
 def state_dir() -> Path:
@@ -40,9 +40,16 @@ class RunRecord:
     controller dies mid-run (SIGKILL, a closed laptop), that is what stays, and ``history``
     shows the run as incomplete instead of not at all.
 
+    >>> import os, tempfile
+    >>> os.environ["FLEETCLEAN_STATE_DIR"] = tempfile.mkdtemp()
     >>> rec = RunRecord.start(playbook="pre-restart", hosts=["gpu01"], argv=["run"],
     ...                       inventory="lab.yml", variables={}, check=False)
-    >>> rec.finish(result)   # same file, now with the result and what changed
+    >>> record_result(load_record("-1")) is None   # written before the first connection
+    True
+    >>> path = rec.finish(RunResult("pre-restart", 0.5, ()))  # same file, now with the result
+    >>> record_result(load_record(path.name))
+    RunResult(playbook='pre-restart', duration_s=0.5, hosts=(), interrupted=False)
+    >>> del os.environ["FLEETCLEAN_STATE_DIR"]
     """
 
     def __init__(self, path: Path, data: dict[str, Any]) -> None:
@@ -91,7 +98,7 @@ class RunRecord:
             result=to_json(result),
             changes={
                 h.host: {
-                    "signalled": host_json(h)["signalled"],
+                    "signalled": signalled_json(h.signalled),
                     "changes": [c for s in h.stages for c in s.changes],
                 }
                 for h in result.hosts
@@ -142,3 +149,26 @@ def load_record(ref: str) -> dict[str, Any]:
     if not isinstance(data, dict) or "id" not in data:
         raise FileNotFoundError(f"{path}: not a run record")
     return data
+
+
+def read_records() -> Iterator[dict[str, Any]]:
+    """Every readable record, oldest first; damaged files and foreign JSON are skipped, so
+    that history lists what it can."""
+    for path in list_records():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and {"id", "started_at", "playbook"} <= data.keys():
+            yield data
+
+
+def record_result(record: Mapping[str, Any]) -> RunResult | None:
+    """The run's result, or ``None`` when the controller stopped before the end (or the
+    result in the file is damaged: either way, what happened on the hosts is unknown)."""
+    if record.get("result") is None:
+        return None
+    try:
+        return from_json(record["result"], interrupted=bool(record.get("interrupted")))
+    except ValueError:
+        return None

@@ -1,0 +1,1 @@
+"""Subcommand handlers, one module per job; ``fleetclean.cli`` parses and maps errors."""

@@ -1,0 +1,64 @@
+"""Commands that show rather than run: ``show``, ``playbooks``, ``inventory``; and the
+simulator's ``demo`` and ``sim``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from fleetclean.cli import Env, _inventory_label, _inventory_sources, _render_jobs, _select_hosts
+from fleetclean.errors import UsageError
+from fleetclean.models import ExitStatus, Host
+
+
+def cmd_show(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    hosts: list[Host]
+    if args.local or _inventory_sources(args, env):
+        hosts = _select_hosts(args, env)
+        if args.host:
+            hosts = [h for h in hosts if h.name == args.host]
+            if not hosts:
+                raise UsageError(f"--host {args.host}: no such host in "
+                                 f"{_inventory_label(args, env)}",
+                                 hint="see 'fleetclean inventory -i FILE'")
+        hosts = hosts[:1]
+    else:
+        if args.host:
+            raise UsageError("--host needs -i INVENTORY")
+        hosts = [Host(name="HOST", address="HOST")]
+    _, jobs, _ = _render_jobs(args.playbook, hosts, args.extra_vars, check=args.check,
+                              force=False)
+    env.stdout.write(jobs[0].script)
+    return int(ExitStatus.OK)
+
+
+def cmd_playbooks(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    from fleetclean.playbook import list_playbooks
+
+    for name, description in list_playbooks():
+        env.stdout.write(f"{name:<18} {description}\n")
+    return int(ExitStatus.OK)
+
+
+def cmd_inventory(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    from fleetclean.inventory import inventory_json, render_inventory_table
+
+    hosts = _select_hosts(args, env)
+    if args.json:
+        json.dump(inventory_json(hosts), env.stdout, indent=2)
+        env.stdout.write("\n")
+    else:
+        env.console().print(render_inventory_table(hosts))
+    return int(ExitStatus.OK)
+
+
+def cmd_demo(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    from fleetclean.demo import run_demo
+
+    return run_demo(env.console(), nodes=args.nodes, state_dir=args.state_dir)
+
+
+def cmd_sim(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    from fleetclean.sim import cli as sim_cli
+
+    return sim_cli.run(args)

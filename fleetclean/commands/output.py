@@ -1,0 +1,79 @@
+"""Run the jobs with live progress, then print the result as a table, JSON or CSV, and
+write the Prometheus file: the steps ``run`` and ``status`` share."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from fleetclean import fleet
+from fleetclean.cli import Env, _error_line, _options
+from fleetclean.errors import UsageError
+from fleetclean.models import RunResult
+from fleetclean.results import csvout, jsonio, prom, table
+from fleetclean.results.live import LiveProgress
+
+
+def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env) -> RunResult:
+    opts = _options(args)
+    live = not (args.json or args.csv)
+    console = env.console(stderr=True)
+    cancel = threading.Event()
+    if live:
+        with LiveProgress(console, [j.host.name for j in jobs]) as progress:
+            return fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks,
+                                   on_event=progress, cancel=cancel)
+    return fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks, cancel=cancel)
+
+
+def emit(result: RunResult, args: argparse.Namespace, env: Env) -> None:
+    """Print the result; a reader that went away (``| head``) does not change the exit
+    status, which reports the hosts."""
+    try:
+        _emit_to(result, args, env)
+        env.stdout.flush()
+    except BrokenPipeError:
+        if env.stdout is sys.stdout:
+            # Python would complain about the broken pipe again when it flushes at exit.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _emit_to(result: RunResult, args: argparse.Namespace, env: Env) -> None:
+    if args.json:
+        json.dump(jsonio.to_json(result), env.stdout, indent=2)
+        env.stdout.write("\n")
+    elif args.csv:
+        csvout.write_csv(result, env.stdout)
+    else:
+        table.print_result(env.console(), result)
+
+
+def check_prom(args: argparse.Namespace) -> None:
+    """Refuse a --prom FILE that cannot be written, before anything is sent."""
+    if args.prom is None:
+        return
+    path = Path(args.prom)
+    if not args.prom or path.is_dir():
+        raise UsageError(f"--prom {args.prom!r}: needs a file name",
+                         hint="e.g. --prom /var/lib/node_exporter/textfile/fleetclean.prom")
+    parent = path.parent
+    if not parent.is_dir():
+        raise UsageError(f"--prom {args.prom}: directory {parent} does not exist",
+                         hint=f"create it (mkdir -p {parent}) or name another file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--prom {args.prom}: directory {parent} is not writable",
+                         hint="name a file in a directory you can write")
+
+
+def write_prom(result: RunResult, args: argparse.Namespace, env: Env) -> None:
+    if args.prom is None:
+        return
+    try:
+        prom.write(result, args.prom, now=time.time())
+    except OSError as exc:
+        _error_line(env, f"fleetclean: warning: --prom {args.prom} not written: {exc}")

@@ -1,0 +1,56 @@
+"""``fleetclean run PLAYBOOK``: render, run on every host, verify, record, report."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from fleetclean import fleet
+from fleetclean.cli import Env, _error_line, _inventory_label, _render_jobs, _select_hosts
+from fleetclean.commands.output import check_prom, emit, execute, write_prom
+from fleetclean.results import records, table
+
+
+def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    check_prom(args)
+    hosts = _select_hosts(args, env)
+    name, jobs, extra = _render_jobs(args.playbook, hosts, args.extra_vars,
+                                     check=args.check, force=args.force)
+    record = None if args.no_record else _start_record(name, jobs, args, env, argv=argv,
+                                                       extra=extra)
+    result = execute(name, jobs, args, env)
+    if record is not None:
+        try:
+            path = record.finish(result)
+            if not (args.json or args.csv):
+                # soft_wrap: a path is one word, never broken, whatever the width.
+                env.console(stderr=True).print(f"record: {path}", style="dim", markup=False,
+                                               soft_wrap=True)
+        except OSError as exc:
+            _error_line(env, f"fleetclean: warning: run record not completed: {exc}")
+    write_prom(result, args, env)
+    emit(result, args, env)
+    if args.check and not (args.json or args.csv):
+        table.print_check(env.console(), result)
+    return int(result.exit_status)
+
+
+def _start_record(
+    name: str,
+    jobs: list[fleet.Job],
+    args: argparse.Namespace,
+    env: Env,
+    *,
+    argv: list[str],
+    extra: dict[str, Any],
+) -> records.RunRecord | None:
+    """Write the record before the first connection, so that a controller killed mid-run
+    still leaves a trace of what it was doing and where."""
+    try:
+        return records.RunRecord.start(
+            playbook=name, hosts=[j.host.name for j in jobs], argv=argv,
+            inventory=_inventory_label(args, env), variables=extra, check=args.check,
+        )
+    except OSError as exc:
+        _error_line(env, f"fleetclean: warning: no run record: {exc}")
+        return None

@@ -1,0 +1,46 @@
+"""``fleetclean status``: the read-only GPU table, once or refreshed in place (--watch)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from rich.console import Group
+from rich.live import Live
+from rich.text import Text
+
+from fleetclean import fleet
+from fleetclean.cli import Env, _options, _render_jobs, _select_hosts
+from fleetclean.commands.output import check_prom, emit, execute, write_prom
+from fleetclean.models import ExitStatus
+from fleetclean.results import table
+
+
+def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    check_prom(args)
+    hosts = _select_hosts(args, env)
+    name, jobs, _ = _render_jobs("status", hosts, args.extra_vars, check=False, force=False)
+    if args.watch is None:
+        result = execute(name, jobs, args, env)
+        write_prom(result, args, env)
+        emit(result, args, env)
+        return int(result.exit_status)
+    opts = _options(args)
+    console = env.console()
+    try:
+        with Live(console=console, auto_refresh=False) as live:
+            while True:
+                result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks)
+                if result.interrupted:
+                    break
+                write_prom(result, args, env)
+                view = Group(
+                    Text(f"every {args.watch:g}s, last {time.strftime('%H:%M:%S')}; "
+                         "Ctrl-C to stop", style="dim"),
+                    table.render_result(result),
+                )
+                live.update(view, refresh=True)
+                time.sleep(max(0.1, args.watch))
+    except KeyboardInterrupt:
+        pass
+    return int(ExitStatus.INTERRUPTED)

@@ -1,0 +1,124 @@
+"""The one JSON round trip: ``RunResult <-> dict``, for --json, run records and history.
+
+``to_json`` writes DESIGN.md's --json contract; ``from_json`` reads it back (also from run
+records written by older versions, whose ``summary`` may lack keys: it is recomputed from
+the hosts, never trusted). Fields the contract does not carry (a stage's message and
+changes, GPU processes) come back empty.
+
+>>> from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult
+>>> gpu = GpuRow(0, "GPU-0", "NVIDIA H200", 0, 143771)
+>>> result = RunResult("status", 0.5, (HostResult("gpu01", HostStatus.CLEAN, gpus=(gpu,)),))
+>>> data = to_json(result)
+>>> data["summary"]
+{'hosts': 1, 'clean': 1, 'dirty': 0, 'faulty': 0, 'failed': 0}
+>>> from_json(data) == result
+True
+>>> from_json({"playbook": "status"})
+Traceback (most recent call last):
+...
+ValueError: not a fleetclean result: missing key 'duration_s'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult, Signalled, StageResult
+
+
+def summary(result: RunResult) -> dict[str, int]:
+    """Counts of hosts by outcome, as in --json's ``summary``."""
+    hosts = result.hosts
+    return {
+        "hosts": len(hosts),
+        "clean": sum(h.status is HostStatus.CLEAN for h in hosts),
+        "dirty": sum(h.status is HostStatus.DIRTY for h in hosts),
+        "faulty": sum(h.status is HostStatus.FAULTY for h in hosts),
+        "failed": sum(h.status.failed for h in hosts),
+    }
+
+
+def to_json(result: RunResult) -> dict[str, Any]:
+    """The --json object of DESIGN.md's contract (extra keys only where it allows)."""
+    return {
+        "playbook": result.playbook,
+        "duration_s": result.duration_s,
+        "summary": summary(result),
+        "hosts": [host_json(h) for h in result.hosts],
+    }
+
+
+def host_json(h: HostResult) -> dict[str, Any]:
+    return {
+        "host": h.host,
+        "status": h.status.value,
+        "error": h.error,
+        "duration_s": h.duration_s,
+        "stages": [
+            {
+                "name": s.name,
+                "type": s.type,
+                "status": s.status,
+                "matched": s.matched,
+                "signalled": s.signalled,
+                "remaining": s.remaining,
+                "duration_s": s.duration_s,
+            }
+            for s in h.stages
+        ],
+        "gpus": [
+            {
+                "index": g.index,
+                "uuid": g.uuid,
+                "name": g.name,
+                "memory_used_mib": g.memory_used_mib,
+                "memory_total_mib": g.memory_total_mib,
+            }
+            for g in h.gpus
+        ],
+        "signalled": signalled_json(h.signalled),
+    }
+
+
+def signalled_json(signalled: tuple[Signalled, ...]) -> list[dict[str, Any]]:
+    return [{"pid": s.pid, "cmdline": s.cmdline, "signal": s.signal} for s in signalled]
+
+
+def from_json(data: Any, *, interrupted: bool = False) -> RunResult:
+    """The ``RunResult`` a --json object (or a run record's ``result``) describes.
+
+    Raises ``ValueError`` naming what is missing or wrong, whatever the damage.
+    """
+    try:
+        return RunResult(
+            playbook=str(data["playbook"]),
+            duration_s=float(data["duration_s"]),
+            hosts=tuple(_host(h) for h in data["hosts"]),
+            interrupted=interrupted,
+        )
+    except KeyError as exc:
+        raise ValueError(f"not a fleetclean result: missing key {exc}") from None
+    except (TypeError, AttributeError, ValueError) as exc:
+        raise ValueError(f"not a fleetclean result: {exc}") from None
+
+
+def _host(h: dict[str, Any]) -> HostResult:
+    return HostResult(
+        host=str(h["host"]),
+        status=HostStatus(h["status"]),
+        error=h.get("error"),
+        duration_s=float(h.get("duration_s", 0.0)),
+        stages=tuple(
+            StageResult(s["name"], s["type"], s["status"], s.get("matched", 0),
+                        s.get("signalled", 0), s.get("remaining", 0), s.get("duration_s", 0.0))
+            for s in h.get("stages", ())
+        ),
+        gpus=tuple(
+            GpuRow(g["index"], g["uuid"], g["name"], g.get("memory_used_mib"),
+                   g.get("memory_total_mib"))
+            for g in h.get("gpus", ())
+        ),
+        signalled=tuple(
+            Signalled(s["pid"], s["cmdline"], s["signal"]) for s in h.get("signalled", ())
+        ),
+    )

@@ -1,0 +1,77 @@
+"""Output for logs and metrics, end to end on the simulated fleet, through real pipes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from simhelp import alive
+
+pytestmark = pytest.mark.sim
+
+
+def fleetclean(state: Path, *argv: str | Path) -> subprocess.CompletedProcess[str]:
+    """The CLI in a subprocess whose stdout and stderr are pipes, as in CI or `| tee`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env.update(FLEETCLEAN_STATE_DIR=str(state), NO_COLOR="1")
+    return subprocess.run([sys.executable, "-m", "fleetclean", *map(str, argv)], env=env,
+                          capture_output=True, text=True, timeout=240, check=False)
+
+
+def test_a_300_character_record_path_and_the_table_are_not_wrapped_in_a_pipe(
+    sim_fleet_factory, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(1)
+    fleet.spawn("node01", "sglang", gpus="0")
+    state = tmp_path / ("d" * 120) / ("e" * 120) / "state"
+    res = fleetclean(state, "run", "post-extraction", "-i", fleet.inventory_path)
+    assert res.returncode == 0, res.stderr
+    [record] = (state / "runs").glob("*.json")
+    assert len(str(record)) >= 300
+    assert f"record: {record}\n" in res.stderr
+    lines = res.stdout.splitlines()
+    assert any(line.split()[:1] == ["node01"] and line.split()[-1] == "clean" for line in lines)
+    assert lines[-1].startswith("1 host: 1 clean, 0 dirty, 0 failed in ")
+
+
+def test_the_prom_file_matches_the_json_figures(sim_fleet_factory, tmp_path: Path) -> None:
+    fleet = sim_fleet_factory(2)
+    fleet.spawn("node02", "stubborn", gpu=3)  # a held GPU: status only looks
+    prom = tmp_path / "textfile" / "fleetclean.prom"
+    prom.parent.mkdir()
+    res = fleetclean(tmp_path / "state", "status", "-i", fleet.inventory_path, "--json",
+                     "--prom", prom)
+    data = json.loads(res.stdout)
+    assert res.returncode == 1 and data["summary"]["dirty"] == 1, res.stderr
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(prom.read_text()) for s in f.samples}
+    for host in data["hosts"]:
+        for gpu in host["gpus"]:
+            key = (("gpu", str(gpu["index"])), ("host", host["host"]))
+            assert got[("fleetclean_gpu_memory_used_mib", key)] == gpu["memory_used_mib"]
+            assert got[("fleetclean_gpu_memory_total_mib", key)] == gpu["memory_total_mib"]
+        assert len(host["gpus"]) == 8
+        assert got[("fleetclean_host_status",
+                    (("host", host["host"]), ("status", host["status"])))] == 1
+        assert got[("fleetclean_host_duration_seconds",
+                    (("host", host["host"]),))] == pytest.approx(host["duration_s"])
+    held = (("gpu", "3"), ("host", "node02"))
+    assert got[("fleetclean_gpu_memory_used_mib", held)] > 0
+    assert os.listdir(prom.parent) == ["fleetclean.prom"]
+
+
+def test_a_prom_file_in_a_missing_directory_is_bad_input_before_anything_is_sent(
+    sim_fleet_factory, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(1)
+    server = fleet.spawn("node01", "sglang", gpus="0")
+    res = fleetclean(tmp_path / "state", "run", "post-extraction", "-i", fleet.inventory_path,
+                     "--prom", tmp_path / "nope" / "x.prom")
+    assert res.returncode == 4 and res.stderr.count("\n") == 1
+    assert "does not exist" in res.stderr
+    assert alive(fleet, "node01", server) == server  # nothing was sent
