@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from fleetclean.playbook import load_playbook
-from fleetclean.render import render_script
-from fleetclean.variables import resolve_vars
+from fleetclean.engine.playbook import load_playbook
+from fleetclean.engine.render import render_script
+from fleetclean.engine.variables import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "golden"
-STAGES = ROOT / "fleetclean" / "stages"
+STAGES = ROOT / "fleetclean" / "engine" / "stages"
 REGEN = os.environ.get("FLEETCLEAN_REGEN_GOLDEN") == "1"
 
 CASES = {
@@ -41,7 +41,7 @@ def shellcheck() -> str | None:
 def rendered(case: str) -> str:
     extra, check = CASES[case]
     pb = load_playbook(case.removesuffix("-check"))
-    return render_script(pb, resolve_vars(pb, {}, extra), check=check, host_name="node01")
+    return render_script(resolve(pb, {}, extra), check=check, host_name="node01")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -77,5 +77,5 @@ def test_stage_templates_pass_shellcheck() -> None:
 def test_hostile_values_are_quoted_in_the_script() -> None:
     pb = load_playbook("post-extraction")
     hostile = "/dev/shm/x'; touch /tmp/pwned #$(id)`id`\n*"
-    script = render_script(pb, resolve_vars(pb, {}, {"dump_dir": hostile}))
+    script = render_script(resolve(pb, {}, {"dump_dir": hostile}))
     assert "opt_paths=('/dev/shm/x'\"'\"'; touch /tmp/pwned #$(id)`id`\n*')" in script

@@ -1,0 +1,1 @@
+"""Script output -> typed results: parse, report (table/JSON/CSV), run records."""
