@@ -389,16 +389,16 @@ def _render_jobs(
     playbook_ref: str, hosts: list[Host], extra: list[str], *, check: bool, force: bool
 ) -> tuple[str, list[fleet.Job], dict[str, Any]]:
     """Render every host's script before any connection: bad input never reaches a host."""
-    from fleetclean.playbook import load_playbook
-    from fleetclean.render import render_script
-    from fleetclean.variables import parse_extra_vars, resolve_vars
+    from fleetclean.engine.playbook import load_playbook
+    from fleetclean.engine.render import render_script
+    from fleetclean.engine.variables import parse_extra_vars, resolve
 
     book = load_playbook(playbook_ref)
     extra_vars = parse_extra_vars(extra)
     jobs = []
     for host in hosts:
-        variables = resolve_vars(book, host.vars, extra_vars)
-        script = render_script(book, variables, check=check, force=force, host_name=host.name)
+        resolved = resolve(book, host.vars, extra_vars)
+        script = render_script(resolved, check=check, force=force, host_name=host.name)
         jobs.append(fleet.Job(host, script))
     return book.name, jobs, extra_vars
 

@@ -15,21 +15,21 @@ from pathlib import Path
 from rich.console import Console
 
 from fleetclean import fleet
+from fleetclean.engine.playbook import load_playbook
+from fleetclean.engine.render import render_script
+from fleetclean.engine.variables import resolve
 from fleetclean.inventory import load_inventory
 from fleetclean.models import ExitStatus, RunResult
-from fleetclean.playbook import load_playbook
-from fleetclean.render import render_script
 from fleetclean.results import table
 from fleetclean.results.words import counted
 from fleetclean.transport import Options
-from fleetclean.variables import resolve_vars
 
 
 def _run(inventory: Path, playbook: str, extra: dict[str, object]) -> RunResult:
     hosts = load_inventory(inventory, ssh_config=None).select(None)
     book = load_playbook(playbook)
     jobs = [
-        fleet.Job(h, render_script(book, resolve_vars(book, h.vars, extra), host_name=h.name))
+        fleet.Job(h, render_script(resolve(book, h.vars, extra), host_name=h.name))
         for h in hosts
     ]
     return fleet.run_fleet(jobs, playbook=book.name, opts=Options(timeout=120), forks=64)

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from fleetclean import parse
 from fleetclean.models import Host, HostResult, HostStatus, RunResult, ScriptReport
+from fleetclean.results import parse
 from fleetclean.transport import Options, ScriptOutput, Session
 
 

@@ -95,7 +95,7 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def bash_script() -> str:
-    from fleetclean.playbook import list_playbooks
+    from fleetclean.engine.playbook import list_playbooks
 
     parser = build_parser()
     subs = {name: sp for name, sp in _subparsers(parser).items() if not name.startswith("_")}
@@ -126,7 +126,7 @@ def cmd_completion(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
 def cmd_complete_names(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     """Names for the completion script, one a line: hosts and groups, or playbooks."""
     if args.what == "playbooks":
-        from fleetclean.playbook import list_playbooks
+        from fleetclean.engine.playbook import list_playbooks
 
         names = [name for name, _ in list_playbooks()]
     else:

@@ -33,7 +33,7 @@ def cmd_show(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
 
 
 def cmd_playbooks(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
-    from fleetclean.playbook import list_playbooks
+    from fleetclean.engine.playbook import list_playbooks
 
     for name, description in list_playbooks():
         env.stdout.write(f"{name:<18} {description}\n")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetclean.models import ScriptReport
-from fleetclean.parse import parse_script_output
+from fleetclean.results.parse import parse_script_output
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "workload.py"

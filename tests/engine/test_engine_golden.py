@@ -1,12 +1,16 @@
 """Golden files of the rendered built-in scripts, and shellcheck on templates and scripts.
 
-Regenerate after an intended change, then review the diff:
+A golden script keeps the script's own part (header, stage templates, ``fc_main``) with
+``lib.sh``'s text, which every script carries, replaced by one marker line; ``lib.sh`` is
+pinned once, by its SHA-256 in ``lib.sh.sha256`` (its diff is reviewed in git).
+Regenerate all of them after an intended change, then review the diff:
 
     FLEETCLEAN_REGEN_GOLDEN=1 .venv/bin/pytest tests/engine -k golden
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -15,14 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from fleetclean.playbook import load_playbook
-from fleetclean.render import render_script
-from fleetclean.variables import resolve_vars
+from fleetclean.engine.playbook import load_playbook
+from fleetclean.engine.render import render_script
+from fleetclean.engine.stages import template
+from fleetclean.engine.variables import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "golden"
-STAGES = ROOT / "fleetclean" / "stages"
+STAGES = ROOT / "fleetclean" / "engine" / "stages"
 REGEN = os.environ.get("FLEETCLEAN_REGEN_GOLDEN") == "1"
+LIB_MARKER = "# [lib.sh: the stage library, pinned by tests/data/golden/lib.sh.sha256]\n"
 
 CASES = {
     "post-extraction": ({}, False),
@@ -41,17 +47,31 @@ def shellcheck() -> str | None:
 def rendered(case: str) -> str:
     extra, check = CASES[case]
     pb = load_playbook(case.removesuffix("-check"))
-    return render_script(pb, resolve_vars(pb, {}, extra), check=check, host_name="node01")
+    return render_script(resolve(pb, {}, extra), check=check, host_name="node01")
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_golden_rendered_script(case: str) -> None:
-    path = GOLDEN / f"{case}.sh"
-    text = rendered(case)
+def own_part(script: str) -> str:
+    """The script with lib.sh's text (right after the header) replaced by a marker."""
+    lib = template("lib.sh")
+    assert script.count(lib) == 1, "lib.sh must appear once, whole, in every script"
+    return script.replace(lib, LIB_MARKER)
+
+
+def check_golden(path: Path, text: str) -> None:
     if REGEN:
         path.write_text(text)
     assert path.exists(), f"missing {path}; run with FLEETCLEAN_REGEN_GOLDEN=1"
     assert text == path.read_text(), f"{path} differs; regenerate and review the diff"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden_rendered_script(case: str) -> None:
+    check_golden(GOLDEN / f"{case}.sh", own_part(rendered(case)))
+
+
+def test_golden_lib_sh() -> None:
+    digest = hashlib.sha256(template("lib.sh").encode()).hexdigest()
+    check_golden(GOLDEN / "lib.sh.sha256", f"{digest}  fleetclean/engine/stages/lib.sh\n")
 
 
 @pytest.mark.skipif(shellcheck() is None, reason="shellcheck not installed")
@@ -77,5 +97,5 @@ def test_stage_templates_pass_shellcheck() -> None:
 def test_hostile_values_are_quoted_in_the_script() -> None:
     pb = load_playbook("post-extraction")
     hostile = "/dev/shm/x'; touch /tmp/pwned #$(id)`id`\n*"
-    script = render_script(pb, resolve_vars(pb, {}, {"dump_dir": hostile}))
+    script = render_script(resolve(pb, {}, {"dump_dir": hostile}))
     assert "opt_paths=('/dev/shm/x'\"'\"'; touch /tmp/pwned #$(id)`id`\n*')" in script

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from nsrun import namespace_available, run_in_namespace
 
-from fleetclean.playbook import load_playbook
-from fleetclean.render import render_script
-from fleetclean.variables import resolve_vars
+from fleetclean.engine.playbook import load_playbook
+from fleetclean.engine.render import render_script
+from fleetclean.engine.variables import resolve
 
 pytestmark = [pytest.mark.sim,
               pytest.mark.skipif(not namespace_available(), reason="needs Linux, root, unshare")]
@@ -34,7 +34,7 @@ BYSTANDERS = (
 
 def script(name: str, extra: dict[str, Any] | None = None, **kw: Any) -> str:
     pb = load_playbook(name)
-    return render_script(pb, resolve_vars(pb, {}, extra or {}), host_name="ns", **kw)
+    return render_script(resolve(pb, {}, extra or {}), host_name="ns", **kw)
 
 
 def after(r: Any) -> str:
@@ -144,10 +144,10 @@ def test_guard_is_overridden_by_force() -> None:
 
 
 def test_remove_refuses_globs_that_match_nothing_unless_missing_ok(tmp_path: Any) -> None:
-    from fleetclean.playbook import load_playbook as load
+    from fleetclean.engine.playbook import load_playbook as load
     pb = load(playbook_file(tmp_path, "name: rm\nstages:\n"
                             "  - {name: rm, type: remove, paths: ['/tmp/d/*.bin', '/tmp/e']}\n"))
-    r = run_in_namespace(render_script(pb, resolve_vars(pb, {}, {})),
+    r = run_in_namespace(render_script(resolve(pb, {}, {})),
                          setup="mkdir -p /tmp/e /tmp/d\n", after="ls -d /tmp/e\n")
     assert r.report.error == "stage 'rm' failed: not found: /tmp/d/*.bin"
 
@@ -165,8 +165,8 @@ def test_injected_values_are_passed_literally(value: str, tmp_path: Any) -> None
             "  - {name: guard, type: guard, path: '/tmp/{{ v }}'}\n"
             "  - {name: sh, type: shell, command: 'printf %s {{ v }} > /tmp/shell-out'}\n")
     pb = load_playbook(playbook_file(tmp_path, text))
-    variables = resolve_vars(pb, {}, {"v": value})
-    r = run_in_namespace(render_script(pb, variables),
+    resolved = resolve(pb, {}, {"v": value})
+    r = run_in_namespace(render_script(resolved),
                          setup="mkdir -p /tmp/x; touch /tmp/x/keep\n",
                          after="ls /tmp/pwned 2>&1; ls /tmp/x; "
                                "printf '[%s]' \"$(cat /tmp/shell-out)\"\n")

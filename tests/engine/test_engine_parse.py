@@ -7,11 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from fleetclean.nvsmi import APP_FIELDS, NvsmiParseError, parse_compute_apps, parse_query_gpu
-from fleetclean.parse import parse_script_output
+from fleetclean.results.nvsmi import (
+    APP_FIELDS,
+    NvsmiParseError,
+    parse_compute_apps,
+    parse_query_gpu,
+)
+from fleetclean.results.parse import parse_script_output
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi" / "h200"
-LIB = Path(__file__).resolve().parents[2] / "fleetclean" / "stages" / "lib.sh"
+LIB = Path(__file__).resolve().parents[2] / "fleetclean" / "engine" / "stages" / "lib.sh"
 UUID = "GPU-fa529bc3-df9c-8e3c-22fb-c95e99d1c9dc"
 
 
@@ -187,7 +192,7 @@ def test_hostile_cmdline_survives_the_bash_encoder() -> None:
 
 
 def test_stage_started_reads_one_progress_line() -> None:
-    from fleetclean.parse import stage_started
+    from fleetclean.results.parse import stage_started
 
     assert stage_started("@@fleetclean\tstage\t2\tstop%09server\tsignal") == "stop\tserver"
     assert stage_started("@@fleetclean\tsignal\t2\t41\tTERM\tx") is None

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from fleetclean.engine.playbook import list_playbooks, load_playbook
+from fleetclean.engine.variables import resolve
 from fleetclean.errors import PlaybookError, VariableError
-from fleetclean.playbook import list_playbooks, load_playbook
-from fleetclean.variables import resolve_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +26,7 @@ def test_builtins_are_listed_with_descriptions() -> None:
 
 @pytest.mark.parametrize("name", ["post-extraction", "pre-restart", "status"])
 def test_builtin_copies_in_playbooks_dir_are_identical(name: str) -> None:
-    shipped = ROOT / "fleetclean" / "playbooks" / f"{name}.yaml"
+    shipped = ROOT / "fleetclean" / "engine" / "playbooks" / f"{name}.yaml"
     assert (ROOT / "playbooks" / f"{name}.yaml").read_text() == shipped.read_text()
 
 
@@ -101,7 +101,7 @@ def test_undefined_variable_names_file_line_and_variable(tmp_path: Path) -> None
                            "  - name: rm\n    type: remove\n    paths: ['{{ dump_dri }}']\n")
     pb = load_playbook(path)
     with pytest.raises(VariableError) as exc:
-        resolve_vars(pb, {}, {})
+        resolve(pb, {}, {})
     assert str(exc.value) == (f"{path}:6:12: undefined variable 'dump_dri' "
                               "(did you mean 'dump_dir'?)")
 
@@ -123,6 +123,6 @@ def test_bad_values_are_rejected_before_anything_is_sent(extra: dict[str, object
                                                          message: str) -> None:
     pb = load_playbook("post-extraction")
     with pytest.raises(VariableError) as exc:
-        resolve_vars(pb, {}, extra)
+        resolve(pb, {}, extra)
     assert message in str(exc.value)
     assert "post-extraction.yaml:" in str(exc.value)

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from fleetclean.engine.playbook import load_playbook
+from fleetclean.engine.substitute import substitute
+from fleetclean.engine.variables import parse_extra_vars, resolve
 from fleetclean.errors import VariableError
-from fleetclean.playbook import load_playbook
-from fleetclean.variables import parse_extra_vars, resolve_playbook, resolve_vars, substitute
 
 
 def test_precedence_defaults_then_inventory_then_extra() -> None:
     pb = load_playbook("post-extraction")
-    v = resolve_vars(pb, {"grace": 3, "dump_dir": "/dev/shm/a"}, {"grace": "7"})
+    v = resolve(pb, {"grace": 3, "dump_dir": "/dev/shm/a"}, {"grace": "7"}).variables
     assert v["grace"] == "7"
     assert v["dump_dir"] == "/dev/shm/a"
     assert v["server_pattern"] == "sglang.launch_server"
@@ -60,7 +61,7 @@ def test_strict_substitution(text: str, message: str) -> None:
 
 def test_protect_accepts_list_or_comma_string_and_keeps_defaults() -> None:
     pb = load_playbook("pre-restart")
-    r = resolve_playbook(pb, resolve_vars(pb, {}, {"protect": "jupyter, tensorboard"}))
+    r = resolve(pb, {}, {"protect": "jupyter, tensorboard"})
     assert r.protect[-2:] == ("jupyter", "tensorboard") and "sshd" in r.protect
-    r = resolve_playbook(pb, resolve_vars(pb, {"protect": ["agent"]}, {}))
+    r = resolve(pb, {"protect": ["agent"]}, {})
     assert "agent" in r.protect and "nvidia-persistenced" in r.protect

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetclean.nvsmi import APP_FIELDS, parse_compute_apps, parse_query_gpu
+from fleetclean.results.nvsmi import APP_FIELDS, parse_compute_apps, parse_query_gpu
 
 DATA = Path(__file__).parent.parent / "data" / "gpu" / "h200"
 GPU_FIELDS = ["index", "uuid", "name", "memory.used", "memory.total"]

@@ -10,7 +10,7 @@ Keyed by nvidia-smi's own field names; a value nvidia-smi could not give (``[N/A
 >>> parse_query_gpu("Failed to initialize NVML: Driver/library version mismatch",
 ...                 ["index", "memory.used"], nounits=True, header=False)
 Traceback (most recent call last):
-NvsmiParseError: nvidia-smi: Failed to initialize NVML: Driver/library version mismatch
+fleetclean.results.nvsmi.NvsmiParseError: nvidia-smi: Failed to initialize NVML: ...
 """
 
 from __future__ import annotations

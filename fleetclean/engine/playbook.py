@@ -18,98 +18,33 @@ A typo is reported where it was written, with the likely fix::
       - {name: stop, type: signal, patern: sglang}
     -> PlaybookError: my.yaml:2:32: stage 'stop': unknown key 'patern' (did you mean 'pattern'?)
 
-Values are kept as written (``{{ var }}`` unresolved); :mod:`fleetclean.variables` resolves
-and type-checks them per host.
+Values are kept as written (``{{ var }}`` unresolved); :mod:`fleetclean.engine.variables`
+resolves and type-checks them per host, with the checks each stage type declares.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from fleetclean.engine.model import VAR_NAME, Location, Playbook, Stage, Verify
+from fleetclean.engine.stages import STAGE_TYPES
+from fleetclean.engine.stages.base import REQUIRED, StageType
+from fleetclean.engine.stages.verify import VERIFY
 from fleetclean.errors import PlaybookError
 
-REQUIRED: Any = object()
-"""Marks an option that has no default."""
-
-STAGE_OPTIONS: dict[str, dict[str, Any]] = {
-    "signal": {"pattern": REQUIRED, "signal": "TERM", "grace": 10, "kill_wait": 3, "tree": True},
-    "gpu-holders": {"filter": "", "signal": "TERM", "grace": 5, "kill_wait": 3, "tree": True},
-    "restore": {"file": REQUIRED, "backup_suffix": ".bak_hsdump"},
-    "remove": {"paths": REQUIRED, "missing_ok": False},
-    "guard": {"path": "", "wait_for_file": "", "wait_for_line": "", "timeout": 0},
-    "shell": {"command": REQUIRED, "timeout": 300},
-}
-"""Every stage type with its options and their defaults."""
-
-# settle: when a killed GPU holder's parent lives on, a clean read counts only once this
-# long has passed since the last signal; a holder that its supervisor respawns (systemd's
-# default RestartSec is 100 ms, plus the start-up of the process) shows up there as dirty.
-VERIFY_OPTIONS: dict[str, Any] = {
-    "max_used_mib": 0,
-    "timeout": 30,
-    "interval": 0.2,
-    "settle": 1.0,
-}
-VERIFY_ALIASES = {"verify_timeout": "timeout", "poll_interval": "interval"}
 TOP_KEYS = ("name", "description", "vars", "stages", "verify", "read_only")
 STAGE_COMMON = ("name", "type")
-VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 BUILTIN_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
-@dataclass(frozen=True)
-class Location:
-    """Where a value was written: 1-based line and column."""
-
-    path: str
-    line: int
-    column: int
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One stage: its type and every option (defaults filled in, ``{{ }}`` unresolved)."""
-
-    name: str
-    type: str
-    options: dict[str, Any]
-    where: Location
-    option_where: dict[str, Location] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Verify:
-    """The verification's options (``max_used_mib``, ``timeout``, ``interval``, ``settle``)."""
-
-    options: dict[str, Any]
-    where: Location
-    option_where: dict[str, Location] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Playbook:
-    """A parsed playbook. ``read_only`` playbooks always render in check mode."""
-
-    name: str
-    description: str
-    path: str
-    vars: dict[str, Any]
-    stages: tuple[Stage, ...]
-    verify: Verify | None
-    var_where: dict[str, Location] = field(default_factory=dict)
-    read_only: bool = False
-    builtin: bool = False
-
-
 def _builtin_dir() -> Any:
-    return resources.files("fleetclean") / "playbooks"
+    return resources.files("fleetclean.engine") / "playbooks"
 
 
 def list_playbooks() -> list[tuple[str, str]]:
@@ -133,7 +68,7 @@ def load_playbook(name_or_path: str) -> Playbook:
     True
     >>> load_playbook("post-extractoin")
     Traceback (most recent call last):
-    PlaybookError: no playbook 'post-extractoin' ... (did you mean 'post-extraction'?)
+    fleetclean.errors.PlaybookError: no playbook 'post-extractoin'... (did you mean ...?)
     """
     path = Path(name_or_path)
     if BUILTIN_NAME.match(name_or_path) and not path.exists():
@@ -254,61 +189,59 @@ def _stages(r: _Reader, node: yaml.Node | None) -> tuple[Stage, ...]:
         return ()
     if not isinstance(node, yaml.SequenceNode):
         raise r.error(node, "'stages' must be a list")
-    stages: list[Stage] = []
     names: set[str] = set()
-    for i, stage_node in enumerate(node.value, start=1):
-        entries = r.mapping(stage_node, f"stage {i}")
-        by_key = {key: (key_node, value_node) for key, key_node, value_node in entries}
-        if "type" not in by_key:
-            raise r.error(stage_node, f"stage {i} has no 'type'",
-                          f"expected one of: {', '.join(STAGE_OPTIONS)}")
-        type_node = by_key["type"][1]
-        stype = r.value(type_node)
-        if stype not in STAGE_OPTIONS:
-            raise r.error(type_node, f"stage {i}: unknown stage type '{stype}'",
-                          _did_you_mean(str(stype), tuple(STAGE_OPTIONS)))
-        name = r.value(by_key["name"][1]) if "name" in by_key else f"{stype}-{i}"
-        if not isinstance(name, str) or not name:
-            raise r.error(by_key["name"][1], f"stage {i}: 'name' must be a non-empty string")
-        if name in names:
-            raise r.error(by_key["name"][1], f"stage {i}: duplicate stage name '{name}'")
-        names.add(name)
-        schema = STAGE_OPTIONS[stype]
-        options: dict[str, Any] = {}
-        where: dict[str, Location] = {}
-        for key, key_node, value_node in entries:
-            if key in STAGE_COMMON:
-                continue
-            if key not in schema:
-                raise r.error(key_node, f"stage '{name}': unknown key '{key}' for type {stype}",
-                              _did_you_mean(key, tuple(schema)))
-            options[key] = r.value(value_node)
-            where[key] = r.loc(value_node)
-        for key, default in schema.items():
-            if key not in options:
-                if default is REQUIRED:
-                    raise r.error(stage_node, f"stage '{name}': missing required key '{key}'")
-                options[key] = default
-                where[key] = r.loc(stage_node)
-        stages.append(Stage(name=name, type=stype, options=options, where=r.loc(stage_node),
-                            option_where=where))
-    return tuple(stages)
+    return tuple(_stage(r, i, stage_node, names) for i, stage_node in enumerate(node.value, 1))
+
+
+def _stage(r: _Reader, i: int, stage_node: yaml.Node, names: set[str]) -> Stage:
+    entries = r.mapping(stage_node, f"stage {i}")
+    by_key = {key: value_node for key, _, value_node in entries}
+    if "type" not in by_key:
+        raise r.error(stage_node, f"stage {i} has no 'type'",
+                      f"expected one of: {', '.join(STAGE_TYPES)}")
+    stype = r.value(by_key["type"])
+    if stype not in STAGE_TYPES:
+        raise r.error(by_key["type"], f"stage {i}: unknown stage type '{stype}'",
+                      _did_you_mean(str(stype), tuple(STAGE_TYPES)))
+    name = r.value(by_key["name"]) if "name" in by_key else f"{stype}-{i}"
+    if not isinstance(name, str) or not name:
+        raise r.error(by_key["name"], f"stage {i}: 'name' must be a non-empty string")
+    if name in names:
+        raise r.error(by_key["name"], f"stage {i}: duplicate stage name '{name}'")
+    names.add(name)
+    written = [e for e in entries if e[0] not in STAGE_COMMON]
+    options, where = _options(r, stage_node, written, STAGE_TYPES[stype],
+                              label=f"stage '{name}'", for_type=f" for type {stype}")
+    return Stage(name=name, type=stype, options=options, where=r.loc(stage_node),
+                 option_where=where)
+
+
+def _options(r: _Reader, node: yaml.Node, entries: list[tuple[str, yaml.Node, yaml.Node]],
+             stype: StageType, *, label: str, for_type: str = "",
+             ) -> tuple[dict[str, Any], dict[str, Location]]:
+    """The options written (old spellings mapped to their names), then the defaults of the
+    rest; an unknown key or a missing required one is an error at its place."""
+    known = tuple(o.name for o in stype.options)
+    options: dict[str, Any] = {}
+    where: dict[str, Location] = {}
+    for key, key_node, value_node in entries:
+        if key not in known and key not in stype.aliases:
+            raise r.error(key_node, f"{label}: unknown key '{key}'{for_type}",
+                          _did_you_mean(key, (*known, *stype.aliases)))
+        canonical = stype.aliases.get(key, key)
+        if canonical in options:
+            raise r.error(key_node, f"{label}: '{key}' repeats '{canonical}'")
+        options[canonical] = r.value(value_node)
+        where[canonical] = r.loc(value_node)
+    for key, default in stype.defaults().items():
+        if key not in options:
+            if default is REQUIRED:
+                raise r.error(node, f"{label}: missing required key '{key}'")
+            options[key] = default
+            where[key] = r.loc(node)
+    return options, where
 
 
 def _verify(r: _Reader, node: yaml.Node) -> Verify:
-    options: dict[str, Any] = {}
-    where: dict[str, Location] = {}
-    known = (*VERIFY_OPTIONS, *VERIFY_ALIASES)
-    for key, key_node, value_node in r.mapping(node, "verify"):
-        if key not in known:
-            raise r.error(key_node, f"verify: unknown key '{key}'", _did_you_mean(key, known))
-        canonical = VERIFY_ALIASES.get(key, key)
-        if canonical in options:
-            raise r.error(key_node, f"verify: '{key}' repeats '{canonical}'")
-        options[canonical] = r.value(value_node)
-        where[canonical] = r.loc(value_node)
-    for key, default in VERIFY_OPTIONS.items():
-        if key not in options:
-            options[key] = default
-            where[key] = r.loc(node)
+    options, where = _options(r, node, r.mapping(node, "verify"), VERIFY, label="verify")
     return Verify(options=options, where=r.loc(node), option_where=where)

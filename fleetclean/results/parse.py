@@ -1,6 +1,6 @@
 """Script output -> :class:`ScriptReport`. Pure; needs no SSH to be tested.
 
-Wire format (written by ``stages/lib.sh``): one record per stdout line,
+Wire format (written by ``engine/stages/lib.sh``): one record per stdout line,
 ``@@fleetclean`` TAB kind TAB field..., each field percent-encoded (``%`` ``\\t`` ``\\n``
 ``\\r`` as ``%25 %09 %0A %0D``), so a command line or message holding tabs or newlines
 cannot break the framing. Any other line (stray output, a banner) is ignored. Kinds:
@@ -22,6 +22,11 @@ verify     ok | dirty | unknown | error | skipped, max_used_mib, milliseconds, m
 done       0                             (the script reached its end)
 =========  ==========================================================================
 
+The parser reads the generic kinds (begin, lock, stage, match, signal, change, end,
+error, done) itself; every other kind belongs to one stage type (the verification's
+``nvsmi``, ``gpu``, ``app``, ``holder``, ``verify``) and is read by the reader that type
+registers (:func:`fleetclean.engine.stages.record_readers`). An unknown kind is ignored.
+
 >>> r = parse_script_output("@@fleetclean\\tbegin\\t1\\tp\\th\\t0\\n"
 ...                         "@@fleetclean\\tstage\\t1\\tstop\\tsignal\\n", "", None)
 >>> r.error
@@ -30,11 +35,14 @@ done       0                             (the script reached its end)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from urllib.parse import unquote
 
+from fleetclean.engine.stages import record_readers
+from fleetclean.engine.stages.base import Readings, StageReading
 from fleetclean.models import GpuProcess, GpuRow, ScriptReport, Signalled, StageResult
-from fleetclean.nvsmi import (
+from fleetclean.results.nvsmi import (
     APP_FIELDS,
     GPU_FIELDS,
     NvsmiParseError,
@@ -51,31 +59,6 @@ __all__ = [
     "parse_script_output",
     "stage_started",
 ]
-
-
-@dataclass
-class _Stage:
-    name: str
-    type: str
-    changes: list[str] = field(default_factory=list)
-    result: StageResult | None = None
-
-
-@dataclass
-class _State:
-    began: bool = False
-    done: bool = False
-    busy: bool = False
-    stages: dict[str, _Stage] = field(default_factory=dict)
-    current: str | None = None
-    signalled: list[Signalled] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    gpu_lines: list[str] = field(default_factory=list)
-    app_lines: list[str] = field(default_factory=list)
-    holders: list[tuple[int, str, str]] = field(default_factory=list)
-    verify: str | None = None
-    verify_message: str = ""
-    nvsmi: str | None = None
 
 
 def stage_started(line: str) -> str | None:
@@ -104,46 +87,57 @@ def _records(stdout: str) -> list[list[str]]:
     return out
 
 
-def _apply(st: _State, kind: str, a: list[str]) -> None:
-    if kind == "begin":
-        st.began = True
-    elif kind == "lock" and a[0] == "busy":
-        st.busy = True
-    elif kind == "stage":
-        st.stages[a[0]] = _Stage(name=a[1], type=a[2])
-        st.current = a[0]
-    elif kind == "signal":
-        stage = st.stages.get(a[0])
-        st.signalled.append(Signalled(pid=int(a[1]), cmdline=a[3], signal=a[2],
-                                      stage=stage.name if stage else ""))
-    elif kind == "change":
-        st.stages[a[0]].changes.append(a[1])
-    elif kind == "end":
-        stage = st.stages[a[0]]
-        stage.result = StageResult(
-            name=stage.name, type=stage.type, status=a[1], matched=int(a[2]),
-            signalled=int(a[3]), remaining=int(a[4]), duration_s=int(a[5]) / 1000,
-            message=a[6], changes=tuple(stage.changes))
-        st.current = None
-        if a[1] == "failed":
-            st.errors.append(f"stage '{stage.name}' failed: {a[6]}")
-    elif kind == "error":
-        st.errors.append(a[0])
-    elif kind == "nvsmi":
-        text = a[1].strip() or "(no output)"
-        st.nvsmi = (text if a[0] == "127" else f"nvidia-smi failed (exit {a[0]}): {text}")
-    elif kind == "gpu":
-        st.gpu_lines.append(a[0])
-    elif kind == "app":
-        st.app_lines.append(a[0])
-    elif kind == "holder":
-        st.holders.append((int(a[0]), a[1], a[2]))
-    elif kind == "verify":
-        st.verify, st.verify_message = a[0], a[3]
-        st.current = None
-    elif kind == "done":
-        st.done = True
+def _begin(st: Readings, a: list[str]) -> None:
+    st.began = True
 
+
+def _lock(st: Readings, a: list[str]) -> None:
+    if a[0] == "busy":
+        st.busy = True
+
+
+def _stage(st: Readings, a: list[str]) -> None:
+    st.stages[a[0]] = StageReading(name=a[1], type=a[2])
+    st.current = a[0]
+
+
+def _match(st: Readings, a: list[str]) -> None:
+    """A targeted process: its signal record (or its absence) is what the report shows."""
+
+
+def _signal(st: Readings, a: list[str]) -> None:
+    stage = st.stages.get(a[0])
+    st.signalled.append(Signalled(pid=int(a[1]), cmdline=a[3], signal=a[2],
+                                  stage=stage.name if stage else ""))
+
+
+def _change(st: Readings, a: list[str]) -> None:
+    st.stages[a[0]].changes.append(a[1])
+
+
+def _end(st: Readings, a: list[str]) -> None:
+    stage = st.stages[a[0]]
+    stage.result = StageResult(
+        name=stage.name, type=stage.type, status=a[1], matched=int(a[2]),
+        signalled=int(a[3]), remaining=int(a[4]), duration_s=int(a[5]) / 1000,
+        message=a[6], changes=tuple(stage.changes))
+    st.current = None
+    if a[1] == "failed":
+        st.errors.append(f"stage '{stage.name}' failed: {a[6]}")
+
+
+def _error(st: Readings, a: list[str]) -> None:
+    st.errors.append(a[0])
+
+
+def _done(st: Readings, a: list[str]) -> None:
+    st.done = True
+
+
+_GENERIC: dict[str, Callable[[Readings, list[str]], None]] = {
+    "begin": _begin, "lock": _lock, "stage": _stage, "match": _match, "signal": _signal,
+    "change": _change, "end": _end, "error": _error, "done": _done,
+}
 
 def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> ScriptReport:
     """Turn one host's script output into a report; never raises on odd output.
@@ -152,12 +146,14 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
     deadline passed with one above it, None when no verification completed. ``error``
     names the first host-level problem a person must act on.
     """
-    st = _State()
+    st = Readings()
+    readers = {**record_readers(), **_GENERIC}
     for rec in _records(stdout):
-        if not rec:
+        reader = readers.get(rec[0]) if rec else None
+        if reader is None:
             continue
         try:
-            _apply(st, rec[0], rec[1:])
+            reader(st, rec[1:])
         except (IndexError, KeyError, ValueError):
             continue  # a damaged record: the truncation check below still reports it
 
@@ -200,7 +196,7 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
                         busy=st.busy, verify_message=st.verify_message)
 
 
-def _truncated(st: _State) -> str:
+def _truncated(st: Readings) -> str:
     what = "connection lost or script killed"
     if st.current is not None and st.current in st.stages:
         stage = st.stages[st.current]
@@ -210,7 +206,7 @@ def _truncated(st: _State) -> str:
     return f"output ended before the script finished: {what}"
 
 
-def _processes(st: _State, gpus: tuple[GpuRow, ...]) -> tuple[GpuProcess, ...]:
+def _processes(st: Readings, gpus: tuple[GpuRow, ...]) -> tuple[GpuProcess, ...]:
     try:
         apps = parse_compute_apps("\n".join(st.app_lines), APP_FIELDS, nounits=True)
     except NvsmiParseError:

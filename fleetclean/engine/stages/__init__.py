@@ -1,0 +1,117 @@
+"""The registry of stage types: one module per type, beside its ``.sh`` template.
+
+The playbook loader (which options a stage may have, their defaults), the variable
+resolver (each option's check), the renderer (``opt_*`` assignments, templates) and the
+parser (records only a type writes) all loop over :data:`STAGE_TYPES`; none of them
+names a stage type.
+
+>>> sorted(STAGE_TYPES)
+['gpu-holders', 'guard', 'remove', 'restore', 'shell', 'signal']
+>>> stage_type("signal").defaults()["grace"]
+10
+>>> stage_type("sleep")
+Traceback (most recent call last):
+KeyError: "no stage type 'sleep'"
+
+Adding a stage type
+-------------------
+A stage type is one Python module plus one bash file, here for a ``gpu-reset`` type
+(``fleetclean/engine/stages/gpu_reset.py`` beside ``gpu-reset.sh``)::
+
+    from fleetclean.engine.checks import boolean, text
+    from fleetclean.engine.stages.base import Option, Readings, StageType, packaged, q
+
+    def _assignments(stage):                      # resolved options -> fc_main's lines
+        return [f"opt_gpus={q(stage.options['gpus'])}",
+                f"opt_only_idle={int(stage.options['only_idle'])}"]
+
+    def _reset(readings: Readings, fields: list[str]) -> None:   # "reset IDX GPU STATUS"
+        readings.stages[fields[0]].changes.append(f"reset GPU {fields[1]}: {fields[2]}")
+
+    STAGE = StageType(
+        name="gpu-reset",                        # what a playbook writes as `type:`
+        options=(Option("gpus", text, "all"),    # name, check, default (none: required)
+                 Option("only_idle", boolean, True)),
+        assignments=_assignments,
+        template=packaged("gpu-reset.sh"),       # defines fc_stage_gpu_reset
+        records={"reset": _reset},               # records only this type writes
+    )
+
+``gpu-reset.sh`` defines ``fc_stage_gpu_reset``, reads ``$opt_gpus``/``$opt_only_idle``,
+sets ``FC_STATUS``/``FC_MATCHED``/``FC_MESSAGE`` and writes its records with
+``fc_rec reset "$FC_IDX" ...``. Add the module to :data:`_BUILT_IN` below, the template
+is packaged with the others, and a test renders, runs and parses it
+(``tests/engine/test_engine_stage_types.py`` does that for a toy type registered from
+a test module with :func:`register`).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from fleetclean.engine.stages import (
+    gpu_holders,
+    guard,
+    remove,
+    restore,
+    shell,
+    signal,
+)
+from fleetclean.engine.stages.base import RecordReader, StageType
+from fleetclean.engine.stages.verify import VERIFY
+
+GENERIC_RECORDS = ("begin", "lock", "stage", "match", "signal", "change", "end", "error",
+                   "done")
+"""Record kinds ``lib.sh`` writes for every stage; the parser reads them itself."""
+
+_BUILT_IN = (signal, gpu_holders, restore, remove, guard, shell)
+
+STAGE_TYPES: dict[str, StageType] = {}
+"""Every registered stage type by the name a playbook gives as ``type:``."""
+
+
+def register(new: StageType) -> StageType:
+    """Add a stage type; its name and its record kinds must be new.
+
+    >>> register(stage_type("signal"))
+    Traceback (most recent call last):
+    ValueError: stage type 'signal' is already registered
+    """
+    if new.name in STAGE_TYPES:
+        raise ValueError(f"stage type '{new.name}' is already registered")
+    taken = set(GENERIC_RECORDS) | set(record_readers())
+    clash = sorted(taken & set(new.records))
+    if clash:
+        raise ValueError(f"stage type '{new.name}': record kinds {clash} are taken")
+    STAGE_TYPES[new.name] = new
+    return new
+
+
+def unregister(name: str) -> None:
+    """Remove a stage type (a test's toy type, once the test is done)."""
+    del STAGE_TYPES[name]
+
+
+def stage_type(name: str) -> StageType:
+    """The registered stage type called ``name``; KeyError if there is none."""
+    try:
+        return STAGE_TYPES[name]
+    except KeyError:
+        raise KeyError(f"no stage type '{name}'") from None
+
+
+def record_readers() -> dict[str, RecordReader]:
+    """Every stage-specific record kind (the verification's included) with its reader."""
+    readers: dict[str, RecordReader] = dict(VERIFY.records)
+    for stype in STAGE_TYPES.values():
+        readers.update(stype.records)
+    return readers
+
+
+def template(name: str) -> str:
+    """The text of one packaged bash file, e.g. ``template("lib.sh")``."""
+    return (resources.files(__name__) / name).read_text(encoding="utf-8")
+
+
+for _module in _BUILT_IN:
+    register(_module.STAGE)

@@ -1,0 +1,30 @@
+"""Stage type ``gpu-holders``: signal every process holding a GPU.
+
+Holders come from nvidia-smi's compute apps and from ``/dev/nvidiaN`` file descriptors,
+minus protected processes; ``filter`` (an ERE, empty for all) narrows them by command line.
+
+>>> from fleetclean.engine.model import ResolvedStage
+>>> STAGE.assignments(ResolvedStage("free", "gpu-holders", {
+...     "filter": "", "signal": "TERM", "grace": 5.0, "kill_wait": 3.0, "tree": False}))[:2]
+["opt_filter=''", 'opt_signal=TERM']
+"""
+
+from __future__ import annotations
+
+from fleetclean.engine.checks import ere_or_empty
+from fleetclean.engine.model import ResolvedStage
+from fleetclean.engine.stages.base import Option, StageType, packaged, q
+from fleetclean.engine.stages.signal import signalling_assignments, signalling_options
+
+
+def _assignments(stage: ResolvedStage) -> list[str]:
+    return [f"opt_filter={q(stage.options['filter'])}",
+            *signalling_assignments(stage.options)]
+
+
+STAGE = StageType(
+    name="gpu-holders",
+    options=(Option("filter", ere_or_empty, ""), *signalling_options(grace=5)),
+    assignments=_assignments,
+    template=packaged("gpu-holders.sh"),
+)
