@@ -78,7 +78,7 @@ def test_held_gpu_is_listed_like_the_real_compute_app(
     node: Path, nvidia_smi_fixtures: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(nvidia_smi, "holders", lambda: [(0, 6742, 41478)])
-    monkeypatch.setattr(nvidia_smi, "process_name", lambda pid: "python3")
+    monkeypatch.setattr(smi_state, "process_name", lambda pid: "python3")
     assert gpu0([APPS, "--format=csv,noheader"]) == fixture(
         nvidia_smi_fixtures, "apps_held_plain_TERM.txt"
     )
@@ -101,7 +101,7 @@ def test_plain_table_of_eight_busy_gpus_keeps_every_column(
 ) -> None:
     held = [(i, 100 + i, 62000) for i in range(8)]
     monkeypatch.setattr(nvidia_smi, "holders", lambda: held)
-    monkeypatch.setattr(nvidia_smi, "process_name", lambda pid: "sglang::scheduler_TP0")
+    monkeypatch.setattr(smi_state, "process_name", lambda pid: "sglang::scheduler_TP0")
     got, status = nvidia_smi.run([])
     lines = got.splitlines()[1:]
     assert status == 0
