@@ -106,6 +106,11 @@ def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
     spawn.add_argument("--delay", type=float, help="seconds from SIGTERM to exit (slow)")
     spawn.add_argument("--name", help="command line to show instead of the default")
     spawn.add_argument("--path", help="directory to write into (writer)")
+    spawn.add_argument(
+        "--devices",
+        choices=("ctl", "all"),
+        help="persistenced: hold /dev/nvidiactl only (default, for now) or every GPU too",
+    )
     _state_dir(spawn)
 
     fault = sub.add_parser(
@@ -195,7 +200,7 @@ def _targets(fleet: SimFleet, node: str) -> list[str]:
 
 def _spawn_opts(args: argparse.Namespace) -> dict[str, Any]:
     opts: dict[str, Any] = {}
-    for key in ("gpu", "mib", "delay", "name", "path"):
+    for key in ("gpu", "mib", "delay", "name", "path", "devices"):
         value = getattr(args, key)
         if value is not None:
             opts[key] = value

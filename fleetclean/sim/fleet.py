@@ -124,7 +124,7 @@ class SimFleet:
             fleet._start(names, addresses, subnet)
             if persistenced:
                 for sim_node in fleet.nodes:
-                    fleet.spawn(sim_node, "persistenced")
+                    fleet.spawn(sim_node, "persistenced", devices="all")
         except BaseException:
             fleet.down()
             raise
@@ -268,8 +268,8 @@ class SimFleet:
         Kinds: ``sglang``, ``vllm``, ``trtllm``, ``triton``, ``tgi``, ``ray`` (gpus="0-7",
         mib, model_path, port), ``zombie-parent`` (gpus="0-1", mib), ``stubborn`` (gpu,
         mib, name), ``slow`` (gpu, delay, mib, name), ``orphan`` (gpu, mib, name),
-        ``monitor`` (name), ``persistenced`` (name), ``writer`` (path), ``respawn`` (gpu,
-        mib).
+        ``monitor`` (name), ``persistenced`` (name, devices="ctl"|"all"), ``writer``
+        (path), ``respawn`` (gpu, mib).
         """
         argv = [node_python(), str(PACKAGE_DIR / "launcher.py"), kind, json.dumps(opts)]
         done = self.run_in(ref, argv)

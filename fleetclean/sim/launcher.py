@@ -121,6 +121,9 @@ def plan(kind: str, opts: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
         "monitor": {"role": "holder", "title": "python3 /opt/monitor/agent.py"},
         "persistenced": {
             "role": "persistenced",
+            # "all": every /dev/nvidiaN, as the real daemon; "ctl" (for now the default,
+            # until the engine tells device handles from compute use): nvidiactl only.
+            "ctl_only": opts.get("devices", "ctl") == "ctl",
             "title": "/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose",
             "comm": "nvidia-persistenced",
         },

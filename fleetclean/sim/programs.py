@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
         supervise(spec)
         return 0
     if role == "persistenced":
-        persistenced()
+        persistenced(bool(spec.get("ctl_only")))
     if role == "tree":
         tree(spec)
     install_term(spec)
@@ -150,7 +150,7 @@ def persistence_enabled() -> list[int]:
     return [g for g in gpus if modes.get(str(g), True)]
 
 
-def persistenced() -> None:
+def persistenced(ctl_only: bool = False) -> None:
     """nvidia-persistenced: /dev/nvidiactl and every /dev/nvidiaN whose persistence mode
     is on, held open with no CUDA context (0 MiB, no compute app). SIGHUP (sent by
     ``nvidia-smi -pm``) re-reads the modes, closing and reopening handles to match."""
@@ -161,7 +161,7 @@ def persistenced() -> None:
     held: dict[int, int] = {}
 
     def sync(*_: object) -> None:
-        want = set(persistence_enabled())
+        want = set() if ctl_only else set(persistence_enabled())
         for gpu in [g for g in held if g not in want]:
             os.close(held.pop(gpu))
         for gpu in sorted(want - set(held)):

@@ -110,7 +110,7 @@ def test_titled_workers_leave_their_argv_area_as_nul_padding(sim_fleet_factory: 
 def test_leak_is_freed_only_by_a_reset_nobody_blocks(sim_fleet_factory: Factory) -> None:
     fleet = sim_fleet_factory(1)
     fleet.set_fault("node01", "leak", 5, 512)
-    (daemon,) = fleet.spawn("node01", "persistenced")
+    (daemon,) = fleet.spawn("node01", "persistenced", devices="all")
     (holder,) = fleet.spawn("node01", "stubborn", gpu=5, mib=1000)
     assert used(fleet)[5] == 1512 and apps(fleet) == {holder}
     refused = smi(fleet, "--gpu-reset", "-i", "5")
@@ -131,7 +131,7 @@ def test_leak_is_freed_only_by_a_reset_nobody_blocks(sim_fleet_factory: Factory)
 
 def test_lenient_driver_resets_beside_persistenced(sim_fleet_factory: Factory) -> None:
     fleet = sim_fleet_factory(1)
-    fleet.spawn("node01", "persistenced")
+    fleet.spawn("node01", "persistenced", devices="all")
     fleet.set_fault("node01", "leak", 2, 300)
     fleet.set_fault("node01", "reset-policy", "lenient")
     assert smi(fleet, "-r", "-i", "2").returncode == 0
