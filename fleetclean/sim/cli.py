@@ -13,14 +13,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fleetclean.errors import SimError
+from fleetclean.sim.faults import FAULTS, usage
 from fleetclean.sim.launcher import gpu_list
 from fleetclean.sim.layout import STATE_DIR_ENV
-from fleetclean.sim.node import FAULTS
 
 if TYPE_CHECKING:
     from fleetclean.sim.fleet import SimFleet
 
-KINDS = ("sglang", "stubborn", "slow", "orphan", "monitor", "persistenced", "writer", "respawn")
+KINDS = (
+    "sglang",
+    "vllm",
+    "trtllm",
+    "triton",
+    "tgi",
+    "ray",
+    "zombie-parent",
+    "stubborn",
+    "slow",
+    "orphan",
+    "monitor",
+    "persistenced",
+    "writer",
+    "respawn",
+)
 RAW = argparse.RawDescriptionHelpFormatter
 
 
@@ -58,6 +73,11 @@ def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
     up.add_argument(
         "--subnet", type=int, default=0, metavar="S", help="addresses 127.S.x.y (default 0)"
     )
+    up.add_argument(
+        "--persistenced",
+        action="store_true",
+        help="run nvidia-persistenced on every node, holding every GPU (default off)",
+    )
     _state_dir(up)
 
     status = sub.add_parser(
@@ -81,25 +101,31 @@ def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
     spawn.add_argument("node", metavar="NODE", help="node name, or 'all'")
     spawn.add_argument("kind", choices=KINDS, metavar="KIND", help=", ".join(KINDS))
     spawn.add_argument("--gpu", type=int, help="GPU index (stubborn, slow, orphan, respawn)")
-    spawn.add_argument("--gpus", help="GPU set for sglang, e.g. 0-7 or 0,2,4")
+    spawn.add_argument("--gpus", help="GPU set for sglang and the engines, e.g. 0-7 or 0,2,4")
     spawn.add_argument("--mib", type=int, help="GPU memory per process, MiB")
     spawn.add_argument("--delay", type=float, help="seconds from SIGTERM to exit (slow)")
     spawn.add_argument("--name", help="command line to show instead of the default")
     spawn.add_argument("--path", help="directory to write into (writer)")
+    spawn.add_argument(
+        "--devices",
+        choices=("ctl", "all"),
+        help="persistenced: hold /dev/nvidiactl only (default, for now) or every GPU too",
+    )
     _state_dir(spawn)
 
     fault = sub.add_parser(
         "fault",
-        help="make a node's nvidia-smi misbehave",
+        help="make a node's GPUs, nvidia-smi, kernel log or sshd misbehave",
         formatter_class=RAW,
-        epilog="examples:\n"
-        "  fleetclean sim fault node03 nvml     # exit 18, driver/library mismatch\n"
-        "  fleetclean sim fault node03 na       # [N/A] memory fields\n"
-        "  fleetclean sim fault node03 missing  # nvidia-smi: command not found\n"
+        epilog="faults:\n" + "".join(f"  {usage(f)}\n" for f in FAULTS) + "examples:\n"
+        "  fleetclean sim fault node03 lost 5\n"
+        "  fleetclean sim fault node03 leak 5 512\n"
+        "  fleetclean sim fault node03 slow-auth 3\n"
         "  fleetclean sim fault node03 none\n",
     )
     fault.add_argument("node", metavar="NODE", help="node name, or 'all'")
-    fault.add_argument("fault", choices=FAULTS, metavar="FAULT", help=", ".join(FAULTS))
+    fault.add_argument("fault", choices=FAULTS, metavar="FAULT", help="see below")
+    fault.add_argument("args", nargs="*", metavar="ARG", help="the fault's arguments")
     _state_dir(fault)
 
     down = sub.add_parser(
@@ -131,15 +157,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name}: {args.kind} pids {' '.join(map(str, started))}")
     elif command == "fault":
         for name in _targets(fleet, args.node):
-            fleet.set_fault(name, args.fault)
-            print(f"{name}: nvidia-smi fault {args.fault}")
+            fleet.set_fault(name, args.fault, *args.args)
+            print(f"{name}: fault {' '.join([args.fault, *args.args])}")
     return 0
 
 
 def _up(args: argparse.Namespace) -> int:
     from fleetclean.sim.fleet import SimFleet
 
-    fleet = SimFleet.up(args.nodes, args.state_dir, subnet=args.subnet)
+    fleet = SimFleet.up(
+        args.nodes, args.state_dir, subnet=args.subnet, persistenced=args.persistenced
+    )
     for kind in args.workload:
         for sim_node in fleet.nodes:
             fleet.spawn(sim_node, kind)
@@ -172,7 +200,7 @@ def _targets(fleet: SimFleet, node: str) -> list[str]:
 
 def _spawn_opts(args: argparse.Namespace) -> dict[str, Any]:
     opts: dict[str, Any] = {}
-    for key in ("gpu", "mib", "delay", "name", "path"):
+    for key in ("gpu", "mib", "delay", "name", "path", "devices"):
         value = getattr(args, key)
         if value is not None:
             opts[key] = value

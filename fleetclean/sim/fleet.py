@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from fleetclean.errors import SimError
+from fleetclean.sim import faults, pids, sshfiles
 from fleetclean.sim import node as nodes_mod
-from fleetclean.sim import pids, sshfiles
 from fleetclean.sim.layout import (
     PACKAGE_DIR,
     StateLayout,
@@ -88,12 +88,20 @@ class SimFleet:
     # -- life cycle ----------------------------------------------------------------
 
     @classmethod
-    def up(cls, nodes: int = 8, state_dir: Path | None = None, *, subnet: int = 0) -> SimFleet:
+    def up(
+        cls,
+        nodes: int = 8,
+        state_dir: Path | None = None,
+        *,
+        subnet: int = 0,
+        persistenced: bool = False,
+    ) -> SimFleet:
         """Start ``nodes`` nodes in parallel and return once every sshd listens.
 
         ``subnet`` is the second octet of the addresses (127.SUBNET.x.y), so that two
-        fleets can run side by side. Raises SimError if the host cannot run a fleet, a
-        fleet is already up in ``state_dir``, or an address is taken.
+        fleets can run side by side; ``persistenced`` starts nvidia-persistenced on every
+        node, as on a real datacenter node. Raises SimError if the host cannot run a
+        fleet, a fleet is already up in ``state_dir``, or an address is taken.
         """
         check_host()
         if nodes < 1:
@@ -114,6 +122,9 @@ class SimFleet:
         fleet = cls(layout, [])
         try:
             fleet._start(names, addresses, subnet)
+            if persistenced:
+                for sim_node in fleet.nodes:
+                    fleet.spawn(sim_node, "persistenced", devices="all")
         except BaseException:
             fleet.down()
             raise
@@ -254,9 +265,11 @@ class SimFleet:
         """Start workload ``kind`` in the node and return its node PIDs, root first, once
         every one of its processes holds its devices.
 
-        Kinds: ``sglang`` (gpus="0-7", mib, model_path, port), ``stubborn`` (gpu, mib,
-        name), ``slow`` (gpu, delay, mib, name), ``orphan`` (gpu, mib, name), ``monitor``
-        (name), ``persistenced`` (name), ``writer`` (path), ``respawn`` (gpu, mib).
+        Kinds: ``sglang``, ``vllm``, ``trtllm``, ``triton``, ``tgi``, ``ray`` (gpus="0-7",
+        mib, model_path, port), ``zombie-parent`` (gpus="0-1", mib), ``stubborn`` (gpu,
+        mib, name), ``slow`` (gpu, delay, mib, name), ``orphan`` (gpu, mib, name),
+        ``monitor`` (name), ``persistenced`` (name, devices="ctl"|"all"), ``writer``
+        (path), ``respawn`` (gpu, mib).
         """
         argv = [node_python(), str(PACKAGE_DIR / "launcher.py"), kind, json.dumps(opts)]
         done = self.run_in(ref, argv)
@@ -287,9 +300,23 @@ class SimFleet:
 
     # -- faults --------------------------------------------------------------------
 
-    def set_fault(self, ref: NodeRef, fault: str) -> None:
-        """``none``, ``na`` ([N/A] memory), ``nvml`` (exit 18), ``missing`` (no binary)."""
-        nodes_mod.set_fault(self.node(ref).dir, fault)
+    def set_fault(self, ref: NodeRef, fault: str, *args: str | int | float) -> None:
+        """Set one fault of ``faults.FAULTS`` on the node, e.g. ``set_fault(n, "lost", 5)``,
+        ``set_fault(n, "leak", 5, 512)``, ``set_fault(n, "slow-auth", 3)``; ``none``
+        clears every fault but leaks. SimError for a bad fault or argument."""
+        sim_node = self.node(ref)
+        words = [str(a) for a in args]
+        if fault in faults.SSH_FAULTS:
+            seconds = words[0] if words else "0"
+            try:
+                delay = float(seconds)
+            except ValueError as exc:
+                raise SimError(f"bad seconds {seconds!r}", hint=faults.usage(fault)) from exc
+            self._listen(sim_node, fault, delay)
+            return
+        nodes_mod.set_fault(sim_node.dir, fault, words)
+        if fault == "none" and self.listener_mode(sim_node) in faults.SSH_FAULTS:
+            self._listen(sim_node, "sshd")
 
     def stop_node(self, ref: NodeRef) -> None:
         """Stop the node's sshd: connections are refused; its processes keep running."""
@@ -310,9 +337,9 @@ class SimFleet:
         sshfiles.keygen(sim_node.dir / sshfiles.HOST_KEY, f"root@{sim_node.name}")
         self._listen(sim_node, "sshd")
 
-    def _listen(self, ref: NodeRef, mode: str) -> None:
+    def _listen(self, ref: NodeRef, mode: str, seconds: float = 0) -> None:
         sim_node = self.node(ref)
-        nodes_mod.set_listener(sim_node, self._init(sim_node), mode)
+        nodes_mod.set_listener(sim_node, self._init(sim_node), mode, seconds)
 
 
 def _is_listening(address: str, port: int = 22) -> bool:
@@ -321,4 +348,3 @@ def _is_listening(address: str, port: int = 22) -> bool:
     want = "{:08X}:{:04X}".format(int.from_bytes(bytes(octets), "little"), port)
     with open("/proc/net/tcp") as f:
         return any(line.split()[1] == want and line.split()[3] == "0A" for line in list(f)[1:])
-

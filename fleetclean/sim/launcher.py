@@ -20,11 +20,17 @@ import sys
 import time
 from typing import Any
 
+if __package__:
+    from fleetclean.sim.engines import DEFAULT_MODEL, DEFAULT_PORT, ENGINES, binary, longest
+else:  # run as a script: the sibling module is found through sys.path[0]
+    from engines import DEFAULT_MODEL, DEFAULT_PORT, ENGINES, binary, longest  # type: ignore[import-not-found,no-redef]
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = os.path.join(HERE, "programs.py")
 FAKEPKGS = os.path.join(HERE, "fakepkgs")
 READY_FD = "FLEETCLEAN_SIM_READY_FD"
 DEFAULT_MIB = {"sglang": 62000, "stubborn": 20480, "slow": 30720, "orphan": 48000}
+DEFAULT_MIB.update({kind: 62000 for kind in ENGINES})
 DEFAULT_MIB_OTHER = 16384
 READY_TIMEOUT_S = 30.0
 
@@ -47,7 +53,28 @@ def gpu_list(value: Any) -> list[int]:
 
 def program(spec: dict[str, Any]) -> list[str]:
     text = json.dumps(spec)
-    return [sys.executable, PROGRAMS, text.ljust(max(len(text), len(spec["title"])) + 16)]
+    return [sys.executable, PROGRAMS, text.ljust(max(len(text), longest(spec)) + 16)]
+
+
+def zombie_parent(gpus: list[int]) -> dict[str, Any]:
+    """A launcher that never wait()s: its killed workers stay <defunct> while it lives."""
+    workers = [
+        binary(["python3", "/opt/train/worker.py", "--rank", str(rank)], "python3", [gpu])
+        for rank, gpu in enumerate(gpus)
+    ]
+    argv = ["python3", "/opt/train/launch.py", "--nproc", str(len(gpus))]
+    spec: dict[str, Any] = binary(argv, "python3", reap=False, children=workers)
+    return spec
+
+
+def tree_plan(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """The tree spec of an engine kind or ``zombie-parent``; ``name`` retitles the root."""
+    gpus = gpu_list(opts.get("gpus", "0-7" if kind in ENGINES else "0-1"))
+    if kind == "zombie-parent":
+        return zombie_parent(gpus)
+    model = str(opts.get("model_path", DEFAULT_MODEL))
+    tree: dict[str, Any] = ENGINES[kind](gpus, model, int(opts.get("port", DEFAULT_PORT[kind])))
+    return tree
 
 
 def plan(kind: str, opts: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
@@ -56,6 +83,8 @@ def plan(kind: str, opts: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     gpu = int(opts.get("gpu", 3 if kind == "orphan" else 0))
     name = opts.get("name")
     env = {"FLEETCLEAN_SIM_GPU_MIB": mib}
+    if kind in ENGINES or kind == "zombie-parent":
+        return program(tree_plan(kind, opts)), env
     if kind == "sglang":
         gpus = gpu_list(opts.get("gpus", "0-7"))
         argv = [sys.executable, "-m", "sglang.launch_server"]
@@ -87,11 +116,14 @@ def plan(kind: str, opts: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
             "gpus": [gpu],
             "title": f"sglang::scheduler_TP{gpu}",
             "comm": f"sglang::scheduler_TP{gpu}",
+            "setproctitle": True,
         },
         "monitor": {"role": "holder", "title": "python3 /opt/monitor/agent.py"},
         "persistenced": {
-            "role": "holder",
-            "ctl_only": True,
+            "role": "persistenced",
+            # "all": every /dev/nvidiaN, as the real daemon; "ctl" (for now the default,
+            # until the engine tells device handles from compute use): nvidiactl only.
+            "ctl_only": opts.get("devices", "ctl") == "ctl",
             "title": "/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose",
             "comm": "nvidia-persistenced",
         },
@@ -117,7 +149,10 @@ def plan(kind: str, opts: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     if name:
         spec["title"] = str(name)
         spec["comm"] = os.path.basename(str(name).split()[0])
-    if not spec.get("gpus") and kind != "respawn":
+    if kind == "persistenced":
+        # Device handles with no CUDA context: nvidia-smi counts 0 MiB and no app.
+        env["FLEETCLEAN_SIM_GPU_MIB"] = "0"
+    elif not spec.get("gpus") and kind != "respawn":
         env.pop("FLEETCLEAN_SIM_GPU_MIB")
     return program(spec), env
 

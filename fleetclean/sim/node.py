@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetclean.errors import SimError
-from fleetclean.sim import pids, sshfiles
+from fleetclean.sim import faults, pids, sshfiles
 from fleetclean.sim.layout import IN_NODE_DIR, PACKAGE_DIR, node_python
 
 GPU_COUNT = 8
 # The PCI bus ids of the eight GPUs of a typical HGX H200 board.
 BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
-FAULTS = ("none", "na", "nvml", "missing")
-LISTENER_MODES = ("sshd", "off", "blackhole")
+FAULTS = tuple(faults.FAULTS)
+LISTENER_MODES = ("sshd", "off", "blackhole", "slow-banner", "slow-auth", "stall")
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LISTENER_TIMEOUT_S = 30.0
 
@@ -64,6 +64,10 @@ def prepare(node_dir: Path, name: str, address: str, fleet_id: str, client_pub: 
     (node_dir / "bin").mkdir(parents=True, exist_ok=True)
     sshfiles.keygen(node_dir / sshfiles.HOST_KEY, f"root@{name}")
     (node_dir / "sshd_config").write_text(sshfiles.sshd_config(address, IN_NODE_DIR))
+    # Behind the slow/stalling proxy, sshd listens on an inner port of the same address.
+    (node_dir / "sshd_config.inner").write_text(
+        sshfiles.sshd_config(address, IN_NODE_DIR, sshfiles.INNER_PORT)
+    )
     (node_dir / "authorized_keys").write_text(client_pub + " fleetclean-sim\n")
     gpus = [
         {"index": i, "uuid": gpu_uuid(fleet_id, name, i), "bus_id": f"00000000:{bus}:00.0"}
@@ -71,15 +75,31 @@ def prepare(node_dir: Path, name: str, address: str, fleet_id: str, client_pub: 
     ]
     (node_dir / "gpus.json").write_text(json.dumps({"name": name, "gpus": gpus}))
     (node_dir / "sshd.log").touch()
+    (node_dir / "kern.log").touch()
     install_nvidia_smi(node_dir)
+    install_dmesg(node_dir)
     (node_dir / "listener.want").write_text("1 sshd\n")
 
 
 def install_nvidia_smi(node_dir: Path) -> None:
     wrapper = node_dir / "bin" / "nvidia-smi"
     script = PACKAGE_DIR / "nvidia_smi.py"
-    wrapper.write_text(f'#!/bin/sh\nexec {node_python()} -S -I {script} "$@"\n')
+    # -E, not -I: the script imports its sibling modules through sys.path[0].
+    wrapper.write_text(f'#!/bin/sh\nexec {node_python()} -S -E {script} "$@"\n')
     wrapper.chmod(0o755)
+
+
+def install_dmesg(node_dir: Path) -> None:
+    """The node's kernel log: ``dmesg`` prints kern.log (the Xid faults); ``-C`` clears."""
+    script = node_dir / "bin" / "dmesg"
+    script.write_text(
+        "#!/bin/sh\n"
+        "# The simulated node's kernel ring buffer.\n"
+        'for a in "$@"; do case $a in -C|--clear|-c|--read-clear) clear=1;; esac; done\n'
+        f"cat {IN_NODE_DIR}/kern.log\n"
+        f'[ -z "$clear" ] || : > {IN_NODE_DIR}/kern.log\n'
+    )
+    script.chmod(0o755)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -88,17 +108,14 @@ def write_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def set_fault(node_dir: Path, fault: str) -> None:
-    """``missing`` removes nvidia-smi from the node's PATH; the others select what it
-    prints (see ``nvidia_smi``)."""
-    if fault not in FAULTS:
-        raise SimError(f"unknown fault {fault!r}; choose one of {', '.join(FAULTS)}")
+def set_fault(node_dir: Path, fault: str, args: Sequence[str] = ()) -> None:
+    """A non-SSH fault (see ``faults``); ``missing`` removes nvidia-smi from the node's
+    PATH, every other one puts it back."""
+    faults.apply(node_dir, fault, list(args))
     if fault == "missing":
         (node_dir / "bin" / "nvidia-smi").unlink(missing_ok=True)
-        write_atomic(node_dir / "fault", "none\n")
-        return
-    install_nvidia_smi(node_dir)
-    write_atomic(node_dir / "fault", f"{fault}\n")
+    else:
+        install_nvidia_smi(node_dir)
 
 
 def start_init(node_dir: Path, address: str) -> subprocess.Popen[bytes]:
@@ -160,11 +177,17 @@ def find_init(unshare_pid: int, timeout: float = 10.0) -> int:
 
 def listener_state(node_dir: Path) -> tuple[int, str, int]:
     """(generation, mode or ``error``, listener pid in the node); (0, "", 0) if none yet."""
+    gen, mode, pids_ = listener_pids(node_dir)
+    return gen, mode, (pids_ or [0])[0]
+
+
+def listener_pids(node_dir: Path) -> tuple[int, str, list[int]]:
+    """Like listener_state, with every listener process (a proxy and its inner sshd)."""
     try:
-        gen, mode, pid = (node_dir / "listener.state").read_text().split()
+        gen, mode, *found = (node_dir / "listener.state").read_text().split()
+        return int(gen), mode, [int(p) for p in found]
     except (OSError, ValueError):
-        return 0, "", 0
-    return int(gen), mode, int(pid)
+        return 0, "", []
 
 
 def wait_listener(node: SimNode, gen: int, timeout: float = LISTENER_TIMEOUT_S) -> None:
@@ -193,13 +216,14 @@ def log_tail(node_dir: Path) -> str:
     return "; ".join(parts) or "no log"
 
 
-def set_listener(node: SimNode, init: pids.Recorded, mode: str) -> None:
-    """Make the node listen with ``mode`` (``sshd``, ``off``, ``blackhole``) and wait
-    until it does; always restarts the listener (so a new host key is read)."""
+def set_listener(node: SimNode, init: pids.Recorded, mode: str, seconds: float = 0) -> None:
+    """Make the node listen with ``mode`` (``sshd``, ``off``, ``blackhole``, or sshd
+    behind a ``slow-banner``/``slow-auth``/``stall`` proxy delaying by ``seconds``) and
+    wait until it does; always restarts the listener (so a new host key is read)."""
     if mode not in LISTENER_MODES:
         raise SimError(f"unknown listener mode {mode!r}")
     gen = int((node.dir / "listener.want").read_text().split()[0]) + 1
-    write_atomic(node.dir / "listener.want", f"{gen} {mode}\n")
+    write_atomic(node.dir / "listener.want", f"{gen} {mode} {seconds}\n")
     if not pids.signal_entry(init, signal.SIGUSR1):
         raise SimError(f"{node.name} is not running (init pid {node.init_pid} is gone)")
     wait_listener(node, gen)
@@ -220,7 +244,7 @@ def processes(node: SimNode, include_system: bool = False) -> list[SimProcess]:
     """Every live process of the node, found by walking the tree under its init (orphans
     are reparented to it, so nothing is missed), sorted by node PID. Without
     ``include_system``, the init and the SSH listener are left out; zombies always are."""
-    listener = listener_state(node.dir)[2]
+    listeners = listener_pids(node.dir)[2]
     found: list[SimProcess] = []
     stack = [(node.init_pid, 0)]
     while stack:
@@ -233,7 +257,7 @@ def processes(node: SimNode, include_system: bool = False) -> list[SimProcess]:
             stack.append((child, pid))
         if fields[0] == "Z":
             continue
-        if not include_system and pid in (1, listener):
+        if not include_system and (pid == 1 or pid in listeners):
             continue
         try:
             raw = Path(f"/proc/{host_pid}/cmdline").read_bytes()

@@ -8,9 +8,10 @@ runs as a plain script, never imported through the ``fleetclean`` package.
 Contract with the host (``fleetclean.sim.node``), all through files in NODE_DIR, which is
 bind-mounted at ``/run/fleetclean`` inside the node:
 
-- ``listener.want`` holds ``GEN MODE`` (MODE: ``sshd``, ``off``, ``blackhole``). On SIGUSR1
-  the init stops whatever listens on ADDRESS:22 and starts MODE, then writes
-  ``listener.state`` = ``GEN MODE PID`` (``GEN error 0`` when sshd would not start).
+- ``listener.want`` holds ``GEN MODE [SECONDS]`` (MODE: ``sshd``, ``off``, ``blackhole``,
+  or ``slow-banner``/``slow-auth``/``stall``: sshd on port 2222 behind ``sshproxy.py``).
+  On SIGUSR1 the init stops whatever listens on ADDRESS:22 and starts MODE, then writes
+  ``listener.state`` = ``GEN MODE PID [SSHD_PID]`` (``GEN error 0`` when it would not start).
 - SIGTERM: stop the listener and exit; the kernel then kills everything in the namespace.
   SIGKILL from the host does the same without the courtesy.
 
@@ -27,11 +28,14 @@ import socket
 import sys
 import time
 
-# Run as a script: the sibling module is found through sys.path[0], not the package.
-from proctitle import set_title  # type: ignore[import-not-found]
+if __package__:
+    from fleetclean.sim.proctitle import set_plain_title
+else:  # run as a script: the sibling module is found through sys.path[0]
+    from proctitle import set_plain_title  # type: ignore[import-not-found,no-redef]
 
 IN_NODE_DIR = "/run/fleetclean"
 SSH_PORT = 22
+INNER_PORT = 2222  # sshd's port behind sshproxy.py (sshfiles.INNER_PORT)
 NVIDIA_GPUS = 8
 
 MS_NOSUID = 0x2
@@ -195,6 +199,19 @@ def blackhole(address: str) -> int:
     return pid
 
 
+def stop(pid: int) -> None:
+    """SIGTERM a child of ours, SIGKILL after 5 s; reaped either way."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return
+        time.sleep(0.005)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
 class Init:
     """The node's PID 1: one listener at a time, and every orphan reaped."""
 
@@ -202,6 +219,7 @@ class Init:
         self.node_dir = node_dir
         self.address = address
         self.listener = 0
+        self.inner = 0  # sshd behind a proxy
         self.gen = -1
 
     def reap(self) -> None:
@@ -214,66 +232,61 @@ class Init:
                 return
             if pid == self.listener:
                 self.listener = 0
+            if pid == self.inner:
+                self.inner = 0
 
     def stop_listener(self) -> None:
-        if self.listener:
-            os.kill(self.listener, signal.SIGTERM)
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                pid, _ = os.waitpid(self.listener, os.WNOHANG)
-                if pid:
-                    break
-                time.sleep(0.005)
-            else:
-                os.kill(self.listener, signal.SIGKILL)
-                os.waitpid(self.listener, 0)
-            self.listener = 0
+        for pid in (self.listener, self.inner):
+            if pid:
+                stop(pid)
+        self.listener = self.inner = 0
         deadline = time.monotonic() + 5
         while is_listening(self.address, SSH_PORT) and time.monotonic() < deadline:
             time.sleep(0.005)
 
-    def start_listener(self, mode: str) -> str:
+    def start_listener(self, mode: str, seconds: str) -> str:
         if mode == "off":
             return "off"
+        sshd = ["/usr/sbin/sshd", "-D", "-E", f"{IN_NODE_DIR}/sshd.log", "-f"]
         if mode == "blackhole":
             self.listener = blackhole(self.address)
+        elif mode == "sshd":
+            self.listener = spawn([*sshd, f"{IN_NODE_DIR}/sshd_config"])
         else:
-            self.listener = spawn(
-                [
-                    "/usr/sbin/sshd",
-                    "-D",
-                    "-f",
-                    f"{IN_NODE_DIR}/sshd_config",
-                    "-E",
-                    f"{IN_NODE_DIR}/sshd.log",
-                ]
-            )
+            self.inner = spawn([*sshd, f"{IN_NODE_DIR}/sshd_config.inner"])
+            if not self.wait_port(self.inner, INNER_PORT):
+                return "error"
+            proxy = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sshproxy.py")
+            self.listener = spawn([sys.executable, "-S", "-E", proxy, self.address, mode, seconds])
+        return mode if self.wait_port(self.listener, SSH_PORT) else "error"
+
+    def wait_port(self, pid: int, port: int) -> bool:
+        """True once ``pid`` listens on our address:port; False if it died or 20 s passed."""
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            if is_listening(self.address, SSH_PORT):
-                return mode
-            pid, _ = os.waitpid(self.listener, os.WNOHANG)
-            if pid:
-                self.listener = 0
-                return "error"
+            if is_listening(self.address, port):
+                return True
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return False
             time.sleep(0.005)
-        return "error"
+        return False
 
     def reconcile(self) -> None:
         try:
             with open(os.path.join(IN_NODE_DIR, "listener.want")) as f:
-                gen_text, mode = f.read().split()
+                gen_text, mode, *rest = f.read().split()
         except (OSError, ValueError):
             return
         gen = int(gen_text)
         if gen == self.gen:
             return
         self.stop_listener()
-        state = self.start_listener(mode)
+        state = self.start_listener(mode, (rest or ["0"])[0])
         self.gen = gen
         tmp = os.path.join(IN_NODE_DIR, "listener.state.tmp")
         with open(tmp, "w") as f:
-            f.write(f"{gen} {state} {self.listener}\n")
+            f.write(f"{gen} {state} {self.listener}{f' {self.inner}' if self.inner else ''}\n")
         os.rename(tmp, os.path.join(IN_NODE_DIR, "listener.state"))
 
     def run(self) -> None:
@@ -302,7 +315,7 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, lambda *_: None)
     signal.pthread_sigmask(signal.SIG_BLOCK, WAITED)
     # A real node's PID 1 is systemd; a python3 here would be hit by `pkill python3`.
-    set_title("/sbin/init", "init")
+    set_plain_title("/sbin/init", "init")
     socket.sethostname(hostname)
     make_mounts(node_dir)
     os.chdir("/")

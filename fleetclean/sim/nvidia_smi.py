@@ -1,16 +1,19 @@
 """Fake ``nvidia-smi`` for simulated nodes: real output formats, memory from live holders.
 
-Runs inside a node (``/usr/local/sbin/nvidia-smi`` execs ``python3 -S -I`` on this file),
+Runs inside a node (``/usr/local/sbin/nvidia-smi`` execs ``python3 -S -E`` on this file),
 standard library only and nothing heavy imported: monitoring loops call it every few
-hundred milliseconds. GPU N's used memory is the sum, over live processes that hold
-``/dev/nvidiaN`` open, of ``FLEETCLEAN_SIM_GPU_MIB`` in that process's initial environment
-(1024 when unset). Holding only ``/dev/nvidiactl`` uses nothing, as nvidia-persistenced.
+hundred milliseconds. GPU N's used memory is what leaked on it (``smi_state``) plus the
+sum, over live processes that hold ``/dev/nvidiaN`` open, of ``FLEETCLEAN_SIM_GPU_MIB`` in
+that process's initial environment (1024 when unset; 0 is a handle without a context, as
+nvidia-persistenced's: not a compute app).
 
-Node facts come from ``/run/fleetclean/gpus.json`` ({"gpus": [{"index", "uuid",
-"bus_id"}]}); ``/run/fleetclean/fault`` selects a failure: ``na`` (memory fields are
-``[N/A]``) or ``nvml`` (``Failed to initialize NVML: Driver/library version mismatch``,
-exit 18). Supported: ``--query-gpu=F,..``, ``--query-compute-apps=F,..``,
-``--format=csv[,noheader][,nounits]``, ``-i/--id``, ``-L`` and the bare table.
+Faults (``smi_state`` documents the files), each with the real tool's output and status:
+``nvml`` (exit 18), ``driver`` (NVIDIA-SMI has failed ..., exit 9), ``nodevices`` (No
+devices were found, exit 6), ``inforom:N`` (a warning, then the output, exit 14), a lost
+GPU (its rows replaced by ``Unable to determine the device handle ...: GPU is lost``,
+the others kept, exit 15), ``na`` (memory fields ``[N/A]``). Supported:
+``--query-gpu=F,..``, ``--query-compute-apps=F,..``, ``--format=csv[,noheader][,nounits]``,
+``-i/--id``, ``-L``, ``-r/--gpu-reset``, ``-pm/--persistence-mode`` and the bare table.
 
 Example: ``nvidia-smi --query-gpu=index,memory.used --format=csv,noheader`` prints
 ``0, 62000 MiB`` ... ``7, 0 MiB``; ``--query-gpu=bogus.field`` prints
@@ -19,19 +22,27 @@ Example: ``nvidia-smi --query-gpu=index,memory.used --format=csv,noheader`` prin
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 
-NODE_DIR = "/run/fleetclean"
+if __package__:
+    from fleetclean.sim import smi_admin, smi_state
+    from fleetclean.sim.smi_state import Usage
+else:  # inside a node: a script, its siblings found through sys.path[0]
+    import smi_admin  # type: ignore[import-not-found,no-redef]
+    import smi_state  # type: ignore[import-not-found,no-redef]
+    from smi_state import Usage  # type: ignore[no-redef]
+
 GPU_NAME = "NVIDIA H200"
 TOTAL_MIB = 143771
 RESERVED_MIB = 616
 DRIVER = "580.159.04"
 CUDA = "13.0"
-DEFAULT_MIB = 1024
 NA = "[N/A]"
+NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running.\n"
+)
 
 # query name -> (header unit, value unit); a unit is printed unless "nounits".
 GPU_FIELDS = {
@@ -54,6 +65,11 @@ GPU_FIELDS = {
     "mig.mode.current": ("", ""),
     "persistence_mode": ("", ""),
     "driver_version": ("", ""),
+    "retired_pages.pending": ("", ""),
+    "remapped_rows.pending": ("", ""),
+    "remapped_rows.failure": ("", ""),
+    "remapped_rows.correctable": ("", ""),
+    "remapped_rows.uncorrectable": ("", ""),
 }
 APP_FIELDS = {
     "pid": ("", ""),
@@ -69,84 +85,15 @@ APP_HEADERS = {"used_memory": "used_gpu_memory"}
 MEMORY_FIELDS = {"memory.used", "memory.free", "memory.reserved", "used_memory", "used_gpu_memory"}
 
 
-class Usage(Exception):
-    """Bad command line: message for stdout, exit status."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-
-
-def process_mib(pid: str) -> int:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            for item in f.read().split(b"\0"):
-                if item.startswith(b"FLEETCLEAN_SIM_GPU_MIB="):
-                    return int(item[23:])
-    except (OSError, ValueError):
-        pass
-    return DEFAULT_MIB
-
-
-def process_name(pid: str) -> str:
-    """Like nvidia-smi: the program name, i.e. the first word of the command line."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            first = f.read().split(b"\0")[0].split(b" ")[0].decode(errors="replace")
-    except OSError:
-        return "[Not Found]"
-    return os.path.basename(first) or "[Not Found]"
-
-
 def holders() -> list[tuple[int, int, int]]:
-    """(gpu index, pid, MiB) for every live process holding /dev/nvidiaN, sorted."""
-    found: list[tuple[int, int, int]] = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        gpus = set()
-        for fd in fds:
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("/dev/nvidia") and target[11:].isdigit():
-                gpus.add(int(target[11:]))
-        if gpus:
-            mib = process_mib(pid)
-            found.extend((gpu, int(pid), mib) for gpu in gpus)
-    return sorted(found)
-
-
-def load_gpus(ids: str | None) -> list[dict[str, object]]:
-    with open(os.path.join(NODE_DIR, "gpus.json")) as f:
-        gpus: list[dict[str, object]] = json.load(f)["gpus"]
-    if ids is None:
-        return gpus
-    wanted = ids.split(",")
-    chosen = [g for g in gpus if str(g["index"]) in wanted or g["uuid"] in wanted]
-    if len(chosen) != len(wanted):
-        raise Usage("No devices were found", 6)
-    return chosen
-
-
-def read_fault() -> str:
-    try:
-        with open(os.path.join(NODE_DIR, "fault")) as f:
-            return f.read().strip()
-    except OSError:
-        return "none"
+    """(gpu index, pid, MiB) of every compute app, memory leaks not included."""
+    return smi_state.holders()
 
 
 def csv(
     fields: list[str],
     known: dict[str, tuple[str, str]],
-    rows: list[dict[str, object]],
+    rows: list[dict[str, object] | str],
     fmt: set[str],
     na: bool,
 ) -> str:
@@ -158,6 +105,9 @@ def csv(
     if "noheader" not in fmt:
         lines.append(", ".join(APP_HEADERS.get(f, f) + known[f][0] for f in fields))
     for row in rows:
+        if isinstance(row, str):  # a GPU nvidia-smi could not open: its error line
+            lines.append(row)
+            continue
         cells = []
         for field in fields:
             if na and field in MEMORY_FIELDS:
@@ -168,10 +118,25 @@ def csv(
     return "".join(line + "\n" for line in lines)
 
 
-def gpu_rows(gpus: list[dict[str, object]], used: dict[int, int]) -> list[dict[str, object]]:
-    rows = []
+def lost_line(gpu: dict[str, object]) -> str:
+    """What nvidia-smi prints for a GPU that fell off the bus (bus id without 4 zeros)."""
+    return (
+        f"Unable to determine the device handle for GPU{str(gpu['bus_id'])[4:]}: "
+        "GPU is lost.  Reboot the system to recover this GPU"
+    )
+
+
+def gpu_rows(gpus: list[dict[str, object]], used: dict[int, int]) -> list[dict[str, object] | str]:
+    rows: list[dict[str, object] | str] = []
+    modes = smi_state.persistence()
+    lost = smi_state.lost()
+    retired, remapped = smi_state.pending("retired"), smi_state.pending("remapped")
     for gpu in gpus:
-        mib = used.get(int(str(gpu["index"])), 0)
+        index = int(str(gpu["index"]))
+        if index in lost:
+            rows.append(lost_line(gpu))
+            continue
+        mib = used.get(index, 0)
         busy = mib > 0
         rows.append(
             {
@@ -192,8 +157,13 @@ def gpu_rows(gpus: list[dict[str, object]], used: dict[int, int]) -> list[dict[s
                 "temperature.gpu": 41 if busy else 35,
                 "power.draw": "118.40" if busy else "81.02",
                 "mig.mode.current": "Disabled",
-                "persistence_mode": "Enabled",
+                "persistence_mode": "Enabled" if modes.get(index, True) else "Disabled",
                 "driver_version": DRIVER,
+                "retired_pages.pending": "Yes" if index in retired else "No",
+                "remapped_rows.pending": "Yes" if index in remapped else "No",
+                "remapped_rows.failure": "No",
+                "remapped_rows.correctable": 0,
+                "remapped_rows.uncorrectable": 1 if index in remapped else 0,
             }
         )
     return rows
@@ -208,7 +178,7 @@ def app_rows(
         gpu = by_index.get(index)
         if gpu is None:
             continue
-        name = process_name(str(pid))
+        name = smi_state.process_name(str(pid))
         rows.append(
             {
                 "pid": pid,
@@ -230,9 +200,7 @@ WIDE = "+" + "-" * 89 + "+"
 
 def table(gpus: list[dict[str, object]], held: list[tuple[int, int, int]], na: bool) -> str:
     """The bare ``nvidia-smi`` screen, column for column as driver 580 prints it."""
-    used: dict[int, int] = {}
-    for index, _, mib in held:
-        used[index] = used.get(index, 0) + mib
+    used = memory_used(held)
     out = [
         time.strftime("%a %b %d %H:%M:%S %Y") + "       ",
         WIDE,
@@ -273,7 +241,7 @@ def table(gpus: list[dict[str, object]], held: list[tuple[int, int, int]], na: b
     if not held:
         out.append(f"|{'  No running processes found':<89}|")
     for index, pid, mib in held:
-        name = process_name(str(pid))
+        name = smi_state.process_name(str(pid))
         memory = NA if na else f"{mib}MiB"
         out.append(
             f"|{index:>5}{'N/A':>6}{'N/A':>5}{pid:>17}{'C':>7}   {name:<33.33}{memory:>12} |"
@@ -282,60 +250,100 @@ def table(gpus: list[dict[str, object]], held: list[tuple[int, int, int]], na: b
     return "".join(line + "\n" for line in out)
 
 
+def memory_used(held: list[tuple[int, int, int]]) -> dict[int, int]:
+    """MiB used per GPU: its compute apps' memory plus what leaked with no process."""
+    used = dict(smi_state.leaks())
+    for index, _, mib in held:
+        used[index] = used.get(index, 0) + mib
+    return used
+
+
+INVALID = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
+WITH_VALUE = {"--query-gpu", "--query-compute-apps", "--format", "--id", "--persistence-mode"}
+ALIASES = {"-i": "--id", "-pm": "--persistence-mode", "-r": "--gpu-reset", "-L": "--list-gpus"}
+
+
 def parse(argv: list[str]) -> dict[str, str]:
-    """argv -> {option: value}; accepts ``--opt=value``, ``--opt value`` and ``-i N``."""
+    """argv -> {option: value}; accepts ``--opt=value``, ``--opt value`` and ``-i N``.
+
+    >>> parse(["-pm", "0", "-i", "3"])
+    {'--persistence-mode': '0', '--id': '3'}
+    >>> parse(["--bogus"])
+    Traceback (most recent call last):
+    fleetclean.sim.smi_state.Usage: Invalid combination of input arguments. ...
+    """
     opts: dict[str, str] = {}
-    aliases = {"-i": "--id", "--id": "--id"}
-    with_value = {"--query-gpu", "--query-compute-apps", "--format", "--id"}
     i = 0
     while i < len(argv):
         arg = argv[i]
         key, eq, value = arg.partition("=")
-        key = aliases.get(key, key)
-        if key in with_value:
+        key = ALIASES.get(key, key)
+        if key in WITH_VALUE:
             if not eq:
                 i += 1
                 if i >= len(argv):
                     raise Usage(f'Option "{arg}" requires a value.', 2)
                 value = argv[i]
             opts[key] = value
-        elif arg in ("-L", "--list-gpus"):
-            opts["-L"] = ""
+        elif key in ("--list-gpus", "--gpu-reset"):
+            opts[key] = ""
         elif arg.startswith("-i") and arg[2:]:
             opts["--id"] = arg[2:]
         else:
-            raise Usage(
-                "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n",
-                2,
-            )
+            raise Usage(INVALID, 2)
         i += 1
     return opts
 
 
+def tool_fault() -> tuple[str, str]:
+    """The node's whole-tool fault and its argument: ``("inforom", "0")``."""
+    word, _, arg = smi_state.read_fault().partition(":")
+    return word, arg
+
+
+def query(opts: dict[str, str], gpus: list[dict[str, object]], na: bool) -> tuple[str, int]:
+    """--query-gpu, --query-compute-apps, -L or the table; exit 15 when a GPU is lost."""
+    lost = [g for g in gpus if int(str(g["index"])) in smi_state.lost()]
+    status = 15 if lost else 0
+    fmt = set(opts.get("--format", "csv").split(","))
+    if "--query-gpu" in opts:
+        fields = [f.strip() for f in opts["--query-gpu"].split(",")]
+        rows = gpu_rows(gpus, memory_used(holders()))
+        return csv(fields, GPU_FIELDS, rows, fmt, na), status
+    if "--query-compute-apps" in opts:
+        fields = [f.strip() for f in opts["--query-compute-apps"].split(",")]
+        apps: list[dict[str, object] | str] = [*app_rows(gpus, holders())]
+        return csv(fields, APP_FIELDS, apps + [lost_line(g) for g in lost], fmt, na), status
+    if lost:  # the screen needs every GPU: the first lost one ends it
+        return lost_line(lost[0]) + "\n", 15
+    if "--list-gpus" in opts:
+        return "".join(f"GPU {g['index']}: {GPU_NAME} (UUID: {g['uuid']})\n" for g in gpus), 0
+    wanted = {int(str(g["index"])) for g in gpus}
+    held = [h for h in holders() if h[0] in wanted]
+    return table(gpus, held, na), 0
+
+
 def run(argv: list[str]) -> tuple[str, int]:
     """(stdout text, exit status) for one invocation."""
-    fault = read_fault()
+    fault, arg = tool_fault()
     if fault == "nvml":
         return "Failed to initialize NVML: Driver/library version mismatch\n", 18
+    if fault == "driver":
+        return NO_DRIVER, 9
     try:
+        if fault == "nodevices":
+            raise Usage("No devices were found", 6)
         opts = parse(argv)
-        gpus = load_gpus(opts.get("--id"))
-        fmt = set(opts.get("--format", "csv").split(","))
-        na = fault == "na"
-        if "--query-gpu" in opts:
-            used: dict[int, int] = {}
-            for index, _, mib in holders():
-                used[index] = used.get(index, 0) + mib
-            fields = [f.strip() for f in opts["--query-gpu"].split(",")]
-            return csv(fields, GPU_FIELDS, gpu_rows(gpus, used), fmt, na), 0
-        if "--query-compute-apps" in opts:
-            fields = [f.strip() for f in opts["--query-compute-apps"].split(",")]
-            return csv(fields, APP_FIELDS, app_rows(gpus, holders()), fmt, na), 0
-        if "-L" in opts:
-            return "".join(f"GPU {g['index']}: {GPU_NAME} (UUID: {g['uuid']})\n" for g in gpus), 0
-        wanted = {int(str(g["index"])) for g in gpus}
-        held = [h for h in holders() if h[0] in wanted]
-        return table(gpus, held, na), 0
+        gpus = smi_state.load_gpus(opts.get("--id"))
+        if "--gpu-reset" in opts:
+            return smi_admin.reset(gpus)
+        if "--persistence-mode" in opts:
+            return smi_admin.persistence_mode(gpus, opts["--persistence-mode"])
+        text, status = query(opts, gpus, fault == "na")
+        if fault == "inforom":
+            bad = next((g for g in gpus if str(g["index"]) == (arg or "0")), gpus[0])
+            return f"WARNING: infoROM is corrupted at gpu {str(bad['bus_id'])[4:]}\n" + text, 14
+        return text, status
     except Usage as exc:
         return exc.message + "\n", exc.status
 

@@ -9,7 +9,10 @@ start-up ``/proc/PID/cmdline`` reads exactly ``spec["title"]`` (``sglang::schedu
 Spec keys (all optional but ``role``):
 
 - ``role``: ``holder`` (open devices, sleep), ``writer`` (keep ``path`` open for writing),
-  ``supervisor`` (re-run ``child`` spec within ~100 ms whenever it dies).
+  ``supervisor`` (re-run ``child`` spec within ~100 ms whenever it dies), ``tree`` (fork
+  ``children`` specs, see ``tree``), ``persistenced`` (see ``persistenced``).
+- ``setproctitle``: the title is NUL-padded as setproctitle leaves it; ``argv``: a list
+  written NUL-separated instead of ``title`` (a binary's command line).
 - ``gpus``: GPU indexes whose ``/dev/nvidiaN`` to hold; ``ctl``: also hold
   ``/dev/nvidiactl`` and ``/dev/nvidia-uvm`` (``ctl_only`` holds nvidiactl alone).
 - ``on_term``: ``exit`` after ``delay`` seconds (default 0.1, a CUDA teardown), or
@@ -21,6 +24,7 @@ PID there once its devices are open and closes it; the launcher waits for that.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -28,10 +32,14 @@ import sys
 import time
 from typing import Any
 
-# Run as a script: the sibling module is found through sys.path[0], not the package.
-from proctitle import set_title  # type: ignore[import-not-found]
+if __package__:
+    from fleetclean.sim.proctitle import set_plain_title, set_title
+else:  # run as a script: the sibling module is found through sys.path[0]
+    from proctitle import set_plain_title, set_title  # type: ignore[import-not-found,no-redef]
 
 READY_FD = "FLEETCLEAN_SIM_READY_FD"
+PERSISTENCE = "/run/fleetclean/persistence.json"
+PERSISTENCED_PID = "/run/nvidia-persistenced/nvidia-persistenced.pid"
 
 
 def report_ready() -> None:
@@ -43,6 +51,18 @@ def report_ready() -> None:
         os.close(int(fd))
     except OSError:
         pass
+
+
+def apply_title(spec: dict[str, Any]) -> None:
+    """``setproctitle``: NUL-padded title (sglang::, VLLM::, ray::); ``argv``: a rewritten
+    command line (binaries such as tritonserver); else the plain title."""
+    comm = spec.get("comm", "python3")
+    if spec.get("argv"):
+        set_title("", comm, argv=[str(a) for a in spec["argv"]])
+    elif spec.get("setproctitle"):
+        set_title(spec["title"], comm)
+    else:
+        set_plain_title(spec.get("title", "python3"), comm)
 
 
 def open_devices(spec: dict[str, Any]) -> list[int]:
@@ -92,7 +112,7 @@ def pad(spec: dict[str, Any]) -> str:
 
 def main(argv: list[str]) -> int:
     spec: dict[str, Any] = json.loads(argv[1])
-    set_title(spec.get("title", "python3"), spec.get("comm", "python3"))
+    apply_title(spec)
     role = spec["role"]
     if role == "supervisor":
         # The supervisor reports itself; its first child reports through the same pipe.
@@ -101,6 +121,10 @@ def main(argv: list[str]) -> int:
             os.write(int(fd), f"{os.getpid()}\n".encode())
         supervise(spec)
         return 0
+    if role == "persistenced":
+        persistenced(bool(spec.get("ctl_only")))
+    if role == "tree":
+        tree(spec)
     install_term(spec)
     held = open_devices(spec)
     if role == "writer":
@@ -110,6 +134,78 @@ def main(argv: list[str]) -> int:
         out.write(b"hidden states\n")
         out.flush()
         held.append(out.fileno())
+    report_ready()
+    while True:
+        signal.pause()
+
+
+def persistence_enabled() -> list[int]:
+    """GPUs whose persistence mode is on (all of them until ``nvidia-smi -pm 0``)."""
+    try:
+        with open(PERSISTENCE) as f:
+            modes: dict[str, bool] = json.load(f)
+    except (OSError, ValueError):
+        modes = {}
+    gpus = sorted(int(n[6:]) for n in os.listdir("/dev") if n[6:].isdigit() and n[:6] == "nvidia")
+    return [g for g in gpus if modes.get(str(g), True)]
+
+
+def persistenced(ctl_only: bool = False) -> None:
+    """nvidia-persistenced: /dev/nvidiactl and every /dev/nvidiaN whose persistence mode
+    is on, held open with no CUDA context (0 MiB, no compute app). SIGHUP (sent by
+    ``nvidia-smi -pm``) re-reads the modes, closing and reopening handles to match."""
+    os.makedirs(os.path.dirname(PERSISTENCED_PID), exist_ok=True)
+    with open(PERSISTENCED_PID, "w") as f:
+        f.write(f"{os.getpid()}\n")
+    _ctl = os.open("/dev/nvidiactl", os.O_RDWR)
+    held: dict[int, int] = {}
+
+    def sync(*_: object) -> None:
+        want = set() if ctl_only else set(persistence_enabled())
+        for gpu in [g for g in held if g not in want]:
+            os.close(held.pop(gpu))
+        for gpu in sorted(want - set(held)):
+            held[gpu] = os.open(f"/dev/nvidia{gpu}", os.O_RDWR)
+
+    signal.signal(signal.SIGHUP, sync)
+    sync()
+    report_ready()
+    while True:
+        signal.pause()
+
+
+def tree(spec: dict[str, Any]) -> None:
+    """One process of a process tree (an inference server): fork its ``children`` (no
+    new interpreter: busy nodes stay cheap), hold its ``gpus``, and on SIGTERM pass the
+    signal on to its children and exit. ``reap: false`` leaves dead children as zombies
+    for as long as this process lives, as a parent that never calls wait() does."""
+    children = []
+    for child in spec.get("children", []):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                apply_title(child)
+                tree(child)
+            finally:
+                os._exit(0)
+        children.append(pid)
+    if spec.get("reap", True):
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    _held = open_devices(spec)
+    delay = float(spec.get("delay", 0.1))
+
+    def on_term(signum: int, frame: object) -> None:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        time.sleep(0 if children else delay)
+        os._exit(0)
+
+    if spec.get("on_term") == "ignore":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        signal.signal(signal.SIGTERM, on_term)
     report_ready()
     while True:
         signal.pause()

@@ -28,6 +28,8 @@ class NodeLike(Protocol):
 
 
 HOST_KEY = "ssh_host_ed25519_key"
+# Where sshd listens when a slow/stalling proxy (sshproxy.py) holds port 22.
+INNER_PORT = 2222
 
 
 def keygen(path: Path, comment: str) -> None:
@@ -50,11 +52,11 @@ def public_key(path: Path) -> str:
     return f"{key_type} {blob}"
 
 
-def sshd_config(address: str, in_node_dir: str) -> str:
+def sshd_config(address: str, in_node_dir: str, port: int = 22) -> str:
     """sshd_config for one node; paths are as seen inside the node."""
     return f"""\
 # Written by fleetclean.sim for one simulated node.
-ListenAddress {address}:22
+ListenAddress {address}:{port}
 HostKey {in_node_dir}/{HOST_KEY}
 PidFile none
 AuthorizedKeysFile {in_node_dir}/authorized_keys

@@ -321,7 +321,10 @@ def test_down_after_a_crashed_process_leaves_nothing(tmp_path: Path, sim_subnet:
     )
     try:
         crashed = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=60,
             check=False,
         )
         assert crashed.returncode == 3, crashed.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetclean.sim import nvidia_smi
+from fleetclean.sim import nvidia_smi, smi_state
 
 UUID0 = "GPU-fa529bc3-df9c-8e3c-22fb-c95e99d1c9dc"
 BUS0 = "00000000:00:06.0"
@@ -35,7 +35,7 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     gpus = [{"index": 0, "uuid": UUID0, "bus_id": BUS0}]
     gpus += [{"index": i, "uuid": f"GPU-{i}", "bus_id": f"00000000:0{i}:00.0"} for i in range(1, 8)]
     (tmp_path / "gpus.json").write_text(json.dumps({"name": "node01", "gpus": gpus}))
-    monkeypatch.setattr(nvidia_smi, "NODE_DIR", str(tmp_path))
+    monkeypatch.setattr(smi_state, "NODE_DIR", str(tmp_path))
     monkeypatch.setattr(nvidia_smi, "holders", lambda: [])
     return tmp_path
 
@@ -78,7 +78,7 @@ def test_held_gpu_is_listed_like_the_real_compute_app(
     node: Path, nvidia_smi_fixtures: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(nvidia_smi, "holders", lambda: [(0, 6742, 41478)])
-    monkeypatch.setattr(nvidia_smi, "process_name", lambda pid: "python3")
+    monkeypatch.setattr(smi_state, "process_name", lambda pid: "python3")
     assert gpu0([APPS, "--format=csv,noheader"]) == fixture(
         nvidia_smi_fixtures, "apps_held_plain_TERM.txt"
     )
@@ -101,7 +101,7 @@ def test_plain_table_of_eight_busy_gpus_keeps_every_column(
 ) -> None:
     held = [(i, 100 + i, 62000) for i in range(8)]
     monkeypatch.setattr(nvidia_smi, "holders", lambda: held)
-    monkeypatch.setattr(nvidia_smi, "process_name", lambda pid: "sglang::scheduler_TP0")
+    monkeypatch.setattr(smi_state, "process_name", lambda pid: "sglang::scheduler_TP0")
     got, status = nvidia_smi.run([])
     lines = got.splitlines()[1:]
     assert status == 0

@@ -57,9 +57,11 @@ fc_read_stat() {
 }
 
 # Full command line of PID (NULs as spaces); empty for kernel threads and the gone.
+# Empty trailing elements are dropped: setproctitle leaves its title NUL-padded.
 fc_cmdline() {
     local -a argv=()
     { mapfile -d '' -t argv <"/proc/$1/cmdline"; } 2>/dev/null || :
+    while ((${#argv[@]})) && [[ -z ${argv[-1]} ]]; do unset 'argv[-1]'; done
     FC_ARGV0_ONE=${argv[0]:-}
     local IFS=' '
     REPLY="${argv[*]}"

@@ -51,9 +51,20 @@ def main(argv: list[str]) -> int:
     workers: list[int] = []
     for rank, gpu in enumerate(gpus):
         title = f"sglang::scheduler_TP{rank}"
-        spec = {"role": "holder", "title": title, "comm": title, "gpus": [gpu]}
+        spec = {
+            "role": "holder",
+            "title": title,
+            "comm": title,
+            "gpus": [gpu],
+            "setproctitle": True,
+        }
         workers.append(start_worker(programs, spec, dict(os.environ)))
-    detokenizer = {"role": "holder", "title": "sglang::detokenizer", "comm": "sglang::detoken"}
+    detokenizer = {
+        "role": "holder",
+        "title": "sglang::detokenizer",
+        "comm": "sglang::detoken",
+        "setproctitle": True,
+    }
     env = dict(os.environ)
     env.pop("FLEETCLEAN_SIM_GPU_MIB", None)
     workers.append(start_worker(programs, detokenizer, env))

@@ -1,0 +1,140 @@
+"""Node faults the host sets by writing the node's files (see ``smi_state`` for the files).
+
+``apply(node_dir, fault, args)`` raises SimError naming the usage for a bad fault or
+argument. The SSH faults (``slow-banner``, ``slow-auth``, ``stall``) change the node's
+listener and are handled by ``SimFleet.set_fault``; they are listed here so that one table
+documents every fault.
+
+>>> usage("leak")
+'leak GPU MIB: MIB allocated on GPU with no process (freed by nvidia-smi -r -i GPU)'
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fleetclean.errors import SimError
+
+# fault -> (argument names, what it does)
+FAULTS: dict[str, tuple[str, str]] = {
+    "none": ("", "healthy again: every nvidia-smi, kernel-log and sshd fault cleared"),
+    "na": ("", "[N/A] in nvidia-smi's memory fields"),
+    "nvml": ("", "nvidia-smi: Failed to initialize NVML (exit 18)"),
+    "missing": ("", "no nvidia-smi on the node (exit 127)"),
+    "driver": ("", "nvidia-smi: couldn't communicate with the NVIDIA driver (exit 9)"),
+    "nodevices": ("", "nvidia-smi: No devices were found (exit 6)"),
+    "inforom": ("[GPU]", "nvidia-smi warns infoROM is corrupted on GPU (default 0), exit 14"),
+    "lost": ("GPU", "GPU fell off the bus: its rows are errors, the others kept, exit 15"),
+    "fewer": ("[N]", "only the first N GPUs (default 7) are enumerated"),
+    "retired-pending": ("GPU", "retired_pages.pending is Yes on GPU"),
+    "remapped-pending": ("GPU", "remapped_rows.pending is Yes on GPU"),
+    "xid": ("CODE [GPU]", "an NVRM Xid line for GPU (default 0) in the node's dmesg"),
+    "leak": ("GPU MIB", "MIB allocated on GPU with no process (freed by nvidia-smi -r -i GPU)"),
+    "reset-policy": ("strict|lenient", "whether nvidia-persistenced's handles block a reset"),
+    "slow-banner": ("SECONDS", "sshd's banner comes SECONDS late"),
+    "slow-auth": ("SECONDS", "banner on time, then authentication answers SECONDS late"),
+    "stall": ("", "sshd sends its banner, then nothing"),
+}
+SSH_FAULTS = ("slow-banner", "slow-auth", "stall")
+XID_TEXT = {
+    13: "Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address",
+    31: "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f3a_00000000",
+    43: "Ch 00000008, intr 00000000. Reset channel verif error",
+    45: "Ch 00000008, intr 00000000. Preemptive cleanup, due to previous errors",
+    48: "An uncorrectable double bit error (DBE) has been detected on GPU",
+    63: "Row Remapper: New row marked for remapping, reset gpu to activate.",
+    64: "Row Remapper: Failed to mark a row for remapping.",
+    74: "NVLink: fatal error detected on link 4",
+    79: "GPU has fallen off the bus.",
+    92: "High single-bit ECC error rate detected",
+    94: "Contained ECC error.",
+    95: "Uncontained ECC error.",
+    119: "Timeout after 6s of waiting for RPC response from GPU0 GSP!",
+    120: "GSP task timeout @ pc:0x4bd36a4, task: 1",
+}
+
+
+def usage(fault: str) -> str:
+    args, text = FAULTS[fault]
+    return f"{fault} {args}: {text}" if args else f"{fault}: {text}"
+
+
+def _ints(fault: str, args: list[str], need: int, most: int) -> list[int]:
+    if not need <= len(args) <= most or not all(a.isdigit() for a in args):
+        raise SimError(f"bad fault arguments {' '.join([fault, *args])!r}", hint=usage(fault))
+    return [int(a) for a in args]
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _edit_json(path: Path, key: str, value: object) -> None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    if value is None:
+        data.pop(key, None)
+    else:
+        data[key] = value
+    _write(path, json.dumps(data))
+
+
+def xid_line(code: int, bus_id: str) -> str:
+    """A kernel-log line as the NVIDIA driver writes it, stamped with this boot's clock.
+
+    >>> xid_line(79, "00000000:18:00.0").split("] ", 1)[1]
+    "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    """
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    text = XID_TEXT.get(code, "Unknown Error")
+    where = f"NVRM: Xid (PCI:{bus_id[4:-2]}): {code}, pid='<unknown>', name=<unknown>"
+    return f"[{uptime:12.6f}] {where}, {text}"
+
+
+def clear(node_dir: Path) -> None:
+    _write(node_dir / "fault", "none\n")
+    for name in ("lost", "pages.json", "gpu_count", "kern.log"):
+        (node_dir / name).unlink(missing_ok=True)
+    (node_dir / "kern.log").touch()
+
+
+def apply(node_dir: Path, fault: str, args: list[str]) -> None:
+    """Set one non-SSH fault on the node whose state dir is ``node_dir``."""
+    if fault not in FAULTS or fault in SSH_FAULTS:
+        raise SimError(f"unknown fault {fault!r}", hint=f"choose one of {', '.join(FAULTS)}")
+    if fault in ("none", "na", "nvml", "missing", "driver", "nodevices"):
+        _ints(fault, args, 0, 0)
+    if fault == "none":
+        clear(node_dir)
+    elif fault in ("na", "nvml", "driver", "nodevices", "missing"):
+        _write(node_dir / "fault", f"{'none' if fault == 'missing' else fault}\n")
+    elif fault == "inforom":
+        _write(node_dir / "fault", f"inforom:{(_ints(fault, args, 0, 1) or [0])[0]}\n")
+    elif fault == "lost":
+        lost = (node_dir / "lost").read_text() if (node_dir / "lost").exists() else ""
+        _write(node_dir / "lost", f"{lost.strip()} {_ints(fault, args, 1, 1)[0]}".strip() + "\n")
+    elif fault == "fewer":
+        _write(node_dir / "gpu_count", f"{(_ints(fault, args, 0, 1) or [7])[0]}\n")
+    elif fault in ("retired-pending", "remapped-pending"):
+        gpu = _ints(fault, args, 1, 1)[0]
+        key = fault.split("-", maxsplit=1)[0]
+        pages = node_dir / "pages.json"
+        old = json.loads(pages.read_text()).get(key, []) if pages.exists() else []
+        _edit_json(pages, key, sorted({*old, gpu}))
+    elif fault == "xid":
+        numbers = _ints(fault, args, 1, 2)
+        gpus = json.loads((node_dir / "gpus.json").read_text())["gpus"]
+        with (node_dir / "kern.log").open("a") as f:
+            f.write(xid_line(numbers[0], gpus[(numbers[1:] or [0])[0]]["bus_id"]) + "\n")
+    elif fault == "leak":
+        gpu, mib = _ints(fault, args, 2, 2)
+        _edit_json(node_dir / "leaks.json", str(gpu), mib or None)
+    elif fault == "reset-policy":
+        if args not in (["strict"], ["lenient"]):
+            raise SimError(f"bad fault arguments {args!r}", hint=usage(fault))
+        _write(node_dir / "reset_policy", args[0] + "\n")

@@ -1,0 +1,168 @@
+"""What the fake nvidia-smi reads and writes inside a node: GPUs, holders, faults, leaks.
+
+Standard library only; imported by ``nvidia_smi`` (as a sibling module inside nodes, through
+the package in tests). Files in ``NODE_DIR`` (the node's state dir, ``/run/fleetclean``):
+
+- ``gpus.json``: {"gpus": [{"index", "uuid", "bus_id"}]}; ``gpu_count`` (``7``) hides the
+  last GPUs, as a board whose GPU the driver did not enumerate.
+- ``fault``: one word for the whole tool: ``none``, ``na``, ``nvml``, ``driver``,
+  ``inforom``, ``nodevices``.
+- ``lost``: indexes of GPUs that fell off the bus; ``pages.json``: {"retired": [i, ...],
+  "remapped": [i, ...]}, GPUs with retired pages / remapped rows pending.
+- ``leaks.json``: {"5": 512}: MiB allocated on a GPU with no process (freed by a reset).
+- ``persistence.json``: {"0": false}: persistence mode per GPU (on unless listed off);
+  ``reset_policy``: ``strict`` (nvidia-persistenced's handles block a reset, the default)
+  or ``lenient``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+NODE_DIR = "/run/fleetclean"
+DEFAULT_MIB = 1024
+PERSISTENCED_COMM = "nvidia-persiste"
+
+
+class Usage(Exception):
+    """A failed invocation: message for stdout, exit status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+def path(name: str) -> str:
+    return os.path.join(NODE_DIR, name)
+
+
+def read_text(name: str, default: str = "") -> str:
+    try:
+        with open(path(name)) as f:
+            return f.read().strip()
+    except OSError:
+        return default
+
+
+def read_json(name: str) -> dict[str, object]:
+    try:
+        data = json.loads(read_text(name, "{}"))
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_json(name: str, data: object) -> None:
+    tmp = path(name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path(name))
+
+
+def read_fault() -> str:
+    return read_text("fault", "none") or "none"
+
+
+def indexes(text: str) -> set[int]:
+    """``"1 5"`` or ``"1,5"`` -> {1, 5}."""
+    return {int(w) for w in text.replace(",", " ").split() if w.isdigit()}
+
+
+def lost() -> set[int]:
+    return indexes(read_text("lost"))
+
+
+def pending(kind: str) -> set[int]:
+    """GPUs with ``retired`` pages or ``remapped`` rows pending."""
+    value = read_json("pages.json").get(kind, [])
+    return {int(str(v)) for v in value} if isinstance(value, list) else set()
+
+
+def leaks() -> dict[int, int]:
+    return {int(k): int(str(v)) for k, v in read_json("leaks.json").items()}
+
+
+def persistence() -> dict[int, bool]:
+    return {int(k): bool(v) for k, v in read_json("persistence.json").items()}
+
+
+def all_gpus() -> list[dict[str, object]]:
+    with open(path("gpus.json")) as f:
+        gpus: list[dict[str, object]] = json.load(f)["gpus"]
+    count = read_text("gpu_count")
+    return gpus[: int(count)] if count.isdigit() else gpus
+
+
+def load_gpus(ids: str | None) -> list[dict[str, object]]:
+    """The GPUs an ``-i`` selection names (all without one); Usage(6) if one is unknown."""
+    gpus = all_gpus()
+    if not gpus:
+        raise Usage("No devices were found", 6)
+    if ids is None:
+        return gpus
+    wanted = ids.split(",")
+    chosen = [g for g in gpus if str(g["index"]) in wanted or g["uuid"] in wanted]
+    if len(chosen) != len(wanted):
+        raise Usage("No devices were found", 6)
+    return chosen
+
+
+def process_mib(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(b"FLEETCLEAN_SIM_GPU_MIB="):
+                    return int(item[23:])
+    except (OSError, ValueError):
+        pass
+    return DEFAULT_MIB
+
+
+def process_name(pid: str) -> str:
+    """Like nvidia-smi: the program name, i.e. the first word of the command line."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            first = f.read().split(b"\0")[0].split(b" ")[0].decode(errors="replace")
+    except OSError:
+        return "[Not Found]"
+    return os.path.basename(first) or "[Not Found]"
+
+
+def comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def device_holders() -> list[tuple[int, int, int]]:
+    """(gpu index, pid, MiB) for every live process holding /dev/nvidiaN, sorted; MiB is 0
+    for a handle without a CUDA context (nvidia-persistenced)."""
+    found: list[tuple[int, int, int]] = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        gpus = set()
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("/dev/nvidia") and target[11:].isdigit():
+                gpus.add(int(target[11:]))
+        if gpus:
+            mib = process_mib(pid)
+            found.extend((gpu, int(pid), mib) for gpu in gpus)
+    return sorted(found)
+
+
+def holders() -> list[tuple[int, int, int]]:
+    """The compute apps: device holders with a context (MiB above 0)."""
+    return [h for h in device_holders() if h[2] > 0]
