@@ -7,11 +7,10 @@ in ``finally``). Assertions read /proc or run the fake nvidia-smi inside the nod
 
 from __future__ import annotations
 
-import time
-
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
