@@ -29,8 +29,9 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
+import paramiko
+
 from fleetclean.errors import InventoryError
-from fleetclean.sshlib import paramiko
 
 __all__ = [
     "SshArgs",
@@ -159,7 +160,10 @@ def load_config(path: str, *, given_by: str = "ssh config") -> paramiko.SSHConfi
             f"{given_by} file is a directory", path=path, hint="give the config file itself"
         )
     try:
-        return paramiko.SSHConfig.from_path(path)
+        # Include lines expanded (paramiko's parser has none): the transport's reader.
+        from fleetclean.transport.hops import load_config as load_with_includes
+
+        return load_with_includes(path)
     except (OSError, UnicodeDecodeError) as err:
         raise InventoryError(
             f"cannot read {given_by} file: {err}", path=path, hint="check its permissions"
@@ -208,6 +212,10 @@ def merge(
     if proxy_jump is None and isinstance(config_jump, str) and config_jump.lower() != "none":
         proxy_jump = config_jump
     merged = dict(options)
+    # ProxyCommand from the config, unless a ProxyJump (found first by ssh) already decides.
+    command = found.get("proxycommand")
+    if proxy_jump is None and "proxycommand" not in merged and isinstance(command, str):
+        merged["proxycommand"] = command
     known_hosts = found.get("userknownhostsfile")
     if "userknownhostsfile" not in merged and isinstance(known_hosts, str):
         merged["userknownhostsfile"] = os.path.expanduser(known_hosts)
