@@ -27,7 +27,7 @@ from fleetclean.transport.hostkeys import KnownHostsCache, apply
 BANNER_RETRIES = 3
 BANNER_BACKOFF_S = 0.15
 
-Sock = socket.socket | paramiko.Channel | paramiko.ProxyCommand
+Sock = Any  # a socket, a channel through a jump host, or a ProxyCommand
 
 
 class Context:

@@ -24,6 +24,7 @@ the run, so 200 hosts behind a dead bastion do not each wait out the connect tim
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -38,7 +39,38 @@ from fleetclean.transport.hops import Route, Target
 ChainKey = tuple[tuple[str, int, str | None, str | None], ...]
 
 
-def channel(conn: Any, via: Target, to: Target, limit: float) -> paramiko.Channel:
+class HopSocket:
+    """A channel through a jump host, used as the inner connection's socket, with send and
+    close serialized.
+
+    paramiko's ``Channel.send`` checks ``closed`` under its lock but sends after releasing
+    it, so an inner transport that closes while its reader thread answers the server's
+    CHANNEL_CLOSE can put data on the wire after the close. sshd then drops the whole
+    bastion connection ("data packet referred to nonexistent channel"), and with it every
+    host behind it: seen with 20 hosts behind one bastion.
+    """
+
+    def __init__(self, chan: paramiko.Channel) -> None:
+        self._chan = chan
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def send(self, data: bytes) -> int:
+        with self._lock:
+            if self._closed:
+                raise OSError("hop channel closed")
+            return self._chan.send(data)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._chan.close()
+
+    def __getattr__(self, name: str) -> Any:  # recv, settimeout, fileno, ...
+        return getattr(self._chan, name)
+
+
+def channel(conn: Any, via: Target, to: Target, limit: float) -> HopSocket:
     """A ``direct-tcpip`` channel through ``conn`` (to ``via``) to ``to``, with a timeout."""
     transport = conn.client.get_transport()
     if transport is None or not transport.is_active():
@@ -55,7 +87,7 @@ def channel(conn: Any, via: Target, to: Target, limit: float) -> paramiko.Channe
         )) from exc
     except (paramiko.SSHException, OSError, EOFError) as exc:
         raise Failed(timed_out(Where(to.address, to.port), Phase.TCP, limit)) from exc
-    return chan
+    return HopSocket(chan)
 
 
 def name_hop(failure: TransportFailure, hop: Target) -> TransportFailure:
@@ -132,4 +164,5 @@ class Pool:
             self._conns.clear()
         # Last hop first: closing a bastion under a live inner connection cuts it mid-close.
         for conn in reversed(conns):
-            conn.close()
+            with contextlib.suppress(Exception):  # a hop that is already gone
+                conn.close()

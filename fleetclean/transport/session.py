@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -63,7 +64,8 @@ class Session:
             self.aborted = True
             conns = list(self._open)
         for conn in conns:
-            conn.close()
+            with contextlib.suppress(Exception):
+                conn.close()
         self._pool.close()
 
     def close(self) -> None:
@@ -108,7 +110,8 @@ class Session:
         finally:
             with self._lock:
                 self._open.discard(conn)
-            conn.close()
+            with contextlib.suppress(Exception):  # closing a connection a hop already lost
+                conn.close()
 
     def _script(
         self, conn: Any, host: Host, script: str, on_line: LineCallback | None
