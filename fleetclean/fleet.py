@@ -19,10 +19,14 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fleetclean.models import Host, HostResult, HostStatus, RunResult, ScriptReport
 from fleetclean.results import parse
-from fleetclean.transport import Options, ScriptOutput, Session
+from fleetclean.transport import Options, ScriptOutput
+
+if TYPE_CHECKING:
+    from fleetclean.transport.session import Session
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,10 @@ def run_fleet(
     """Run every job; a first KeyboardInterrupt stops starting hosts and waits for the
     running ones (they are bounded by their own timeouts); the result is then marked
     interrupted. A second KeyboardInterrupt propagates."""
+    # fabric, paramiko and invoke (~70 ms of imports) load only when a run starts: `--help`,
+    # `show`, `inventory` and a run of local hosts alone never need them.
+    from fleetclean.transport.session import Session
+
     cancel = cancel or threading.Event()
     emit = on_event or (lambda _e: None)
     started = time.monotonic()

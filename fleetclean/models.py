@@ -36,6 +36,8 @@ class Host:
     # `-o Key=Value` options from ansible_ssh_common_args / ansible_ssh_extra_args,
     # keys lower-cased (userknownhostsfile, stricthostkeychecking, connecttimeout, ...).
     ssh_options: dict[str, str] = field(default_factory=dict)
+    # The ssh config file these settings came from: jump hosts are looked up in it too.
+    ssh_config: str | None = None
 
 
 class HostStatus(str, enum.Enum):

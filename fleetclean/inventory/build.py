@@ -270,6 +270,7 @@ class _HostMaker:
             },
             proxy_jump=settings.proxy_jump,
             ssh_options=settings.options,
+            ssh_config=config_path,
         )
 
 

@@ -153,10 +153,12 @@ def default_config_path() -> str | None:
 
 def load_config(path: str, *, given_by: str = "ssh config") -> paramiko.SSHConfig:
     """Parse one ssh config file; a missing or unreadable one is an ``InventoryError``."""
-    # Imported here, not at the top: reading an inventory without an ssh config never loads
-    # paramiko, and the inventory never imports the transport. paramiko's parser is the one
-    # the transport's connections follow, so hosts are resolved as they will be reached.
-    import paramiko
+    # The transport owns paramiko and its ssh_config reader (Include expanded), which its
+    # connections follow, so hosts are resolved as they will be reached. Imported here, not
+    # at the top: reading an inventory without an ssh config never loads paramiko.
+    from fleetclean.transport.hops import ConfigParseError
+    from fleetclean.transport.hops import load_config as load_with_includes
+
     if not os.path.exists(path):
         raise InventoryError(
             f"{given_by} file does not exist", path=path, hint="fix the path or remove it"
@@ -166,12 +168,12 @@ def load_config(path: str, *, given_by: str = "ssh config") -> paramiko.SSHConfi
             f"{given_by} file is a directory", path=path, hint="give the config file itself"
         )
     try:
-        return paramiko.SSHConfig.from_path(path)
+        return load_with_includes(path)
     except (OSError, UnicodeDecodeError) as err:
         raise InventoryError(
             f"cannot read {given_by} file: {err}", path=path, hint="check its permissions"
         ) from None
-    except paramiko.ssh_exception.ConfigParseError as err:
+    except ConfigParseError as err:
         raise InventoryError(
             f"cannot parse {given_by} file: {err}",
             path=path,
@@ -193,8 +195,8 @@ def merge(
 ) -> SshSettings:
     """Fill unset inventory values from ``config``; inventory values always win.
 
-    >>> import paramiko
-    >>> cfg = paramiko.SSHConfig.from_text("Host gpu01\\n  HostName 10.0.0.1\\n  Port 2222")
+    >>> from fleetclean.transport.hops import parse_config
+    >>> cfg = parse_config("Host gpu01\\n  HostName 10.0.0.1\\n  Port 2222")
     >>> s = merge("gpu01", host=None, port=None, user="root", key=None, proxy_jump=None,
     ...           options={}, config=cfg)
     >>> (s.address, s.port, s.user)
@@ -216,6 +218,10 @@ def merge(
     if proxy_jump is None and isinstance(config_jump, str) and config_jump.lower() != "none":
         proxy_jump = config_jump
     merged = dict(options)
+    # ProxyCommand from the config, unless a ProxyJump (found first by ssh) already decides.
+    command = found.get("proxycommand")
+    if proxy_jump is None and "proxycommand" not in merged and isinstance(command, str):
+        merged["proxycommand"] = command
     known_hosts = found.get("userknownhostsfile")
     if "userknownhostsfile" not in merged and isinstance(known_hosts, str):
         merged["userknownhostsfile"] = os.path.expanduser(known_hosts)

@@ -1,30 +1,108 @@
-"""Transport fault classification without a fleet: the races a silent listener causes."""
+"""Connection failures classified phase by phase, on paramiko's own exception values.
+
+A phase that runs out of time is ``timeout`` naming the phase; ``auth_failed`` only when the
+server refused the credentials (a slow login is not a wrong key: issue #18 saw 14 slow hosts
+out of 256 reported as auth_failed).
+"""
 
 from __future__ import annotations
 
 import logging
 
 import paramiko
+import pytest
 
-from fleetclean.models import Host
-from fleetclean.transport import classify
+from fleetclean.transport.classify import Phase, Where, classify, phase_of
+from fleetclean.transport.hostkeys import UnknownHostKey
 
-HOST = Host(name="gpu01", address="10.0.0.1")
+WHERE = Where("10.0.0.1", 22, "root", "/keys/id")
+KEY = paramiko.Ed25519Key(data=bytes.fromhex("0000000b7373682d6564323535313900000020" + "00" * 32))
 
 
-def test_lost_banner_race_after_the_timeout_is_a_timeout() -> None:
-    # paramiko's handshake timer may fire before its banner timer: "No existing session"
-    for text in ("No existing session", "Negotiation failed."):
-        failure = classify(paramiko.SSHException(text), HOST, 3.0, 3.0)
-        assert failure is not None and failure.kind == "timeout"
-        assert failure.message == "10.0.0.1:22 accepted TCP but sent no SSH banner within 3s"
+@pytest.mark.parametrize(("phase", "exc", "words"), [
+    (Phase.TCP, TimeoutError("timed out"), "10.0.0.1:22: no TCP connection within 3s"),
+    (Phase.BANNER, paramiko.SSHException("Error reading SSH protocol banner"),
+     "10.0.0.1:22 accepted TCP but sent no SSH banner within 3s"),
+    # paramiko's handshake timer may fire before its banner timer
+    (Phase.BANNER, paramiko.SSHException("No existing session"),
+     "10.0.0.1:22 accepted TCP but sent no SSH banner within 3s"),
+    (Phase.KEX, paramiko.SSHException("No existing session"),
+     "10.0.0.1:22: key exchange did not finish within 3s"),
+    (Phase.KEX, paramiko.SSHException("Negotiation failed."),
+     "10.0.0.1:22: key exchange did not finish within 3s"),
+    (Phase.AUTH, paramiko.AuthenticationException("Authentication timeout."),
+     "10.0.0.1:22: authentication did not finish within 3s"),
+    (Phase.CHANNEL, paramiko.SSHException("Timeout opening channel."),
+     "10.0.0.1:22: no session channel opened within 3s"),
+])
+def test_a_phase_that_runs_out_of_time_is_a_timeout_naming_it(
+    phase: Phase, exc: BaseException, words: str
+) -> None:
+    failure = classify(exc, WHERE, phase, 3.0, 3.0)
+    assert failure is not None
+    assert (failure.kind, failure.message) == ("timeout", words)
+
+
+def test_slow_authentication_is_never_auth_failed() -> None:
+    failure = classify(paramiko.AuthenticationException("Authentication timeout."), WHERE,
+                       Phase.AUTH, 0.5, 3.0)
+    assert failure is not None and failure.kind == "timeout"
+
+
+@pytest.mark.parametrize("exc", [
+    paramiko.AuthenticationException("Authentication failed."),
+    paramiko.BadAuthenticationType("Bad authentication type", ["password"]),
+    paramiko.PasswordRequiredException("private key file is encrypted"),
+])
+def test_refused_credentials_are_auth_failed(exc: BaseException) -> None:
+    failure = classify(exc, WHERE, Phase.AUTH, 0.1, 3.0)
+    assert failure is not None and failure.kind == "auth_failed"
+    assert "root@10.0.0.1:22" in failure.message and "/keys/id" in failure.message
+
+
+def test_refused_tcp_is_unreachable() -> None:
+    failure = classify(ConnectionRefusedError(111, "Connection refused"), WHERE, Phase.TCP,
+                       0.01, 3.0)
+    assert failure is not None
+    assert failure.message == "cannot connect to 10.0.0.1:22: connection refused"
+    assert failure.kind == "unreachable"
 
 
 def test_early_dropped_banner_is_retried() -> None:
-    assert classify(paramiko.SSHException("Error reading SSH protocol banner"), HOST, 0.1, 3) \
-        is None
+    for exc in (paramiko.SSHException("Error reading SSH protocol banner"), EOFError()):
+        assert classify(exc, WHERE, Phase.BANNER, 0.1, 3.0) is None
+
+
+def test_unknown_and_changed_host_keys_name_the_fingerprint() -> None:
+    unknown = classify(UnknownHostKey("10.0.0.1", KEY), WHERE, Phase.KEX, 0.1, 3.0)
+    changed = classify(paramiko.BadHostKeyException("10.0.0.1", KEY, KEY), WHERE, Phase.KEX,
+                       0.1, 3.0)
+    for failure in (unknown, changed):
+        assert failure is not None and failure.kind == "host_key_mismatch"
+        assert "SHA256:" in failure.message
+
+
+def test_the_phase_is_read_from_the_transport_state() -> None:
+    class FakeTransport:  # only the fields phase_of reads
+        remote_version = ""
+        session_id = None
+        authenticated = False
+
+        def is_authenticated(self) -> bool:
+            return self.authenticated
+
+    t = FakeTransport()
+    assert phase_of(t) is Phase.BANNER  # type: ignore[arg-type]
+    t.remote_version = "SSH-2.0-OpenSSH_9.6"
+    assert phase_of(t) is Phase.KEX  # type: ignore[arg-type]
+    t.session_id = b"id"  # type: ignore[assignment]
+    assert phase_of(t) is Phase.AUTH  # type: ignore[arg-type]
+    t.authenticated = True
+    assert phase_of(t) is Phase.CHANNEL  # type: ignore[arg-type]
 
 
 def test_paramiko_reader_thread_errors_never_reach_stderr() -> None:
+    import fleetclean.transport.session  # noqa: F401  (installs the handler)
+
     assert any(isinstance(h, logging.NullHandler)
                for h in logging.getLogger("paramiko").handlers)

@@ -3,7 +3,9 @@
 import time
 
 from fleetclean.models import Host
-from fleetclean.transport import Options, Session, classify, remote_command
+from fleetclean.transport import Options, Session
+from fleetclean.transport.classify import Phase, Where, classify
+from fleetclean.transport.stream import remote_command
 
 LOCAL = Host(name="here", address="localhost", connection="local")
 
@@ -48,8 +50,8 @@ def test_become_goes_through_sudo_without_a_password_prompt() -> None:
 
 
 def test_connection_refused_is_unreachable() -> None:
-    host = Host("gpu01", "127.0.0.1", port=1)
-    failure = classify(ConnectionRefusedError(111, "Connection refused"), host, 0.01, 5)
+    failure = classify(ConnectionRefusedError(111, "Connection refused"),
+                       Where("127.0.0.1", 1), Phase.TCP, 0.01, 5)
     assert failure is not None and failure.kind == "unreachable"
     assert "127.0.0.1:1" in failure.message
 
@@ -68,14 +70,14 @@ def test_a_dead_bastion_is_named_in_the_failure() -> None:
         out = session.run(host, "true")
     assert out.failure is not None and out.failure.kind == "unreachable"
     assert out.failure.message == (
-        "ProxyJump ops@127.0.0.1:1: cannot connect to 127.0.0.1:1: connection refused"
+        "bastion 127.0.0.1 (127.0.0.1:1) unreachable: connection refused"
     )
 
 
 def test_known_hosts_lines_paramiko_cannot_read_do_not_hide_the_others(tmp_path) -> None:
     import subprocess
 
-    from fleetclean.transport import _KnownHosts
+    from fleetclean.transport.hostkeys import KnownHosts
 
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")],
                    check=True)
@@ -87,6 +89,6 @@ def test_known_hosts_lines_paramiko_cannot_read_do_not_hide_the_others(tmp_path)
         f"127.0.1.1 {kind} AAAAnot-base64\n"
         f"127.0.1.2 {kind} {blob}\n"
     )
-    keys = _KnownHosts((str(known),)).keys
+    keys = KnownHosts((str(known),)).keys
     assert keys.lookup("127.0.1.2") is not None
     assert keys.lookup("127.0.1.1") is None

@@ -1,0 +1,61 @@
+"""The transport's values: run options, what a run gave back, and why one failed.
+
+Cheap to import (no paramiko, no fabric): the CLI builds ``Options`` before it knows whether
+any host needs SSH.
+
+>>> out = ScriptOutput(failure=TransportFailure("timeout", "no SSH banner within 5s"))
+>>> (out.ok, out.started, out.failure.kind)
+(False, False, 'timeout')
+>>> ScriptOutput("hi\\n", exit_code=0).ok
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+LineCallback = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Options:
+    connect_timeout: float = 10.0
+    timeout: float = 300.0
+    known_hosts: tuple[str, ...] = ()  # extra files, checked besides the host's own
+    accept_new_host_keys: bool = False
+
+
+@dataclass(frozen=True)
+class TransportFailure:
+    """Why a script did not run (or did not finish) on a host.
+
+    kind is one of the host statuses: unreachable, auth_failed, host_key_mismatch,
+    timeout, error.
+    """
+
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ScriptOutput:
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+    failure: TransportFailure | None = None
+    # True when the script started on the host: a failure after that (a timeout, a cut
+    # connection) may have left the host half-cleaned, and the report must say so.
+    started: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+class Failed(Exception):
+    """Carries a TransportFailure out of the connection code to ``Session.run``."""
+
+    def __init__(self, failure: TransportFailure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure

@@ -1,0 +1,164 @@
+"""Connection errors -> host outcomes a person can act on, one phase at a time.
+
+A connection goes through phases (TCP connect, SSH banner, key exchange, authentication,
+session channel, script); each has its own time limit, and a phase that runs out of time is a
+``timeout`` that names it. ``auth_failed`` means the server refused the credentials, and
+nothing else: a slow server that does not finish authentication in time is a ``timeout``
+(paramiko raises ``AuthenticationException("Authentication timeout.")`` for both).
+
+>>> where = Where("10.0.0.1", 22)
+>>> classify(paramiko.AuthenticationException("Authentication timeout."), where,
+...          Phase.AUTH, 10.0, 10).message
+'10.0.0.1:22: authentication did not finish within 10s'
+>>> classify(paramiko.AuthenticationException("Authentication failed."), where,
+...          Phase.AUTH, 0.1, 10).kind
+'auth_failed'
+>>> classify(EOFError(), where, Phase.BANNER, 0.1, 10) is None  # dropped early: retry
+True
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import socket
+from dataclasses import dataclass
+
+import paramiko
+
+from fleetclean.transport.base import TransportFailure
+from fleetclean.transport.hostkeys import UnknownHostKey, fingerprint
+
+
+class Phase(str, enum.Enum):
+    TCP = "tcp"
+    BANNER = "banner"
+    KEX = "kex"
+    AUTH = "auth"
+    CHANNEL = "channel"
+    SCRIPT = "script"
+
+
+_TIMEOUT_WORDS = {
+    Phase.TCP: "no TCP connection within {t}",
+    Phase.BANNER: "accepted TCP but sent no SSH banner within {t}",
+    Phase.KEX: "key exchange did not finish within {t}",
+    Phase.AUTH: "authentication did not finish within {t}",
+    Phase.CHANNEL: "no session channel opened within {t}",
+    Phase.SCRIPT: "script still running after {t}",
+}
+
+
+@dataclass(frozen=True)
+class Where:
+    """The endpoint a failure is about, as a person names it."""
+
+    address: str
+    port: int
+    user: str | None = None
+    key: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.address}:{self.port}"
+
+
+def phase_of(transport: paramiko.Transport | None) -> Phase:
+    """The first phase a (failed) SSH transport did not complete.
+
+    >>> phase_of(None)
+    <Phase.BANNER: 'banner'>
+    """
+    if transport is None or not transport.remote_version:
+        return Phase.BANNER
+    if transport.session_id is None:
+        return Phase.KEX
+    return Phase.AUTH if not transport.is_authenticated() else Phase.CHANNEL
+
+
+def timed_out(where: Where, phase: Phase, limit: float) -> TransportFailure:
+    """``timeout`` naming the phase.
+
+    >>> timed_out(Where("h", 22), Phase.BANNER, 3).message
+    'h:22 accepted TCP but sent no SSH banner within 3s'
+    """
+    words = _TIMEOUT_WORDS[phase].format(t=f"{limit:g}s")
+    sep = " " if phase is Phase.BANNER else ": "
+    return TransportFailure("timeout", f"{where}{sep}{words}")
+
+
+def _is_timeout(exc: BaseException, elapsed: float, limit: float) -> bool:
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return True
+    text = str(exc).lower()
+    # paramiko words its own timers' expiry as "... timeout", and a silent peer makes its
+    # handshake timer race the banner timer (the loser says "No existing session").
+    return "timeout" in text or "timed out" in text or elapsed >= limit * 0.9
+
+
+def _key_failure(exc: BaseException, where: Where) -> TransportFailure | None:
+    if isinstance(exc, UnknownHostKey):
+        return TransportFailure(
+            "host_key_mismatch",
+            f"unknown host key for {exc.hostname} ({exc.key.get_name()} "
+            f"{fingerprint(exc.key)}); check it, then rerun with --accept-new-host-keys "
+            "or add it to known_hosts",
+        )
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return TransportFailure(
+            "host_key_mismatch",
+            f"host key for {where} CHANGED (now {fingerprint(exc.key)}, known "
+            f"{fingerprint(exc.expected_key)}); nothing was run. If the host was "
+            "reinstalled, remove the old key from known_hosts",
+        )
+    if isinstance(exc, FileNotFoundError) and where.key and exc.filename:
+        return TransportFailure(
+            "auth_failed",
+            f"private key {exc.filename} not found (ansible_ssh_private_key_file or "
+            "IdentityFile names a file that does not exist here)",
+        )
+    return None
+
+
+def _refused(exc: BaseException, where: Where) -> TransportFailure:
+    user = where.user or os.environ.get("USER", "?")
+    return TransportFailure(
+        "auth_failed",
+        f"authentication failed for {user}@{where} with key "
+        f"{where.key or '(agent/default keys)'}: {exc}",
+    )
+
+
+def _definite(exc: BaseException, where: Where, phase: Phase) -> TransportFailure | None:
+    """Failures that time cannot explain: keys, refusals, a closed port."""
+    known = _key_failure(exc, where)
+    if known is not None:
+        return known
+    if isinstance(exc, paramiko.ChannelException):
+        return TransportFailure("unreachable", f"the bastion cannot reach {where}: {exc.text}")
+    if phase is Phase.TCP and not isinstance(exc, (socket.timeout, TimeoutError)):
+        reason = "connection refused" if isinstance(exc, ConnectionRefusedError) else (
+            getattr(exc, "strerror", None) or str(exc) or type(exc).__name__)
+        return TransportFailure("unreachable", f"cannot connect to {where}: {reason}")
+    refused = isinstance(exc, paramiko.PasswordRequiredException) or (
+        isinstance(exc, paramiko.AuthenticationException) and not _is_timeout(exc, 0, 1))
+    return _refused(exc, where) if refused else None
+
+
+def classify(
+    exc: BaseException, where: Where, phase: Phase, elapsed: float, limit: float
+) -> TransportFailure | None:
+    """Turn an error raised in ``phase`` into a failure; None for a banner dropped early
+    (sshd over its MaxStartups), which is worth retrying."""
+    definite = _definite(exc, where, phase)
+    if definite is not None:
+        return definite
+    if _is_timeout(exc, elapsed, limit):
+        return timed_out(where, phase, limit)
+    if phase is Phase.BANNER:
+        return None
+    if isinstance(exc, (EOFError, ConnectionError)):
+        return TransportFailure(
+            "unreachable", f"{where} closed the connection during {phase.value}")
+    if isinstance(exc, paramiko.SSHException):
+        return TransportFailure("error", f"SSH error with {where}: {exc}")
+    return TransportFailure("error", f"{where}: {type(exc).__name__}: {exc}")

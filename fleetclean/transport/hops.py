@@ -1,0 +1,199 @@
+"""Where a connection goes: the host itself, and the jump hosts in front of it.
+
+Every hop is resolved the way OpenSSH resolves it, through the ssh_config the inventory read
+for the host: ``ProxyJump a,b,c`` (each hop's HostName, User, Port, IdentityFile,
+UserKnownHostsFile and StrictHostKeyChecking, and the first hop's own ProxyJump),
+``ProxyJump user@host:port``, ``ProxyJump none``, ``ProxyCommand`` (``%h``, ``%p``, ``%r``,
+``%n`` expanded) and ``Include``. fabric resolves none of this reliably (see ``pool``), so
+fleetclean does it here and gives fabric finished sockets.
+
+>>> cfg = parse_config("Host b1\\n  HostName 10.0.0.1\\n  User ops\\n  Port 2201\\n")
+>>> route = resolve(Target("gpu01", "10.1.0.1", 22, "root", None, {}), "b1,root@b2:22",
+...                 cfg)
+>>> [(h.name, h.address, h.port, h.user) for h in route.hops]
+[('b1', '10.0.0.1', 2201, 'ops'), ('b2', 'b2', 22, 'root')]
+>>> resolve(Target("gpu01", "10.1.0.1", 22, "root", None, {}), "none", cfg).hops
+()
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import threading
+from dataclasses import dataclass, field
+
+import paramiko
+
+from fleetclean.transport.base import Failed, TransportFailure
+
+MAX_HOPS = 8  # a ProxyJump that names itself, directly or not, ends here
+
+
+@dataclass(frozen=True)
+class Target:
+    """One SSH endpoint: a host of the inventory or a jump host in front of it."""
+
+    name: str  # as the user wrote it (inventory name or ProxyJump alias)
+    address: str
+    port: int
+    user: str | None
+    key: str | None
+    options: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def where(self) -> str:
+        return f"{self.address}:{self.port}"
+
+    @property
+    def ident(self) -> tuple[str, int, str | None, str | None]:
+        return (self.address, self.port, self.user, self.key)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Jump hosts in order, and the command whose stdio reaches the first connection."""
+
+    hops: tuple[Target, ...] = ()
+    proxy_command: str | None = None
+
+
+def _read_with_includes(path: str, depth: int = 0) -> str:
+    """The file's text with each ``Include`` replaced by the files it names (paramiko's
+    SSHConfig has no Include). Relative names are under ~/.ssh, as OpenSSH reads them."""
+    lines = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        text = fh.read()
+    for line in text.splitlines():
+        words = line.strip().split(None, 1)
+        if depth < 8 and len(words) == 2 and words[0].lower() == "include":
+            for word in words[1].split():
+                pattern = os.path.join(os.path.expanduser("~/.ssh"), os.path.expanduser(word))
+                for name in sorted(glob.glob(pattern)):
+                    lines.append(_read_with_includes(name, depth + 1))
+            continue
+        lines.append(line)
+    return "\n".join(lines)
+
+
+ConfigParseError = paramiko.ssh_exception.ConfigParseError
+"""What a malformed ssh_config raises, for callers that do not import paramiko."""
+
+
+def parse_config(text: str) -> paramiko.SSHConfig:
+    return paramiko.SSHConfig.from_text(text)
+
+
+def load_config(path: str) -> paramiko.SSHConfig:
+    """One ssh config file with its Includes; the inventory already checked it exists."""
+    return parse_config(_read_with_includes(path))
+
+
+class Configs:
+    """Each ssh config file parsed once per run."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cache: dict[str, paramiko.SSHConfig] = {}
+
+    def get(self, path: str | None) -> paramiko.SSHConfig | None:
+        if not path:
+            return None
+        with self._lock:
+            if path not in self._cache:
+                try:
+                    self._cache[path] = load_config(path)
+                except (OSError, paramiko.ssh_exception.ConfigParseError):
+                    self._cache[path] = paramiko.SSHConfig()
+            return self._cache[path]
+
+
+def _split_spec(spec: str) -> tuple[str | None, str, int | None]:
+    """``[user@]host[:port]`` (or ``ssh://…``) -> (user, host, port)."""
+    spec = spec.removeprefix("ssh://")
+    user, _, rest = spec.rpartition("@")
+    host, port = rest, None
+    if rest.startswith("["):  # [v6]:port
+        host, _, tail = rest[1:].partition("]")
+        port = int(tail[1:]) if tail.startswith(":") and tail[1:].isdigit() else None
+    elif rest.count(":") == 1:
+        host, _, text = rest.partition(":")
+        if not text.isdigit():
+            raise Failed(TransportFailure("error", f"ProxyJump '{spec}': port is not a number"))
+        port = int(text)
+    return user or None, host, port
+
+
+def _hop(spec: str, config: paramiko.SSHConfig | None, lender: Target) -> tuple[Target, str]:
+    """One jump host and its own ProxyJump from the config ('' when none)."""
+    user, alias, port = _split_spec(spec)
+    found = config.lookup(alias) if config is not None else {}
+    files = found.get("identityfile")
+    key = os.path.expanduser(files[0]) if files else lender.key
+    options = {k: str(found[k]) for k in ("stricthostkeychecking",) if k in found}
+    known = found.get("userknownhostsfile")
+    options["userknownhostsfile"] = (
+        os.path.expanduser(str(known)) if known else lender.options.get("userknownhostsfile", "")
+    )
+    hop = Target(
+        name=alias,
+        address=str(found.get("hostname") or alias),
+        port=port or int(found.get("port", 22)),
+        user=user or found.get("user"),
+        key=key,
+        options={k: v for k, v in options.items() if v},
+    )
+    return hop, str(found.get("proxyjump", ""))
+
+
+def _is_none(spec: str | None) -> bool:
+    return not spec or spec.strip().lower() == "none"
+
+
+def expand(command: str, target: Target) -> str:
+    """ssh's ProxyCommand tokens.
+
+    >>> expand("ssh -W %h:%p b %%", Target("n", "10.0.0.5", 2222, "root", None))
+    'ssh -W 10.0.0.5:2222 b %'
+    """
+    tokens = {"h": target.address, "p": str(target.port), "r": target.user or "", "n": target.name}
+    out, i = [], 0
+    while i < len(command):
+        if command[i] == "%" and i + 1 < len(command):
+            nxt = command[i + 1]
+            out.append("%" if nxt == "%" else tokens.get(nxt, "%" + nxt))
+            i += 2
+            continue
+        out.append(command[i])
+        i += 1
+    return "".join(out)
+
+
+def resolve(
+    target: Target, jump: str | None, config: paramiko.SSHConfig | None, depth: int = 0
+) -> Route:
+    """The route to ``target``: ``jump`` (a ProxyJump value) resolved hop by hop, else the
+    target's ProxyCommand. ``none`` switches either off (fabric reads it as a host name,
+    fabric#2354)."""
+    if _is_none(jump):
+        command = target.options.get("proxycommand")
+        if _is_none(command):
+            return Route()
+        assert command is not None
+        return Route(proxy_command=expand(command, target))
+    assert jump is not None
+    hops: list[Target] = []
+    pending = [s.strip() for s in jump.split(",") if s.strip()]
+    first_jump = ""
+    for i, spec in enumerate(pending):
+        hop, own_jump = _hop(spec, config, target)
+        hops.append(hop)
+        if i == 0:
+            first_jump = own_jump
+    if not _is_none(first_jump) and depth < MAX_HOPS:
+        # The first hop's own ProxyJump comes in front of it, as `ssh -J` would do.
+        before = resolve(hops[0], first_jump, config, depth + 1)
+        hops[:0] = [h for h in before.hops if h.ident != hops[0].ident]
+    if len(hops) > MAX_HOPS:
+        raise Failed(TransportFailure("error", f"ProxyJump chain longer than {MAX_HOPS} hops"))
+    return Route(hops=tuple(hops))

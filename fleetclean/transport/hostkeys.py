@@ -1,0 +1,130 @@
+"""fleetclean's host-key policy, applied to every connection and every hop.
+
+OpenSSH's rules, not fabric's: fabric's ``Connection`` sets paramiko's ``AutoAddPolicy``,
+which trusts any unknown key silently. Here an unknown key is refused with its fingerprint
+unless the run accepts new keys (``--accept-new-host-keys`` or ``StrictHostKeyChecking
+accept-new``), and a changed key is always refused (paramiko raises ``BadHostKeyException``
+before any policy is asked).
+
+>>> key = paramiko.Ed25519Key(data=bytes.fromhex(
+...     "0000000b7373682d656432353531390000002000000000000000000000000000000000"
+...     "00000000000000000000000000000000"))
+>>> fingerprint(key)
+'SHA256:kmYcvdi2GkPeWxB6XLjrZB8JHsy2Hm8luHMFp9GMvqk'
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import threading
+from pathlib import Path
+
+import paramiko
+
+DEFAULT_FILE = "~/.ssh/known_hosts"
+
+
+class UnknownHostKey(Exception):
+    """A host offered a key that no known_hosts file lists, and the run accepts none."""
+
+    def __init__(self, hostname: str, key: paramiko.PKey) -> None:
+        super().__init__(hostname)
+        self.hostname = hostname
+        self.key = key
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH-style ``SHA256:…`` fingerprint of a host key."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+class KnownHosts:
+    """known_hosts files shared by all connections of one run; thread-safe for accept-new."""
+
+    def __init__(self, files: tuple[str, ...]) -> None:
+        self._files = files
+        self._lock = threading.Lock()
+        self._keys = paramiko.HostKeys()
+        for f in files:
+            self._load(Path(f).expanduser())
+
+    def _load(self, path: Path) -> None:
+        # Line by line: paramiko's own loader gives up on the whole file at the first line
+        # it cannot read (@cert-authority and @revoked markers, which it does not support,
+        # or a damaged entry), and one such line must not cost every other host its key.
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            return
+        for line in lines:
+            text = line.strip()
+            if not text or text.startswith(("#", "@")):
+                continue
+            try:
+                entry = paramiko.hostkeys.HostKeyEntry.from_line(text)
+            except (paramiko.SSHException, paramiko.hostkeys.InvalidHostKey, ValueError):
+                continue
+            if entry is not None and entry.key is not None:
+                for name in entry.hostnames:
+                    self._keys.add(name, entry.key.get_name(), entry.key)
+
+    @property
+    def keys(self) -> paramiko.HostKeys:
+        return self._keys
+
+    def record(self, hostname: str, key: paramiko.PKey) -> None:
+        """Append a newly accepted key to the first file, like OpenSSH's accept-new."""
+        with self._lock:
+            self._keys.add(hostname, key.get_name(), key)
+            target = Path(self._files[0] if self._files else DEFAULT_FILE).expanduser()
+            # An unwritable file (read-only ~/.ssh, owned by root) costs the record, not the
+            # run: the key stays accepted for this run.
+            with contextlib.suppress(OSError):
+                target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                with target.open("a") as fh:
+                    fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+class Policy(paramiko.MissingHostKeyPolicy):
+    """Refuse unknown keys, or record them when the run accepts new ones."""
+
+    def __init__(self, known: KnownHosts, accept_new: bool) -> None:
+        self._known = known
+        self._accept_new = accept_new
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        if not self._accept_new:
+            raise UnknownHostKey(hostname, key)
+        self._known.record(hostname, key)
+
+
+def apply(client: paramiko.SSHClient, known: KnownHosts, accept_new: bool) -> None:
+    """Put fleetclean's policy and the run's parsed known_hosts on one client."""
+    # One parsed HostKeys for every connection of the run: parsing known_hosts once per host
+    # costs controller CPU, and paramiko offers no public setter for it.
+    setattr(client, "_host_keys", known.keys)  # noqa: B010
+    client.set_missing_host_key_policy(Policy(known, accept_new))
+
+
+class KnownHostsCache:
+    """One ``KnownHosts`` per distinct list of files, for the whole run."""
+
+    def __init__(self, extra: tuple[str, ...]) -> None:
+        self._extra = extra
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[str, ...], KnownHosts] = {}
+
+    def get(self, own: str | None) -> KnownHosts:
+        """The files of ``UserKnownHostsFile`` (``own``), then the run's extra files."""
+        files = [*(own.split() if own else ()), *self._extra] or [DEFAULT_FILE]
+        key = tuple(files)
+        with self._lock:
+            known = self._cache.get(key)
+            if known is None:
+                known = self._cache[key] = KnownHosts(key)
+            return known

@@ -1,0 +1,76 @@
+"""The local connection (``ansible_connection: local``): the same ``bash -s`` path as SSH.
+
+>>> out = run_local(Host("here", "localhost", connection="local"), "echo hi", Options(), None)
+>>> (out.stdout, out.exit_code)
+('hi\\n', 0)
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shlex
+import subprocess
+import threading
+import time
+
+from fleetclean.models import Host
+from fleetclean.transport.base import LineCallback, Options, ScriptOutput, TransportFailure
+from fleetclean.transport.stream import LineSplitter, remote_command, sudo_failure
+
+
+def run_local(
+    host: Host, script: str, opts: Options, on_line: LineCallback | None
+) -> ScriptOutput:
+    argv = shlex.split(remote_command(host))
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return ScriptOutput(failure=TransportFailure("error", f"cannot run {argv[0]}: {exc}"))
+    lines = LineSplitter(on_line)
+    out = bytearray()
+    err_chunks: list[bytes] = []
+    assert proc.stdin and proc.stdout and proc.stderr
+    stderr_pipe = proc.stderr
+
+    def drain_stderr() -> None:
+        err_chunks.append(stderr_pipe.read())
+
+    reader = threading.Thread(target=drain_stderr, daemon=True)
+    reader.start()
+    proc.stdin.write(script.encode())
+    proc.stdin.close()
+    deadline = time.monotonic() + opts.timeout
+    fd = proc.stdout.fileno()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            proc.kill()  # our own child, by PID
+            proc.wait()
+            return ScriptOutput(
+                out.decode("utf-8", "replace"),
+                b"".join(err_chunks).decode("utf-8", "replace"),
+                None,
+                TransportFailure("timeout", f"local script ran past --timeout {opts.timeout:g}s"),
+                started=True,
+            )
+        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+        if ready:
+            data = os.read(fd, 65536)
+            if not data:
+                break
+            out += data
+            lines.feed(data)
+    code = proc.wait()
+    reader.join()
+    stderr = b"".join(err_chunks).decode("utf-8", "replace")
+    return ScriptOutput(
+        out.decode("utf-8", "replace"), stderr, code, sudo_failure(stderr, host), started=True
+    )
+

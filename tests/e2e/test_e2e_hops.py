@@ -1,0 +1,149 @@
+"""Jump hosts the way users write them: ssh_config aliases, Ansible's -J, ProxyCommand.
+
+Sim nodes are real sshds on loopback, so one node is a bastion for another: its sshd log
+shows the login, and the host behind it is really cleaned.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from simhelp import Cli
+
+from fleetclean.sim import SimFleet
+
+pytestmark = pytest.mark.sim
+
+
+def logins(fleet: SimFleet, name: str) -> int:
+    return (fleet.node(name).dir / "sshd.log").read_text().count("Accepted publickey")
+
+
+@pytest.fixture(scope="module")
+def fleet(module_fleet_factory) -> SimFleet:
+    fleet: SimFleet = module_fleet_factory(4)
+    return fleet
+
+
+def _config(fleet: SimFleet, tmp_path: Path, head: str) -> Path:
+    """The sim's ssh_config with ``head`` in front (ssh takes the first value it finds)."""
+    path = tmp_path / "ssh_config"
+    path.write_text(head + "\n" + fleet.ssh_config_path.read_text())
+    return path
+
+
+def _clean_run(cli: Cli, fleet: SimFleet, tmp_path: Path, *args: str) -> dict[str, object]:
+    fleet.spawn("node04", "sglang", gpus="0-1")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("node04\n")
+    res = cli("run", "post-extraction", "-i", inventory, "-e", "grace=1", "--json", *args)
+    assert "Traceback" not in res.err
+    host = res.host("node04")
+    assert (host["status"], host["error"]) == ("clean", None), res.out
+    assert fleet.gpu_used_mib("node04") == [0] * 8
+    return host
+
+
+def test_two_hops_given_only_by_ssh_config_aliases(fleet: SimFleet, cli: Cli,
+                                                    tmp_path: Path) -> None:
+    # The jump itself comes through an Include and a Match block.
+    (tmp_path / "hop.conf").write_text("Match host node04\n    ProxyJump node01,node02\n")
+    config = _config(fleet, tmp_path, f"Include {tmp_path / 'hop.conf'}\n")
+    before = {n: logins(fleet, n) for n in ("node01", "node02", "node03")}
+    _clean_run(cli, fleet, tmp_path, "-F", str(config))
+    after = {n: logins(fleet, n) for n in ("node01", "node02", "node03")}
+    assert after["node01"] - before["node01"] == 1
+    assert after["node02"] - before["node02"] == 1
+    assert after["node03"] == before["node03"]
+
+
+def test_two_hops_through_ansible_dash_j(fleet: SimFleet, cli: Cli, tmp_path: Path) -> None:
+    a, b = fleet.node("node01").address, fleet.node("node02").address
+    data = yaml.safe_load(fleet.inventory_path.read_text())
+    data["all"]["vars"]["ansible_ssh_common_args"] += f" -J root@{a}:22,root@{b}"
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text(yaml.safe_dump(data))
+    fleet.spawn("node04", "sglang", gpus="0")
+    before = logins(fleet, "node01"), logins(fleet, "node02")
+    res = cli("run", "post-extraction", "-i", inventory, "-l", "node04", "-e", "grace=1",
+              "--json")
+    assert res.host("node04")["status"] == "clean", res.out
+    assert (logins(fleet, "node01") - before[0], logins(fleet, "node02") - before[1]) == (1, 1)
+    assert fleet.gpu_used_mib("node04") == [0] * 8
+
+
+def test_proxycommand_ssh_w(fleet: SimFleet, cli: Cli, tmp_path: Path) -> None:
+    command = f"ssh -F {fleet.ssh_config_path} -W %h:%p node01"
+    config = _config(fleet, tmp_path, f"Host node04\n    ProxyCommand {command}\n")
+    before = logins(fleet, "node01")
+    _clean_run(cli, fleet, tmp_path, "-F", str(config))
+    assert logins(fleet, "node01") - before == 1
+
+
+def test_proxyjump_none_switches_off_an_inherited_jump(fleet: SimFleet, cli: Cli,
+                                                       tmp_path: Path) -> None:
+    # Every host would go through a dead bastion, except the one that says none.
+    config = _config(fleet, tmp_path, "Host node04\n    ProxyJump none\n"
+                     "Host *\n    ProxyJump root@127.0.0.1:1\n")
+    _clean_run(cli, fleet, tmp_path, "-F", str(config))
+
+
+def test_an_unknown_key_on_a_bastion_is_refused_with_its_fingerprint(
+    fleet: SimFleet, cli: Cli, tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    node01 = fleet.node("node01")
+    config = _config(fleet, tmp_path, f"Host node04\n    ProxyJump jump\nHost jump\n"
+                     f"    HostName {node01.address}\n    UserKnownHostsFile {empty}\n")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("node04\n")
+    before = logins(fleet, "node01")
+    res = cli("status", "-i", inventory, "-F", config, "--json")
+    host = res.host("node04")
+    printed = subprocess.run(["ssh-keygen", "-lf", str(node01.dir / "ssh_host_ed25519_key.pub")],
+                             capture_output=True, text=True, check=True).stdout.split()[1]
+    assert host["status"] == "host_key_mismatch"
+    assert host["error"].startswith(f"bastion jump ({node01.address}:22): unknown host key")
+    assert printed in host["error"]
+    assert logins(fleet, "node01") == before, "nothing logged in to a bastion it cannot trust"
+    assert empty.read_text() == "", "nothing recorded without --accept-new-host-keys"
+
+
+def test_a_dead_second_hop_is_named_within_the_timeout(fleet: SimFleet, cli: Cli,
+                                                       tmp_path: Path) -> None:
+    config = _config(fleet, tmp_path, "Host node03 node04\n    ProxyJump node01,node02\n")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("node03\nnode04\n")
+    fleet.stop_node("node02")
+    try:
+        res = cli("status", "-i", inventory, "-F", config, "--connect-timeout", "2", "--json")
+    finally:
+        fleet.start_node("node02")
+    address = fleet.node("node02").address
+    for name in ("node03", "node04"):
+        host = res.host(name)
+        assert host["status"] == "unreachable"
+        # paramiko keeps only the RFC 4254 reason code ("Connect failed") of the
+        # channel-open failure, not sshd's own words ("Connection refused").
+        assert host["error"] == (f"bastion node02 ({address}:22) unreachable: "
+                                 "connect failed (from node01)")
+    assert res.seconds < 2 + 8  # generous: shared CPU
+
+
+def test_twenty_hosts_behind_one_bastion_open_one_connection_to_it(
+    sim_fleet_factory, cli: Cli, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(21)
+    head = "Host * !node01\n    ProxyJump node01\n"
+    config = _config(fleet, tmp_path, head)
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("node[02:21]\n")
+    before = logins(fleet, "node01")
+    res = cli("status", "-i", inventory, "-F", config, "-f", "20", "--json")
+    assert res.code == 0, res.out
+    assert res.json()["summary"]["clean"] == 20
+    assert logins(fleet, "node01") - before == 1
