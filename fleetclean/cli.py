@@ -148,6 +148,9 @@ def conn_opts(sp: argparse.ArgumentParser) -> None:
     out = sp.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("--csv", action="store_true", help="print one CSV row per host and GPU")
+    sp.add_argument("--all", action="store_true",
+                    help="list every host in the table; by default, past a screenful of "
+                    "hosts, one line per status leads and only hosts not clean are listed")
     sp.add_argument("--prom", metavar="FILE",
                     help="also write the results in Prometheus text format (atomically), "
                     "e.g. for node_exporter's textfile collector")

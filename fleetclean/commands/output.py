@@ -61,7 +61,7 @@ def _emit_to(result: RunResult, args: argparse.Namespace, env: Env) -> None:
     else:
         from fleetclean.results import table
 
-        table.print_result(env.console(), result)
+        table.print_result(env.console(), result, full=args.all)
 
 
 def check_prom(args: argparse.Namespace) -> None:

@@ -46,7 +46,8 @@ def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env)
                 view = Group(
                     Text(f"every {args.watch:g}s, last {time.strftime('%H:%M:%S')}; "
                          "Ctrl-C to stop", style="dim"),
-                    table.render_result(result),
+                    table.render_result(result, full=args.all,
+                                        max_hosts=table.screenful(console) - 2),
                 )
                 live.update(view, refresh=True)
                 time.sleep(max(0.1, args.watch))
