@@ -2,7 +2,9 @@
 
 ``main(argv, env) -> int`` never calls ``sys.exit`` itself and prints only through the
 ``Env`` it is given, so tests can swap the streams. The subcommands' handlers live in
-``fleetclean.commands``, one module per job, imported only when their command runs.
+``fleetclean.commands``, one module per job, imported only when their command runs; for
+the same reason rich, the transport (paramiko) and the simulator's parser are imported only
+by the commands that use them (``benchmarks/startup.py`` measures it).
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, TextIO, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
-from rich.console import Console
-
-from fleetclean import __version__, fleet
+from fleetclean import __version__
 from fleetclean.errors import BadInput, FleetcleanError, UsageError
 from fleetclean.models import ExitStatus, Host
-from fleetclean.transport import Options
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fleetclean import fleet
+    from fleetclean.transport import Options
 
 EXIT_STATUS_HELP = """\
 exit status: 0 every host clean, 1 some host dirty or faulty, 2 some host unreachable or
@@ -66,6 +71,8 @@ class Env:
     no_color: bool = False
 
     def console(self, *, stderr: bool = False) -> Console:
+        from rich.console import Console
+
         stream = self.stderr if stderr else self.stdout
         # https://no-color.org: set and not empty.
         no_color = self.no_color or bool(self.environ.get("NO_COLOR"))
@@ -141,6 +148,9 @@ def conn_opts(sp: argparse.ArgumentParser) -> None:
     out = sp.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("--csv", action="store_true", help="print one CSV row per host and GPU")
+    sp.add_argument("--all", action="store_true",
+                    help="list every host in the table; by default, past a screenful of "
+                    "hosts, one line per status leads and only hosts not clean are listed")
     sp.add_argument("--prom", metavar="FILE",
                     help="also write the results in Prometheus text format (atomically), "
                     "e.g. for node_exporter's textfile collector")
@@ -187,7 +197,7 @@ def _add_show(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     show.add_argument("--check", action="store_true", help="render the --check variant")
 
 
-def _add_others(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
+def _add_others(sub: Any, fmt: type[argparse.HelpFormatter], *, with_sim: bool) -> None:
     sub.add_parser("playbooks", help="list built-in playbooks")
 
     inv = sub.add_parser("inventory", help="show selected hosts with effective settings",
@@ -217,12 +227,15 @@ def _add_others(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     demo.add_argument("--state-dir", metavar="DIR", help="where the simulated fleet lives")
 
     sim = sub.add_parser("sim", help="drive the simulated fleet by hand (Linux, root)")
-    from fleetclean.sim import cli as sim_cli
+    if with_sim:
+        from fleetclean.sim import cli as sim_cli
 
-    sim_cli.add_subparsers(sim)
+        sim_cli.add_subparsers(sim)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, with_sim: bool = True) -> argparse.ArgumentParser:
+    """The whole command line; ``with_sim=False`` leaves out the simulator's subcommands,
+    whose parser imports the simulator (yaml, its node code): ~10 ms of every start-up."""
     fmt = argparse.RawDescriptionHelpFormatter
     p = _Parser(
         prog="fleetclean",
@@ -235,8 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"fleetclean {__version__}")
     _global_opts(p, top=True)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for add in (_add_run, _add_status, _add_show, _add_others):
+    for add in (_add_run, _add_status, _add_show):
         add(sub, fmt)
+    _add_others(sub, fmt, with_sim=with_sim)
     for sp in sub.choices.values():
         _global_opts(sp, top=False)
     return p
@@ -269,11 +283,11 @@ def main(argv: Sequence[str] | None = None, env: Env | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = env.debug
     try:
-        args = build_parser().parse_args(args_list)
+        args = build_parser(with_sim=_wants_sim(args_list)).parse_args(args_list)
         debug = debug or args.debug
         env = dataclasses.replace(env, no_color=env.no_color or args.no_color)
         if not args.command:
-            build_parser().print_help(env.stdout)
+            build_parser(with_sim=False).print_help(env.stdout)
             return int(ExitStatus.OK)
         return _handler(args.command)(args, env, args_list)
     except BadInput as exc:
@@ -294,6 +308,16 @@ def main(argv: Sequence[str] | None = None, env: Env | None = None) -> int:
         else:
             _error_line(env, internal_error_line(exc))
         return int(ExitStatus.INTERNAL)
+
+
+def _wants_sim(argv: list[str]) -> bool:
+    """Whether the command word is ``sim`` (the only one that needs its subcommands).
+
+    >>> _wants_sim(["--debug", "sim", "up"]), _wants_sim(["status", "-i", "sim"])
+    (True, False)
+    """
+    command = next((a for a in argv if not a.startswith("-")), "")
+    return command == "sim"
 
 
 def internal_error_line(exc: BaseException) -> str:
@@ -371,6 +395,8 @@ def _inventory_label(args: argparse.Namespace, env: Env) -> str | None:
 
 
 def _options(args: argparse.Namespace) -> Options:
+    from fleetclean.transport import Options
+
     if args.forks < 1:
         raise UsageError(f"--forks must be at least 1, not {args.forks}")
     for flag, value in (("--connect-timeout", args.connect_timeout), ("--timeout", args.timeout)):
@@ -389,6 +415,7 @@ def _render_jobs(
     playbook_ref: str, hosts: list[Host], extra: list[str], *, check: bool, force: bool
 ) -> tuple[str, list[fleet.Job], dict[str, Any]]:
     """Render every host's script before any connection: bad input never reaches a host."""
+    from fleetclean import fleet
     from fleetclean.engine.playbook import load_playbook
     from fleetclean.engine.render import render_script
     from fleetclean.engine.variables import parse_extra_vars, resolve

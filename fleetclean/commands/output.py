@@ -1,10 +1,12 @@
 """Run the jobs with live progress, then print the result as a table, JSON or CSV, and
-write the Prometheus file: the steps ``run`` and ``status`` share."""
+write the Prometheus file: the steps ``run`` and ``status`` share.
+
+Each output's module (and rich with the table) is imported only when that output is asked
+for: ``--json`` never loads rich, a pipe never loads the live display."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
@@ -15,16 +17,17 @@ from fleetclean import fleet
 from fleetclean.cli import Env, _error_line, _options
 from fleetclean.errors import UsageError
 from fleetclean.models import RunResult
-from fleetclean.results import csvout, jsonio, prom, table
-from fleetclean.results.live import LiveProgress
 
 
 def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env) -> RunResult:
     opts = _options(args)
-    live = not (args.json or args.csv)
-    console = env.console(stderr=True)
     cancel = threading.Event()
-    if live:
+    # A live view only for a person watching the table come: not for --json/--csv, not
+    # into a pipe or log (and then neither rich's live machinery is imported).
+    console = None if args.json or args.csv else env.console(stderr=True)
+    if console is not None and console.is_terminal:
+        from fleetclean.results.live import LiveProgress
+
         with LiveProgress(console, [j.host.name for j in jobs]) as progress:
             return fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks,
                                    on_event=progress, cancel=cancel)
@@ -45,12 +48,20 @@ def emit(result: RunResult, args: argparse.Namespace, env: Env) -> None:
 
 def _emit_to(result: RunResult, args: argparse.Namespace, env: Env) -> None:
     if args.json:
+        import json
+
+        from fleetclean.results import jsonio
+
         json.dump(jsonio.to_json(result), env.stdout, indent=2)
         env.stdout.write("\n")
     elif args.csv:
+        from fleetclean.results import csvout
+
         csvout.write_csv(result, env.stdout)
     else:
-        table.print_result(env.console(), result)
+        from fleetclean.results import table
+
+        table.print_result(env.console(), result, full=args.all)
 
 
 def check_prom(args: argparse.Namespace) -> None:
@@ -73,6 +84,8 @@ def check_prom(args: argparse.Namespace) -> None:
 def write_prom(result: RunResult, args: argparse.Namespace, env: Env) -> None:
     if args.prom is None:
         return
+    from fleetclean.results import prom
+
     try:
         prom.write(result, args.prom, now=time.time())
     except OSError as exc:

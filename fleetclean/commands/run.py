@@ -8,7 +8,7 @@ from typing import Any
 from fleetclean import fleet
 from fleetclean.cli import Env, _error_line, _inventory_label, _render_jobs, _select_hosts
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
-from fleetclean.results import records, table
+from fleetclean.results import records
 
 
 def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
@@ -31,6 +31,8 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     write_prom(result, args, env)
     emit(result, args, env)
     if args.check and not (args.json or args.csv):
+        from fleetclean.results import table
+
         table.print_check(env.console(), result)
     return int(result.exit_status)
 

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
-from rich.console import Group
-from rich.live import Live
-from rich.text import Text
-
-from fleetclean import fleet
 from fleetclean.cli import Env, _options, _render_jobs, _select_hosts
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
 from fleetclean.models import ExitStatus
-from fleetclean.results import table
+
+if TYPE_CHECKING:
+    from fleetclean import fleet
 
 
 def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
@@ -25,6 +23,17 @@ def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
         write_prom(result, args, env)
         emit(result, args, env)
         return int(result.exit_status)
+    return _watch(name, jobs, args, env)
+
+
+def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env) -> int:
+    from rich.console import Group
+    from rich.live import Live
+    from rich.text import Text
+
+    from fleetclean import fleet
+    from fleetclean.results import table
+
     opts = _options(args)
     console = env.console()
     try:
@@ -37,7 +46,8 @@ def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
                 view = Group(
                     Text(f"every {args.watch:g}s, last {time.strftime('%H:%M:%S')}; "
                          "Ctrl-C to stop", style="dim"),
-                    table.render_result(result),
+                    table.render_result(result, full=args.all,
+                                        max_hosts=table.screenful(console) - 2),
                 )
                 live.update(view, refresh=True)
                 time.sleep(max(0.1, args.watch))

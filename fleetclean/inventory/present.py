@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import datetime
 import math
-from typing import Any
-
-from rich import box
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from fleetclean.models import Host
 from fleetclean.nodeset import fold
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 __all__ = ["inventory_json", "render_inventory_table"]
 
@@ -67,6 +65,12 @@ def render_inventory_table(hosts: list[Host]) -> RenderableType:
     set of hosts that has them (``h200-[01-07].lab: grace=10``), so that 80 columns suffice.
     Columns empty for every host are left out.
     """
+    # Imported here: every command loads this package, only this one draws with rich.
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     shared = {
         k: v for k, v in (hosts[0].vars.items() if hosts else ())
         if all(k in h.vars and h.vars[k] == v for h in hosts)

@@ -1,75 +1,186 @@
-"""Live progress on stderr while a run goes on; nothing when stderr is not a terminal."""
+"""Live progress on stderr while a run goes on; nothing when stderr is not a terminal.
+
+At any fleet size the view stays a dozen lines: how many hosts are queued, connecting,
+running (by stage) and done (by status), and the hosts that have been going longest, which
+are the ones a person waits for. A small fleet also gets one line per host.
+
+Cheap at 1,000 hosts: an event only moves counters (O(1), under a lock); drawing happens
+on rich's refresh thread a few times a second, and costs O(states + slowest shown), never
+O(hosts). The oldest active hosts come first in an insertion-ordered dict, so finding the
+slowest needs no sort.
+
+>>> import io
+>>> from rich.console import Console
+>>> from fleetclean.fleet import Event
+>>> clock = iter([0.0, 1.0, 5.0]).__next__
+>>> live = LiveProgress(Console(file=io.StringIO()), ["gpu01", "gpu02"], clock=clock)
+>>> live(Event("gpu01", "start")); live(Event("gpu01", "stage", "stop-server"))
+>>> live.counts()
+{'queued': 1, 'running': 1}
+>>> live.slowest()
+[('gpu01', 4.0, 'stop-server')]
+"""
 
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
-from collections.abc import Iterable
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
+
+from fleetclean.models import HostStatus
+from fleetclean.results.words import counted
 
 if TYPE_CHECKING:
     from fleetclean.fleet import Event
 
+_DONE_STYLE = {"clean": "green", "dirty": "yellow", "faulty": "bold magenta"}
+_ORDER = [s.value for s in HostStatus]
+
 
 class LiveProgress:
-    """Live view while a run goes on: a line per host for small fleets, a bar beyond.
+    """The fleet's event callback (thread-safe) and the live view drawn from it.
 
-    Used as the fleet's event callback (thread-safe). Shows nothing when the console is
-    not a terminal.
+    ``clock`` is injectable so that tests can say how long a host has been running.
     """
 
-    LINES_UP_TO = 16
+    LINES_UP_TO = 16  # a line per host up to this many hosts
+    SLOWEST = 5
+    REFRESH_PER_SECOND = 4
 
-    def __init__(self, console: Console, hosts: Iterable[str]) -> None:
+    def __init__(
+        self,
+        console: Console,
+        hosts: Iterable[str],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._console = console
         self._hosts = list(hosts)
-        self._state: dict[str, str] = {h: "waiting" for h in self._hosts}
+        self._clock = clock
+        self._started = clock()
         self._lock = threading.Lock()
-        self._enabled = console.is_terminal
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-        )
-        self._task = self._progress.add_task("hosts", total=len(self._hosts))
-        self._live = Live(console=console, refresh_per_second=8, transient=True)
+        self._queued = len(self._hosts)
+        # host -> [start time, stage or "" while connecting]; insertion order = start order.
+        self._active: dict[str, list[float | str]] = {}
+        self._stages: Counter[str] = Counter()  # running hosts by current stage
+        self._done: Counter[str] = Counter()  # finished hosts by status
+        self._state: dict[str, str] = {}  # only kept for the small-fleet per-host lines
+        self._live: Live | None = None
 
     def __enter__(self) -> LiveProgress:
-        if self._enabled:
+        if self._console.is_terminal:
+            # rich redraws from its own thread at a bounded rate, calling render().
+            self._live = Live(console=self._console, transient=True,
+                              refresh_per_second=self.REFRESH_PER_SECOND,
+                              get_renderable=self.render)
             self._live.start()
-            self._live.update(self._render())
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._enabled:
+        if self._live is not None:
             self._live.stop()
+            self._live = None
 
     def __call__(self, event: Event) -> None:
         with self._lock:
             if event.kind == "start":
-                self._state[event.host] = "connecting"
+                self._start(event.host)
             elif event.kind == "stage":
-                self._state[event.host] = event.stage
+                self._stage(event.host, event.stage)
             elif event.kind == "done" and event.result is not None:
-                self._state[event.host] = event.result.status.value
-                self._progress.advance(self._task)
-            if self._enabled:
-                self._live.update(self._render())
+                self._finish(event.host, event.result.status.value)
 
-    def _render(self) -> RenderableType:
-        counts: dict[str, int] = defaultdict(int)
-        for state in self._state.values():
-            counts[state] += 1
-        desc = "  ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
-        self._progress.update(self._task, description=desc)
-        if len(self._hosts) > self.LINES_UP_TO:
-            return self._progress
-        lines = [Text.assemble((f"{h:<20}", "bold"), " ", self._state[h]) for h in self._hosts]
-        return Group(*lines, self._progress)
+    def _start(self, host: str) -> None:
+        if host in self._active:
+            return
+        self._queued -= 1
+        self._active[host] = [self._clock(), ""]
+        self._state[host] = "connecting"
+
+    def _stage(self, host: str, stage: str) -> None:
+        entry = self._active.get(host)
+        if entry is None:
+            return
+        old = str(entry[1])
+        if old:
+            self._stages[old] -= 1
+        entry[1] = stage
+        self._stages[stage] += 1
+        self._state[host] = stage
+
+    def _finish(self, host: str, status: str) -> None:
+        entry = self._active.pop(host, None)
+        if entry is None:  # done without a start: count it as leaving the queue
+            self._queued -= 1
+        elif entry[1]:
+            self._stages[str(entry[1])] -= 1
+        self._done[status] += 1
+        self._state[host] = status
+
+    # --- what the view shows -----------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        """Hosts by phase: queued, connecting, running, done (zero phases left out)."""
+        with self._lock:
+            running = sum(self._stages.values())
+            phases = {"queued": self._queued, "connecting": len(self._active) - running,
+                      "running": running, "done": sum(self._done.values())}
+        return {k: v for k, v in phases.items() if v}
+
+    def slowest(self) -> list[tuple[str, float, str]]:
+        """(host, seconds since it started, stage or "connecting"), longest first."""
+        now = self._clock()
+        with self._lock:
+            oldest = []
+            for host, (since, stage) in self._active.items():
+                oldest.append((host, now - float(since), str(stage) or "connecting"))
+                if len(oldest) == self.SLOWEST:
+                    break
+        return oldest
+
+    def render(self) -> RenderableType:
+        lines: list[RenderableType] = []
+        if len(self._hosts) <= self.LINES_UP_TO:
+            with self._lock:
+                states = {h: self._state.get(h, "queued") for h in self._hosts}
+            lines += [Text.assemble((f"{h:<20}", "bold"), " ", s) for h, s in states.items()]
+        lines += self._summary()
+        slowest = self.slowest()
+        if slowest and len(self._hosts) > self.LINES_UP_TO:
+            lines.append(Text("longest running:", style="dim"))
+            width = max(len(h) for h, _, _ in slowest)
+            lines += [Text(f"  {h:<{width}}  {s:6.1f}s  {stage}") for h, s, stage in slowest]
+        return Group(*lines)
+
+    def _summary(self) -> list[Text]:
+        """Three lines at most: done of all, then where the others are, then outcomes."""
+        counts = self.counts()
+        with self._lock:
+            stages = [(s, n) for s, n in self._stages.items() if n]
+            done = sorted(((s, n) for s, n in self._done.items() if n),
+                          key=lambda sn: _ORDER.index(sn[0]) if sn[0] in _ORDER else 99)
+        elapsed = self._clock() - self._started
+        lines = [Text.assemble(
+            (f"{counts.get('done', 0)}/{counted(len(self._hosts), 'host')} done", "bold"),
+            f" in {elapsed:.0f}s",
+        )]
+        where = [f"{phase} {counts[phase]}" for phase in ("queued", "connecting")
+                 if counts.get(phase)]
+        if stages:
+            where.append(f"running {counts['running']} (" +
+                         ", ".join(f"{s} {n}" for s, n in stages) + ")")
+        if where:
+            lines.append(Text("  " + " · ".join(where)))
+        if done:
+            outcome = Text("  done: ")
+            for i, (status, n) in enumerate(done):
+                outcome.append(" · " if i else "")
+                outcome.append(f"{status} {n}", style=_DONE_STYLE.get(status, "bold red"))
+            lines.append(outcome)
+        return lines

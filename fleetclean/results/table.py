@@ -3,10 +3,16 @@
 Given a console; never decides. The table has one row per host and one column per GPU;
 hosts with identical clean rows fold into one node set (``node[01-14]``), failed hosts get a
 one-line reason, and identical reasons are shown once for all the hosts that gave them.
+
+Past a screenful of hosts (the terminal's height, or ``NOT_A_TERMINAL_ROWS`` in a pipe or
+log) the table would scroll the problems away, so the view leads with one line per status
+naming its hosts as node sets, and lists in full only the hosts that are not clean;
+``--all`` (``full=True``) lists every host whatever the count.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from typing import Any
 
@@ -18,7 +24,10 @@ from rich.text import Text
 from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult
 from fleetclean.nodeset import fold
 from fleetclean.results.jsonio import summary
-from fleetclean.results.words import counted
+from fleetclean.results.words import counted, plural
+
+# A log or pipe has no height; this many hosts is about what a person reads as one table.
+NOT_A_TERMINAL_ROWS = 40
 
 _STATUS_STYLE = {
     HostStatus.CLEAN: "green",
@@ -135,15 +144,60 @@ def summary_line(result: RunResult) -> str:
     return line
 
 
-def render_result(result: RunResult) -> RenderableType:
+def status_lines(result: RunResult) -> list[Text]:
+    """One line per status, in the contract's order, naming its hosts as node sets.
+
+    >>> hosts = [HostResult(f"node{i:02d}", HostStatus.CLEAN) for i in range(1, 4)]
+    >>> hosts.append(HostResult("node04", HostStatus.UNREACHABLE, "refused"))
+    >>> for line in status_lines(RunResult("status", 1.0, tuple(hosts))):
+    ...     print(line.plain)
+    clean        3 hosts: node[01-03]
+    unreachable  1 host:  node04
+    """
+    by_status: dict[HostStatus, list[str]] = defaultdict(list)
+    for h in result.hosts:
+        by_status[h.status].append(h.host)
+    shown = [s for s in HostStatus if by_status[s]]
+    name_w = max((len(s.value) for s in shown), default=0)
+    count_w = max((len(str(len(by_status[s]))) for s in shown), default=0)
+    lines = []
+    for s in shown:
+        hosts = by_status[s]
+        noun = f"{plural(len(hosts), 'host')}:"
+        lines.append(Text.assemble((s.value.ljust(name_w), _STATUS_STYLE.get(s, "bold red")),
+                                   f"  {len(hosts):>{count_w}} {noun:<6} {fold(hosts)}"))
+    return lines
+
+
+def screenful(console: Console) -> int:
+    """How many hosts the table may list before the view leads with per-status lines."""
+    return console.height if console.is_terminal else NOT_A_TERMINAL_ROWS
+
+
+def render_result(
+    result: RunResult, *, full: bool = True, max_hosts: int = NOT_A_TERMINAL_ROWS
+) -> RenderableType:
+    """The table, its problem lines and the summary; past ``max_hosts`` hosts (unless
+    ``full``), per-status lines first and only the hosts that are not clean in the table."""
     # The title is a line of its own: as a table title it would wrap to the table's width.
     title = Text(f"GPU memory used (MiB), {result.playbook}", style="bold")
-    parts: list[RenderableType] = [title, gpu_table(result)]
+    parts: list[RenderableType] = [title]
+    if full or len(result.hosts) <= max_hosts:
+        parts.append(gpu_table(result))
+    else:
+        parts += status_lines(result)
+        others = tuple(h for h in result.hosts if h.status is not HostStatus.CLEAN)
+        if others:
+            parts.append(gpu_table(dataclasses.replace(result, hosts=others)))
+        clean = len(result.hosts) - len(others)
+        if clean:
+            parts.append(Text(f"({counted(clean, 'clean host')} not listed: --all lists "
+                              "every host)", style="dim"))
     for line in problems(result):
         parts.append(Text(line, style="yellow"))
     parts.append(Text(summary_line(result), style="bold"))
     return Group(*parts)
 
 
-def print_result(console: Console, result: RunResult) -> None:
-    console.print(render_result(result))
+def print_result(console: Console, result: RunResult, *, full: bool = False) -> None:
+    console.print(render_result(result, full=full, max_hosts=screenful(console)))

@@ -73,8 +73,8 @@ def _cases() -> list[Case]:
         Case("e-dump-dir-dotdot-glob", ("-e", "dump_dir=/dev/shm/../../tmp/*")),
         Case("e-json-protect-list", ("-e", '{"protect": ["$(touch /tmp/pwned)", "`x`"]}')),
         Case("inv-worker-pattern", host_vars={"worker_pattern": f"sglang$({PWN})"}),
-        Case("inv-ssh-args-proxycommand",
-             group_vars={"ansible_ssh_common_args": f"-o ProxyCommand='{PWN}'"}),
+        # No ProxyCommand case: like ssh, fleetclean runs an inventory's ProxyCommand on the
+        # controller by design (tests/e2e/test_e2e_hops.py); it is configuration, not data.
         Case("shell-var", ("-e", f"x=$({PWN})"), playbook=(
             "name: shellvar\ndescription: d\nvars: {x: ''}\nstages:\n"
             "  - {name: echo, type: shell, command: 'printf %s {{ x }} > /tmp/echoed'}\n")),
