@@ -193,6 +193,175 @@ class Row:
         return self.peer.med() / self.ours.med()
 
 
+@dataclass
+class Bench:
+    """One benchmark invocation: the fleet, the inventories of each size and the peers."""
+
+    fleet: SimFleet
+    tmp: Path
+    env: dict[str, str]
+    sizes: list[int]
+    reps: int
+    seed_reps: int
+    quick: bool
+    inv: dict[int, Path] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.big = max(self.sizes)
+        self.cfg = str(self.fleet.ssh_config_path)
+        self.names = [n.name for n in self.fleet.nodes]
+        self.inv = {n: subset_inventory(self.fleet, n, self.tmp / f"inv{n}.yaml")
+                    for n in self.sizes}
+        self.inv1 = subset_inventory(self.fleet, 1, self.tmp / "inv1.yaml")
+        self.peer_py = str(PEER_VENV / "bin" / "python")
+        self.pssh_py = self.tmp / "pssh_run.py"
+        self.pssh_py.write_text(PSSH_PY)
+        self.addrs = [n.address for n in self.fleet.nodes[: self.big]]
+        self.key = str(self.fleet.client_key_path)
+
+
+def fc(*argv: str) -> list[str]:
+    return [*FLEETCLEAN, *argv]
+
+
+def one_node(b: Bench) -> list[Row]:
+    """1. One node: fleetclean against the seeds and the floor."""
+    rows: list[Row] = []
+    print("1. one node: fleetclean, floor, seeds...", file=sys.stderr, flush=True)
+    one, ssh_true, to_zero, s000, s001 = Sample(), Sample(), Sample(), Sample(), Sample()
+    for _ in range(b.reps):
+        b.fleet.spawn(b.names[0], "sglang")
+        w, _c, _r, _o = run_measured(fc("run", "post-extraction", "-i", str(b.inv1)), env=b.env)
+        one.wall.append(w)
+        w, *_ = run_measured(["ssh", "-F", b.cfg, b.names[0], "true"])
+        ssh_true.wall.append(w)
+        pids = b.fleet.spawn(b.names[0], "sglang")
+        done = b.fleet.run_in(b.names[0], ["bash", "-c", FLOOR_SH, "floor", *map(str, pids)])
+        to_zero.wall.append(int(done.stdout.strip()) / 1e6)
+    for i in range(b.seed_reps):
+        for sample, cmd, node in ((s000, SEED_000, b.names[1]), (s001, SEED_001, b.names[2])):
+            b.fleet.spawn(node, "sglang")
+            # Sent literally as the seeds do (ssh host "..."), pkill -f kills the
+            # remote bash -c that carries the pattern: it returns at once (exit 255)
+            # with every GPU still busy. Its text on stdin runs to the end.
+            with tempfile.TemporaryFile() as fh:
+                fh.write(cmd.encode())
+                fh.seek(0)
+                w, *_ = run_measured(["ssh", "-F", b.cfg, node, "bash -s"],
+                                     ok=lambda rc, o: True, stdin=fh)
+            sample.wall.append(w)
+            left = b.fleet.gpu_used_mib(node)
+            if any(left):
+                print(f"  note: seed left {left} MiB on {node} (rep {i})", file=sys.stderr)
+                run_measured(fc("run", "post-extraction", "-i",
+                                str(b.fleet.inventory_path), "-l", node),
+                             env=b.env, ok=lambda rc, o: True)
+    floor = Sample(wall=[a + b for a, b in zip(ssh_true.wall, to_zero.wall, strict=True)])
+    rows += [
+        Row("1", "post-extraction, 1 node vs seed 000", one, s000, "seed 000 (ssh)",
+            ">= 20x", lambda r: r >= 20),
+        Row("1", "post-extraction, 1 node vs seed 001", one, s001, "seed 001 (ssh)",
+            ">= 7x", lambda r: r >= 7),
+        Row("1", "post-extraction, 1 node vs floor (ratio: fleetclean/floor)", one,
+            floor, "floor: ssh true + signal->0 MiB", "<= 2x", lambda r: r <= 2,
+            inverse=True),
+        Row("1", "  floor part: ssh node true", ssh_true),
+        Row("1", "  floor part: signal->0 MiB in node", to_zero),
+    ]
+
+    return rows
+
+
+def status_vs_peers(b: Bench) -> list[Row]:
+    """3. status on the big b.fleet against pdsh, ansible and parallel-ssh."""
+    rows: list[Row] = []
+    print(f"3. status on {b.big} nodes vs peers...", file=sys.stderr, flush=True)
+    spawn_all(b.fleet, b.names[:b.big])
+    st = Sample()
+    peers: dict[str, Sample] = {k: Sample() for k in (
+        "pdsh -R ssh (default kex)", "pdsh -R ssh (curve25519)",
+        "ansible -m raw -f 64 (default kex)", "ansible -m raw -f 64 (curve25519)",
+        "parallel-ssh")}
+    hostlist = f"{b.names[0]},{','.join(b.names[1:b.big])}"
+    ans_env = dict(b.env, ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_LOCAL_TEMP=str(b.tmp),
+                   ANSIBLE_NOCOLOR="1", ANSIBLE_DEPRECATION_WARNINGS="False")
+    n_lines = lambda rc, o: rc == 0 and o.count("\n") >= 8 * b.big  # noqa: E731
+    for _ in range(b.reps):
+        w, c, r, _o = run_measured(fc("status", "-i", str(b.inv[b.big])), env=b.env,
+                                   ok=lambda rc, o: rc in (0, 1))
+        st.wall.append(w)
+        st.cpu.append(c)
+        st.rss_mib.append(r)
+        for kex, label in (("", "default kex"), (KEX, "curve25519")):
+            pe = dict(b.env, PDSH_SSH_ARGS=f"-F {b.cfg} -a -x {kex} %h".replace("  ", " "))
+            w, *_ = run_measured(["pdsh", "-R", "ssh", "-f", str(b.big), "-w", hostlist,
+                                  QUERY], env=pe, ok=n_lines)
+            peers[f"pdsh -R ssh ({label})"].wall.append(w)
+            ae = dict(ans_env, ANSIBLE_SSH_ARGS=f"-o ControlMaster=no {kex}".strip())
+            w, *_ = run_measured(
+                [str(PEER_VENV / "bin" / "ansible"), "all", "-i", str(b.inv[b.big]),
+                 "-m", "raw", "-a", QUERY, "-f", str(b.big)], env=ae, ok=n_lines)
+            peers[f"ansible -m raw -f 64 ({label})"].wall.append(w)
+        w, *_ = run_measured([b.peer_py, str(b.pssh_py), json.dumps([b.addrs, b.key, QUERY, None])])
+        peers["parallel-ssh"].wall.append(w)
+    targets = {"pdsh -R ssh (curve25519)": (">= 1x", 1.0),
+               "ansible -m raw -f 64 (default kex)": (">= 3x", 3.0),
+               "ansible -m raw -f 64 (curve25519)": (">= 3x", 3.0),
+               "parallel-ssh": (">= 1x", 1.0)}
+    for name, sample in peers.items():
+        t = targets.get(name)
+        rows.append(Row("3", f"status, {b.big} nodes vs {name}", st, sample, name,
+                        t[0] if t else "", (lambda r, x=t[1]: r >= x) if t else None))
+    rows.append(Row("5", f"status, {b.big} nodes: controller CPU per host",
+                    Sample(wall=[c / b.big for c in st.cpu])))
+
+    return rows
+
+
+def scaling(b: Bench) -> list[Row]:
+    """2./4./5. post-extraction scaling, against parallel-ssh, and the controller's cost."""
+    rows: list[Row] = []
+    print("2./4./5. post-extraction scaling and vs parallel-ssh...", file=sys.stderr,
+          flush=True)
+    script = b.tmp / "post-extraction.sh"
+    script.write_text(run_measured(fc("show", "post-extraction", "-i", str(b.inv[b.big]),
+                                      "--host", b.names[0]), env=b.env)[3])
+    scale = {n: Sample() for n in b.sizes}
+    status_scale = {n: Sample() for n in b.sizes}
+    pssh_pe = Sample()
+    for _ in range(b.reps):
+        for n in b.sizes:
+            spawn_all(b.fleet, b.names[:n])
+            # status of the busy nodes first (read-only), then their teardown
+            w, *_ = run_measured(fc("status", "-i", str(b.inv[n])), env=b.env,
+                                 ok=lambda rc, o: rc in (0, 1))
+            status_scale[n].wall.append(w)
+            w, c, r, _o = run_measured(fc("run", "post-extraction", "-i", str(b.inv[n])),
+                                       env=b.env)
+            scale[n].wall.append(w)
+            scale[n].cpu.append(c)
+            scale[n].rss_mib.append(r)
+        spawn_all(b.fleet, b.names[:b.big])
+        w, *_ = run_measured([b.peer_py, str(b.pssh_py),
+                              json.dumps([b.addrs, b.key, "bash -s", str(script)])])
+        pssh_pe.wall.append(w)
+        left = [x for n in b.names[:b.big] for x in b.fleet.gpu_used_mib(n) if x]
+        if left:
+            print(f"  note: parallel-ssh run left {len(left)} busy GPUs", file=sys.stderr)
+    for n in b.sizes:
+        rows.append(Row("2", f"post-extraction, {n} nodes", scale[n]))
+    for n in b.sizes:
+        rows.append(Row("2", f"status, {n} busy nodes", status_scale[n]))
+    rows.append(Row("4", f"post-extraction, {b.big} nodes vs parallel-ssh (same script)",
+                    scale[b.big], pssh_pe, "parallel-ssh", ">= 1x", lambda r: r >= 1))
+    cpu = Sample(wall=[c / b.big for c in scale[b.big].cpu])
+    rows.append(Row("5", f"post-extraction, {b.big} nodes: controller CPU per host", cpu,
+                    target="<= 10 ms", check=None))
+    rows.append(Row("5", f"post-extraction, {b.big} nodes: controller peak RSS (MiB)",
+                    Sample(wall=scale[b.big].rss_mib)))
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 repetitions, 1 per seed, ~4 min")
@@ -205,9 +374,8 @@ def main() -> int:
     args = ap.parse_args()
     reps = args.reps or (3 if args.quick else 5)
     seed_reps = args.seed_reps or (1 if args.quick else 3)
-    big = max(args.sizes)
     if os.geteuid() != 0:
-        print("benchmarks/run.py: run as root (the simulated fleet needs namespaces)",
+        print("benchmarks/run.py: run as root (the simulated b.fleet needs namespaces)",
               file=sys.stderr)
         return 4
     ensure_peers(args.quick)
@@ -216,155 +384,21 @@ def main() -> int:
     started = time.monotonic()
     rows: list[Row] = []
     tmp = Path(tempfile.mkdtemp(prefix="fleetclean-bench-"))
-    nodes_needed = max(big, 3)
+    nodes_needed = max(*args.sizes, 3)
     print(f"bringing up {nodes_needed} simulated nodes...", file=sys.stderr, flush=True)
     fleet = SimFleet.up(nodes_needed, tmp / "fleet", subnet=SUBNET)
     try:
+        (tmp / "home").mkdir()
         env = dict(os.environ, NO_COLOR="1", FLEETCLEAN_STATE_DIR=str(tmp / "state"),
                    HOME=str(tmp / "home"))
-        (tmp / "home").mkdir()
-        cfg = str(fleet.ssh_config_path)
-        names = [n.name for n in fleet.nodes]
-        inv = {n: subset_inventory(fleet, n, tmp / f"inv{n}.yaml") for n in args.sizes}
-        inv1 = subset_inventory(fleet, 1, tmp / "inv1.yaml")
-        peer_py = str(PEER_VENV / "bin" / "python")
-        pssh_py = tmp / "pssh_run.py"
-        pssh_py.write_text(PSSH_PY)
-        addrs = [n.address for n in fleet.nodes[:big]]
-        key = str(fleet.client_key_path)
-
-        def fc(*argv: str) -> list[str]:
-            return [*FLEETCLEAN, *argv]
-
+        b = Bench(fleet, tmp, env, args.sizes, reps, seed_reps, args.quick)
         # warm caches (page cache for python, sshd binaries) once
-        run_measured(fc("status", "-i", str(inv[big])), env=env, ok=lambda rc, o: rc in (0, 1))
-
-        # ---- 1. one node: seeds and floor --------------------------------------------------
-        if "seeds" not in args.skip:
-            print("1. one node: fleetclean, floor, seeds...", file=sys.stderr, flush=True)
-            one, ssh_true, to_zero, s000, s001 = Sample(), Sample(), Sample(), Sample(), Sample()
-            for _ in range(reps):
-                fleet.spawn(names[0], "sglang")
-                w, c, r, _o = run_measured(fc("run", "post-extraction", "-i", str(inv1)), env=env)
-                one.wall.append(w)
-                w, *_ = run_measured(["ssh", "-F", cfg, names[0], "true"])
-                ssh_true.wall.append(w)
-                pids = fleet.spawn(names[0], "sglang")
-                done = fleet.run_in(names[0], ["bash", "-c", FLOOR_SH, "floor", *map(str, pids)])
-                to_zero.wall.append(int(done.stdout.strip()) / 1e6)
-            for i in range(seed_reps):
-                for sample, cmd, node in ((s000, SEED_000, names[1]), (s001, SEED_001, names[2])):
-                    fleet.spawn(node, "sglang")
-                    # Sent literally as the seeds do (ssh host "..."), pkill -f kills the
-                    # remote bash -c that carries the pattern: it returns at once (exit 255)
-                    # with every GPU still busy. Its text on stdin runs to the end.
-                    with tempfile.TemporaryFile() as fh:
-                        fh.write(cmd.encode())
-                        fh.seek(0)
-                        w, *_ = run_measured(["ssh", "-F", cfg, node, "bash -s"],
-                                             ok=lambda rc, o: True, stdin=fh)
-                    sample.wall.append(w)
-                    left = fleet.gpu_used_mib(node)
-                    if any(left):
-                        print(f"  note: seed left {left} MiB on {node} (rep {i})", file=sys.stderr)
-                        run_measured(fc("run", "post-extraction", "-i",
-                                        str(fleet.inventory_path), "-l", node),
-                                     env=env, ok=lambda rc, o: True)
-            floor = Sample(wall=[a + b for a, b in zip(ssh_true.wall, to_zero.wall, strict=True)])
-            rows += [
-                Row("1", "post-extraction, 1 node vs seed 000", one, s000, "seed 000 (ssh)",
-                    ">= 20x", lambda r: r >= 20),
-                Row("1", "post-extraction, 1 node vs seed 001", one, s001, "seed 001 (ssh)",
-                    ">= 7x", lambda r: r >= 7),
-                Row("1", "post-extraction, 1 node vs floor (ratio: fleetclean/floor)", one,
-                    floor, "floor: ssh true + signal->0 MiB", "<= 2x", lambda r: r <= 2,
-                    inverse=True),
-                Row("1", "  floor part: ssh node true", ssh_true),
-                Row("1", "  floor part: signal->0 MiB in node", to_zero),
-            ]
-
-        # ---- 3. status on the big fleet vs pdsh, ansible, parallel-ssh ---------------------
-        if "status" not in args.skip:
-            print(f"3. status on {big} nodes vs peers...", file=sys.stderr, flush=True)
-            spawn_all(fleet, names[:big])
-            st = Sample()
-            peers: dict[str, Sample] = {k: Sample() for k in (
-                "pdsh -R ssh (default kex)", "pdsh -R ssh (curve25519)",
-                "ansible -m raw -f 64 (default kex)", "ansible -m raw -f 64 (curve25519)",
-                "parallel-ssh")}
-            hostlist = f"{names[0]},{','.join(names[1:big])}"
-            ans_env = dict(env, ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_LOCAL_TEMP=str(tmp),
-                           ANSIBLE_NOCOLOR="1", ANSIBLE_DEPRECATION_WARNINGS="False")
-            n_lines = lambda rc, o: rc == 0 and o.count("\n") >= 8 * big  # noqa: E731
-            for _ in range(reps):
-                w, c, r, _o = run_measured(fc("status", "-i", str(inv[big])), env=env,
-                                           ok=lambda rc, o: rc in (0, 1))
-                st.wall.append(w)
-                st.cpu.append(c)
-                st.rss_mib.append(r)
-                for kex, label in (("", "default kex"), (KEX, "curve25519")):
-                    pe = dict(env, PDSH_SSH_ARGS=f"-F {cfg} -a -x {kex} %h".replace("  ", " "))
-                    w, *_ = run_measured(["pdsh", "-R", "ssh", "-f", str(big), "-w", hostlist,
-                                          QUERY], env=pe, ok=n_lines)
-                    peers[f"pdsh -R ssh ({label})"].wall.append(w)
-                    ae = dict(ans_env, ANSIBLE_SSH_ARGS=f"-o ControlMaster=no {kex}".strip())
-                    w, *_ = run_measured(
-                        [str(PEER_VENV / "bin" / "ansible"), "all", "-i", str(inv[big]),
-                         "-m", "raw", "-a", QUERY, "-f", str(big)], env=ae, ok=n_lines)
-                    peers[f"ansible -m raw -f 64 ({label})"].wall.append(w)
-                w, *_ = run_measured([peer_py, str(pssh_py), json.dumps([addrs, key, QUERY, None])])
-                peers["parallel-ssh"].wall.append(w)
-            targets = {"pdsh -R ssh (curve25519)": (">= 1x", 1.0),
-                       "ansible -m raw -f 64 (default kex)": (">= 3x", 3.0),
-                       "ansible -m raw -f 64 (curve25519)": (">= 3x", 3.0),
-                       "parallel-ssh": (">= 1x", 1.0)}
-            for name, sample in peers.items():
-                t = targets.get(name)
-                rows.append(Row("3", f"status, {big} nodes vs {name}", st, sample, name,
-                                t[0] if t else "", (lambda r, x=t[1]: r >= x) if t else None))
-            rows.append(Row("5", f"status, {big} nodes: controller CPU per host",
-                            Sample(wall=[c / big for c in st.cpu])))
-
-        # ---- 2. scaling, 4. big-fleet post-extraction vs parallel-ssh, 5. controller -------
-        if "scale" not in args.skip:
-            print("2./4./5. post-extraction scaling and vs parallel-ssh...", file=sys.stderr,
-                  flush=True)
-            script = tmp / "post-extraction.sh"
-            script.write_text(run_measured(fc("show", "post-extraction", "-i", str(inv[big]),
-                                              "--host", names[0]), env=env)[3])
-            scale = {n: Sample() for n in args.sizes}
-            status_scale = {n: Sample() for n in args.sizes}
-            pssh_pe = Sample()
-            for _ in range(reps):
-                for n in args.sizes:
-                    spawn_all(fleet, names[:n])
-                    # status of the busy nodes first (read-only), then their teardown
-                    w, *_ = run_measured(fc("status", "-i", str(inv[n])), env=env,
-                                         ok=lambda rc, o: rc in (0, 1))
-                    status_scale[n].wall.append(w)
-                    w, c, r, _o = run_measured(fc("run", "post-extraction", "-i", str(inv[n])),
-                                               env=env)
-                    scale[n].wall.append(w)
-                    scale[n].cpu.append(c)
-                    scale[n].rss_mib.append(r)
-                spawn_all(fleet, names[:big])
-                w, *_ = run_measured([peer_py, str(pssh_py),
-                                      json.dumps([addrs, key, "bash -s", str(script)])])
-                pssh_pe.wall.append(w)
-                left = [x for n in names[:big] for x in fleet.gpu_used_mib(n) if x]
-                if left:
-                    print(f"  note: parallel-ssh run left {len(left)} busy GPUs", file=sys.stderr)
-            for n in args.sizes:
-                rows.append(Row("2", f"post-extraction, {n} nodes", scale[n]))
-            for n in args.sizes:
-                rows.append(Row("2", f"status, {n} busy nodes", status_scale[n]))
-            rows.append(Row("4", f"post-extraction, {big} nodes vs parallel-ssh (same script)",
-                            scale[big], pssh_pe, "parallel-ssh", ">= 1x", lambda r: r >= 1))
-            cpu = Sample(wall=[c / big for c in scale[big].cpu])
-            rows.append(Row("5", f"post-extraction, {big} nodes: controller CPU per host", cpu,
-                            target="<= 10 ms", check=None))
-            rows.append(Row("5", f"post-extraction, {big} nodes: controller peak RSS (MiB)",
-                            Sample(wall=scale[big].rss_mib)))
+        run_measured(fc("status", "-i", str(b.inv[b.big])), env=env,
+                     ok=lambda rc, o: rc in (0, 1))
+        for section, step in (("seeds", one_node), ("status", status_vs_peers),
+                              ("scale", scaling)):
+            if section not in args.skip:
+                rows += step(b)
     finally:
         fleet.down()
         shutil.rmtree(tmp, ignore_errors=True)
