@@ -23,6 +23,7 @@ from rich.console import Console
 from fleetclean import __version__, fleet
 from fleetclean.errors import BadInput, FleetcleanError, UsageError
 from fleetclean.models import ExitStatus, Host
+from fleetclean.slurm import options as slurm_options
 from fleetclean.transport import Options
 
 EXIT_STATUS_HELP = """\
@@ -159,6 +160,7 @@ def _add_run(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                      help="list what each stage would signal, restore or remove; change nothing")
     run.add_argument("--force", action="store_true", help="override guard stages")
     run.add_argument("--no-record", action="store_true", help="do not write a run record")
+    slurm_options.add_options(run)
     conn_opts(run)
 
 
@@ -172,6 +174,7 @@ def _add_status(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                         help="set a variable of the status playbook (e.g. max_used_mib=512)")
     status.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="S",
                         help="refresh the table in place every S seconds (default 2)")
+    slurm_options.add_options(status)
     conn_opts(status)
 
 

@@ -11,19 +11,24 @@ from rich.text import Text
 
 from fleetclean import fleet
 from fleetclean.cli import Env, _options, _render_jobs, _select_hosts
+from fleetclean.commands import slurm_step
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
 from fleetclean.models import ExitStatus
 from fleetclean.results import table
+from fleetclean.slurm import options as slurm_options
 
 
 def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     check_prom(args)
+    slurm_options.check(args)
     hosts = _select_hosts(args, env)
     name, jobs, _ = _render_jobs("status", hosts, args.extra_vars, check=False, force=False)
     if args.watch is None:
         result = execute(name, jobs, args, env)
+        result = slurm_step.apply(result, args, env, None)
         write_prom(result, args, env)
         emit(result, args, env)
+        slurm_step.print_lines(result, args, env)
         return int(result.exit_status)
     opts = _options(args)
     console = env.console()

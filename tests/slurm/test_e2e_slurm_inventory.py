@@ -6,10 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 from simhelp import Cli, down_checked, module_subnet
-from slurmhelp import needs_slurm, slurm_cmd
+from slurmhelp import needs_slurm, node_idle, slurm_cmd, wait_for
 
 from fleetclean.sim import SimFleet
-from fleetclean.sim import slurm as sim_slurm
 
 pytestmark = [pytest.mark.sim, pytest.mark.slurm, needs_slurm]
 
@@ -41,7 +40,7 @@ def test_partition_and_state_limits_pick_the_idle_gpu_nodes(
         assert [h["host"] for h in debug.json()["hosts"]] == ["node01"]
     finally:
         slurm_cmd(slurm_fleet, "scontrol", "update", "NodeName=node02", "State=RESUME")
-    assert sim_slurm.node_states(slurm_fleet.state_dir)["node02"].startswith("idle")
+    assert wait_for(lambda: node_idle(slurm_fleet, "node02"))
 
 
 def test_the_sim_inventory_given_as_well_supplies_the_ssh_settings(

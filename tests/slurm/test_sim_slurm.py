@@ -4,13 +4,12 @@ the nodes, and ``sim down`` leaves no Slurm or munge process behind."""
 from __future__ import annotations
 
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from simhelp import Cli, down_checked, module_subnet
-from slurmhelp import needs_slurm, slurm_cmd, submit_gpu_holder
+from slurmhelp import needs_slurm, slurm_cmd, submit_gpu_holder, wait_for
 
 from fleetclean.sim import SimFleet, pids
 from fleetclean.sim import slurm as sim_slurm
@@ -25,15 +24,6 @@ def slurm_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
         yield fleet
     finally:
         down_checked(fleet)
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 30) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_sinfo_shows_every_node_idle_in_both_partitions(slurm_fleet: SimFleet) -> None:
