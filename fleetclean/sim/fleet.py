@@ -135,7 +135,7 @@ class SimFleet:
                 slurm_mod.prepare(layout.root)
             fleet._start(names, addresses, subnet)
             if slurm:
-                slurm_mod.start(layout.root, fleet.nodes)
+                slurm_mod.start(layout.root, fleet.nodes, subnet)
         except BaseException:
             fleet.down()
             raise

@@ -30,6 +30,7 @@ from fleetclean.sim import pids
 from fleetclean.sim.layout import StateLayout
 from fleetclean.sim.node import SimNode
 from fleetclean.sim.slurm_conf import (
+    FIRST_PORT,
     SlurmLayout,
     SlurmNode,
     free_ports,
@@ -104,13 +105,15 @@ def prepare(state_dir: Path) -> None:
         path.chmod(0o755)
 
 
-def start(state_dir: Path, nodes: Sequence[SimNode]) -> None:
+def start(state_dir: Path, nodes: Sequence[SimNode], subnet: int = 0) -> None:
     """Write the config, start munged, slurmctld and every slurmd, and wait until
     ``sinfo`` shows every node idle. Raises SimError (with the log that says why) when a
     daemon will not start; the caller takes the fleet down."""
     layout = slurm_layout(state_dir)
     pid_file = StateLayout(state_dir).pid_file
-    ports = free_ports(len(nodes) + 1, listening_ports())
+    # Fleets on other subnets start their search elsewhere, so two coming up at once
+    # rarely reach for the same free ports.
+    ports = free_ports(len(nodes) + 1, listening_ports(), FIRST_PORT + (subnet * 97) % 16000)
     slurm_nodes = [
         SlurmNode(n.name, n.address, port) for n, port in zip(nodes, ports[1:], strict=True)
     ]

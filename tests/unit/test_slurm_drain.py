@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+from simhelp import Cli
+
 from fleetclean.models import HostResult, HostStatus, RunResult
 from fleetclean.results import jsonio
 from fleetclean.slurm import drain
@@ -78,3 +83,19 @@ def test_a_failed_scontrol_is_an_error_action_not_a_crash() -> None:
     assert out.hosts[0].slurm is not None
     assert out.hosts[0].slurm.action == "error"
     assert "Invalid user" in out.hosts[0].slurm.reason
+
+
+def test_drain_dirty_without_slurm_here_is_refused_before_anything_is_sent(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    result = cli("status", "-i", "gpu01,", "-F", "", "--drain-dirty")
+    assert result.code == 4
+    assert "scontrol/sinfo not found" in result.err
+    assert "gpu01" not in result.out
+
+
+def test_resume_clean_does_not_go_with_watch(cli: Cli) -> None:
+    result = cli("status", "-i", "gpu01,", "-F", "", "--resume-clean", "--watch", "1")
+    assert result.code == 4
+    assert "--watch" in result.err
