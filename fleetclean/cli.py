@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 from fleetclean import __version__
 from fleetclean.errors import BadInput, FleetcleanError, UsageError
 from fleetclean.models import ExitStatus, Host
+from fleetclean.slurm import options as slurm_options
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -169,6 +170,7 @@ def _add_run(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                      help="list what each stage would signal, restore or remove; change nothing")
     run.add_argument("--force", action="store_true", help="override guard stages")
     run.add_argument("--no-record", action="store_true", help="do not write a run record")
+    slurm_options.add_options(run)
     conn_opts(run)
 
 
@@ -182,6 +184,7 @@ def _add_status(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                         help="set a variable of the status playbook (e.g. max_used_mib=512)")
     status.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="S",
                         help="refresh the table in place every S seconds (default 2)")
+    slurm_options.add_options(status)
     conn_opts(status)
 
 

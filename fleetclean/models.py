@@ -137,6 +137,17 @@ class ScriptReport:
 
 
 @dataclass(frozen=True)
+class SlurmAction:
+    """What ``--drain-dirty``/``--resume-clean`` did to a host's Slurm node: ``action`` is
+    ``drain``, ``resume``, ``none`` or ``error``; states as ``sinfo`` spells them."""
+
+    action: str
+    state_before: str
+    state_after: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class HostResult:
     host: str
     status: HostStatus
@@ -146,6 +157,7 @@ class HostResult:
     gpus: tuple[GpuRow, ...] = ()
     processes: tuple[GpuProcess, ...] = ()
     signalled: tuple[Signalled, ...] = ()
+    slurm: SlurmAction | None = None  # only with --drain-dirty/--resume-clean
 
 
 @dataclass(frozen=True)

@@ -7,18 +7,22 @@ from typing import Any
 
 from fleetclean import fleet
 from fleetclean.cli import Env, _error_line, _inventory_label, _render_jobs, _select_hosts
+from fleetclean.commands import slurm_step
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
 from fleetclean.results import records
+from fleetclean.slurm import options as slurm_options
 
 
 def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     check_prom(args)
+    slurm_options.check(args)
     hosts = _select_hosts(args, env)
     name, jobs, extra = _render_jobs(args.playbook, hosts, args.extra_vars,
                                      check=args.check, force=args.force)
     record = None if args.no_record else _start_record(name, jobs, args, env, argv=argv,
                                                        extra=extra)
     result = execute(name, jobs, args, env)
+    result = slurm_step.apply(result, args, env, None if record is None else record.data["id"])
     if record is not None:
         try:
             path = record.finish(result)
@@ -30,6 +34,7 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
             _error_line(env, f"fleetclean: warning: run record not completed: {exc}")
     write_prom(result, args, env)
     emit(result, args, env)
+    slurm_step.print_lines(result, args, env)
     if args.check and not (args.json or args.csv):
         from fleetclean.results import table
 

@@ -7,8 +7,11 @@ import time
 from typing import TYPE_CHECKING
 
 from fleetclean.cli import Env, _options, _render_jobs, _select_hosts
+from fleetclean.commands import slurm_step
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
 from fleetclean.models import ExitStatus
+from fleetclean.results import table
+from fleetclean.slurm import options as slurm_options
 
 if TYPE_CHECKING:
     from fleetclean import fleet
@@ -16,12 +19,15 @@ if TYPE_CHECKING:
 
 def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     check_prom(args)
+    slurm_options.check(args)
     hosts = _select_hosts(args, env)
     name, jobs, _ = _render_jobs("status", hosts, args.extra_vars, check=False, force=False)
     if args.watch is None:
         result = execute(name, jobs, args, env)
+        result = slurm_step.apply(result, args, env, None)
         write_prom(result, args, env)
         emit(result, args, env)
+        slurm_step.print_lines(result, args, env)
         return int(result.exit_status)
     return _watch(name, jobs, args, env)
 
@@ -32,7 +38,6 @@ def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env)
     from rich.text import Text
 
     from fleetclean import fleet
-    from fleetclean.results import table
 
     opts = _options(args)
     console = env.console()

@@ -24,7 +24,7 @@ import socket
 from collections.abc import Sequence
 
 from fleetclean.errors import InventoryError
-from fleetclean.inventory import inline, ssh_settings
+from fleetclean.inventory import inline, slurm, ssh_settings
 from fleetclean.inventory.build import Inventory, resolve
 from fleetclean.inventory.builder import Builder
 from fleetclean.inventory.ini_file import looks_like_ini, read_ini
@@ -42,7 +42,8 @@ def load_inventory(
     """Read inventory sources into one inventory; ``ssh_config`` None means ``~/.ssh/config``
     if present.
 
-    A source is a YAML or INI file, or a host list (``'gpu01,gpu02,'``, see :mod:`.inline`).
+    A source is a YAML or INI file, a host list (``'gpu01,gpu02,'``, see :mod:`.inline`),
+    or ``slurm:``, the nodes ``sinfo`` lists (see :mod:`.slurm`).
     Several sources merge as in Ansible: groups are united, and where two sources set one
     variable of a group or host, the later source wins.
     ``$FLEETCLEAN_SSH_CONFIG`` replaces the ssh config default; an empty value (env or
@@ -58,7 +59,10 @@ def load_inventory(
     builder = Builder(names[0])
     labels = []
     for source in names:
-        if inline.is_inline(source):
+        if slurm.is_slurm(source):
+            builder.path = slurm.label(source)
+            slurm.read_slurm(source, builder)
+        elif inline.is_inline(source):
             builder.path = inline.label(source)
             inline.read_inline(source, builder)
         else:

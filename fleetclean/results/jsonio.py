@@ -23,7 +23,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult, Signalled, StageResult
+from fleetclean.models import (
+    GpuRow,
+    HostResult,
+    HostStatus,
+    RunResult,
+    Signalled,
+    SlurmAction,
+    StageResult,
+)
 
 
 def summary(result: RunResult) -> dict[str, int]:
@@ -49,6 +57,18 @@ def to_json(result: RunResult) -> dict[str, Any]:
 
 
 def host_json(h: HostResult) -> dict[str, Any]:
+    data = _host_json(h)
+    if h.slurm is not None:
+        data["slurm"] = {
+            "action": h.slurm.action,
+            "state_before": h.slurm.state_before,
+            "state_after": h.slurm.state_after,
+            "reason": h.slurm.reason,
+        }
+    return data
+
+
+def _host_json(h: HostResult) -> dict[str, Any]:
     return {
         "host": h.host,
         "status": h.status.value,
@@ -121,4 +141,11 @@ def _host(h: dict[str, Any]) -> HostResult:
         signalled=tuple(
             Signalled(s["pid"], s["cmdline"], s["signal"]) for s in h.get("signalled", ())
         ),
+        slurm=_slurm(h.get("slurm")),
     )
+
+
+def _slurm(s: dict[str, Any] | None) -> SlurmAction | None:
+    if s is None:
+        return None
+    return SlurmAction(s["action"], s["state_before"], s["state_after"], s.get("reason", ""))

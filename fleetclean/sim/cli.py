@@ -78,6 +78,11 @@ def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run nvidia-persistenced on every node, holding every GPU (default off)",
     )
+    up.add_argument(
+        "--slurm",
+        action="store_true",
+        help="also a real Slurm: munged, slurmctld here, a slurmd in every node",
+    )
     _state_dir(up)
 
     status = sub.add_parser(
@@ -165,9 +170,8 @@ def run(args: argparse.Namespace) -> int:
 def _up(args: argparse.Namespace) -> int:
     from fleetclean.sim.fleet import SimFleet
 
-    fleet = SimFleet.up(
-        args.nodes, args.state_dir, subnet=args.subnet, persistenced=args.persistenced
-    )
+    fleet = SimFleet.up(args.nodes, args.state_dir, subnet=args.subnet,
+                        persistenced=args.persistenced, slurm=args.slurm)
     for kind in args.workload:
         for sim_node in fleet.nodes:
             fleet.spawn(sim_node, kind)
@@ -175,11 +179,16 @@ def _up(args: argparse.Namespace) -> int:
     print(f"{len(fleet.nodes)} simulated nodes up in {fleet.state_dir}")
     print(f"  inventory:  {fleet.inventory_path}")
     print(f"  ssh config: {fleet.ssh_config_path}")
+    conf = fleet.slurm_conf_path
+    if conf is not None:
+        print(f"  slurm:      export SLURM_CONF={conf}")
     print("try:")
     print(f"  ssh -F {fleet.ssh_config_path} {first} nvidia-smi")
     print(f"  fleetclean status -i {fleet.inventory_path}")
     print(f"  fleetclean sim spawn {first} sglang")
     print(f"  fleetclean run post-extraction -i {fleet.inventory_path}")
+    if conf is not None:
+        print(f"  SLURM_CONF={conf} srun -w {first} --gres=gpu:1 nvidia-smi")
     state = f" --state-dir {fleet.state_dir}" if args.state_dir else ""
     print(f"stop it with: fleetclean sim down{state}")
     return 0
@@ -213,6 +222,9 @@ def _spawn_opts(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _status(fleet: SimFleet) -> None:
+    conf = fleet.slurm_conf_path
+    if conf is not None:
+        print(f"SLURM_CONF={conf}")
     rows = [("NODE", "ADDRESS", "SSHD", "PROCS", "GPU MiB USED (0..7)")]
     for sim_node in fleet.nodes:
         mode = fleet.listener_mode(sim_node)

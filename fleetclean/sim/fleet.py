@@ -27,6 +27,7 @@ from typing import Any
 from fleetclean.errors import SimError
 from fleetclean.sim import faults, pids, sshfiles
 from fleetclean.sim import node as nodes_mod
+from fleetclean.sim import slurm as slurm_mod
 from fleetclean.sim.layout import (
     PACKAGE_DIR,
     StateLayout,
@@ -85,6 +86,13 @@ class SimFleet:
     def client_key_path(self) -> Path:
         return self.layout.client_key
 
+    @property
+    def slurm_conf_path(self) -> Path | None:
+        """The fleet's ``slurm.conf`` (for ``SLURM_CONF``); None without ``--slurm``."""
+        if not slurm_mod.has_slurm(self.layout.root):
+            return None
+        return slurm_mod.slurm_layout(self.layout.root).conf
+
     # -- life cycle ----------------------------------------------------------------
 
     @classmethod
@@ -95,15 +103,19 @@ class SimFleet:
         *,
         subnet: int = 0,
         persistenced: bool = False,
+        slurm: bool = False,
     ) -> SimFleet:
         """Start ``nodes`` nodes in parallel and return once every sshd listens.
 
         ``subnet`` is the second octet of the addresses (127.SUBNET.x.y), so that two
         fleets can run side by side; ``persistenced`` starts nvidia-persistenced on every
-        node, as on a real datacenter node. Raises SimError if the host cannot run a
-        fleet, a fleet is already up in ``state_dir``, or an address is taken.
+        node, as on a real datacenter node; ``slurm``: also a real Slurm (``sim/slurm.py``),
+        returning once every node is idle in it. Raises SimError if the host cannot run a
+        fleet (or Slurm), a fleet is already up in ``state_dir``, or an address is taken.
         """
         check_host()
+        if slurm:
+            slurm_mod.check()
         if nodes < 1:
             raise SimError(f"a fleet needs at least one node, not {nodes}")
         layout = StateLayout(Path(state_dir or default_state_dir()).resolve())
@@ -121,10 +133,14 @@ class SimFleet:
         layout.root.mkdir(parents=True)
         fleet = cls(layout, [])
         try:
+            if slurm:
+                slurm_mod.prepare(layout.root)
             fleet._start(names, addresses, subnet)
             if persistenced:
                 for sim_node in fleet.nodes:
                     fleet.spawn(sim_node, "persistenced", devices="all")
+            if slurm:
+                slurm_mod.start(layout.root, fleet.nodes, subnet)
         except BaseException:
             fleet.down()
             raise

@@ -121,29 +121,40 @@ def make_mounts(node_dir: str) -> None:
     code = os.path.dirname(os.path.realpath(__file__))
     os.mkdir(CODE_KEEP, 0o755)
     mount(code, CODE_KEEP, "", MS_BIND)
-    cover("/tmp", "mode=1777", code)
+    keeps = [(CODE_KEEP, code)]
+    # The fleet's shared dir (munge socket, slurm.conf: see sim/slurm.py), when there is
+    # one, is seen by every node at its host path, so one config serves host and nodes.
+    shared = os.path.realpath(os.path.join(node_dir, "..", "..", "shared"))
+    if os.path.isdir(shared):
+        os.mkdir(SHARED_KEEP, 0o755)
+        mount(shared, SHARED_KEEP, "", MS_BIND)
+        keeps.append((SHARED_KEEP, shared))
+    cover("/tmp", "mode=1777", keeps)
     # A node is another machine: root's home there must not be this host's, whose dotfiles
     # (a pyenv init in .bashrc, say) would run in every SSH session. Left alone when the
     # Python running this init lives there.
     home = os.path.expanduser("~root")
     if not _under(os.path.realpath(sys.executable), home):
-        cover(home, "mode=0700", code)
+        cover(home, "mode=0700", keeps)
 
 
 CODE_KEEP = "/run/fleetclean-code"
+SHARED_KEEP = "/run/fleetclean-shared"
 
 
 def _under(path: str, top: str) -> bool:
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
-def cover(top: str, mode: str, code: str) -> None:
-    """Mount an empty tmpfs on ``top``; if the simulator's code was under it, bind it back
-    at the same path so every path the host computed stays valid inside the node."""
+def cover(top: str, mode: str, keeps: list[tuple[str, str]]) -> None:
+    """Mount an empty tmpfs on ``top``; each ``(kept, path)`` whose path was under it (the
+    simulator's code, the fleet's shared dir) is bound back from ``kept`` at the same path,
+    so every path the host computed stays valid inside the node."""
     mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, mode)
-    if _under(code, top):
-        os.makedirs(code, exist_ok=True)
-        mount(CODE_KEEP, code, "", MS_BIND)
+    for kept, path in keeps:
+        if _under(path, top):
+            os.makedirs(path, exist_ok=True)
+            mount(kept, path, "", MS_BIND)
 
 
 def is_listening(address: str, port: int) -> bool:

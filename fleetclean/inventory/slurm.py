@@ -1,0 +1,156 @@
+"""Hosts from Slurm: ``-i slurm:`` reads the nodes ``sinfo`` lists on this machine.
+
+Each node becomes a host in group ``slurm``, in ``partition_NAME`` for each of its
+partitions (the default partition's ``*`` dropped) and in ``state_STATE`` for its state, so
+``-l 'partition_gpu:&state_idle'`` picks the idle nodes of partition gpu. States are
+folded into the five a cleanup cares about (``state_idle``, ``state_mixed``,
+``state_alloc``, ``state_drain``, ``state_down``); any other state keeps its own name
+(``state_completing``, ``state_maint``...). sinfo's flags after a state (``*`` not
+responding, ``~`` powered off, ``-`` planned, ``#``, ``!``, ``%``, ``$``, ``@``, ``^``)
+are dropped. Where to connect (address, user, port, key) comes, as for a host list, from
+ssh_config or from a YAML/INI inventory given with another ``-i``.
+
+>>> rows = parse_sinfo("node01|gpu*|idle\\nnode01|debug|idle\\nnode02|gpu*|drained*\\n")
+>>> [(r.name, r.partition, r.state) for r in rows]
+[('node01', 'gpu', 'idle'), ('node01', 'debug', 'idle'), ('node02', 'gpu', 'drained')]
+>>> state_groups("mixed-"), state_groups("idle+drain"), state_groups("completing")
+(['state_mixed'], ['state_idle', 'state_drain'], ['state_completing'])
+>>> parse_sinfo("node01 gpu idle\\n")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+ValueError: line 1: expected NODE|PARTITION|STATE, got 'node01 gpu idle'
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from fleetclean.inventory.builder import Builder
+
+__all__ = ["SINFO_ARGV", "is_slurm", "label", "parse_sinfo", "read_slurm", "state_groups"]
+
+SINFO_ARGV = ("sinfo", "--noheader", "--Node", "--format=%N|%P|%T")
+SINFO_TIMEOUT_S = 30.0
+_FLAGS = "*~#!%$@^-"
+# sinfo's long state names -> the group a cleanup selects on.
+_FOLD = {
+    "idle": "idle",
+    "mixed": "mixed",
+    "allocated": "alloc",
+    "alloc": "alloc",
+    "drained": "drain",
+    "draining": "drain",
+    "drain": "drain",
+    "down": "down",
+    "fail": "down",
+    "failing": "down",
+    "not_responding": "down",
+}
+
+
+@dataclass(frozen=True)
+class SinfoRow:
+    """One ``sinfo -N`` line: a node in one partition, its state without flags."""
+
+    name: str
+    partition: str
+    state: str
+    default_partition: bool
+
+
+def is_slurm(source: str) -> bool:
+    """``slurm:`` (this machine) or ``slurm://LOGINHOST``.
+
+    >>> is_slurm("slurm:"), is_slurm("slurm://login01"), is_slurm("lab.yml")
+    (True, True, False)
+    """
+    return source == "slurm:" or source.startswith("slurm://")
+
+
+def label(source: str) -> str:
+    return f"-i '{source}'"
+
+
+def parse_sinfo(text: str) -> list[SinfoRow]:
+    """Rows of ``sinfo --noheader --Node --format=%N|%P|%T``; ValueError on a line that
+    is not that."""
+    rows: list[SinfoRow] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.strip().split("|")
+        if len(parts) != 3 or not all(parts):
+            raise ValueError(f"line {number}: expected NODE|PARTITION|STATE, got {line!r}")
+        name, partition, state = parts
+        default = partition.endswith("*")
+        rows.append(SinfoRow(name, partition.rstrip("*"), state.rstrip(_FLAGS).lower(), default))
+    return rows
+
+
+def state_groups(state: str) -> list[str]:
+    """Group names for one sinfo state (compound states such as ``idle+drain`` give one
+    group per part)."""
+    groups: list[str] = []
+    for part in state.rstrip(_FLAGS).lower().split("+"):
+        folded = _FOLD.get(part, re.sub(r"\W", "_", part))
+        if folded and f"state_{folded}" not in groups:
+            groups.append(f"state_{folded}")
+    return groups
+
+
+def read_slurm(source: str, builder: Builder) -> None:
+    """Add every node ``sinfo`` lists to ``builder``; InventoryError when sinfo cannot run."""
+    if source != "slurm:":
+        raise builder.error(
+            "reading Slurm over SSH (slurm://LOGINHOST) is not supported yet",
+            None,
+            None,
+            hint="run fleetclean on the login node with -i slurm:, or list the nodes in a file",
+        )
+    text = _run_sinfo(builder)
+    try:
+        rows = parse_sinfo(text)
+    except ValueError as err:
+        raise builder.error(f"cannot read sinfo's output: {err}", None, None) from None
+    if not rows:
+        raise builder.error("sinfo lists no nodes", None, None, hint="check SLURM_CONF")
+    for row in rows:
+        groups = ["slurm", _group_name("partition", row.partition), *state_groups(row.state)]
+        for group in groups:
+            builder.add_child("all", group, None, None)
+            builder.add_hosts(group, row.name, {}, None, None)
+
+
+def _group_name(prefix: str, name: str) -> str:
+    return f"{prefix}_{re.sub(r'[^A-Za-z0-9_]', '_', name)}"
+
+
+def _run_sinfo(builder: Builder) -> str:
+    path = shutil.which(SINFO_ARGV[0])
+    if path is None:
+        raise builder.error(
+            "sinfo not found on this machine",
+            None,
+            None,
+            hint="install Slurm's client (slurm-client) or give the nodes in an inventory file",
+        )
+    try:
+        done = subprocess.run(
+            [path, *SINFO_ARGV[1:]],
+            capture_output=True,
+            text=True,
+            timeout=SINFO_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise builder.error(
+            f"sinfo did not answer in {SINFO_TIMEOUT_S:.0f} s", None, None, hint="is slurmctld up?"
+        ) from None
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        why = lines[-1] if lines else f"exit status {done.returncode}"
+        raise builder.error(f"sinfo failed: {why}", None, None, hint="check SLURM_CONF")
+    return done.stdout
