@@ -1,8 +1,10 @@
 """Golden files of the rendered built-in scripts, and shellcheck on templates and scripts.
 
-A golden script keeps the script's own part (header, stage templates, ``fc_main``) with
-``lib.sh``'s text, which every script carries, replaced by one marker line; ``lib.sh`` is
-pinned once, by its SHA-256 in ``lib.sh.sha256`` (its diff is reviewed in git).
+A golden script keeps the script's own part (the header, the stage assignments and
+``fc_main``); the packaged bash it carries (``lib.sh`` and each stage type's template) is
+replaced by one marker line per file, and every packaged ``.sh`` is pinned once, by its
+SHA-256 in ``templates.sha256`` (their diffs are reviewed in git, where they live). An edit to
+``lib.sh`` then changes one line of the snapshots, not every script.
 Regenerate all of them after an intended change, then review the diff:
 
     FLEETCLEAN_REGEN_GOLDEN=1 .venv/bin/pytest tests/engine -k golden
@@ -28,7 +30,9 @@ ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "golden"
 STAGES = ROOT / "fleetclean" / "engine" / "stages"
 REGEN = os.environ.get("FLEETCLEAN_REGEN_GOLDEN") == "1"
-LIB_MARKER = "# [lib.sh: the stage library, pinned by tests/data/golden/lib.sh.sha256]\n"
+
+def marker(name: str) -> str:
+    return f"# [{name}: packaged bash, pinned by tests/data/golden/templates.sha256]\n"
 
 CASES = {
     "post-extraction": ({}, False),
@@ -51,10 +55,15 @@ def rendered(case: str) -> str:
 
 
 def own_part(script: str) -> str:
-    """The script with lib.sh's text (right after the header) replaced by a marker."""
+    """The script with each packaged template's text replaced by a marker line; lib.sh
+    must be there, once and whole, in every script."""
     lib = template("lib.sh")
     assert script.count(lib) == 1, "lib.sh must appear once, whole, in every script"
-    return script.replace(lib, LIB_MARKER)
+    for path in sorted(STAGES.glob("*.sh")):
+        text = path.read_text(encoding="utf-8")
+        if text in script:
+            script = script.replace(text, marker(path.name), 1)
+    return script
 
 
 def check_golden(path: Path, text: str) -> None:
@@ -69,9 +78,10 @@ def test_golden_rendered_script(case: str) -> None:
     check_golden(GOLDEN / f"{case}.sh", own_part(rendered(case)))
 
 
-def test_golden_lib_sh() -> None:
-    digest = hashlib.sha256(template("lib.sh").encode()).hexdigest()
-    check_golden(GOLDEN / "lib.sh.sha256", f"{digest}  fleetclean/engine/stages/lib.sh\n")
+def test_golden_templates_pinned() -> None:
+    lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  fleetclean/engine/stages/{p.name}\n"
+             for p in sorted(STAGES.glob("*.sh"))]
+    check_golden(GOLDEN / "templates.sha256", "".join(lines))
 
 
 @pytest.mark.skipif(shellcheck() is None, reason="shellcheck not installed")
