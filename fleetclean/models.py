@@ -87,9 +87,24 @@ class GpuProcess:
     """One process holding a GPU: from --query-compute-apps or a device-file holder."""
 
     pid: int
-    name: str
+    name: str  # the command line where the node could read it, else nvidia-smi's name
     used_memory_mib: int | None
     gpu_uuid: str
+    user: str = ""
+    protected: str = ""  # why fleetclean never signals it ("protected name"), or empty
+    # True for a /dev/nvidiaN holder named only because no compute app explains the GPU.
+    device_only: bool = False
+
+
+@dataclass(frozen=True)
+class Xid:
+    """One NVIDIA driver Xid line of a host's kernel log: when (epoch seconds), the code,
+    the PCI address it names, and the line itself."""
+
+    epoch: int
+    code: int
+    pci: str
+    text: str
 
 
 @dataclass(frozen=True)
@@ -134,6 +149,11 @@ class ScriptReport:
     error: str | None = None  # a host-level error a person can act on (nvidia-smi, lock, ...)
     busy: bool = False
     verify_message: str = ""  # the verification's own words ("respawned after it was ...")
+    # Which rule ended the verification: clean, leak, respawn, deadline, error, skipped.
+    verify_rule: str | None = None
+    faults: tuple[str, ...] = ()  # why a GPU is faulty (no kill fixes it), one line each
+    leaks: tuple[tuple[int, int], ...] = ()  # (GPU index, MiB) that no process holds
+    xids: tuple[Xid, ...] = ()  # every driver Xid line the kernel log held
 
 
 @dataclass(frozen=True)
@@ -158,6 +178,8 @@ class HostResult:
     processes: tuple[GpuProcess, ...] = ()
     signalled: tuple[Signalled, ...] = ()
     slurm: SlurmAction | None = None  # only with --drain-dirty/--resume-clean
+    verify_rule: str | None = None  # see ScriptReport.verify_rule
+    xids: tuple[Xid, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,14 @@
 ``to_json`` writes DESIGN.md's --json contract; ``from_json`` reads it back (also from run
 records written by older versions, whose ``summary`` may lack keys: it is recomputed from
 the hosts, never trusted). Fields the contract does not carry (a stage's message and
-changes, GPU processes) come back empty.
+changes, kernel-log Xids) come back empty.
+
+Each GPU lists its processes as gpustat users know them (``pid``, ``user``, ``cmdline``,
+``used_mib``), plus ``protected`` (why fleetclean never signals it, or null) and
+``source`` (``compute-app``: nvidia-smi counts its memory; ``device-file``: it only has
+``/dev/nvidiaN`` open). Each host has ``verify``: {``rule``} naming what ended the
+verification (``clean``, ``leak``, ``respawn``, ``deadline``, ``error``, ``skipped``;
+null when there was none).
 
 >>> from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult
 >>> gpu = GpuRow(0, "GPU-0", "NVIDIA H200", 0, 143771)
@@ -24,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleetclean.models import (
+    GpuProcess,
     GpuRow,
     HostResult,
     HostStatus,
@@ -93,11 +101,19 @@ def _host_json(h: HostResult) -> dict[str, Any]:
                 "name": g.name,
                 "memory_used_mib": g.memory_used_mib,
                 "memory_total_mib": g.memory_total_mib,
+                "processes": [process_json(p) for p in h.processes if p.gpu_uuid == g.uuid],
             }
             for g in h.gpus
         ],
         "signalled": signalled_json(h.signalled),
+        "verify": {"rule": h.verify_rule},
     }
+
+
+def process_json(p: GpuProcess) -> dict[str, Any]:
+    return {"pid": p.pid, "user": p.user, "cmdline": p.name, "used_mib": p.used_memory_mib,
+            "protected": p.protected or None,
+            "source": "device-file" if p.device_only else "compute-app"}
 
 
 def signalled_json(signalled: tuple[Signalled, ...]) -> list[dict[str, Any]]:
@@ -142,6 +158,13 @@ def _host(h: dict[str, Any]) -> HostResult:
             Signalled(s["pid"], s["cmdline"], s["signal"]) for s in h.get("signalled", ())
         ),
         slurm=_slurm(h.get("slurm")),
+        processes=tuple(
+            GpuProcess(p["pid"], p.get("cmdline", ""), p.get("used_mib"), g["uuid"],
+                       p.get("user", ""), p.get("protected") or "",
+                       p.get("source") == "device-file")
+            for g in h.get("gpus", ()) for p in g.get("processes", ())
+        ),
+        verify_rule=(h.get("verify") or {}).get("rule"),
     )
 
 

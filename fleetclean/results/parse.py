@@ -17,8 +17,15 @@ error      message                       (host-level: busy, guard refusal)
 nvsmi      exit status, nvidia-smi's own output
 gpu        one --query-gpu CSV line (index, uuid, name, memory.used, memory.total)
 app        one --query-compute-apps CSV line (pid, process_name, used_memory, gpu_uuid)
-holder     pid, device file, cmdline     (a process with /dev/nvidiaN open)
-verify     ok | dirty | unknown | error | skipped, max_used_mib, milliseconds, message
+proc       pid, user, cmdline, why protected (empty: not)   (once per PID the report names)
+holder     pid, device file, cmdline, why protected   (/dev/nvidiaN open; only for a GPU
+           whose memory no compute app explains)
+bare       GPU index, MiB                (above the threshold, no unprotected process holds it)
+pages      GPU index, retired_pages.pending, remapped_rows.pending   (only when one is Yes)
+boot       the node's boot time, epoch seconds   (before its xid records)
+xid        seconds since boot, the kernel-log line of an NVIDIA Xid
+verify     ok | dirty | unknown | error | skipped, max_used_mib, milliseconds, message,
+           rule that ended it: clean | leak | respawn | deadline | error | skipped
 done       0                             (the script reached its end)
 =========  ==========================================================================
 
@@ -41,7 +48,8 @@ from urllib.parse import unquote
 
 from fleetclean.engine.stages import record_readers
 from fleetclean.engine.stages.base import Readings, StageReading
-from fleetclean.models import GpuProcess, GpuRow, ScriptReport, Signalled, StageResult
+from fleetclean.models import GpuProcess, GpuRow, ScriptReport, Signalled, StageResult, Xid
+from fleetclean.results.health import nvsmi_fault, pages_faults, parse_xid
 from fleetclean.results.nvsmi import (
     APP_FIELDS,
     GPU_FIELDS,
@@ -166,10 +174,14 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
     processes = _processes(st, gpus)
 
     verified: bool | None = None
+    faults = pages_faults(st.pages)
+    fault = nvsmi_fault(st.nvsmi_exit, st.nvsmi or "") if st.nvsmi_exit is not None else None
     if st.verify == "ok":
         verified = True
     elif st.verify == "dirty":
         verified = False
+    elif fault is not None:
+        faults.insert(0, fault)  # the tool worked and says a GPU or the driver is broken
     elif st.verify in ("error", "unknown"):
         st.errors.append(st.nvsmi or st.verify_message)
 
@@ -193,7 +205,16 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
     error = "; ".join(dict.fromkeys(st.errors)) or None
     return ScriptReport(stages=tuple(stages), gpus=gpus, processes=processes,
                         signalled=tuple(st.signalled), verified=verified, error=error,
-                        busy=st.busy, verify_message=st.verify_message)
+                        busy=st.busy, verify_message=st.verify_message,
+                        verify_rule=st.verify_rule, faults=tuple(faults),
+                        leaks=tuple(sorted(st.bare.items())), xids=_xids(st))
+
+
+def _xids(st: Readings) -> tuple[Xid, ...]:
+    if st.boot_epoch is None:
+        return ()
+    found = (parse_xid(st.boot_epoch, secs, line) for secs, line in st.xids)
+    return tuple(x for x in found if x is not None)
 
 
 def _truncated(st: Readings) -> str:
@@ -207,16 +228,26 @@ def _truncated(st: Readings) -> str:
 
 
 def _processes(st: Readings, gpus: tuple[GpuRow, ...]) -> tuple[GpuProcess, ...]:
+    """One entry per (PID, GPU): nvidia-smi's compute apps first, with the command line and
+    user the node read from /proc; device-file holders only where the script named them
+    (a GPU no compute app explains)."""
     try:
         apps = parse_compute_apps("\n".join(st.app_lines), APP_FIELDS, nounits=True)
     except NvsmiParseError:
         apps = []
     uuid_by_dev = {f"/dev/nvidia{g.index}": g.uuid for g in gpus}
     cmdlines = {pid: cmdline for pid, _, cmdline in st.holders if cmdline}
-    # nvidia-smi names a process by its executable; a person wants the command line.
-    out = {(a.pid, a.gpu_uuid): replace(a, name=cmdlines.get(a.pid, a.name)) for a in apps}
+    cmdlines.update({pid: cmd for pid, (_, cmd, _) in st.procs.items() if cmd})
+
+    def named(p: GpuProcess, *, device_only: bool = False) -> GpuProcess:
+        user, _, why = st.procs.get(p.pid, ("", "", ""))
+        # nvidia-smi names a process by its executable; a person wants the command line.
+        return replace(p, name=cmdlines.get(p.pid, p.name), user=user,
+                       protected=why or st.protected.get(p.pid, ""), device_only=device_only)
+
+    out = {(a.pid, a.gpu_uuid): named(a) for a in apps}
     for pid, dev, cmdline in st.holders:
         uuid = uuid_by_dev.get(dev, dev)
-        out.setdefault((pid, uuid), GpuProcess(pid=pid, name=cmdline, used_memory_mib=None,
-                                               gpu_uuid=uuid))
+        out.setdefault((pid, uuid), named(GpuProcess(pid=pid, name=cmdline, used_memory_mib=None,
+                                                     gpu_uuid=uuid), device_only=True))
     return tuple(out.values())

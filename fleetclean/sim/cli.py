@@ -75,8 +75,10 @@ def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
     )
     up.add_argument(
         "--persistenced",
-        action="store_true",
-        help="run nvidia-persistenced on every node, holding every GPU (default off)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run nvidia-persistenced on every node, holding every GPU, as on a datacenter "
+        "node (default on; --no-persistenced: none)",
     )
     up.add_argument(
         "--slurm",
@@ -114,7 +116,7 @@ def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
     spawn.add_argument(
         "--devices",
         choices=("ctl", "all"),
-        help="persistenced: hold /dev/nvidiactl only (default, for now) or every GPU too",
+        help="persistenced: hold every GPU too (default) or /dev/nvidiactl only",
     )
     _state_dir(spawn)
 

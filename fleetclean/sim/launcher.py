@@ -121,10 +121,14 @@ def plan(kind: str, opts: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
         "monitor": {"role": "holder", "title": "python3 /opt/monitor/agent.py"},
         "persistenced": {
             "role": "persistenced",
-            # "all": every /dev/nvidiaN, as the real daemon; "ctl" (for now the default,
-            # until the engine tells device handles from compute use): nvidiactl only.
-            "ctl_only": opts.get("devices", "ctl") == "ctl",
+            # "all" (the default): every /dev/nvidiaN, as the real daemon; "ctl":
+            # nvidiactl only.
+            "ctl_only": opts.get("devices", "all") == "ctl",
+            # A binary's command line, NUL-separated as the real daemon's: argv[0] is
+            # "/usr/bin/nvidia-persistenced" (comm is cut to "nvidia-persiste" by the kernel).
             "title": "/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose",
+            "argv": ["/usr/bin/nvidia-persistenced", "--user", "nvidia-persistenced",
+                     "--verbose"],
             "comm": "nvidia-persistenced",
         },
         "writer": {
@@ -147,6 +151,7 @@ def plan(kind: str, opts: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
         raise ValueError(f"unknown workload kind {kind!r}; known: sglang, {', '.join(specs)}")
     spec = specs[kind]
     if name:
+        spec.pop("argv", None)
         spec["title"] = str(name)
         spec["comm"] = os.path.basename(str(name).split()[0])
     if kind == "persistenced":

@@ -82,6 +82,14 @@ class Readings:
     verify: str | None = None
     verify_message: str = ""
     nvsmi: str | None = None
+    nvsmi_exit: int | None = None
+    verify_rule: str | None = None  # clean | leak | respawn | deadline | error | skipped
+    procs: dict[int, tuple[str, str, str]] = field(default_factory=dict)  # user, cmd, why
+    protected: dict[int, str] = field(default_factory=dict)  # holder pid -> why protected
+    bare: dict[int, int] = field(default_factory=dict)  # GPU index -> MiB no process holds
+    pages: dict[int, tuple[str, str]] = field(default_factory=dict)  # retired, remapped
+    boot_epoch: int | None = None
+    xids: list[tuple[int, str]] = field(default_factory=list)  # seconds since boot, line
 
 
 RecordReader = Callable[[Readings, list[str]], None]
