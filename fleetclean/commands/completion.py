@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 
-from fleetclean.cli import Env, _select_hosts, build_parser
+from fleetclean.commands.env import Env
+from fleetclean.commands.parser import build_parser
+from fleetclean.commands.steps import select_hosts
 from fleetclean.models import ExitStatus
 
 # Options whose value is a file name / has no useful completion.
@@ -132,7 +134,7 @@ def cmd_complete_names(args: argparse.Namespace, env: Env, argv: list[str]) -> i
     else:
         if not (args.inventory or args.local):
             return int(ExitStatus.BAD_INPUT)
-        hosts = _select_hosts(args, env)
+        hosts = select_hosts(args, env)
         groups = {g for h in hosts for g in h.groups}
         names = [h.name for h in hosts] + sorted(groups | {"all"})
     env.stdout.write("".join(f"{n}\n" for n in names))

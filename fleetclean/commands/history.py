@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-from fleetclean.cli import Env
+from fleetclean.commands.env import Env
 from fleetclean.errors import UsageError
 from fleetclean.models import ExitStatus
 from fleetclean.results import records

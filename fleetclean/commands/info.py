@@ -6,27 +6,28 @@ from __future__ import annotations
 import argparse
 import json
 
-from fleetclean.cli import Env, _inventory_label, _inventory_sources, _render_jobs, _select_hosts
+from fleetclean.commands.env import Env
+from fleetclean.commands.steps import inventory_label, inventory_sources, render_jobs, select_hosts
 from fleetclean.errors import UsageError
 from fleetclean.models import ExitStatus, Host
 
 
 def cmd_show(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     hosts: list[Host]
-    if args.local or _inventory_sources(args, env):
-        hosts = _select_hosts(args, env)
+    if args.local or inventory_sources(args, env):
+        hosts = select_hosts(args, env)
         if args.host:
             hosts = [h for h in hosts if h.name == args.host]
             if not hosts:
                 raise UsageError(f"--host {args.host}: no such host in "
-                                 f"{_inventory_label(args, env)}",
+                                 f"{inventory_label(args, env)}",
                                  hint="see 'fleetclean inventory -i FILE'")
         hosts = hosts[:1]
     else:
         if args.host:
             raise UsageError("--host needs -i INVENTORY")
         hosts = [Host(name="HOST", address="HOST")]
-    _, jobs, _ = _render_jobs(args.playbook, hosts, args.extra_vars, check=args.check,
+    _, jobs, _ = render_jobs(args.playbook, hosts, args.extra_vars, check=args.check,
                               force=False)
     env.stdout.write(jobs[0].script)
     return int(ExitStatus.OK)
@@ -43,7 +44,7 @@ def cmd_playbooks(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
 def cmd_inventory(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     from fleetclean.inventory import inventory_json, render_inventory_table
 
-    hosts = _select_hosts(args, env)
+    hosts = select_hosts(args, env)
     if args.json:
         json.dump(inventory_json(hosts), env.stdout, indent=2)
         env.stdout.write("\n")

@@ -14,14 +14,15 @@ import time
 from pathlib import Path
 
 from fleetclean import fleet
-from fleetclean.cli import Env, _error_line, _options
+from fleetclean.commands.env import Env, error_line
+from fleetclean.commands.steps import options
 from fleetclean.errors import UsageError
 from fleetclean.models import RunResult
 from fleetclean.results.lastseen import apply_history
 
 
 def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env) -> RunResult:
-    opts = _options(args)
+    opts = options(args)
     cancel = threading.Event()
     # A live view only for a person watching the table come: not for --json/--csv, not
     # into a pipe or log (and then neither rich's live machinery is imported).
@@ -94,4 +95,4 @@ def write_prom(result: RunResult, args: argparse.Namespace, env: Env) -> None:
     try:
         prom.write(result, args.prom, now=time.time())
     except OSError as exc:
-        _error_line(env, f"fleetclean: warning: --prom {args.prom} not written: {exc}")
+        error_line(env, f"fleetclean: warning: --prom {args.prom} not written: {exc}")

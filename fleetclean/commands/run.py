@@ -6,9 +6,10 @@ import argparse
 from typing import Any
 
 from fleetclean import fleet
-from fleetclean.cli import Env, _error_line, _inventory_label, _render_jobs, _select_hosts
 from fleetclean.commands import slurm_step
+from fleetclean.commands.env import Env, error_line
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
+from fleetclean.commands.steps import inventory_label, render_jobs, select_hosts
 from fleetclean.results import records
 from fleetclean.slurm import options as slurm_options
 
@@ -16,8 +17,8 @@ from fleetclean.slurm import options as slurm_options
 def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     check_prom(args)
     slurm_options.check(args)
-    hosts = _select_hosts(args, env)
-    name, jobs, extra = _render_jobs(args.playbook, hosts, args.extra_vars,
+    hosts = select_hosts(args, env)
+    name, jobs, extra = render_jobs(args.playbook, hosts, args.extra_vars,
                                      check=args.check, force=args.force)
     record = None if args.no_record else _start_record(name, jobs, args, env, argv=argv,
                                                        extra=extra)
@@ -31,7 +32,7 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
                 env.console(stderr=True).print(f"record: {path}", style="dim", markup=False,
                                                soft_wrap=True)
         except OSError as exc:
-            _error_line(env, f"fleetclean: warning: run record not completed: {exc}")
+            error_line(env, f"fleetclean: warning: run record not completed: {exc}")
     write_prom(result, args, env)
     emit(result, args, env)
     slurm_step.print_lines(result, args, env)
@@ -56,8 +57,8 @@ def _start_record(
     try:
         return records.RunRecord.start(
             playbook=name, hosts=[j.host.name for j in jobs], argv=argv,
-            inventory=_inventory_label(args, env), variables=extra, check=args.check,
+            inventory=inventory_label(args, env), variables=extra, check=args.check,
         )
     except OSError as exc:
-        _error_line(env, f"fleetclean: warning: no run record: {exc}")
+        error_line(env, f"fleetclean: warning: no run record: {exc}")
         return None

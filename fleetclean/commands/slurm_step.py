@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from fleetclean.cli import Env, _error_line
+from fleetclean.commands.env import Env, error_line
 from fleetclean.models import RunResult
 from fleetclean.slurm import drain, options
 from fleetclean.slurm.nodes import SlurmUnavailable
@@ -21,7 +21,7 @@ def apply(result: RunResult, args: argparse.Namespace, env: Env, run_id: str | N
     try:
         return drain.apply(result, drain=args.drain_dirty, resume=args.resume_clean, run_id=rid)
     except SlurmUnavailable as exc:
-        _error_line(env, f"fleetclean: warning: no Slurm node drained or resumed: {exc}")
+        error_line(env, f"fleetclean: warning: no Slurm node drained or resumed: {exc}")
         return result
 
 

@@ -6,9 +6,10 @@ import argparse
 import time
 from typing import TYPE_CHECKING
 
-from fleetclean.cli import Env, _options, _render_jobs, _select_hosts
 from fleetclean.commands import slurm_step
+from fleetclean.commands.env import Env
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
+from fleetclean.commands.steps import options, render_jobs, select_hosts
 from fleetclean.models import ExitStatus
 from fleetclean.results import table
 from fleetclean.slurm import options as slurm_options
@@ -20,8 +21,8 @@ if TYPE_CHECKING:
 def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     check_prom(args)
     slurm_options.check(args)
-    hosts = _select_hosts(args, env)
-    name, jobs, _ = _render_jobs("status", hosts, args.extra_vars, check=False, force=False)
+    hosts = select_hosts(args, env)
+    name, jobs, _ = render_jobs("status", hosts, args.extra_vars, check=False, force=False)
     if args.watch is None:
         result = execute(name, jobs, args, env)
         result = slurm_step.apply(result, args, env, None)
@@ -39,7 +40,7 @@ def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env)
 
     from fleetclean import fleet
 
-    opts = _options(args)
+    opts = options(args)
     console = env.console()
     try:
         with Live(console=console, auto_refresh=False) as live:

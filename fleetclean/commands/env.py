@@ -1,0 +1,60 @@
+"""The streams and environment one invocation uses (tests pass their own), and the one
+way an error line is written."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# Wide enough for any table; rich lays a table out at its natural width, never wider.
+_UNWRAPPED = 100_000
+
+
+@dataclass
+class Env:
+    """The streams and environment one invocation uses; tests pass their own."""
+
+    stdout: TextIO = field(default_factory=lambda: sys.stdout)
+    stderr: TextIO = field(default_factory=lambda: sys.stderr)
+    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    no_color: bool = False
+
+    def console(self, *, stderr: bool = False) -> Console:
+        from rich.console import Console
+
+        stream = self.stderr if stderr else self.stdout
+        # https://no-color.org: set and not empty.
+        no_color = self.no_color or bool(self.environ.get("NO_COLOR"))
+        if _isatty(stream):
+            return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=False)
+        # Logs and pipes (CI, `| tee`): nothing is hard-wrapped; a table is as wide as it
+        # needs unless COLUMNS says otherwise, and lines of text are never broken.
+        return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=True,
+                       width=_columns(self.environ))
+
+    @property
+    def debug(self) -> bool:
+        return self.environ.get("FLEETCLEAN_DEBUG", "") not in ("", "0")
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or odd stream is no terminal
+        return False
+
+
+def _columns(environ: dict[str, str]) -> int:
+    value = environ.get("COLUMNS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else _UNWRAPPED
+
+
+def error_line(env: Env, text: str) -> None:
+    # Plain write, never wrapped: scripts grep this one line.
+    env.stderr.write(" ".join(text.split()) + "\n")
+    env.stderr.flush()

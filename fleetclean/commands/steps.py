@@ -1,0 +1,93 @@
+"""Steps every command that reaches hosts shares: select the hosts, check the connection
+options, render every host's script before anything is sent."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import TYPE_CHECKING, Any
+
+from fleetclean.commands.env import Env
+from fleetclean.errors import UsageError
+from fleetclean.models import Host
+
+if TYPE_CHECKING:
+    from fleetclean import fleet
+    from fleetclean.transport import Options
+
+
+def select_hosts(args: argparse.Namespace, env: Env) -> list[Host]:
+    from fleetclean.inventory import load_inventory, local_inventory
+
+    # -F "" reads no ssh_config at all, like `ssh -F /dev/null`.
+    ssh_config = args.ssh_config
+    if ssh_config is None:
+        ssh_config = env.environ.get("FLEETCLEAN_SSH_CONFIG")
+    if args.limit is not None and not args.limit.strip():
+        # `-l "$HOSTS"` with HOSTS unset must not mean every host of the fleet.
+        raise UsageError("-l/--limit is empty, which would select every host",
+                         hint="leave -l out (or write -l all) to mean every host")
+    if args.local:
+        if args.inventory or args.connection == "ssh":
+            raise UsageError("--local is this machine alone, without SSH or an inventory",
+                             hint="drop -i/-c, or use -i SOURCE -c local")
+        inv = local_inventory()
+    else:
+        sources = inventory_sources(args, env)
+        if not sources:
+            raise UsageError("no inventory given",
+                             hint="give -i lab.yml or -i 'gpu01,gpu02,', --local for this "
+                             "machine, or set FLEETCLEAN_INVENTORY")
+        inv = load_inventory(sources, ssh_config=ssh_config)
+    if args.connection:
+        inv = inv.with_connection(args.connection)
+    return inv.select(args.limit)
+
+
+def inventory_sources(args: argparse.Namespace, env: Env) -> list[str]:
+    """Every -i, else $FLEETCLEAN_INVENTORY, else none."""
+    if args.inventory:
+        return list(args.inventory)
+    default = env.environ.get("FLEETCLEAN_INVENTORY", "").strip()
+    return [default] if default else []
+
+
+def inventory_label(args: argparse.Namespace, env: Env) -> str | None:
+    """The inventory as a run record names it."""
+    return "--local" if args.local else " + ".join(inventory_sources(args, env)) or None
+
+
+def options(args: argparse.Namespace) -> Options:
+    from fleetclean.transport import Options
+
+    if args.forks < 1:
+        raise UsageError(f"--forks must be at least 1, not {args.forks}")
+    for flag, value in (("--connect-timeout", args.connect_timeout), ("--timeout", args.timeout)):
+        if not math.isfinite(value) or value <= 0:  # nan and inf parse as floats
+            raise UsageError(f"{flag} must be a positive number of seconds, not {value}",
+                             hint=f"e.g. {flag} 30")
+    return Options(
+        connect_timeout=args.connect_timeout,
+        timeout=args.timeout,
+        known_hosts=tuple(args.known_hosts),
+        accept_new_host_keys=args.accept_new_host_keys,
+    )
+
+
+def render_jobs(
+    playbook_ref: str, hosts: list[Host], extra: list[str], *, check: bool, force: bool
+) -> tuple[str, list[fleet.Job], dict[str, Any]]:
+    """Render every host's script before any connection: bad input never reaches a host."""
+    from fleetclean import fleet
+    from fleetclean.engine.playbook import load_playbook
+    from fleetclean.engine.render import render_script
+    from fleetclean.engine.variables import parse_extra_vars, resolve
+
+    book = load_playbook(playbook_ref)
+    extra_vars = parse_extra_vars(extra)
+    jobs = []
+    for host in hosts:
+        resolved = resolve(book, host.vars, extra_vars)
+        script = render_script(resolved, check=check, force=force, host_name=host.name)
+        jobs.append(fleet.Job(host, script))
+    return book.name, jobs, extra_vars
