@@ -148,6 +148,8 @@ def host_result(name: str, output: ScriptOutput, duration_s: float) -> HostResul
         signalled=report.signalled,
         verify_rule=report.verify_rule,
         xids=report.xids,
+        left_running=report.left_running,
+        stuck=report.stuck,
     )
 
 

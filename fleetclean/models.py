@@ -94,6 +94,16 @@ class GpuProcess:
     protected: str = ""  # why fleetclean never signals it ("protected name"), or empty
     # True for a /dev/nvidiaN holder named only because no compute app explains the GPU.
     device_only: bool = False
+    # In state D since fleetclean's SIGKILL: stuck in the kernel, no signal reaches it.
+    stuck: bool = False
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A process a host's result names beside its GPUs: its PID and command line."""
+
+    pid: int
+    cmdline: str
 
 
 @dataclass(frozen=True)
@@ -149,11 +159,15 @@ class ScriptReport:
     error: str | None = None  # a host-level error a person can act on (nvidia-smi, lock, ...)
     busy: bool = False
     verify_message: str = ""  # the verification's own words ("respawned after it was ...")
-    # Which rule ended the verification: clean, leak, respawn, deadline, error, skipped.
+    # Which rule ended the verification: clean, leak, stuck, respawn, deadline, error,
+    # skipped.
     verify_rule: str | None = None
     faults: tuple[str, ...] = ()  # why a GPU is faulty (no kill fixes it), one line each
     leaks: tuple[tuple[int, int], ...] = ()  # (GPU index, MiB) that no process holds
     xids: tuple[Xid, ...] = ()  # every driver Xid line the kernel log held
+    # Parents of killed GPU holders that live on (with their process-group ancestors).
+    left_running: tuple[ProcessRef, ...] = ()
+    stuck: tuple[ProcessRef, ...] = ()  # survived SIGKILL in state D (see GpuProcess)
 
 
 @dataclass(frozen=True)
@@ -180,6 +194,8 @@ class HostResult:
     slurm: SlurmAction | None = None  # only with --drain-dirty/--resume-clean
     verify_rule: str | None = None  # see ScriptReport.verify_rule
     xids: tuple[Xid, ...] = ()
+    left_running: tuple[ProcessRef, ...] = ()  # see ScriptReport.left_running
+    stuck: tuple[ProcessRef, ...] = ()  # see ScriptReport.stuck
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,12 @@ changes, kernel-log Xids) come back empty.
 Each GPU lists its processes as gpustat users know them (``pid``, ``user``, ``cmdline``,
 ``used_mib``), plus ``protected`` (why fleetclean never signals it, or null) and
 ``source`` (``compute-app``: nvidia-smi counts its memory; ``device-file``: it only has
-``/dev/nvidiaN`` open). Each host has ``verify``: {``rule``} naming what ended the
-verification (``clean``, ``leak``, ``respawn``, ``deadline``, ``error``, ``skipped``;
-null when there was none).
+``/dev/nvidiaN`` open) and ``stuck`` (true: in state D since fleetclean's SIGKILL). Each
+host has ``verify``: {``rule``} naming what ended the verification (``clean``, ``leak``,
+``stuck``, ``respawn``, ``deadline``, ``error``, ``skipped``; null when there was none),
+``left_running`` (the parents of killed GPU holders that live on, with their
+process-group ancestors: [{``pid``, ``cmdline``}]) and ``stuck`` (processes in state D
+after SIGKILL: [{``pid``, ``cmdline``}]).
 
 >>> from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult
 >>> gpu = GpuRow(0, "GPU-0", "NVIDIA H200", 0, 143771)
@@ -35,6 +38,7 @@ from fleetclean.models import (
     GpuRow,
     HostResult,
     HostStatus,
+    ProcessRef,
     RunResult,
     Signalled,
     SlurmAction,
@@ -107,13 +111,15 @@ def _host_json(h: HostResult) -> dict[str, Any]:
         ],
         "signalled": signalled_json(h.signalled),
         "verify": {"rule": h.verify_rule},
+        "left_running": [{"pid": p.pid, "cmdline": p.cmdline} for p in h.left_running],
+        "stuck": [{"pid": p.pid, "cmdline": p.cmdline} for p in h.stuck],
     }
 
 
 def process_json(p: GpuProcess) -> dict[str, Any]:
     return {"pid": p.pid, "user": p.user, "cmdline": p.name, "used_mib": p.used_memory_mib,
             "protected": p.protected or None,
-            "source": "device-file" if p.device_only else "compute-app"}
+            "source": "device-file" if p.device_only else "compute-app", "stuck": p.stuck}
 
 
 def signalled_json(signalled: tuple[Signalled, ...]) -> list[dict[str, Any]]:
@@ -161,11 +167,17 @@ def _host(h: dict[str, Any]) -> HostResult:
         processes=tuple(
             GpuProcess(p["pid"], p.get("cmdline", ""), p.get("used_mib"), g["uuid"],
                        p.get("user", ""), p.get("protected") or "",
-                       p.get("source") == "device-file")
+                       p.get("source") == "device-file", bool(p.get("stuck")))
             for g in h.get("gpus", ()) for p in g.get("processes", ())
         ),
         verify_rule=(h.get("verify") or {}).get("rule"),
+        left_running=_refs(h.get("left_running")),
+        stuck=_refs(h.get("stuck")),
     )
+
+
+def _refs(items: list[dict[str, Any]] | None) -> tuple[ProcessRef, ...]:
+    return tuple(ProcessRef(int(p["pid"]), str(p.get("cmdline", ""))) for p in items or ())
 
 
 def _slurm(s: dict[str, Any] | None) -> SlurmAction | None:

@@ -11,13 +11,15 @@ lock       ok | busy | none, lock path
 stage      index, name, type             (a stage starts; "verify" for the verification)
 match      index, pid, cmdline           (a process the stage targets)
 signal     index, pid, TERM|KILL|..., cmdline
+stuck      index, pid, cmdline           (in state D after SIGKILL: stuck in the kernel)
 change     index, text                   (what was or would be changed)
 end        index, status, matched, signalled, remaining, milliseconds, message
 error      message                       (host-level: busy, guard refusal)
 nvsmi      exit status, nvidia-smi's own output
 gpu        one --query-gpu CSV line (index, uuid, name, memory.used, memory.total)
 app        one --query-compute-apps CSV line (pid, process_name, used_memory, gpu_uuid)
-proc       pid, user, cmdline, why protected (empty: not)   (once per PID the report names)
+proc       pid, user, cmdline, why protected (empty: not), "stuck" or empty
+           (once per PID the report names)
 holder     pid, device file, cmdline, why protected   (/dev/nvidiaN open; only for a GPU
            whose memory no compute app explains)
 bare       GPU index, MiB                (above the threshold, no unprotected process holds it)
@@ -25,12 +27,13 @@ pages      GPU index, retired_pages.pending, remapped_rows.pending   (only when 
 boot       the node's boot time, epoch seconds   (before its xid records)
 xid        seconds since boot, the kernel-log line of an NVIDIA Xid
 verify     ok | dirty | unknown | error | skipped, max_used_mib, milliseconds, message,
-           rule that ended it: clean | leak | respawn | deadline | error | skipped
+           rule that ended it: clean | leak | stuck | respawn | deadline | error | skipped
+left       pid, cmdline                  (a parent of killed GPU holders that lives on)
 done       0                             (the script reached its end)
 =========  ==========================================================================
 
-The parser reads the generic kinds (begin, lock, stage, match, signal, change, end,
-error, done) itself; every other kind belongs to one stage type (the verification's
+The parser reads the generic kinds (begin, lock, stage, match, signal, stuck, change,
+end, error, left, done) itself; every other kind belongs to one stage type (the verification's
 ``nvsmi``, ``gpu``, ``app``, ``holder``, ``verify``) and is read by the reader that type
 registers (:func:`fleetclean.engine.stages.record_readers`). An unknown kind is ignored.
 
@@ -48,7 +51,15 @@ from urllib.parse import unquote
 
 from fleetclean.engine.stages import record_readers
 from fleetclean.engine.stages.base import Readings, StageReading
-from fleetclean.models import GpuProcess, GpuRow, ScriptReport, Signalled, StageResult, Xid
+from fleetclean.models import (
+    GpuProcess,
+    GpuRow,
+    ProcessRef,
+    ScriptReport,
+    Signalled,
+    StageResult,
+    Xid,
+)
 from fleetclean.results.health import nvsmi_fault, pages_faults, parse_xid
 from fleetclean.results.nvsmi import (
     APP_FIELDS,
@@ -119,6 +130,14 @@ def _signal(st: Readings, a: list[str]) -> None:
                                   stage=stage.name if stage else ""))
 
 
+def _stuck(st: Readings, a: list[str]) -> None:
+    st.stuck[int(a[1])] = a[2]
+
+
+def _left(st: Readings, a: list[str]) -> None:
+    st.left.append(ProcessRef(int(a[0]), a[1]))
+
+
 def _change(st: Readings, a: list[str]) -> None:
     st.stages[a[0]].changes.append(a[1])
 
@@ -144,7 +163,8 @@ def _done(st: Readings, a: list[str]) -> None:
 
 _GENERIC: dict[str, Callable[[Readings, list[str]], None]] = {
     "begin": _begin, "lock": _lock, "stage": _stage, "match": _match, "signal": _signal,
-    "change": _change, "end": _end, "error": _error, "done": _done,
+    "stuck": _stuck, "change": _change, "end": _end, "error": _error, "left": _left,
+    "done": _done,
 }
 
 def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> ScriptReport:
@@ -207,7 +227,9 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
                         signalled=tuple(st.signalled), verified=verified, error=error,
                         busy=st.busy, verify_message=st.verify_message,
                         verify_rule=st.verify_rule, faults=tuple(faults),
-                        leaks=tuple(sorted(st.bare.items())), xids=_xids(st))
+                        leaks=tuple(sorted(st.bare.items())), xids=_xids(st),
+                        left_running=tuple(st.left),
+                        stuck=tuple(ProcessRef(pid, cmd) for pid, cmd in st.stuck.items()))
 
 
 def _xids(st: Readings) -> tuple[Xid, ...]:
@@ -237,13 +259,14 @@ def _processes(st: Readings, gpus: tuple[GpuRow, ...]) -> tuple[GpuProcess, ...]
         apps = []
     uuid_by_dev = {f"/dev/nvidia{g.index}": g.uuid for g in gpus}
     cmdlines = {pid: cmdline for pid, _, cmdline in st.holders if cmdline}
-    cmdlines.update({pid: cmd for pid, (_, cmd, _) in st.procs.items() if cmd})
+    cmdlines.update({pid: cmd for pid, (_, cmd, _, _) in st.procs.items() if cmd})
 
     def named(p: GpuProcess, *, device_only: bool = False) -> GpuProcess:
-        user, _, why = st.procs.get(p.pid, ("", "", ""))
+        user, _, why, stuck = st.procs.get(p.pid, ("", "", "", ""))
         # nvidia-smi names a process by its executable; a person wants the command line.
         return replace(p, name=cmdlines.get(p.pid, p.name), user=user,
-                       protected=why or st.protected.get(p.pid, ""), device_only=device_only)
+                       protected=why or st.protected.get(p.pid, ""), device_only=device_only,
+                       stuck=stuck == "stuck")
 
     out = {(a.pid, a.gpu_uuid): named(a) for a in apps}
     for pid, dev, cmdline in st.holders:

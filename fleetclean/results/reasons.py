@@ -1,4 +1,6 @@
-"""The one line a dirty host gets: which GPUs are in use, and who uses them.
+"""The words a host's result gives a person: why a dirty GPU is dirty, and what else the
+teardown saw that needs a person (a parent of killed GPU holders left running, a process
+stuck in the kernel).
 
 Compute apps come first (the processes whose memory nvidia-smi counts), one entry per PID
 with the GPUs it holds; a /dev/nvidiaN holder is named only for a GPU no compute app
@@ -15,17 +17,29 @@ such. A GPU with memory and no process is a driver-level leak, said with its rem
 'GPU3 1000 MiB, GPU5 512 MiB; held by 42 python3 stub.py (root; GPU3; protected);
  GPU5: 512 MiB held by no process (driver-level leak): run nvidia-smi --gpu-reset -i 5
  or reboot (only 7 nvidia-persistenced, protected, has it open)'
+>>> from fleetclean.models import HostResult, HostStatus, ProcessRef
+>>> notes(HostResult("gpu01", HostStatus.CLEAN, left_running=(
+...     ProcessRef(17, "python3 -m vllm.entrypoints.openai.api_server --model /m"),
+...     ProcessRef(18, "VLLM::EngineCore"))))  # doctest: +NORMALIZE_WHITESPACE
+['left running: 17 python3 -m vllm.entrypoints.openai.api_server --model /m,
+  18 VLLM::EngineCore (parent of killed GPU holders)']
 """
 
 from __future__ import annotations
 
-from fleetclean.models import GpuProcess, ScriptReport
+from fleetclean.models import GpuProcess, HostResult, ScriptReport
 
 _SHOWN = 3
+STUCK = "stuck in the kernel (state D) since SIGKILL: reboot or reset needed"
 
 
 def _short(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _name(cmdline: str) -> str:
+    # A process in its exit has no command line left (its memory is already released).
+    return _short(cmdline) if cmdline else "(exiting)"
 
 
 def _holders(report: ScriptReport) -> str:
@@ -42,8 +56,9 @@ def _holders(report: ScriptReport) -> str:
     for pid in sorted(by_pid)[:_SHOWN]:
         p, indexes = by_pid[pid]
         notes = [n for n in (p.user, ", ".join(f"GPU{i}" for i in sorted(indexes)),
-                             "protected" if p.protected else "") if n]
-        parts.append(f"{pid} {_short(p.name or '?')}" + (f" ({'; '.join(notes)})" if notes else ""))
+                             "protected" if p.protected else "", STUCK if p.stuck else "")
+                 if n]
+        parts.append(f"{pid} {_name(p.name)}" + (f" ({'; '.join(notes)})" if notes else ""))
     more = len(by_pid) - _SHOWN
     return ", ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
@@ -64,6 +79,7 @@ def _leak(report: ScriptReport, index: int, mib: int) -> str:
 
 
 def dirty_reason(report: ScriptReport) -> str:
+    """Which GPUs are in use, who holds them, which are leaks, what respawned."""
     busy = [g for g in report.gpus if g.memory_used_mib]
     if len(busy) > 2:
         gpus = f"{len(busy)} GPUs in use ({sum(g.memory_used_mib or 0 for g in busy)} MiB)"
@@ -75,3 +91,20 @@ def dirty_reason(report: ScriptReport) -> str:
     if report.verify_message.startswith("respawned"):
         parts.append(report.verify_message)
     return "; ".join(parts)
+
+
+def notes(host: HostResult) -> list[str]:
+    """What a person should know beside the status: the parents of killed GPU holders
+    that live on (a half-stopped server), processes stuck in the kernel that no GPU
+    reason already names."""
+    out = []
+    if host.left_running:
+        shown = ", ".join(f"{p.pid} {_name(p.cmdline)}" for p in host.left_running[:_SHOWN])
+        more = len(host.left_running) - _SHOWN
+        shown += f" (+{more} more)" if more > 0 else ""
+        out.append(f"left running: {shown} (parent of killed GPU holders)")
+    named = {p.pid for p in host.processes}
+    stuck = [p for p in host.stuck if p.pid not in named]
+    if stuck:
+        out.append(f"{STUCK}: " + ", ".join(f"{p.pid} {_name(p.cmdline)}" for p in stuck))
+    return out

@@ -17,6 +17,10 @@ Spec keys (all optional but ``role``):
   ``/dev/nvidiactl`` and ``/dev/nvidia-uvm`` (``ctl_only`` holds nvidiactl alone).
 - ``on_term``: ``exit`` after ``delay`` seconds (default 0.1, a CUDA teardown), or
   ``ignore``.
+- ``driver_wait: hang``: once ready, wait in a driver request that is never answered
+  (``stuckfs``): state D after SIGKILL, which it survives while the node's driver is stuck.
+- ``exit_ms``: hold a ``stuckfs`` file opened after the devices, whose close at exit takes
+  that long: killed, the process sits in its exit (no command line, devices released).
 
 Readiness: when ``FLEETCLEAN_SIM_READY_FD`` names an inherited pipe, the process writes its
 PID there once its devices are open and closes it; the launcher waits for that.
@@ -40,6 +44,7 @@ else:  # run as a script: the sibling module is found through sys.path[0]
 READY_FD = "FLEETCLEAN_SIM_READY_FD"
 PERSISTENCE = "/run/fleetclean/persistence.json"
 PERSISTENCED_PID = "/run/nvidia-persistenced/nvidia-persistenced.pid"
+STUCKFS = "/run/fleetclean-stuck"  # stuckfs.MOUNTPOINT
 
 
 def report_ready() -> None:
@@ -127,6 +132,9 @@ def main(argv: list[str]) -> int:
         tree(spec)
     install_term(spec)
     held = open_devices(spec)
+    if spec.get("exit_ms") is not None:
+        # Opened after the devices: the exit closes those first, then waits on this one.
+        held.append(os.open(os.path.join(STUCKFS, f"exit-{int(spec['exit_ms'])}"), os.O_RDONLY))
     if role == "writer":
         path = spec["path"]
         os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
@@ -135,6 +143,9 @@ def main(argv: list[str]) -> int:
         out.flush()
         held.append(out.fileno())
     report_ready()
+    if spec.get("driver_wait") == "hang":
+        with contextlib.suppress(OSError):  # EIO once the node's driver is unstuck
+            os.stat(os.path.join(STUCKFS, f"hang-{os.getpid()}"))
     while True:
         signal.pause()
 

@@ -12,7 +12,7 @@ the package in tests). Files in ``NODE_DIR`` (the node's state dir, ``/run/fleet
 - ``leaks.json``: {"5": 512}: MiB allocated on a GPU with no process (freed by a reset).
 - ``persistence.json``: {"0": false}: persistence mode per GPU (on unless listed off);
   ``reset_policy``: ``strict`` (nvidia-persistenced's handles block a reset, the default)
-  or ``lenient``.
+  or ``lenient``; ``reset_delay``: seconds a reset takes (default 0).
 """
 
 from __future__ import annotations

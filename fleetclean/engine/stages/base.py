@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetclean.engine.checks import Check, text
 from fleetclean.engine.model import Location, ResolvedStage
-from fleetclean.models import Signalled, StageResult
+from fleetclean.models import ProcessRef, Signalled, StageResult
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable
@@ -83,13 +83,16 @@ class Readings:
     verify_message: str = ""
     nvsmi: str | None = None
     nvsmi_exit: int | None = None
-    verify_rule: str | None = None  # clean | leak | respawn | deadline | error | skipped
-    procs: dict[int, tuple[str, str, str]] = field(default_factory=dict)  # user, cmd, why
+    verify_rule: str | None = None  # clean | leak | stuck | respawn | deadline | error | skipped
+    # pid -> (user, command line, why protected, "stuck" or "")
+    procs: dict[int, tuple[str, str, str, str]] = field(default_factory=dict)
     protected: dict[int, str] = field(default_factory=dict)  # holder pid -> why protected
     bare: dict[int, int] = field(default_factory=dict)  # GPU index -> MiB no process holds
     pages: dict[int, tuple[str, str]] = field(default_factory=dict)  # retired, remapped
     boot_epoch: int | None = None
     xids: list[tuple[int, str]] = field(default_factory=list)  # seconds since boot, line
+    stuck: dict[int, str] = field(default_factory=dict)  # pid -> cmdline, state D after KILL
+    left: list[ProcessRef] = field(default_factory=list)  # parents of killed holders, alive
 
 
 RecordReader = Callable[[Readings, list[str]], None]

@@ -9,12 +9,12 @@
 # One record per line on stdout: "@@fleetclean" TAB kind TAB field..., each field
 # percent-encoded (% TAB LF CR) so command lines and messages cannot break the framing.
 fc_enc() {
-    local s=$1
-    s=${s//%/%25}
-    s=${s//$'\t'/%09}
-    s=${s//$'\n'/%0A}
-    s=${s//$'\r'/%0D}
-    REPLY=$s
+    REPLY=$1
+    [[ $REPLY == *[%$'\t\n\r']* ]] || return 0
+    REPLY=${REPLY//%/%25}
+    REPLY=${REPLY//$'\t'/%09}
+    REPLY=${REPLY//$'\n'/%0A}
+    REPLY=${REPLY//$'\r'/%0D}
 }
 
 fc_rec() {
@@ -32,9 +32,14 @@ fc_now_us() {
     REPLY=${EPOCHREALTIME//[!0-9]/}
 }
 
-# Sleep $1 seconds without forking: read on a pipe nobody writes to times out.
+# Sleep $1 seconds without forking: read on a pipe nobody writes to times out. The pipe
+# is made at the first nap (one fork), so that a run that never waits (a status) pays
+# nothing for it.
 fc_nap() {
-    if [[ -n ${FC_NAP_FD:-} ]]; then
+    if [[ -z ${FC_NAP_FD:-} ]]; then
+        { exec {FC_NAP_FD}<> <(:); } 2>/dev/null || FC_NAP_FD=none
+    fi
+    if [[ $FC_NAP_FD != none ]]; then
         read -r -t "$1" -u "$FC_NAP_FD" _ || :
     else
         sleep "$1"
@@ -47,24 +52,47 @@ declare -ga FC_PIDS=()
 
 # Read one /proc/PID/stat; sets FC_F (fields from 3 on) and REPLY (comm). Fails if gone.
 fc_read_stat() {
-    local stat
-    { IFS= read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
+    local stat IFS=' '
+    { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
     [[ -n $stat ]] || return 1
     REPLY=${stat#*\(}
     REPLY=${REPLY%\)*}
-    # comm may hold spaces and parentheses: split only after the last ')'.
-    read -r -a FC_F <<<"${stat##*) }"
+    # comm may hold spaces and parentheses: split only after the last ')'. Word splitting,
+    # not a here-string (a temporary file or pipe per process scanned, 5x the cost); the
+    # fields are numbers and one state letter, so nothing in them can glob.
+    # shellcheck disable=SC2206
+    FC_F=(${stat##*) })
 }
 
-# Full command line of PID (NULs as spaces); empty for kernel threads and the gone.
-# Empty trailing elements are dropped: setproctitle leaves its title NUL-padded.
+# Full command line of PID (NULs as spaces, trailing blanks dropped); empty for kernel
+# threads, the exiting and the gone. setproctitle leaves its title followed by hundreds of
+# NULs, i.e. hundreds of empty elements: the first of the empty tail is found by bisection
+# ("every element from k on is empty" holds for every k past it), not by one unset per NUL
+# (13 ms per titled process, most of a busy node's status).
 fc_cmdline() {
     local -a argv=()
     { mapfile -d '' -t argv <"/proc/$1/cmdline"; } 2>/dev/null || :
-    while ((${#argv[@]})) && [[ -z ${argv[-1]} ]]; do unset 'argv[-1]'; done
+    local lo=0 hi=${#argv[@]} mid IFS=
+    if ((hi)) && [[ -n ${argv[-1]} ]]; then
+        lo=$hi  # no padding: most processes
+    elif ((hi > 1)) && [[ -z "${argv[*]:1}" ]]; then
+        hi=1  # a title and its padding
+    fi
+    while ((lo < hi)); do
+        mid=$(((lo + hi) / 2))
+        if [[ -z "${argv[*]:mid}" ]]; then hi=$mid; else lo=$((mid + 1)); fi
+    done
     FC_ARGV0_ONE=${argv[0]:-}
-    local IFS=' '
-    REPLY="${argv[*]}"
+    IFS=' '
+    REPLY="${argv[*]:0:lo}"
+    while [[ ${REPLY: -1} == [[:space:]] ]]; do REPLY=${REPLY%?}; done
+}
+
+# True while PID still has a command line: it is not yet in its exit, where the kernel
+# has already released its address space (/proc/PID/cmdline reads empty).
+fc_has_cmdline() {
+    local c=""
+    { IFS= read -r -d '' -n 1 c <"/proc/$1/cmdline"; } 2>/dev/null || [[ -n $c ]]
 }
 
 fc_scan() {
@@ -89,19 +117,61 @@ fc_scan() {
     done
 }
 
-# Is the process that was (pid, starttime) still alive? Zombies hold no GPU: gone.
+# The process table entries of one PID (what fc_scan fills for all): enough for
+# fc_protected without a scan of every process.
+fc_proc_load() {
+    local pid=$1
+    [[ -n ${FC_START[$pid]:-} ]] && return 0
+    fc_read_stat "$pid" || return 1
+    FC_COMM[$pid]=$REPLY
+    FC_STATE[$pid]=${FC_F[0]}
+    FC_PPID[$pid]=${FC_F[1]}
+    FC_PGRP[$pid]=${FC_F[2]}
+    FC_SID[$pid]=${FC_F[3]}
+    FC_START[$pid]=${FC_F[19]}
+    fc_cmdline "$pid"
+    FC_CMD[$pid]=$REPLY
+    FC_ARGV0[$pid]=$FC_ARGV0_ONE
+}
+
+# User name of UID from /etc/passwd, read once (no getent fork per process); the number
+# when it has no entry.
+declare -gA FC_PASSWD=()
+fc_user_name() {
+    local name uid _
+    if ((${#FC_PASSWD[@]} == 0)); then
+        FC_PASSWD[-]=-
+        while IFS=: read -r name _ uid _; do
+            FC_PASSWD[$uid]=${FC_PASSWD[$uid]:-$name}
+        done </etc/passwd 2>/dev/null
+    fi
+    REPLY=${FC_PASSWD[${1:--}]:-$1}
+}
+
+# Is the process that was (pid, starttime, command line) still alive? Gone: no such
+# process, another one under its PID (starttime), a zombie (<defunct>: it holds nothing
+# and only its parent's wait() removes it), or a process in its exit: its address space is
+# released (its command line, which it had, reads empty) and what is left is the kernel
+# closing its files. Waiting for those is the verification's job (it reads the GPUs), not
+# a reason to say it survived SIGKILL: under load that took 19 of 256 hosts to "error".
 fc_alive() {
     fc_read_stat "$1" || return 1
-    [[ ${FC_F[19]} == "$2" && ${FC_F[0]} != Z && ${FC_F[0]} != X ]]
+    [[ ${FC_F[19]} == "$2" && ${FC_F[0]} != [ZX] ]] || return 1
+    [[ -z ${3:-} ]] || fc_has_cmdline "$1"
 }
 
 # ---------------------------------------------------------------------------- self-exclusion
-declare -gA FC_ANCESTOR=()
+declare -gA FC_ANCESTOR=() FC_PROTECTED_NAME=()
 FC_SELF_SID=0
 
-# The script, its ancestors up to PID 1 (so the sshd serving it) and its session.
+# The script, its ancestors up to PID 1 (so the sshd serving it) and its session; the
+# protected names as a set (keys get a "_" so that an empty name is never one).
 fc_self_init() {
-    local pid=$BASHPID
+    local pid=$BASHPID name
+    FC_PROTECTED_NAME=()
+    for name in "${FC_PROTECT[@]}"; do
+        FC_PROTECTED_NAME[${name}_]=1
+    done
     FC_ANCESTOR=()
     while [[ -n $pid && $pid != 0 ]]; do
         FC_ANCESTOR[$pid]=1
@@ -137,7 +207,8 @@ fc_protected() {
     else
         base=${FC_ARGV0[$pid]:-}
         base=${base##*/}
-        if fc_in_list "${FC_COMM[$pid]:-}" "${FC_PROTECT[@]}" || { [[ -n $base ]] && fc_in_list "$base" "${FC_PROTECT[@]}"; }; then
+        if [[ -n ${FC_PROTECTED_NAME[${FC_COMM[$pid]:-}_]:-} || -n ${FC_PROTECTED_NAME[${base}_]:-} ]]
+        then
             REPLY="protected name"
         fi
     fi
@@ -199,7 +270,8 @@ fc_keep_unprotected() {
     for p in "$@"; do
         fc_protected "$p" && continue
         [[ -n ${FC_START[$p]:-} ]] || continue
-        [[ ${FC_STATE[$p]} == Z ]] && continue
+        # Dead is dead: a zombie, or a process already in its exit (no command line).
+        [[ ${FC_STATE[$p]} == [ZX] || -z ${FC_CMD[$p]} ]] && continue
         FC_TARGETS+=("$p")
     done
     if ((${#FC_TARGETS[@]})); then
@@ -278,7 +350,7 @@ fc_respawned() {
     for q in "${FC_PIDS[@]}"; do
         parent=${FC_PPID[$q]}
         [[ ${FC_WATCH[$parent]:-} == *"|${FC_COMM[$q]}|"* ]] || continue
-        [[ ${FC_BEFORE[$q]:-} == "${FC_START[$q]}" ]] && continue
+        [[ ${FC_BEFORE[$q]:-} == "${FC_START[$q]}" || ${FC_STATE[$q]} == [ZX] ]] && continue
         REPLY="pid $q (${FC_CMD[$q]}) started by pid $parent (${FC_CMD[$parent]:-?})"
         return 0
     done
@@ -299,7 +371,7 @@ fc_send() {
     local sig=$1 p
     shift
     for p in "$@"; do
-        fc_alive "$p" "${start[$p]}" || continue
+        fc_alive "$p" "${start[$p]}" "${cmd[$p]}" || continue
         if kill -s "$sig" "$p" 2>/dev/null; then
             FC_SIGNALLED=$((FC_SIGNALLED + 1))
             fc_rec signal "$FC_IDX" "$p" "$sig" "${cmd[$p]}"
@@ -318,7 +390,7 @@ fc_wait_gone() {
     while :; do
         FC_LEFT=()
         for p in "$@"; do
-            fc_alive "$p" "${start[$p]}" && FC_LEFT+=("$p")
+            fc_alive "$p" "${start[$p]}" "${cmd[$p]}" && FC_LEFT+=("$p")
         done
         ((${#FC_LEFT[@]} == 0)) && return 0
         fc_now_us
@@ -359,15 +431,35 @@ fc_act_on_targets() {
         return 0
     fi
     fc_escalate "$sig" "$grace_ms" "$kill_ms" "${FC_TARGETS[@]}"
-    if ((FC_REMAINING)); then
+    FC_STATUS=ok
+    FC_MESSAGE="$FC_SIGNALLED signal(s) sent; all $FC_MATCHED gone"
+    ((FC_REMAINING)) && fc_survivors
+    return 0
+}
+
+# What outlived SIGKILL (FC_LEFT). A process in state D waits in the kernel (a driver
+# request it cannot abandon): no signal reaches it, so it is stuck, not a failure of this
+# stage; it gets a "stuck" record and the verification names it where it holds a GPU.
+# Anything else that lives on (SIGKILL refused: another user's process) fails the stage.
+fc_survivors() {
+    local p stuck="" other="" n=0
+    for p in "${FC_LEFT[@]}"; do
+        if fc_read_stat "$p" && [[ ${FC_F[0]} == D ]]; then
+            FC_STUCK[$p]=${FC_F[19]}
+            fc_rec stuck "$FC_IDX" "$p" "${FC_CMD[$p]:-}"
+            stuck+=" pid $p (${FC_CMD[$p]:-})"
+        else
+            n=$((n + 1))
+            other+=" pid $p (${FC_CMD[$p]:-})"
+        fi
+    done
+    FC_MESSAGE="$FC_SIGNALLED signal(s) sent"
+    if [[ -n $stuck ]]; then
+        FC_MESSAGE+="; stuck in the kernel (state D) after SIGKILL:$stuck: reboot or reset needed"
+    fi
+    if ((n)); then
         FC_STATUS=failed
-        FC_MESSAGE="$FC_REMAINING process(es) survived SIGKILL:"
-        for p in "${FC_LEFT[@]}"; do
-            FC_MESSAGE+=" pid $p (${FC_CMD[$p]:-})"
-        done
-    else
-        FC_STATUS=ok
-        FC_MESSAGE="$FC_SIGNALLED signal(s) sent; all $FC_MATCHED gone"
+        FC_MESSAGE+="; $n process(es) survived SIGKILL:$other"
     fi
 }
 
@@ -397,7 +489,7 @@ FC_HALT=0
 FC_IDX=0
 FC_LAST_SIGNAL_US=0
 FC_RESPAWN_RISK=0
-declare -A FC_WATCH=() FC_BEFORE=()
+declare -A FC_WATCH=() FC_BEFORE=() FC_STUCK=()
 declare -A FC_CLAIMED=()
 
 # fc_stage INDEX NAME TYPE: run fc_stage_TYPE and report one "end" record for it.
@@ -468,7 +560,6 @@ fc_lock() {
 }
 
 fc_begin() {
-    exec {FC_NAP_FD}<> <(:) 2>/dev/null || FC_NAP_FD=""
     fc_rec begin 1 "$FC_PLAYBOOK" "$FC_HOST" "$FC_CHECK"
     fc_self_init
     # A read-only run (status, --check) changes nothing, so it races with nobody: it must
@@ -481,5 +572,33 @@ fc_begin() {
 }
 
 fc_finish() {
+    fc_report_left
     fc_rec "done" 0
+}
+
+# "left" records: each parent of GPU holders we killed that is neither protected nor a
+# target and lives on (a vLLM API server whose workers are gone, a launcher that will
+# respawn them), with its ancestors in its process group: the server a person would stop.
+# One record per process, the top of each chain first: pid, command line.
+fc_report_left() {
+    local p a q
+    local -A named=()
+    ((${#FC_WATCH[@]})) || return 0
+    fc_scan
+    for p in "${!FC_WATCH[@]}"; do
+        [[ -n ${FC_START[$p]:-} && ${FC_STATE[$p]} != [ZX] ]] || continue
+        fc_protected "$p" && continue
+        local -a chain=("$p")
+        a=$p
+        while q=${FC_PPID[$a]:-0}; [[ -n ${FC_START[$q]:-} && ${FC_PGRP[$q]} == "${FC_PGRP[$p]}" ]] &&
+            ! fc_protected "$q"; do
+            chain=("$q" "${chain[@]}")
+            a=$q
+        done
+        for a in "${chain[@]}"; do
+            [[ -n ${named[$a]:-} ]] && continue
+            named[$a]=1
+            fc_rec left "$a" "${FC_CMD[$a]}"
+        done
+    done
 }

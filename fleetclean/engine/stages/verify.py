@@ -63,7 +63,7 @@ def _holder(r: Readings, a: list[str]) -> None:
 
 
 def _proc(r: Readings, a: list[str]) -> None:
-    r.procs[int(a[0])] = (a[1], a[2], a[3])
+    r.procs[int(a[0])] = (a[1], a[2], a[3], a[4] if len(a) > 4 else "")
 
 
 def _bare(r: Readings, a: list[str]) -> None:

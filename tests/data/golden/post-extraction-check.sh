@@ -285,18 +285,18 @@ fc_stage_remove() {
 # shellcheck shell=bash disable=SC2034,SC2154
 # (opt_* are assigned, and FC_* read, by the rendered script around this template.)
 # Verification: poll nvidia-smi until every GPU uses at most opt_max_used_mib MiB, or
-# opt_timeout_ms pass, or every GPU above it is a driver-level leak (memory that no
-# unprotected process holds and that has not fallen for opt_leak_quiet_ms); then report
-# the GPU rows and, where some GPU is in use, who uses it. The "verify" record names the
-# rule that ended it: clean, leak, respawn, deadline, or error (nvidia-smi failed).
+# opt_timeout_ms pass, or nothing is left to wait for: every GPU above it is a driver-level
+# leak (memory no unprotected process holds, not fallen for opt_leak_quiet_ms) or is held
+# only by processes stuck in the kernel since SIGKILL. Then report the GPU rows and, where
+# some GPU is in use, who uses it. The "verify" record names the rule that ended it:
+# clean, leak, stuck, respawn, deadline, or error (nvidia-smi failed).
 
 # Ask for the pending-remap fields too; a driver that does not know them gets the basic
 # query from then on (fc_verify_read).
 FC_VQ_PENDING=",retired_pages.pending,remapped_rows.pending"
 
 fc_verify() {
-    local max=$opt_max_used_mib t0 state line used i over unknown settled=0 left wait_s
-    local respawn="" no_number="" now rule
+    local max=$opt_max_used_mib t0 state settled=0 left wait_s respawn="" now
     local -A leak_since=() leak_used=()
     fc_rec stage verify verify verify
     if ((FC_HALT)); then
@@ -308,42 +308,18 @@ fc_verify() {
         fc_rec verify error "$max" 0 "nvidia-smi: command not found" error
         return 0
     fi
+    # The kernel log is read once, beside the first GPU query (its wall time, not after it).
+    exec {FC_VXIDFD}< <(dmesg 2>/dev/null)
     fc_now_us
     t0=$REPLY
     while :; do
         fc_verify_read
         if ((FC_VRC != 0)); then
-            # Rows nvidia-smi still gave (one lost GPU, an InfoROM warning) are kept: the
-            # controller tells a faulty GPU from a failed tool by the exit status.
-            exec {FC_VAPPFD}<&-
-            fc_verify_rows_out
-            fc_verify_xids
-            fc_rec nvsmi "$FC_VRC" "$FC_VNOTE"
-            fc_now_us
-            fc_rec verify error "$max" "$(((REPLY - t0) / 1000))" \
-                "nvidia-smi exit $FC_VRC: $FC_VNOTE" error
+            fc_verify_failed "$max" "$t0"
             return 0
         fi
-        over=0 unknown=0 no_number=""
-        FC_VOVER=()
-        for i in "${!FC_VROWS[@]}"; do
-            used=${FC_VUSED[$i]}
-            if [[ $used =~ ^[0-9]+$ ]]; then
-                ((used > max)) && { over=$((over + 1)); FC_VOVER+=("$i"); }
-            else
-                unknown=$((unknown + 1))
-                no_number+=" GPU${FC_VIDX[$i]}=${used:-empty}"
-            fi
-        done
-        if ((${#FC_VROWS[@]} == 0)); then
-            state=error
-        elif ((unknown)); then
-            state=unknown
-        elif ((over)); then
-            state=dirty
-        else
-            state=ok
-        fi
+        fc_verify_state "$max"
+        state=$REPLY
         # Where a killed GPU holder's parent lives on (see fc_note_respawn_risk), a first
         # clean read is confirmed once opt_settle_ms have passed since the last signal: a
         # holder respawned by its supervisor would otherwise pass as clean in the gap
@@ -373,35 +349,77 @@ fc_verify() {
         fc_verify_explain
         fc_now_us
         now=$REPLY
-        if [[ -z $respawn ]] && fc_verify_leaks "$now"; then
-            state=leak
+        if [[ -z $respawn ]] && fc_verify_settled "$now"; then
+            state=$REPLY
             break
         fi
         ((FC_CHECK || (now - t0) / 1000 >= opt_timeout_ms)) && break
         fc_nap "$opt_interval_s"
     done
     fc_now_us
-    local ms=$(((REPLY - t0) / 1000))
+    fc_verify_end "$state" "$max" $(((REPLY - t0) / 1000)) "$respawn"
+}
+
+# nvidia-smi failed: the rows it still gave (one lost GPU, an InfoROM warning) are kept,
+# and the controller tells a faulty GPU from a failed tool by the exit status.
+fc_verify_failed() {
+    exec {FC_VAPPFD}<&-
     fc_verify_rows_out
-    # Who holds the GPUs matters only where some GPU is still in use: a clean host (what a
-    # fleet-wide status mostly sees) reads the compute apps it asked for in parallel not at
-    # all, and the process table not at all.
-    [[ $state == dirty || $state == leak ]] && fc_verify_report
+    fc_verify_xids
+    fc_rec nvsmi "$FC_VRC" "$FC_VNOTE"
+    fc_now_us
+    fc_rec verify error "$1" $(((REPLY - $2) / 1000)) "nvidia-smi exit $FC_VRC: $FC_VNOTE" error
+}
+
+# The state of one read (REPLY): ok, dirty (FC_VOVER: rows above MAX), unknown (a row
+# without a number: FC_VNONUM), error (no row at all).
+fc_verify_state() {
+    local i used unknown=0
+    FC_VOVER=() FC_VNONUM=""
+    for i in "${!FC_VROWS[@]}"; do
+        used=${FC_VUSED[$i]}
+        if [[ $used =~ ^[0-9]+$ ]]; then
+            ((used > $1)) && FC_VOVER+=("$i")
+        else
+            unknown=$((unknown + 1))
+            FC_VNONUM+=" GPU${FC_VIDX[$i]}=${used:-empty}"
+        fi
+    done
+    if ((${#FC_VROWS[@]} == 0)); then
+        REPLY=error
+    elif ((unknown)); then
+        REPLY=unknown
+    elif ((${#FC_VOVER[@]})); then
+        REPLY=dirty
+    else
+        REPLY=ok
+    fi
+}
+
+# The records of the end: GPU rows, who uses them (only where some GPU is in use: a clean
+# host, what a fleet-wide status mostly sees, reads neither the compute apps it asked for
+# in parallel nor the process table), Xids, and the verdict with its rule.
+fc_verify_end() {
+    local state=$1 max=$2 ms=$3 respawn=$4
+    fc_verify_rows_out
+    [[ $state == dirty || $state == leak || $state == stuck ]] && fc_verify_report
     fc_verify_xids
     case $state in
         ok) fc_rec verify ok "$max" "$ms" "every GPU at or under $max MiB" clean ;;
         leak) fc_rec verify dirty "$max" "$ms" \
             "memory held by no process on $FC_VLEAKS after ${ms} ms (driver-level leak)" leak ;;
+        stuck) fc_rec verify dirty "$max" "$ms" \
+            "held by processes stuck in the kernel since SIGKILL: $FC_VSTUCKON" stuck ;;
         dirty)
             if [[ -n $respawn ]]; then
                 fc_rec verify dirty "$max" "$ms" "respawned after it was killed: $respawn" respawn
             else
-                fc_rec verify dirty "$max" "$ms" "$over GPU(s) above $max MiB after ${ms} ms" \
-                    deadline
+                fc_rec verify dirty "$max" "$ms" \
+                    "${#FC_VOVER[@]} GPU(s) above $max MiB after ${ms} ms" deadline
             fi
             ;;
         unknown) fc_rec verify unknown "$max" "$ms" \
-            "nvidia-smi gave no number for memory.used:$no_number (check the driver: run nvidia-smi on the host)" \
+            "nvidia-smi gave no number for memory.used:$FC_VNONUM (check the driver: run nvidia-smi on the host)" \
             error ;;
         *) fc_rec verify error "$max" "$ms" "nvidia-smi listed no GPU: $FC_VOUT" error ;;
     esac
@@ -466,26 +484,27 @@ fc_verify_rows_out() {
     return 0
 }
 
-# For the GPUs above the threshold (FC_VOVER): the compute apps (read from the parallel
-# query) and, only for a GPU whose memory no compute app explains, the /dev/nvidiaN
-# holders (one `ls -l` over every process's fds: the expensive part, so a fallback).
-# Sets FC_VAPPS (CSV lines), FC_VHOLD[index] and FC_VPROT[index] (unprotected and
-# protected device-file holders, "pid pid ..."), FC_VBARE (indexes no unprotected
-# process holds).
+# Who holds the GPUs above the threshold (FC_VOVER): the compute apps (read from the
+# parallel query) and, only for a GPU whose memory no compute app explains, the
+# /dev/nvidiaN holders (one `ls -l` over every process's fds: the expensive part, so a
+# fallback). Sets FC_VAPPS (CSV lines), FC_VPIDS[index] (the compute apps' PIDs),
+# FC_VHOLD[index] and FC_VPROT[index] (unprotected and protected device-file holders,
+# " pid pid"), FC_VBARE (indexes no process holds but protected daemons).
 fc_verify_explain() {
     local line uuid i idx pid target
-    local -A used_by_app=() unexplained=()
+    local -A pids_on=() unexplained=()
     mapfile -t FC_VAPPS <&"$FC_VAPPFD"
     exec {FC_VAPPFD}<&-
     for line in "${FC_VAPPS[@]}"; do
-        [[ $line =~ ^[0-9]+, ]] || continue
-        uuid=${line##*,}
-        used_by_app[${uuid//[[:space:]]/}]=1
+        [[ $line =~ ^([0-9]+),.*,\ *([^,]*)$ ]] || continue
+        pids_on[${BASH_REMATCH[2]}]+=" ${BASH_REMATCH[1]}"
     done
-    declare -gA FC_VHOLD=() FC_VPROT=()
+    declare -gA FC_VPIDS=() FC_VHOLD=() FC_VPROT=()
     FC_VBARE=()
     for i in "${FC_VOVER[@]}"; do
-        [[ -n ${used_by_app[${FC_VUUID[$i]}]:-} ]] || unexplained[${FC_VIDX[$i]}]=1
+        idx=${FC_VIDX[$i]}
+        FC_VPIDS[$idx]=${pids_on[${FC_VUUID[$i]}]:-}
+        [[ -n ${FC_VPIDS[$idx]} ]] || unexplained[$idx]=1
     done
     ((${#unexplained[@]})) || return 0
     while read -r pid _ target; do
@@ -503,23 +522,31 @@ fc_verify_explain() {
     done
 }
 
-# True when every GPU above the threshold is a confirmed leak: no unprotected process
-# holds it and its memory has not fallen for opt_leak_quiet_ms (the window restarts at
-# every decrease, so a process's memory being released is never taken for a leak).
-# Uses and updates the caller's leak_since/leak_used; sets FC_VLEAKS ("GPU5, GPU6").
-fc_verify_leaks() {
+# True when waiting longer cannot change the verdict, REPLY saying why ("leak" or
+# "stuck"): every GPU above the threshold is either a confirmed leak (no process holds it
+# but protected daemons, and its memory has not fallen for opt_leak_quiet_ms: the window
+# restarts at every decrease, so memory still being released is never taken for a leak)
+# or held only by processes stuck in the kernel since SIGKILL (fc_survivors). Uses and
+# updates the caller's leak_since/leak_used; sets FC_VLEAKS and FC_VSTUCKON ("GPU5, GPU6").
+fc_verify_settled() {
     local now=$1 i idx used all=1
+    local -a pids=()
     local -A bare=()
     for idx in "${FC_VBARE[@]}"; do
         bare[$idx]=1
     done
-    FC_VLEAKS=""
+    FC_VLEAKS="" FC_VSTUCKON=""
     for i in "${FC_VOVER[@]}"; do
         idx=${FC_VIDX[$i]}
         used=${FC_VUSED[$i]}
         if [[ -z ${bare[$idx]:-} ]]; then
             unset "leak_since[$idx]" "leak_used[$idx]"
-            all=0
+            read -r -a pids <<<"${FC_VPIDS[$idx]:-} ${FC_VHOLD[$idx]:-}"
+            if fc_verify_all_stuck "${pids[@]}"; then
+                FC_VSTUCKON+="${FC_VSTUCKON:+, }GPU$idx"
+            else
+                all=0
+            fi
             continue
         fi
         if [[ -z ${leak_since[$idx]:-} ]] || ((used < leak_used[$idx])); then
@@ -532,11 +559,22 @@ fc_verify_leaks() {
             all=0
         fi
     done
+    REPLY=leak
+    [[ -n $FC_VSTUCKON ]] && REPLY=stuck
     ((all && ${#FC_VOVER[@]}))
 }
 
+# True when there is at least one PID and each is stuck (see fc_survivors) and still is.
+fc_verify_all_stuck() {
+    local pid
+    (($#)) || return 1
+    for pid in "$@"; do
+        [[ -n ${FC_STUCK[$pid]:-} ]] && fc_alive "$pid" "${FC_STUCK[$pid]}" || return 1
+    done
+}
+
 # Records naming who uses the GPUs: "app" (nvidia-smi's own line), "proc" (pid, user,
-# command line, why it is protected or empty) once per PID, "holder" (pid, device,
+# command line, why it is protected or empty, stuck) once per PID, "holder" (pid, device,
 # command line, protected reason) for the fallback, "bare" (index, MiB) for each GPU above
 # the threshold that no unprotected process holds.
 fc_verify_report() {
@@ -566,62 +604,34 @@ fc_verify_report() {
     done
 }
 
-# One "proc" record: pid, user, command line (NUL padding dropped), protected reason.
+# One "proc" record: pid, user, command line (NUL padding dropped), protected reason,
+# "stuck" when it is stuck in the kernel since SIGKILL.
 fc_verify_proc() {
-    local pid=$1 user="" key uid _
+    local pid=$1 user="" key uid stuck="" _
     if fc_proc_load "$pid"; then
         while read -r key uid _; do
             [[ $key == Uid: ]] && break
         done <"/proc/$pid/status"
         fc_user_name "$uid"
         user=$REPLY
+        [[ -n ${FC_STUCK[$pid]:-} ]] && fc_alive "$pid" "${FC_STUCK[$pid]}" && stuck=stuck
         fc_protected "$pid" || REPLY=""
     else
         REPLY=""  # not in this PID namespace (a container's process): nvidia-smi's pid
     fi
-    fc_rec proc "$pid" "$user" "${FC_CMD[$pid]:-}" "$REPLY"
+    fc_rec proc "$pid" "$user" "${FC_CMD[$pid]:-}" "$REPLY" "$stuck"
 }
 
-# The process table entries of one PID (what fc_scan fills for all): enough for
-# fc_protected without a scan of every process. (The FC_* tables are associative,
-# declared in lib.sh, which shellcheck does not see from here.)
-# shellcheck disable=SC2004
-fc_proc_load() {
-    local pid=$1
-    [[ -n ${FC_START[$pid]:-} ]] && return 0
-    fc_read_stat "$pid" || return 1
-    FC_COMM[$pid]=$REPLY
-    FC_STATE[$pid]=${FC_F[0]}
-    FC_PPID[$pid]=${FC_F[1]}
-    FC_PGRP[$pid]=${FC_F[2]}
-    FC_SID[$pid]=${FC_F[3]}
-    FC_START[$pid]=${FC_F[19]}
-    fc_cmdline "$pid"
-    FC_CMD[$pid]=$REPLY
-    FC_ARGV0[$pid]=$FC_ARGV0_ONE
-}
-
-# User name of UID from /etc/passwd, read once (no getent fork per process); the number
-# when it has no entry.
-declare -gA FC_PASSWD=()
-fc_user_name() {
-    local name uid _
-    if ((${#FC_PASSWD[@]} == 0)); then
-        FC_PASSWD[-]=-
-        while IFS=: read -r name _ uid _; do
-            FC_PASSWD[$uid]=${FC_PASSWD[$uid]:-$name}
-        done </etc/passwd 2>/dev/null
-    fi
-    REPLY=${FC_PASSWD[${1:--}]:-$1}
-}
-
-# The NVIDIA driver's Xid lines in the kernel log, where it is readable: "boot" (the
-# node's boot time, epoch seconds) and one "xid" record each (seconds since boot, the
-# line). The controller keeps the hardware ones since the host's last run. One fork;
-# the lines are split only when some Xid is there.
+# The NVIDIA driver's Xid lines in the kernel log (started by fc_verify, where readable):
+# "boot" (the node's boot time, epoch seconds) and one "xid" record each (seconds since
+# boot, the line). The controller keeps the hardware ones since the host's last run. The
+# lines are split only when some Xid is there.
 fc_verify_xids() {
-    local out line up _
-    out=$(dmesg 2>/dev/null) || return 0
+    local out="" line up _
+    [[ -n ${FC_VXIDFD:-} ]] || return 0
+    IFS= read -r -d '' out <&"$FC_VXIDFD"
+    exec {FC_VXIDFD}<&-
+    FC_VXIDFD=""
     [[ $out == *"NVRM: Xid"* ]] || return 0
     read -r up _ </proc/uptime || return 0
     fc_now_us
