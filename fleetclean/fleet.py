@@ -150,6 +150,7 @@ def host_result(name: str, output: ScriptOutput, duration_s: float) -> HostResul
         xids=report.xids,
         left_running=report.left_running,
         stuck=report.stuck,
+        resets=report.resets,
     )
 
 

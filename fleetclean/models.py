@@ -99,6 +99,16 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class GpuReset:
+    """What a ``gpu-reset`` stage did to one GPU: ``result`` is ok, failed, refused (a
+    process took the GPU meanwhile) or would (--check)."""
+
+    gpu: int
+    result: str
+    detail: str
+
+
+@dataclass(frozen=True)
 class ProcessRef:
     """A process a host's result names beside its GPUs: its PID and command line."""
 
@@ -168,6 +178,7 @@ class ScriptReport:
     # Parents of killed GPU holders that live on (with their process-group ancestors).
     left_running: tuple[ProcessRef, ...] = ()
     stuck: tuple[ProcessRef, ...] = ()  # survived SIGKILL in state D (see GpuProcess)
+    resets: tuple[GpuReset, ...] = ()  # what gpu-reset stages did, one per GPU
 
 
 @dataclass(frozen=True)
@@ -196,6 +207,7 @@ class HostResult:
     xids: tuple[Xid, ...] = ()
     left_running: tuple[ProcessRef, ...] = ()  # see ScriptReport.left_running
     stuck: tuple[ProcessRef, ...] = ()  # see ScriptReport.stuck
+    resets: tuple[GpuReset, ...] = ()  # see ScriptReport.resets
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ host has ``verify``: {``rule``} naming what ended the verification (``clean``, `
 ``stuck``, ``respawn``, ``deadline``, ``error``, ``skipped``; null when there was none),
 ``left_running`` (the parents of killed GPU holders that live on, with their
 process-group ancestors: [{``pid``, ``cmdline``}]) and ``stuck`` (processes in state D
-after SIGKILL: [{``pid``, ``cmdline``}]).
+after SIGKILL: [{``pid``, ``cmdline``}]) and ``resets`` (what a ``gpu-reset`` stage did:
+[{``gpu``, ``result``: ok | failed | refused | would, ``detail``}]).
 
 >>> from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult
 >>> gpu = GpuRow(0, "GPU-0", "NVIDIA H200", 0, 143771)
@@ -35,6 +36,7 @@ from typing import Any
 
 from fleetclean.models import (
     GpuProcess,
+    GpuReset,
     GpuRow,
     HostResult,
     HostStatus,
@@ -113,6 +115,7 @@ def _host_json(h: HostResult) -> dict[str, Any]:
         "verify": {"rule": h.verify_rule},
         "left_running": [{"pid": p.pid, "cmdline": p.cmdline} for p in h.left_running],
         "stuck": [{"pid": p.pid, "cmdline": p.cmdline} for p in h.stuck],
+        "resets": [{"gpu": r.gpu, "result": r.result, "detail": r.detail} for r in h.resets],
     }
 
 
@@ -173,6 +176,8 @@ def _host(h: dict[str, Any]) -> HostResult:
         verify_rule=(h.get("verify") or {}).get("rule"),
         left_running=_refs(h.get("left_running")),
         stuck=_refs(h.get("stuck")),
+        resets=tuple(GpuReset(int(r["gpu"]), str(r["result"]), str(r.get("detail", "")))
+                     for r in h.get("resets") or ()),
     )
 
 

@@ -228,7 +228,7 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
                         busy=st.busy, verify_message=st.verify_message,
                         verify_rule=st.verify_rule, faults=tuple(faults),
                         leaks=tuple(sorted(st.bare.items())), xids=_xids(st),
-                        left_running=tuple(st.left),
+                        left_running=tuple(st.left), resets=tuple(st.resets),
                         stuck=tuple(ProcessRef(pid, cmd) for pid, cmd in st.stuck.items()))
 
 

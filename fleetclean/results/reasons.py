@@ -16,7 +16,7 @@ such. A GPU with memory and no process is a driver-level leak, said with its rem
 ...                           verify_rule="leak"))  # doctest: +NORMALIZE_WHITESPACE
 'GPU3 1000 MiB, GPU5 512 MiB; held by 42 python3 stub.py (root; GPU3; protected);
  GPU5: 512 MiB held by no process (driver-level leak): run nvidia-smi --gpu-reset -i 5
- or reboot (only 7 nvidia-persistenced, protected, has it open)'
+ or reboot (only 7 nvidia-persistenced (protected) has it open, using no memory)'
 >>> from fleetclean.models import HostResult, HostStatus, ProcessRef
 >>> notes(HostResult("gpu01", HostStatus.CLEAN, left_running=(
 ...     ProcessRef(17, "python3 -m vllm.entrypoints.openai.api_server --model /m"),
@@ -72,9 +72,11 @@ def _leak(report: ScriptReport, index: int, mib: int) -> str:
     text = (f"GPU{index}: {mib} MiB held by no process ({what}): "
             f"run nvidia-smi --gpu-reset -i {index} or reboot")
     if daemons:
-        names = ", ".join(f"{p.pid} {_short(p.name.split(' ')[0].rsplit('/', 1)[-1])}"
-                          for p in daemons)
-        text += f" (only {names}, protected, {'has' if len(daemons) == 1 else 'have'} it open)"
+        names = [f"{p.pid} {_short(p.name.split(' ')[0].rsplit('/', 1)[-1])} "
+                 f"({'protected' if p.protected == 'protected name' else p.protected})"
+                 for p in daemons]
+        text += (f" (only {' and '.join(names)} {'has' if len(daemons) == 1 else 'have'} "
+                 "it open, using no memory)")
     return text
 
 
@@ -96,7 +98,7 @@ def dirty_reason(report: ScriptReport) -> str:
 def notes(host: HostResult) -> list[str]:
     """What a person should know beside the status: the parents of killed GPU holders
     that live on (a half-stopped server), processes stuck in the kernel that no GPU
-    reason already names."""
+    reason already names, and each GPU reset with its result."""
     out = []
     if host.left_running:
         shown = ", ".join(f"{p.pid} {_name(p.cmdline)}" for p in host.left_running[:_SHOWN])
@@ -107,4 +109,5 @@ def notes(host: HostResult) -> list[str]:
     stuck = [p for p in host.stuck if p.pid not in named]
     if stuck:
         out.append(f"{STUCK}: " + ", ".join(f"{p.pid} {_name(p.cmdline)}" for p in stuck))
+    out += [f"GPU{r.gpu} reset: {r.result} ({r.detail})" for r in host.resets]
     return out

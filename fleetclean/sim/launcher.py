@@ -101,7 +101,7 @@ def plan(kind: str, opts: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
         spec.pop("argv", None)
         spec["title"] = str(name)
         spec["comm"] = os.path.basename(str(name).split()[0])
-    if kind == "persistenced":
+    if kind in ("persistenced", "monitor"):
         # Device handles with no CUDA context: nvidia-smi counts 0 MiB and no app.
         env["FLEETCLEAN_SIM_GPU_MIB"] = "0"
     elif not spec.get("gpus") and kind != "respawn":
@@ -153,7 +153,8 @@ def daemon_specs(opts: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The processes that are not workloads: agents, daemons, writers."""
     path = str(opts.get("path", "/dev/shm/sglang_hs"))
     return {
-        "monitor": {"role": "holder", "title": "python3 /opt/monitor/agent.py"},
+        # Polls NVML, as GPU monitoring agents do: a handle on every GPU, no CUDA context.
+        "monitor": {"role": "holder", "nvml": True, "title": "python3 /opt/monitor/agent.py"},
         "persistenced": {
             "role": "persistenced",
             # "all" (the default): every /dev/nvidiaN, as the real daemon; "ctl":

@@ -14,7 +14,8 @@ Spec keys (all optional but ``role``):
 - ``setproctitle``: the title is NUL-padded as setproctitle leaves it; ``argv``: a list
   written NUL-separated instead of ``title`` (a binary's command line).
 - ``gpus``: GPU indexes whose ``/dev/nvidiaN`` to hold; ``ctl``: also hold
-  ``/dev/nvidiactl`` and ``/dev/nvidia-uvm`` (``ctl_only`` holds nvidiactl alone).
+  ``/dev/nvidiactl`` and ``/dev/nvidia-uvm`` (``ctl_only`` holds nvidiactl alone);
+  ``nvml``: /dev/nvidiactl and every GPU, no /dev/nvidia-uvm (a monitoring agent).
 - ``on_term``: ``exit`` after ``delay`` seconds (default 0.1, a CUDA teardown), or
   ``ignore``.
 - ``driver_wait: hang``: once ready, wait in a driver request that is never answered
@@ -71,12 +72,20 @@ def apply_title(spec: dict[str, Any]) -> None:
 
 
 def open_devices(spec: dict[str, Any]) -> list[int]:
+    """A CUDA process's files: its GPUs, /dev/nvidiactl and /dev/nvidia-uvm; an NVML
+    user's (``nvml``): /dev/nvidiactl and every GPU, no /dev/nvidia-uvm."""
     paths = [f"/dev/nvidia{i}" for i in spec.get("gpus", [])]
     if spec.get("ctl") or spec.get("gpus"):
         paths += ["/dev/nvidiactl", "/dev/nvidia-uvm"]
+    if spec.get("nvml"):
+        paths = ["/dev/nvidiactl", *(f"/dev/nvidia{i}" for i in all_gpus())]
     if spec.get("ctl_only"):
         paths = ["/dev/nvidiactl"]
     return [os.open(p, os.O_RDWR) for p in paths]
+
+
+def all_gpus() -> list[int]:
+    return sorted(int(n[6:]) for n in os.listdir("/dev") if n[6:].isdigit() and n[:6] == "nvidia")
 
 
 def install_term(spec: dict[str, Any]) -> None:
@@ -157,8 +166,7 @@ def persistence_enabled() -> list[int]:
             modes: dict[str, bool] = json.load(f)
     except (OSError, ValueError):
         modes = {}
-    gpus = sorted(int(n[6:]) for n in os.listdir("/dev") if n[6:].isdigit() and n[:6] == "nvidia")
-    return [g for g in gpus if modes.get(str(g), True)]
+    return [g for g in all_gpus() if modes.get(str(g), True)]
 
 
 def persistenced(ctl_only: bool = False) -> None:

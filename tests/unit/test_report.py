@@ -91,7 +91,7 @@ def test_json_follows_the_contract() -> None:
                                "failed": 4}
     host = data["hosts"][0]
     assert set(host) == {"host", "status", "error", "duration_s", "stages", "gpus", "signalled",
-                         "verify", "left_running", "stuck"}
+                         "verify", "left_running", "stuck", "resets"}
     assert set(host["stages"][0]) == {"name", "type", "status", "matched", "signalled",
                                       "remaining", "duration_s"}
     assert set(host["gpus"][0]) == {"index", "uuid", "name", "memory_used_mib",

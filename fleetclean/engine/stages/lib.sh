@@ -484,6 +484,25 @@ fc_open_fds() {
     done < <(LC_ALL=C QUOTING_STYLE=literal ls -l /proc/[0-9]*/fd 2>/dev/null)
 }
 
+# Who has the GPU device files open, from one fc_open_fds: FC_GF[index] (" pid pid":
+# holders of /dev/nvidiaN) and FC_GF_CUDA[pid] (1: it has /dev/nvidia-uvm open too, as
+# every CUDA process does; NVML users (nvidia-smi, a monitoring agent, nvidia-persistenced)
+# hold device files but no GPU memory and do not).
+fc_gpu_files() {
+    local pid target idx
+    declare -gA FC_GF=() FC_GF_CUDA=()
+    while read -r pid _ target; do
+        case $target in
+            /dev/nvidia-uvm) FC_GF_CUDA[$pid]=1 ;;
+            /dev/nvidia[0-9]*)
+                idx=${target#/dev/nvidia}
+                [[ $idx =~ ^[0-9]+$ ]] || continue
+                [[ " ${FC_GF[$idx]:-} " == *" $pid "* ]] || FC_GF[$idx]+=" $pid"
+                ;;
+        esac
+    done < <(fc_open_fds /dev/nvidia)
+}
+
 # ---------------------------------------------------------------------------- stage driver
 FC_HALT=0
 FC_IDX=0

@@ -204,10 +204,11 @@ fc_verify_rows_out() {
 # parallel query) and, only for a GPU whose memory no compute app explains, the
 # /dev/nvidiaN holders (one `ls -l` over every process's fds: the expensive part, so a
 # fallback). Sets FC_VAPPS (CSV lines), FC_VPIDS[index] (the compute apps' PIDs),
-# FC_VHOLD[index] and FC_VPROT[index] (unprotected and protected device-file holders,
-# " pid pid"), FC_VBARE (indexes no process holds but protected daemons).
+# FC_VHOLD[index] (device-file holders that may use its memory: unprotected CUDA
+# processes) and FC_VPROT[index] (the others: protected daemons, NVML users with a device
+# handle and no /dev/nvidia-uvm), each " pid pid"; FC_VBARE (indexes no FC_VHOLD holds).
 fc_verify_explain() {
-    local line uuid i idx pid target
+    local line i idx pid
     local -A pids_on=() unexplained=()
     mapfile -t FC_VAPPS <&"$FC_VAPPFD"
     exec {FC_VAPPFD}<&-
@@ -223,19 +224,29 @@ fc_verify_explain() {
         [[ -n ${FC_VPIDS[$idx]} ]] || unexplained[$idx]=1
     done
     ((${#unexplained[@]})) || return 0
-    while read -r pid _ target; do
-        idx=${target#/dev/nvidia}
-        [[ $idx =~ ^[0-9]+$ && -n ${unexplained[$idx]:-} ]] || continue
-        fc_proc_load "$pid" || continue
-        if fc_protected "$pid"; then
-            [[ " ${FC_VPROT[$idx]:-} " == *" $pid "* ]] || FC_VPROT[$idx]+=" $pid"
-        else
-            [[ " ${FC_VHOLD[$idx]:-} " == *" $pid "* ]] || FC_VHOLD[$idx]+=" $pid"
-        fi
-    done < <(fc_open_fds /dev/nvidia)
+    fc_gpu_files
+    for idx in "${!unexplained[@]}"; do
+        for pid in ${FC_GF[$idx]:-}; do
+            fc_proc_load "$pid" || continue
+            if fc_verify_why_not "$pid"; then
+                FC_VPROT[$idx]+=" $pid"
+            else
+                FC_VHOLD[$idx]+=" $pid"
+            fi
+        done
+    done
     for idx in "${!unexplained[@]}"; do
         [[ -n ${FC_VHOLD[$idx]:-} ]] || FC_VBARE+=("$idx")
     done
+}
+
+# Why device-file holder $1 is not taken for a user of the GPU's memory (REPLY), or
+# failure when it may be one: a protected process, or one without /dev/nvidia-uvm open
+# (no CUDA context: an NVML user such as a monitoring agent), which no stage signals.
+fc_verify_why_not() {
+    fc_protected "$1" && return 0
+    [[ -n ${FC_GF_CUDA[$1]:-} ]] && return 1
+    REPLY="device handle only (no CUDA context)"
 }
 
 # True when waiting longer cannot change the verdict, REPLY saying why ("leak" or
@@ -294,7 +305,7 @@ fc_verify_all_stuck() {
 # command line, protected reason) for the fallback, "bare" (index, MiB) for each GPU above
 # the threshold that no unprotected process holds.
 fc_verify_report() {
-    local line pid idx i
+    local line pid idx i why
     local -A named=()
     for line in "${FC_VAPPS[@]}"; do
         [[ $line =~ ^[0-9]+, ]] || continue
@@ -306,11 +317,12 @@ fc_verify_report() {
     done
     for idx in "${!FC_VHOLD[@]}" "${!FC_VPROT[@]}"; do
         for pid in ${FC_VHOLD[$idx]:-} ${FC_VPROT[$idx]:-}; do
-            fc_protected "$pid"
-            fc_rec holder "$pid" "/dev/nvidia$idx" "${FC_CMD[$pid]:-}" "$REPLY"
+            fc_verify_why_not "$pid" || REPLY=""
+            why=$REPLY
+            fc_rec holder "$pid" "/dev/nvidia$idx" "${FC_CMD[$pid]:-}" "$why"
             [[ -n ${named[$pid]:-} ]] && continue
             named[$pid]=1
-            fc_verify_proc "$pid"
+            fc_verify_proc "$pid" "$why"
         done
     done
     for idx in "${FC_VBARE[@]}"; do
@@ -320,8 +332,9 @@ fc_verify_report() {
     done
 }
 
-# One "proc" record: pid, user, command line (NUL padding dropped), protected reason,
-# "stuck" when it is stuck in the kernel since SIGKILL.
+# One "proc" record: pid, user, command line (NUL padding dropped), why it is never
+# signalled ($2 when given, else its protection), "stuck" when it is stuck in the kernel
+# since SIGKILL.
 fc_verify_proc() {
     local pid=$1 user="" line uid="" stuck=""
     local -a status=()
@@ -336,7 +349,11 @@ fc_verify_proc() {
         fc_user_name "$uid"
         user=$REPLY
         [[ -n ${FC_STUCK[$pid]:-} ]] && fc_alive "$pid" "${FC_STUCK[$pid]}" && stuck=stuck
-        fc_protected "$pid" || REPLY=""
+        if (($# > 1)); then
+            REPLY=$2
+        else
+            fc_protected "$pid" || REPLY=""
+        fi
     else
         REPLY=""  # not in this PID namespace (a container's process): nvidia-smi's pid
     fi

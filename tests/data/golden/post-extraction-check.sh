@@ -13,6 +13,7 @@
 #   max_used_mib = 0
 #   model_file = "/opt/sglang/models/deepseek_v2.py"
 #   protect = "jupyter"
+#   reset_leaked = false
 #   server_pattern = "sglang.launch_server"
 #   verify_timeout = 30
 #   worker_pattern = "sglang"
@@ -113,39 +114,53 @@ fc_stage_signal() {
 
 # shellcheck shell=bash disable=SC2034,SC2154
 # (opt_* are assigned, and FC_* read, by the rendered script around this template.)
-# Stage "gpu-holders": processes holding a GPU, from nvidia-smi's compute apps and from
-# holders of /dev/nvidiaN (not nvidiactl, nvidia-uvm or the nvidia-caps directory),
-# minus protected ones; optionally only those whose command line matches opt_filter.
+# Stage "gpu-holders": the processes that use GPU memory, minus protected ones; optionally
+# only those whose command line matches opt_filter. nvidia-smi's compute apps first; the
+# holders of /dev/nvidiaN only for a GPU whose memory no compute app explains (or every
+# GPU when nvidia-smi cannot say), and among those only CUDA processes (with
+# /dev/nvidia-uvm open): an NVML user (a monitoring agent, nvidia-smi itself) keeps the
+# device files open too, uses no GPU memory, and is never a target.
 # Options: opt_filter, opt_signal, opt_grace_ms, opt_kill_wait_ms, opt_tree (0/1).
 
-# Sets FC_HOLDERS (pid list, may repeat) and FC_HOLDER_DEV[pid] (device files held).
+# Sets FC_HOLDERS (pid list, may repeat) and FC_NVSMI_NOTE (why device files were read
+# for every GPU, or empty).
 fc_gpu_holders() {
-    local out rc pid dev line target
-    declare -gA FC_HOLDER_DEV=()
+    local out rc line uuid idx used pid all=0
+    local -A explained=() need=()
     FC_HOLDERS=()
     FC_NVSMI_NOTE=""
     if command -v nvidia-smi >/dev/null 2>&1; then
-        out=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader,nounits 2>&1)
+        exec {FC_GH_APPFD}< <(nvidia-smi --query-compute-apps=pid,gpu_uuid \
+            --format=csv,noheader,nounits 2>/dev/null)
+        out=$(nvidia-smi --query-gpu=index,uuid,memory.used --format=csv,noheader,nounits 2>&1)
         rc=$?
+        while IFS=', ' read -r line uuid; do
+            [[ $line =~ ^[0-9]+$ ]] || continue
+            FC_HOLDERS+=("$line")
+            explained[$uuid]=1
+        done <&"$FC_GH_APPFD"
+        exec {FC_GH_APPFD}<&-
         if ((rc == 0)); then
-            while IFS= read -r line; do
-                line=${line//[[:space:]]/}
-                [[ $line =~ ^[0-9]+$ ]] && FC_HOLDERS+=("$line")
+            while IFS=', ' read -r idx uuid used; do
+                [[ $idx =~ ^[0-9]+$ && $used =~ ^[0-9]+$ ]] || continue
+                ((used > 0)) && [[ -z ${explained[$uuid]:-} ]] && need[$idx]=1
             done <<<"$out"
         else
-            FC_NVSMI_NOTE="nvidia-smi exit $rc: ${out%%$'\n'*}; "
+            FC_NVSMI_NOTE="nvidia-smi exit $rc: ${out%%$'\n'*}; CUDA processes on device files; "
+            all=1
         fi
     else
-        FC_NVSMI_NOTE="nvidia-smi not found; device files only; "
+        FC_NVSMI_NOTE="nvidia-smi not found; CUDA processes on device files; "
+        all=1
     fi
-    # ls -l output, not fuser: it names the device held, and mmaps outlive no fd here
-    # that fuser would see but nvidia-smi would miss.
-    while read -r pid _ target; do
-        [[ $target =~ ^/dev/nvidia[0-9]+$ ]] || continue
-        FC_HOLDERS+=("$pid")
-        dev=${FC_HOLDER_DEV[$pid]:-}
-        [[ " $dev " == *" $target "* ]] || FC_HOLDER_DEV[$pid]="${dev:+$dev }$target"
-    done < <(fc_open_fds /dev/nvidia)
+    ((all || ${#need[@]})) || return 0
+    fc_gpu_files
+    for idx in "${!FC_GF[@]}"; do
+        ((all)) || [[ -n ${need[$idx]:-} ]] || continue
+        for pid in ${FC_GF[$idx]}; do
+            [[ -n ${FC_GF_CUDA[$pid]:-} ]] && FC_HOLDERS+=("$pid")
+        done
+    done
 }
 
 fc_stage_gpu_holders() {
@@ -167,6 +182,210 @@ fc_stage_gpu_holders() {
     fi
     fc_act_on_targets "$opt_signal" "$opt_grace_ms" "$opt_kill_wait_ms"
     FC_MESSAGE="$FC_NVSMI_NOTE$FC_MESSAGE"
+}
+
+# shellcheck shell=bash disable=SC2034,SC2154
+# (opt_* are assigned, and FC_* read, by the rendered script around this template.)
+# Stage "gpu-reset": reset the GPUs whose memory is a driver-level leak, and only those:
+# above opt_max_used_mib, not fallen for opt_quiet_ms, and held by no process but
+# protected daemons (nvidia-persistenced keeps every GPU open; a compute app or any
+# unprotected holder means hands off). Waits up to opt_wait_ms for killed processes'
+# memory to settle. Where the driver refuses the reset because of nvidia-persistenced,
+# persistence mode is switched off for that GPU and on again afterwards, on every path
+# (a trap covers an interrupted run). One "reset" record per GPU: index, result
+# (ok | failed | refused | would), what happened.
+# Options: opt_enabled (0/1), opt_gpus ("all" or "0 5"), opt_max_used_mib, opt_quiet_ms,
+# opt_wait_ms.
+
+fc_stage_gpu_reset() {
+    local idx
+    if ((!opt_enabled)); then
+        FC_MESSAGE="not enabled (reset_leaked: false)"
+        return 0
+    fi
+    if ! command -v nvidia-smi >/dev/null 2>&1; then
+        FC_STATUS=failed
+        FC_MESSAGE="nvidia-smi: command not found"
+        return 0
+    fi
+    fc_gr_leaks || return 0
+    FC_MATCHED=${#FC_GR_LEAKS[@]}
+    if ((FC_MATCHED == 0)); then
+        FC_MESSAGE="no leaked GPU memory${FC_GR_HELD:+ (held, left alone:$FC_GR_HELD)}"
+        return 0
+    fi
+    local done=0 failed=0
+    for idx in "${FC_GR_LEAKS[@]}"; do
+        if ((FC_CHECK)); then
+            fc_rec reset "$FC_IDX" "$idx" would "${FC_GR_MIB[$idx]} MiB held by no process"
+            FC_STATUS=changed
+            continue
+        fi
+        if fc_gr_reset "$idx"; then done=$((done + 1)); else failed=$((failed + 1)); fi
+    done
+    if ((FC_CHECK)); then
+        FC_MESSAGE="would reset $FC_MATCHED GPU(s) with leaked memory"
+    else
+        FC_MESSAGE="$done of $FC_MATCHED GPU(s) with leaked memory reset"
+        ((failed)) && FC_STATUS=failed
+    fi
+    [[ -n $FC_GR_HELD ]] && FC_MESSAGE+="; held, left alone:$FC_GR_HELD"
+    return 0
+}
+
+# One read: FC_GR_USED[index] and FC_GR_PM[index] (persistence mode) for the selected
+# GPUs, FC_GR_APPS[index] (" pid pid": compute apps). Fails with FC_MESSAGE set when
+# nvidia-smi does.
+fc_gr_read() {
+    local out line idx uuid used pm rc
+    local -A index_of=()
+    exec {FC_GR_APPFD}< <(nvidia-smi --query-compute-apps=pid,gpu_uuid \
+        --format=csv,noheader,nounits 2>/dev/null)
+    out=$(nvidia-smi --query-gpu=index,uuid,memory.used,persistence_mode \
+        --format=csv,noheader,nounits 2>&1)
+    rc=$?
+    declare -gA FC_GR_USED=() FC_GR_PM=() FC_GR_APPS=()
+    if ((rc != 0)); then
+        exec {FC_GR_APPFD}<&-
+        FC_STATUS=failed
+        FC_MESSAGE="nvidia-smi exit $rc: ${out%%$'\n'*}"
+        return 1
+    fi
+    while IFS=', ' read -r idx uuid used pm; do
+        [[ $idx =~ ^[0-9]+$ ]] || continue
+        [[ $opt_gpus == all || " $opt_gpus " == *" $idx "* ]] || continue
+        index_of[$uuid]=$idx
+        FC_GR_USED[$idx]=$used
+        FC_GR_PM[$idx]=$pm
+    done <<<"$out"
+    while IFS=', ' read -r line uuid; do
+        idx=${index_of[$uuid]:-}
+        [[ -n $idx && $line =~ ^[0-9]+$ ]] && FC_GR_APPS[$idx]+=" $line"
+    done <&"$FC_GR_APPFD"
+    exec {FC_GR_APPFD}<&-
+    return 0
+}
+
+# Unprotected /dev/nvidiaN holders by index (FC_GR_HOLD[index]: " pid pid") and whether
+# nvidia-persistenced is among the protected ones (FC_GR_PERSISTENCED[index]=pid).
+fc_gr_holders() {
+    local pid target idx
+    declare -gA FC_GR_HOLD=() FC_GR_PERSISTENCED=()
+    while read -r pid _ target; do
+        idx=${target#/dev/nvidia}
+        [[ $idx =~ ^[0-9]+$ ]] || continue
+        fc_proc_load "$pid" || continue
+        if ! fc_protected "$pid"; then
+            [[ " ${FC_GR_HOLD[$idx]:-} " == *" $pid "* ]] || FC_GR_HOLD[$idx]+=" $pid"
+        elif [[ ${FC_COMM[$pid]} == nvidia-persiste* ]]; then
+            FC_GR_PERSISTENCED[$idx]=$pid
+        fi
+    done < <(fc_open_fds /dev/nvidia)
+}
+
+# The leaked GPUs (FC_GR_LEAKS, with FC_GR_MIB[index]) once every selected GPU above the
+# threshold is held (FC_GR_HELD names them) or has not fallen for opt_quiet_ms with no
+# holder, or opt_wait_ms have passed (then the quiet ones only).
+fc_gr_leaks() {
+    local t0 now idx settled
+    local -A since=() last=()
+    fc_now_us
+    t0=$REPLY
+    while :; do
+        fc_gr_read || return 1
+        fc_gr_holders
+        fc_now_us
+        now=$REPLY
+        FC_GR_LEAKS=() FC_GR_HELD="" settled=1
+        declare -gA FC_GR_MIB=()
+        for idx in "${!FC_GR_USED[@]}"; do
+            [[ ${FC_GR_USED[$idx]} =~ ^[0-9]+$ ]] || continue
+            ((FC_GR_USED[$idx] > opt_max_used_mib)) || continue
+            if [[ -n ${FC_GR_APPS[$idx]:-}${FC_GR_HOLD[$idx]:-} ]]; then
+                FC_GR_HELD+=" GPU$idx (${FC_GR_APPS[$idx]:-}${FC_GR_HOLD[$idx]:-} )"
+                unset "since[$idx]"
+                continue
+            fi
+            if [[ -z ${since[$idx]:-} ]] || ((FC_GR_USED[$idx] < last[$idx])); then
+                since[$idx]=$now
+            fi
+            last[$idx]=${FC_GR_USED[$idx]}
+            if (((now - since[$idx]) / 1000 >= opt_quiet_ms)); then
+                FC_GR_LEAKS+=("$idx")
+                FC_GR_MIB[$idx]=${FC_GR_USED[$idx]}
+            else
+                settled=0
+            fi
+        done
+        ((settled || FC_CHECK || (now - t0) / 1000 >= opt_wait_ms)) && break
+        fc_nap 0.1
+    done
+    if ((${#FC_GR_LEAKS[@]})); then
+        mapfile -t FC_GR_LEAKS < <(printf '%s\n' "${FC_GR_LEAKS[@]}" | sort -n)
+    fi
+    return 0
+}
+
+# Reset GPU $1, having checked once more, just before, that nobody but protected daemons
+# holds it. Refused for "In use by another client" with nvidia-persistenced holding it:
+# persistence off for that GPU, reset, persistence back on, whatever happens.
+fc_gr_reset() {
+    local idx=$1 out rc note=""
+    fc_gr_read || { fc_rec reset "$FC_IDX" "$idx" failed "$FC_MESSAGE"; return 1; }
+    fc_gr_holders
+    if [[ -n ${FC_GR_APPS[$idx]:-}${FC_GR_HOLD[$idx]:-} ]]; then
+        fc_rec reset "$FC_IDX" "$idx" refused \
+            "held by${FC_GR_APPS[$idx]:-}${FC_GR_HOLD[$idx]:-} since it was found: not reset"
+        return 1
+    fi
+    out=$(nvidia-smi --gpu-reset -i "$idx" 2>&1)
+    rc=$?
+    if ((rc != 0)) && [[ $out == *"In use by another client"* && -n ${FC_GR_PERSISTENCED[$idx]:-} &&
+        ${FC_GR_PM[$idx]} == Enabled ]]; then
+        fc_gr_persistence_off "$idx" || {
+            fc_rec reset "$FC_IDX" "$idx" failed "nvidia-smi -pm 0 -i $idx: $REPLY"
+            return 1
+        }
+        out=$(nvidia-smi --gpu-reset -i "$idx" 2>&1)
+        rc=$?
+        fc_gr_persistence_restore
+        note="; persistence mode off for the reset, then on again ($REPLY)"
+    fi
+    out=${out//$'\n'/ }
+    if ((rc == 0)); then
+        fc_rec reset "$FC_IDX" "$idx" ok "${FC_GR_MIB[$idx]} MiB freed$note"
+        return 0
+    fi
+    fc_rec reset "$FC_IDX" "$idx" failed "nvidia-smi --gpu-reset exit $rc: $out$note"
+    return 1
+}
+
+# Persistence mode off for GPU $1, with a trap that turns it on again if the script is
+# interrupted or ends before fc_gr_persistence_restore does (REPLY: the error, if any).
+fc_gr_persistence_off() {
+    FC_GR_PM_OFF=$1
+    trap fc_gr_persistence_restore EXIT
+    trap 'fc_gr_persistence_restore; trap - EXIT; exit 129' HUP
+    trap 'fc_gr_persistence_restore; trap - EXIT; exit 130' INT
+    trap 'fc_gr_persistence_restore; trap - EXIT; exit 141' PIPE
+    trap 'fc_gr_persistence_restore; trap - EXIT; exit 143' TERM
+    REPLY=$(nvidia-smi --persistence-mode=0 -i "$1" 2>&1) && return 0
+    fc_gr_persistence_restore
+    return 1
+}
+
+# Persistence mode back on for the GPU fc_gr_persistence_off turned off (if any), traps
+# cleared; REPLY says how it went. Writes no record: it may run with stdout gone.
+fc_gr_persistence_restore() {
+    local out
+    trap - EXIT HUP INT PIPE TERM
+    [[ -n ${FC_GR_PM_OFF:-} ]] || return 0
+    if out=$(nvidia-smi --persistence-mode=1 -i "$FC_GR_PM_OFF" 2>&1); then
+        REPLY="restored"
+    else
+        REPLY="NOT restored: ${out%%$'\n'*}; run nvidia-smi -pm 1 -i $FC_GR_PM_OFF"
+    fi
+    FC_GR_PM_OFF=""
 }
 
 # shellcheck shell=bash disable=SC2034,SC2154
@@ -488,10 +707,11 @@ fc_verify_rows_out() {
 # parallel query) and, only for a GPU whose memory no compute app explains, the
 # /dev/nvidiaN holders (one `ls -l` over every process's fds: the expensive part, so a
 # fallback). Sets FC_VAPPS (CSV lines), FC_VPIDS[index] (the compute apps' PIDs),
-# FC_VHOLD[index] and FC_VPROT[index] (unprotected and protected device-file holders,
-# " pid pid"), FC_VBARE (indexes no process holds but protected daemons).
+# FC_VHOLD[index] (device-file holders that may use its memory: unprotected CUDA
+# processes) and FC_VPROT[index] (the others: protected daemons, NVML users with a device
+# handle and no /dev/nvidia-uvm), each " pid pid"; FC_VBARE (indexes no FC_VHOLD holds).
 fc_verify_explain() {
-    local line uuid i idx pid target
+    local line i idx pid
     local -A pids_on=() unexplained=()
     mapfile -t FC_VAPPS <&"$FC_VAPPFD"
     exec {FC_VAPPFD}<&-
@@ -507,19 +727,29 @@ fc_verify_explain() {
         [[ -n ${FC_VPIDS[$idx]} ]] || unexplained[$idx]=1
     done
     ((${#unexplained[@]})) || return 0
-    while read -r pid _ target; do
-        idx=${target#/dev/nvidia}
-        [[ $idx =~ ^[0-9]+$ && -n ${unexplained[$idx]:-} ]] || continue
-        fc_proc_load "$pid" || continue
-        if fc_protected "$pid"; then
-            [[ " ${FC_VPROT[$idx]:-} " == *" $pid "* ]] || FC_VPROT[$idx]+=" $pid"
-        else
-            [[ " ${FC_VHOLD[$idx]:-} " == *" $pid "* ]] || FC_VHOLD[$idx]+=" $pid"
-        fi
-    done < <(fc_open_fds /dev/nvidia)
+    fc_gpu_files
+    for idx in "${!unexplained[@]}"; do
+        for pid in ${FC_GF[$idx]:-}; do
+            fc_proc_load "$pid" || continue
+            if fc_verify_why_not "$pid"; then
+                FC_VPROT[$idx]+=" $pid"
+            else
+                FC_VHOLD[$idx]+=" $pid"
+            fi
+        done
+    done
     for idx in "${!unexplained[@]}"; do
         [[ -n ${FC_VHOLD[$idx]:-} ]] || FC_VBARE+=("$idx")
     done
+}
+
+# Why device-file holder $1 is not taken for a user of the GPU's memory (REPLY), or
+# failure when it may be one: a protected process, or one without /dev/nvidia-uvm open
+# (no CUDA context: an NVML user such as a monitoring agent), which no stage signals.
+fc_verify_why_not() {
+    fc_protected "$1" && return 0
+    [[ -n ${FC_GF_CUDA[$1]:-} ]] && return 1
+    REPLY="device handle only (no CUDA context)"
 }
 
 # True when waiting longer cannot change the verdict, REPLY saying why ("leak" or
@@ -578,7 +808,7 @@ fc_verify_all_stuck() {
 # command line, protected reason) for the fallback, "bare" (index, MiB) for each GPU above
 # the threshold that no unprotected process holds.
 fc_verify_report() {
-    local line pid idx i
+    local line pid idx i why
     local -A named=()
     for line in "${FC_VAPPS[@]}"; do
         [[ $line =~ ^[0-9]+, ]] || continue
@@ -590,11 +820,12 @@ fc_verify_report() {
     done
     for idx in "${!FC_VHOLD[@]}" "${!FC_VPROT[@]}"; do
         for pid in ${FC_VHOLD[$idx]:-} ${FC_VPROT[$idx]:-}; do
-            fc_protected "$pid"
-            fc_rec holder "$pid" "/dev/nvidia$idx" "${FC_CMD[$pid]:-}" "$REPLY"
+            fc_verify_why_not "$pid" || REPLY=""
+            why=$REPLY
+            fc_rec holder "$pid" "/dev/nvidia$idx" "${FC_CMD[$pid]:-}" "$why"
             [[ -n ${named[$pid]:-} ]] && continue
             named[$pid]=1
-            fc_verify_proc "$pid"
+            fc_verify_proc "$pid" "$why"
         done
     done
     for idx in "${FC_VBARE[@]}"; do
@@ -604,18 +835,28 @@ fc_verify_report() {
     done
 }
 
-# One "proc" record: pid, user, command line (NUL padding dropped), protected reason,
-# "stuck" when it is stuck in the kernel since SIGKILL.
+# One "proc" record: pid, user, command line (NUL padding dropped), why it is never
+# signalled ($2 when given, else its protection), "stuck" when it is stuck in the kernel
+# since SIGKILL.
 fc_verify_proc() {
-    local pid=$1 user="" key uid stuck="" _
+    local pid=$1 user="" line uid="" stuck=""
+    local -a status=()
     if fc_proc_load "$pid"; then
-        while read -r key uid _; do
-            [[ $key == Uid: ]] && break
-        done <"/proc/$pid/status"
+        { mapfile -n 12 -t status <"/proc/$pid/status"; } 2>/dev/null
+        for line in "${status[@]}"; do
+            # "Uid:<TAB>real<TAB>effective...": the real one, as ps's user column.
+            [[ $line =~ ^Uid:[[:space:]]+([0-9]+) ]] || continue
+            uid=${BASH_REMATCH[1]}
+            break
+        done
         fc_user_name "$uid"
         user=$REPLY
         [[ -n ${FC_STUCK[$pid]:-} ]] && fc_alive "$pid" "${FC_STUCK[$pid]}" && stuck=stuck
-        fc_protected "$pid" || REPLY=""
+        if (($# > 1)); then
+            REPLY=$2
+        else
+            fc_protected "$pid" || REPLY=""
+        fi
     else
         REPLY=""  # not in this PID namespace (a container's process): nvidia-smi's pid
     fi
@@ -663,7 +904,7 @@ fc_main() {
         return 0
     fi
 
-    # stage 1/6: "guard-writers" (guard)
+    # stage 1/7: "guard-writers" (guard)
     fc_reset_opts
     opt_path=/dev/shm/sglang_hs
     opt_wait_for_file=''
@@ -671,7 +912,7 @@ fc_main() {
     opt_timeout_ms=0
     fc_stage 1 guard-writers guard
 
-    # stage 2/6: "stop-server" (signal)
+    # stage 2/7: "stop-server" (signal)
     fc_reset_opts
     opt_pattern=sglang.launch_server
     opt_signal=TERM
@@ -680,7 +921,7 @@ fc_main() {
     opt_tree=1
     fc_stage 2 stop-server signal
 
-    # stage 3/6: "kill-workers" (signal)
+    # stage 3/7: "kill-workers" (signal)
     fc_reset_opts
     opt_pattern=sglang
     opt_signal=TERM
@@ -689,7 +930,7 @@ fc_main() {
     opt_tree=1
     fc_stage 3 kill-workers signal
 
-    # stage 4/6: "kill-gpu-holders" (gpu-holders)
+    # stage 4/7: "kill-gpu-holders" (gpu-holders)
     fc_reset_opts
     opt_filter=''
     opt_signal=TERM
@@ -698,18 +939,27 @@ fc_main() {
     opt_tree=1
     fc_stage 4 kill-gpu-holders gpu-holders
 
-    # stage 5/6: "restore-model" (restore)
+    # stage 5/7: "reset-leaked" (gpu-reset)
+    fc_reset_opts
+    opt_enabled=0
+    opt_gpus=all
+    opt_max_used_mib=0
+    opt_quiet_ms=1000
+    opt_wait_ms=10000
+    fc_stage 5 reset-leaked gpu-reset
+
+    # stage 6/7: "restore-model" (restore)
     fc_reset_opts
     opt_file=/opt/sglang/models/deepseek_v2.py
     opt_backup_suffix=.bak_hsdump
-    fc_stage 5 restore-model restore
+    fc_stage 6 restore-model restore
 
-    # stage 6/6: "remove-dump" (remove)
+    # stage 7/7: "remove-dump" (remove)
     fc_reset_opts
     opt_paths=(/dev/shm/sglang_hs)
     opt_globs=(0)
     opt_missing_ok=1
-    fc_stage 6 remove-dump remove
+    fc_stage 7 remove-dump remove
 
     # verify: every GPU at or under max_used_mib before the deadline
     fc_reset_opts
