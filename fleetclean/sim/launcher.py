@@ -128,7 +128,7 @@ def sglang_argv(opts: dict[str, Any], env: dict[str, str]) -> list[str]:
 def holder_specs(kind: str, opts: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The single GPU holders: how each reacts to SIGTERM, SIGKILL and its own exit."""
     gpu = int(opts.get("gpu", 3 if kind == "orphan" else 0))
-    delay = float(opts.get("delay", 2.0))
+    delay = float(opts.get("delay", 2.0 if kind == "slow" else 5.0))
     return {
         "stubborn": {"role": "holder", "gpus": [gpu], "on_term": "ignore",
                      "title": f"python3 stubborn_worker.py --gpu {gpu}"},
@@ -139,8 +139,10 @@ def holder_specs(kind: str, opts: dict[str, Any]) -> dict[str, dict[str, Any]]:
         # Waits in a driver request (stuckfs's "hang"): state D once killed, survives it.
         "stuck": {"role": "holder", "gpus": [gpu], "driver_wait": "hang",
                   "title": f"python3 stuck_worker.py --gpu {gpu}"},
-        # Killed, it spends DELAY in its exit after its GPU is released (stuckfs's flush).
-        "slow-exit": {"role": "holder", "gpus": [gpu], "exit_ms": round(delay * 1000),
+        # Ignores SIGTERM; killed, it spends DELAY in its exit after its GPU is released
+        # (stuckfs's flush), longer than a teardown waits after SIGKILL.
+        "slow-exit": {"role": "holder", "gpus": [gpu], "on_term": "ignore",
+                      "exit_ms": round(delay * 1000),
                       "title": f"python3 exiting_worker.py --gpu {gpu}"},
         "respawn": {"role": "supervisor", "title": "supervise-worker train_worker.py",
                     "comm": "supervise-worker",

@@ -1,17 +1,19 @@
 """True diagnosis over SSH on nodes that behave like real ones (issue #12 items 1, 2, 6):
-who holds a dirty GPU, driver-level leaks ended by their own rule, and faulty GPUs.
+who holds a dirty GPU, driver-level leaks ended by their own rule, faulty GPUs.
 
-Every node runs nvidia-persistenced holding every GPU, as on a datacenter node.
+Every node runs nvidia-persistenced holding every GPU, as on a datacenter node (the
+simulator's default), and an NVML monitoring agent holds every GPU too where a test
+starts one. One fleet serves the module; each test leaves its node idle.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from simhelp import Cli, alive, edit_inventory
+from simhelp import Cli, alive, edit_inventory, reset_node
 
 from fleetclean.sim import SimFleet
 
@@ -19,67 +21,69 @@ pytestmark = pytest.mark.sim
 Factory = Callable[..., SimFleet]
 
 
-def with_persistenced(factory: Factory) -> tuple[SimFleet, int]:
-    fleet = factory(1)
-    (daemon,) = fleet.spawn("node01", "persistenced", devices="all")
-    return fleet, daemon
+@pytest.fixture(scope="module")
+def shared(module_fleet_factory: Factory) -> SimFleet:
+    return module_fleet_factory(1)
 
 
-def test_reason_names_the_unkillable_worker_and_not_persistenced(
-    sim_fleet_factory: Factory, cli: Cli
-) -> None:
-    fleet, daemon = with_persistenced(sim_fleet_factory)
+@pytest.fixture
+def fleet(shared: SimFleet) -> Iterator[SimFleet]:
+    reset_node(shared)
+    yield shared
+    reset_node(shared)
+
+
+def daemon(fleet: SimFleet) -> int:
+    pid = fleet.persistenced_pid("node01")
+    assert pid is not None
+    return pid
+
+
+def test_the_reason_names_the_workers_and_not_persistenced(fleet: SimFleet, cli: Cli) -> None:
+    _, worker0, worker1, *_ = fleet.spawn("node01", "sglang", gpus="0-1", mib=4096)
+    (monitor,) = fleet.spawn("node01", "monitor")
     (hog,) = fleet.spawn("node01", "stubborn", gpu=3, mib=1000, name="gpuhog --gpu 3")
+    status = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    assert status["status"] == "dirty"
+    assert f"held by {worker0} sglang::scheduler_TP0 (root; GPU0)" in status["error"]
+    assert f"{worker1} sglang::scheduler_TP1 (root; GPU1)" in status["error"]
+    assert "persistenced" not in status["error"] and "monitor" not in status["error"]
+    (proc,) = status["gpus"][0]["processes"]
+    assert {k: proc[k] for k in ("pid", "user", "cmdline", "used_mib")} == {
+        "pid": worker0, "user": "root", "cmdline": "sglang::scheduler_TP0", "used_mib": 4096}
+
     done = cli("run", "post-extraction", "-i", fleet.inventory_path, "-e", "protect=gpuhog",
                "-e", "verify_timeout=1", "--json")
     host = done.host("node01")
     assert done.code == 1 and host["status"] == "dirty"
-    assert f"held by {hog} gpuhog --gpu 3 (root; GPU3; protected)" in host["error"]
-    assert "persistenced" not in host["error"]
-    assert host["gpus"][3]["processes"] == [{
-        "pid": hog, "user": "root", "cmdline": "gpuhog --gpu 3", "used_mib": 1000,
-        "protected": "protected name", "source": "compute-app"}]
+    assert host["error"] == f"GPU3 1000 MiB; held by {hog} gpuhog --gpu 3 (root; GPU3; protected)"
+    assert [p["pid"] for p in host["gpus"][3]["processes"]] == [hog]
     assert all(g["processes"] == [] for g in host["gpus"] if g["index"] != 3)
-    assert alive(fleet, "node01", [hog, daemon]) == [hog, daemon]
+    assert alive(fleet, "node01", [hog, daemon(fleet), monitor]) == [hog, daemon(fleet), monitor]
+    assert not {s["pid"] for s in host["signalled"]} & {hog, daemon(fleet), monitor}
 
 
-def test_titled_workers_are_named_once_each_with_their_gpus(
-    sim_fleet_factory: Factory, cli: Cli
+def test_a_leak_ends_the_verification_by_the_leak_rule_and_names_the_gpu(
+    fleet: SimFleet, cli: Cli
 ) -> None:
-    fleet, _ = with_persistenced(sim_fleet_factory)
-    _, worker0, worker1, *_ = fleet.spawn("node01", "sglang", gpus="0-1", mib=4096)
-    done = cli("status", "-i", fleet.inventory_path, "--json")
-    host = done.host("node01")
-    assert host["status"] == "dirty"
-    assert f"held by {worker0} sglang::scheduler_TP0 (root; GPU0)" in host["error"]
-    assert f"{worker1} sglang::scheduler_TP1 (root; GPU1)" in host["error"]
-    (proc,) = host["gpus"][0]["processes"]
-    assert proc["cmdline"] == "sglang::scheduler_TP0" and proc["used_mib"] == 4096
-    assert "persistenced" not in host["error"]
-
-
-def test_leak_ends_the_verification_by_the_leak_rule_and_names_the_gpu(
-    sim_fleet_factory: Factory, cli: Cli
-) -> None:
-    fleet, daemon = with_persistenced(sim_fleet_factory)
     fleet.set_fault("node01", "leak", 5, 512)
+    (monitor,) = fleet.spawn("node01", "monitor")
     fleet.spawn("node01", "sglang", gpus="0-7", mib=2048)
     done = cli("run", "post-extraction", "-i", fleet.inventory_path,
                "-e", "verify_timeout=120", "--json")
     host = done.host("node01")
     assert done.code == 1 and host["status"] == "dirty"
     assert host["verify"] == {"rule": "leak"}
-    assert ("GPU5: 512 MiB held by no process (driver-level leak): "
-            "run nvidia-smi --gpu-reset -i 5 or reboot") in host["error"]
-    assert f"only {daemon} nvidia-persistenced, protected, has it open" in host["error"]
+    assert host["error"].startswith(
+        "GPU5 512 MiB; GPU5: 512 MiB held by no process (driver-level leak): "
+        "run nvidia-smi --gpu-reset -i 5 or reboot (only ")
+    assert f"{daemon(fleet)} nvidia-persistenced (protected)" in host["error"]
+    assert f"{monitor} python3 (no CUDA context)" in host["error"]
     assert [g["memory_used_mib"] for g in host["gpus"]] == [0] * 5 + [512, 0, 0]
-    assert alive(fleet, "node01", [daemon]) == [daemon]
+    assert alive(fleet, "node01", [daemon(fleet), monitor]) == [daemon(fleet), monitor]
 
 
-def test_memory_still_falling_is_not_a_leak(
-    sim_fleet_factory: Factory, cli: Cli, tmp_path: Path
-) -> None:
-    fleet, _ = with_persistenced(sim_fleet_factory)
+def test_memory_still_falling_is_not_a_leak(fleet: SimFleet, cli: Cli, tmp_path: Path) -> None:
     fleet.set_fault("node01", "leak", 2, 4000)
     book = tmp_path / "verify-only.yaml"
     book.write_text("name: verify-only\nstages: []\n"
@@ -111,67 +115,51 @@ FAULTS: list[tuple[tuple[str | int, ...], str]] = [
     (("lost", 5), "nvidia-smi exit 15 (GPU fell off the bus or is lost)"),
     (("retired-pending", 6), "GPU6: retired pages pending"),
     (("remapped-pending", 1), "GPU1: remapped rows pending"),
-    (("xid", 79, 0), "Xid 79 on PCI"),
+    (("xid", 79, 0), "Xid 79 on PCI 0000:18:00 (hardware/driver error in the kernel log)"),
+    (("xid", 48, 3), "Xid 48 on PCI"),
 ]
 
 
-@pytest.fixture(scope="module")
-def fault_fleet(module_fleet_factory: Factory) -> SimFleet:
-    fleet = module_fleet_factory(1)
-    fleet.spawn("node01", "persistenced", devices="all")
-    return fleet
-
-
-@pytest.mark.parametrize(("fault", "reason"), FAULTS, ids=[f[0][0] for f in FAULTS])
+@pytest.mark.parametrize(("fault", "reason"), FAULTS,
+                         ids=["-".join(map(str, f[0])) for f in FAULTS])
 def test_each_fault_makes_the_host_faulty_with_its_reason(
-    fault_fleet: SimFleet, cli: Cli, fault: tuple[str | int, ...], reason: str
+    fleet: SimFleet, cli: Cli, fault: tuple[str | int, ...], reason: str
 ) -> None:
-    fault_fleet.set_fault("node01", "none")
-    fault_fleet.set_fault("node01", *fault)
-    try:
-        done = cli("status", "-i", fault_fleet.inventory_path, "--json")
-    finally:
-        fault_fleet.set_fault("node01", "none")
+    fleet.set_fault("node01", *fault)
+    done = cli("status", "-i", fleet.inventory_path, "--json")
     host = done.host("node01")
     assert (done.code, host["status"]) == (1, "faulty"), host
     assert reason in host["error"]
-    assert done.json()["summary"]["faulty"] == 1
-    if fault[0] in ("lost", "inforom"):
+    assert done.json()["summary"]["faulty"] == 1 and done.json()["summary"]["failed"] == 0
+    if fault[0] in ("lost", "inforom"):  # the other GPUs' rows are kept
         assert len(host["gpus"]) == (7 if fault[0] == "lost" else 8)
+    table = cli("status", "-i", fleet.inventory_path)
+    assert "faulty" in table.out and "1 faulty" in table.out
 
 
 def test_fewer_gpus_than_expected_or_than_last_seen_is_faulty(
-    fault_fleet: SimFleet, cli: Cli, tmp_path: Path
+    fleet: SimFleet, cli: Cli, tmp_path: Path
 ) -> None:
-    fault_fleet.set_fault("node01", "none")
-    inventory = edit_inventory(fault_fleet, tmp_path / "inv.yaml",
-                               node01={"expected_gpus": 8})
-    fault_fleet.set_fault("node01", "fewer")
-    try:
-        by_var = cli("status", "-i", inventory, "--json").host("node01")
-        never_seen = cli("status", "-i", fault_fleet.inventory_path, "--json").host("node01")
-        fault_fleet.set_fault("node01", "none")
-        cli("run", "pre-restart", "-i", fault_fleet.inventory_path, "--json")  # seen with 8
-        fault_fleet.set_fault("node01", "fewer")
-        by_record = cli("status", "-i", fault_fleet.inventory_path, "--json").host("node01")
-    finally:
-        fault_fleet.set_fault("node01", "none")
+    inventory = edit_inventory(fleet, tmp_path / "inv.yaml", node01={"expected_gpus": 8})
+    fleet.set_fault("node01", "fewer")
+    by_var = cli("status", "-i", inventory, "--json").host("node01")
+    never_seen = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    fleet.set_fault("node01", "none")
+    cli("run", "pre-restart", "-i", fleet.inventory_path, "--json")  # seen with 8 GPUs
+    fleet.set_fault("node01", "fewer")
+    by_record = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert by_var["status"] == "faulty" and "7 GPU(s) visible, 8 expected" in by_var["error"]
     assert never_seen["status"] == "clean"  # nothing known about the host: no check
     assert by_record["status"] == "faulty"
 
 
-def test_application_xids_and_a_busy_node_are_never_faulty(
-    fault_fleet: SimFleet, cli: Cli
-) -> None:
-    fault_fleet.set_fault("node01", "none")
+def test_application_xids_and_a_busy_node_are_never_faulty(fleet: SimFleet, cli: Cli) -> None:
     for code in (13, 31, 43, 45):
-        fault_fleet.set_fault("node01", "xid", code, 1)
-    pids = fault_fleet.spawn("node01", "sglang", gpus="0-7", mib=4096)
-    try:
-        done = cli("status", "-i", fault_fleet.inventory_path, "--json")
-    finally:
-        fault_fleet.run_in("node01", ["kill", "-KILL", *map(str, pids)])
-        fault_fleet.set_fault("node01", "none")
-    host = done.host("node01")
-    assert host["status"] == "dirty" and done.json()["summary"]["faulty"] == 0
+        fleet.set_fault("node01", "xid", code, 1)
+    fleet.spawn("node01", "sglang", gpus="0-7", mib=4096)
+    fleet.spawn("node01", "monitor")
+    status = cli("status", "-i", fleet.inventory_path, "--json")
+    assert status.host("node01")["status"] == "dirty"
+    assert status.json()["summary"]["faulty"] == 0
+    teardown = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json")
+    assert teardown.host("node01")["status"] == "clean"  # a killed CUDA job's Xids, no fault

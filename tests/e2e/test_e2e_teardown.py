@@ -65,8 +65,8 @@ def test_pattern_matching_the_teardowns_own_shell_does_not_kill_it(
               "-e", "server_pattern=bash|sshd", "-e", "grace=1", "--json")
     host = res.host("node01")
     assert [s["name"] for s in host["stages"]] == [
-        "guard-writers", "stop-server", "kill-workers", "kill-gpu-holders", "restore-model",
-        "remove-dump",
+        "guard-writers", "stop-server", "kill-workers", "kill-gpu-holders", "reset-leaked",
+        "restore-model", "remove-dump",
     ]
     assert host["status"] == "clean"
     assert fleet.sshd_up("node01")

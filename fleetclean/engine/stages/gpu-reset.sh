@@ -124,7 +124,9 @@ fc_gr_leaks() {
                 since[$idx]=$now
             fi
             last[$idx]=${FC_GR_USED[$idx]}
-            if (((now - since[$idx]) / 1000 >= opt_quiet_ms)); then
+            # --check waits for nothing: a GPU nobody holds is what a run would reset if
+            # its memory stays.
+            if ((FC_CHECK || (now - since[$idx]) / 1000 >= opt_quiet_ms)); then
                 FC_GR_LEAKS+=("$idx")
                 FC_GR_MIB[$idx]=${FC_GR_USED[$idx]}
             else

@@ -15,7 +15,7 @@ with ``enabled: "{{ reset_leaked }}"``, false by default). Each GPU gets one cha
 >>> r.stages["5"].changes
 ['GPU3 reset: ok (512 MiB freed)']
 >>> from fleetclean.engine.model import ResolvedStage
->>> STAGE.assignments(ResolvedStage("r", "gpu-reset", {"enabled": True, "gpus": "0, 5",
+>>> STAGE.assignments(ResolvedStage("r", "gpu-reset", {"enabled": True, "gpus": "0 5",
 ...     "max_used_mib": 0, "quiet": 1, "wait": 10}))[:2]
 ['opt_enabled=1', "opt_gpus='0 5'"]
 """

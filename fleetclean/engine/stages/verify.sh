@@ -246,7 +246,7 @@ fc_verify_explain() {
 fc_verify_why_not() {
     fc_protected "$1" && return 0
     [[ -n ${FC_GF_CUDA[$1]:-} ]] && return 1
-    REPLY="device handle only (no CUDA context)"
+    REPLY="no CUDA context"
 }
 
 # True when waiting longer cannot change the verdict, REPLY saying why ("leak" or

@@ -310,7 +310,9 @@ fc_gr_leaks() {
                 since[$idx]=$now
             fi
             last[$idx]=${FC_GR_USED[$idx]}
-            if (((now - since[$idx]) / 1000 >= opt_quiet_ms)); then
+            # --check waits for nothing: a GPU nobody holds is what a run would reset if
+            # its memory stays.
+            if ((FC_CHECK || (now - since[$idx]) / 1000 >= opt_quiet_ms)); then
                 FC_GR_LEAKS+=("$idx")
                 FC_GR_MIB[$idx]=${FC_GR_USED[$idx]}
             else
@@ -749,7 +751,7 @@ fc_verify_explain() {
 fc_verify_why_not() {
     fc_protected "$1" && return 0
     [[ -n ${FC_GF_CUDA[$1]:-} ]] && return 1
-    REPLY="device handle only (no CUDA context)"
+    REPLY="no CUDA context"
 }
 
 # True when waiting longer cannot change the verdict, REPLY saying why ("leak" or
