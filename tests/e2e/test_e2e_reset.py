@@ -28,9 +28,8 @@ def shared(module_fleet_factory: Factory) -> SimFleet:
 
 @pytest.fixture
 def fleet(shared: SimFleet) -> Iterator[SimFleet]:
-    reset_node(shared)
     yield shared
-    reset_node(shared)
+    reset_node(shared)  # the next test finds the node idle, whatever this one left
 
 
 def modes(fleet: SimFleet) -> list[str]:
