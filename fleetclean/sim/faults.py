@@ -26,6 +26,8 @@ FAULTS: dict[str, tuple[str, str]] = {
     "nodevices": ("", "nvidia-smi: No devices were found (exit 6)"),
     "inforom": ("[GPU]", "nvidia-smi warns infoROM is corrupted on GPU (default 0), exit 14"),
     "lost": ("GPU", "GPU fell off the bus: its rows are errors, the others kept, exit 15"),
+    "power": ("GPU", "GPU lacks external power: its rows are errors, exit 8"),
+    "irq": ("GPU", "the kernel saw an interrupt issue with GPU: its rows are errors, exit 10"),
     "fewer": ("[N]", "only the first N GPUs (default 7) are enumerated"),
     "retired-pending": ("GPU", "retired_pages.pending is Yes on GPU"),
     "remapped-pending": ("GPU", "remapped_rows.pending is Yes on GPU"),
@@ -101,7 +103,7 @@ def xid_line(code: int, bus_id: str) -> str:
 
 def clear(node_dir: Path) -> None:
     _write(node_dir / "fault", "none\n")
-    for name in ("lost", "pages.json", "gpu_count", "kern.log", "reset_delay"):
+    for name in ("lost", "power", "irq", "pages.json", "gpu_count", "kern.log", "reset_delay"):
         (node_dir / name).unlink(missing_ok=True)
     (node_dir / "kern.log").touch()
 
@@ -132,8 +134,10 @@ def _inforom(node_dir: Path, fault: str, args: list[str]) -> None:
 
 
 def _lost(node_dir: Path, fault: str, args: list[str]) -> None:
-    lost = (node_dir / "lost").read_text() if (node_dir / "lost").exists() else ""
-    _write(node_dir / "lost", f"{lost.strip()} {_ints(fault, args, 1, 1)[0]}".strip() + "\n")
+    """lost, power, irq: one more GPU in the file of that name."""
+    path = node_dir / fault
+    old = path.read_text() if path.exists() else ""
+    _write(path, f"{old.strip()} {_ints(fault, args, 1, 1)[0]}".strip() + "\n")
 
 
 def _fewer(node_dir: Path, fault: str, args: list[str]) -> None:
@@ -176,6 +180,7 @@ def _reset_policy(node_dir: Path, fault: str, args: list[str]) -> None:
     _write(node_dir / "reset_policy", args[0] + "\n")
 
 
-_SETTERS = {"none": _none, "inforom": _inforom, "lost": _lost, "fewer": _fewer,
+_SETTERS = {"none": _none, "inforom": _inforom, "lost": _lost, "power": _lost, "irq": _lost,
+            "fewer": _fewer,
             "retired-pending": _pending, "remapped-pending": _pending, "xid": _xid,
             "leak": _leak, "reset-delay": _reset_delay, "reset-policy": _reset_policy}

@@ -112,6 +112,8 @@ FAULTS: list[tuple[tuple[str | int, ...], str]] = [
     (("nodevices",), "No devices were found"),
     (("inforom", 2), "nvidia-smi exit 14 (InfoROM corrupted)"),
     (("lost", 5), "nvidia-smi exit 15 (GPU fell off the bus or is lost)"),
+    (("power", 2), "nvidia-smi exit 8 (external power cables not attached)"),
+    (("irq", 7), "nvidia-smi exit 10 (kernel detected an interrupt issue with a GPU)"),
     (("retired-pending", 6), "GPU6: retired pages pending"),
     (("remapped-pending", 1), "GPU1: remapped rows pending"),
     (("xid", 79, 0), "Xid 79 on PCI 0000:18:00 (hardware/driver error in the kernel log)"),

@@ -216,6 +216,13 @@ def test_faulty_gpus_give_the_real_messages_and_statuses(sim_fleet_factory: Fact
         "Reboot the system to recover this GPU"
     )
     fleet.set_fault("node01", "none")
+    for fault, code, words in (("power", 8, "Insufficient External Power"),
+                               ("irq", 10, "Interrupt request issue")):
+        fleet.set_fault("node01", fault, 1)
+        done = smi(fleet, *query)
+        assert done.returncode == code and done.stdout.splitlines()[1] == (
+            f"Unable to determine the device handle for GPU0000:2A:00.0: {words}")
+        fleet.set_fault("node01", "none")
     fleet.set_fault("node01", "inforom", 2)
     done = smi(fleet, *query)
     assert done.returncode == 14
