@@ -193,17 +193,7 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
         st.errors.append(str(exc))
     processes = _processes(st, gpus)
 
-    verified: bool | None = None
-    faults = pages_faults(st.pages)
-    fault = nvsmi_fault(st.nvsmi_exit, st.nvsmi or "") if st.nvsmi_exit is not None else None
-    if st.verify == "ok":
-        verified = True
-    elif st.verify == "dirty":
-        verified = False
-    elif fault is not None:
-        faults.insert(0, fault)  # the tool worked and says a GPU or the driver is broken
-    elif st.verify in ("error", "unknown"):
-        st.errors.append(st.nvsmi or st.verify_message)
+    verified, faults = _verdict(st)
 
     if not st.began:
         tail = (stderr.strip().splitlines() or ["no output"])[-1]
@@ -230,6 +220,23 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
                         leaks=tuple(sorted(st.bare.items())), xids=_xids(st),
                         left_running=tuple(st.left), resets=tuple(st.resets),
                         stuck=tuple(ProcessRef(pid, cmd) for pid, cmd in st.stuck.items()))
+
+
+def _verdict(st: Readings) -> tuple[bool | None, list[str]]:
+    """``verified`` (True: every GPU at or under the threshold; False: one above it at the
+    end; None: no verification completed) and the faults the node proved; a failed
+    nvidia-smi that proves no fault is an error."""
+    faults = pages_faults(st.pages)
+    fault = nvsmi_fault(st.nvsmi_exit, st.nvsmi or "") if st.nvsmi_exit is not None else None
+    if st.verify == "ok":
+        return True, faults
+    if st.verify == "dirty":
+        return False, faults
+    if fault is not None:
+        faults.insert(0, fault)  # the tool worked and says a GPU or the driver is broken
+    elif st.verify in ("error", "unknown"):
+        st.errors.append(st.nvsmi or st.verify_message)
+    return None, faults
 
 
 def _xids(st: Readings) -> tuple[Xid, ...]:

@@ -20,7 +20,7 @@ from fleetclean.sim import SimFleet
 
 pytestmark = pytest.mark.sim
 Factory = Callable[..., SimFleet]
-LIB = next(Path(__file__).resolve().parents[2].rglob("engine/stages/lib.sh"))
+STAGES = Path(__file__).resolve().parents[2] / "fleetclean" / "engine" / "stages"
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +46,9 @@ def stage(host: dict[str, object], name: str) -> dict[str, object]:
 
 
 def lib(fleet: SimFleet, script: str) -> str:
-    """What ``script`` prints, run by bash inside the node with lib.sh loaded."""
-    done = fleet.run_in("node01", ["bash", "-c", f". {LIB}; {script}"])
+    """What ``script`` prints, run by bash inside the node with the libraries loaded."""
+    done = fleet.run_in("node01", ["bash", "-c", f". {STAGES}/lib.sh; . {STAGES}/lib-kill.sh; "
+                                   f"{script}"])
     assert done.returncode == 0, done.stderr
     return done.stdout
 

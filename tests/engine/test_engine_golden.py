@@ -28,13 +28,19 @@ ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "golden"
 STAGES = ROOT / "fleetclean" / "engine" / "stages"
 REGEN = os.environ.get("FLEETCLEAN_REGEN_GOLDEN") == "1"
-LIB_MARKER = "# [lib.sh: the stage library, pinned by tests/data/golden/lib.sh.sha256]\n"
+LIBRARIES = ("lib.sh", "lib-kill.sh")
+
+
+def marker(lib: str) -> str:
+    return f"# [{lib}: a stage library, pinned by tests/data/golden/lib.sh.sha256]\n"
+
 
 CASES = {
     "post-extraction": ({}, False),
     "post-extraction-check": ({"model_file": "/opt/sglang/models/deepseek_v2.py",
                                "guard_path": "/dev/shm/sglang_hs", "protect": "jupyter"}, True),
     "pre-restart": ({}, False),
+    "free-gpus": ({"reset_leaked": "true"}, False),
     "status": ({}, False),
 }
 
@@ -51,10 +57,14 @@ def rendered(case: str) -> str:
 
 
 def own_part(script: str) -> str:
-    """The script with lib.sh's text (right after the header) replaced by a marker."""
+    """The script with each library's text (right after the header) replaced by a marker:
+    lib.sh once in every script, lib-kill.sh once where a stage signals, else not at all."""
     lib = template("lib.sh")
     assert script.count(lib) == 1, "lib.sh must appear once, whole, in every script"
-    return script.replace(lib, LIB_MARKER)
+    assert script.count(template("lib-kill.sh")) <= 1
+    for name in LIBRARIES:
+        script = script.replace(template(name), marker(name))
+    return script
 
 
 def check_golden(path: Path, text: str) -> None:
@@ -70,8 +80,14 @@ def test_golden_rendered_script(case: str) -> None:
 
 
 def test_golden_lib_sh() -> None:
-    digest = hashlib.sha256(template("lib.sh").encode()).hexdigest()
-    check_golden(GOLDEN / "lib.sh.sha256", f"{digest}  fleetclean/engine/stages/lib.sh\n")
+    lines = [f"{hashlib.sha256(template(lib).encode()).hexdigest()}  "
+             f"fleetclean/engine/stages/{lib}" for lib in LIBRARIES]
+    check_golden(GOLDEN / "lib.sh.sha256", "\n".join(lines) + "\n")
+
+
+def test_a_status_script_carries_no_kill_library() -> None:
+    assert marker("lib-kill.sh") not in own_part(rendered("status"))
+    assert marker("lib-kill.sh") in own_part(rendered("pre-restart"))
 
 
 @pytest.mark.skipif(shellcheck() is None, reason="shellcheck not installed")

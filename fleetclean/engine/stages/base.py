@@ -108,7 +108,8 @@ class StageType:
     ``assignments`` turns a resolved stage into the ``opt_*=`` lines of ``fc_main``;
     ``template`` is its bash file (defining ``fc_stage_<name with - as _>``);
     ``records`` reads back the record kinds only this type writes; ``aliases`` maps old
-    option spellings to their names.
+    option spellings to their names; ``libraries`` names the packaged bash files beyond
+    ``lib.sh`` its template calls into (``lib-kill.sh`` for the types that signal).
     """
 
     name: str
@@ -117,6 +118,7 @@ class StageType:
     template: Traversable
     records: Mapping[str, RecordReader] = field(default_factory=dict)
     aliases: Mapping[str, str] = field(default_factory=dict)
+    libraries: tuple[str, ...] = ()
 
     def option(self, name: str) -> Option:
         return next(o for o in self.options if o.name == name)

@@ -18,7 +18,9 @@
 #   verify_timeout = 30
 #   worker_pattern = "sglang"
 
-# [lib.sh: the stage library, pinned by tests/data/golden/lib.sh.sha256]
+# [lib.sh: a stage library, pinned by tests/data/golden/lib.sh.sha256]
+
+# [lib-kill.sh: a stage library, pinned by tests/data/golden/lib.sh.sha256]
 
 # shellcheck shell=bash disable=SC2034,SC2154
 # (opt_* are assigned, and FC_* read, by the rendered script around this template.)
@@ -517,7 +519,7 @@ fc_stage_remove() {
 FC_VQ_PENDING=",retired_pages.pending,remapped_rows.pending"
 
 fc_verify() {
-    local max=$opt_max_used_mib t0 state settled=0 left wait_s respawn="" now
+    local max=$opt_max_used_mib t0 state settled=0 respawn="" now
     local -A leak_since=() leak_used=()
     fc_rec stage verify verify verify
     if ((FC_HALT)); then
@@ -541,20 +543,9 @@ fc_verify() {
         fi
         fc_verify_state "$max"
         state=$REPLY
-        # Where a killed GPU holder's parent lives on (see fc_note_respawn_risk), a first
-        # clean read is confirmed once opt_settle_ms have passed since the last signal: a
-        # holder respawned by its supervisor would otherwise pass as clean in the gap
-        # between kill and restart. The time the targets took to die counts towards it.
         if [[ $state == ok ]] && ((!FC_CHECK && !settled && FC_RESPAWN_RISK)); then
             settled=1
-            fc_now_us
-            left=$((opt_settle_ms - (REPLY - FC_LAST_SIGNAL_US) / 1000))
-            if ((left > 0)); then
-                exec {FC_VAPPFD}<&-
-                printf -v wait_s '%d.%03d' $((left / 1000)) $((left % 1000))
-                fc_nap "$wait_s"
-                continue
-            fi
+            fc_verify_settle && continue
         fi
         # After the settle, a watched parent with a new child is restarting what we
         # killed, however slowly that child starts: wait for it up to the deadline, and
@@ -579,6 +570,21 @@ fc_verify() {
     done
     fc_now_us
     fc_verify_end "$state" "$max" $(((REPLY - t0) / 1000)) "$respawn"
+}
+
+# Where a killed GPU holder's parent lives on (see fc_note_respawn_risk), a first clean
+# read is confirmed once opt_settle_ms have passed since the last signal: a holder
+# respawned by its supervisor would otherwise pass as clean in the gap between kill and
+# restart. The time the targets took to die counts towards it. True when it waited (the
+# caller reads again).
+fc_verify_settle() {
+    local left wait_s
+    fc_now_us
+    left=$((opt_settle_ms - (REPLY - FC_LAST_SIGNAL_US) / 1000))
+    ((left > 0)) || return 1
+    exec {FC_VAPPFD}<&-
+    printf -v wait_s '%d.%03d' $((left / 1000)) $((left % 1000))
+    fc_nap "$wait_s"
 }
 
 # nvidia-smi failed: the rows it still gave (one lost GPU, an InfoROM warning) are kept,
