@@ -12,6 +12,7 @@ stage      index, name, type             (a stage starts; "verify" for the verif
 match      index, pid, cmdline           (a process the stage targets)
 signal     index, pid, TERM|KILL|..., cmdline
 stuck      index, pid, cmdline           (in state D after SIGKILL: stuck in the kernel)
+unstuck    pid                           (a stuck process that ended before the script did)
 change     index, text                   (what was or would be changed)
 end        index, status, matched, signalled, remaining, milliseconds, message
 error      message                       (host-level: busy, guard refusal)
@@ -32,10 +33,11 @@ left       pid, cmdline                  (a parent of killed GPU holders that li
 done       0                             (the script reached its end)
 =========  ==========================================================================
 
-The parser reads the generic kinds (begin, lock, stage, match, signal, stuck, change,
-end, error, left, done) itself; every other kind belongs to one stage type (the verification's
-``nvsmi``, ``gpu``, ``app``, ``holder``, ``verify``) and is read by the reader that type
-registers (:func:`fleetclean.engine.stages.record_readers`). An unknown kind is ignored.
+The parser reads the generic kinds (begin, lock, stage, match, signal, stuck, unstuck,
+change, end, error, left, done) itself; every other kind belongs to one stage type (the
+verification's ``nvsmi``, ``gpu``, ``app``, ``holder``, ``verify``, ...; gpu-reset's
+``reset``) and is read by the reader that type registers
+(:func:`fleetclean.engine.stages.record_readers`). An unknown kind is ignored.
 
 >>> r = parse_script_output("@@fleetclean\\tbegin\\t1\\tp\\th\\t0\\n"
 ...                         "@@fleetclean\\tstage\\t1\\tstop\\tsignal\\n", "", None)
@@ -134,6 +136,10 @@ def _stuck(st: Readings, a: list[str]) -> None:
     st.stuck[int(a[1])] = a[2]
 
 
+def _unstuck(st: Readings, a: list[str]) -> None:
+    st.stuck.pop(int(a[0]), None)
+
+
 def _left(st: Readings, a: list[str]) -> None:
     st.left.append(ProcessRef(int(a[0]), a[1]))
 
@@ -163,8 +169,8 @@ def _done(st: Readings, a: list[str]) -> None:
 
 _GENERIC: dict[str, Callable[[Readings, list[str]], None]] = {
     "begin": _begin, "lock": _lock, "stage": _stage, "match": _match, "signal": _signal,
-    "stuck": _stuck, "change": _change, "end": _end, "error": _error, "left": _left,
-    "done": _done,
+    "stuck": _stuck, "unstuck": _unstuck, "change": _change, "end": _end, "error": _error,
+    "left": _left, "done": _done,
 }
 
 def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> ScriptReport:

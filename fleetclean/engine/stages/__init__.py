@@ -61,8 +61,8 @@ from fleetclean.engine.stages import (
 from fleetclean.engine.stages.base import RecordReader, StageType
 from fleetclean.engine.stages.verify import VERIFY
 
-GENERIC_RECORDS = ("begin", "lock", "stage", "match", "signal", "stuck", "change", "end",
-                   "error", "left", "done")
+GENERIC_RECORDS = ("begin", "lock", "stage", "match", "signal", "stuck", "unstuck", "change",
+                   "end", "error", "left", "done")
 """Record kinds ``lib.sh`` writes for every stage; the parser reads them itself."""
 
 _BUILT_IN = (signal, gpu_holders, gpu_reset, restore, remove, guard, shell)

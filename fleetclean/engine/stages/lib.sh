@@ -345,7 +345,12 @@ fc_begin() {
 }
 
 fc_finish() {
+    local p
     fc_report_left
+    # A process stuck in the kernel may let go later (the driver answers): say so.
+    for p in "${!FC_STUCK[@]}"; do
+        fc_alive "$p" "${FC_STUCK[$p]}" || fc_rec unstuck "$p"
+    done
     fc_rec "done" 0
 }
 
