@@ -34,7 +34,7 @@ def test_sglang_orphan_stubborn_and_slow_are_all_gone_and_gpus_free(
     assert (slow[0], "KILL") not in signals, "slow exits within grace: waited for, not killed"
 
 
-@pytest.mark.parametrize("playbook", ["post-extraction", "pre-restart", "status"])
+@pytest.mark.parametrize("playbook", ["post-extraction", "pre-restart", "free-gpus", "status"])
 def test_monitor_and_persistenced_survive_every_builtin_playbook(
     sim_fleet_factory, cli: Cli, playbook: str
 ) -> None:
