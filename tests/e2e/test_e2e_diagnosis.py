@@ -9,6 +9,7 @@ starts one. One fleet serves the module; each test leaves its node idle.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -165,3 +166,24 @@ def test_application_xids_and_a_busy_node_are_never_faulty(fleet: SimFleet, cli:
     assert status.json()["summary"]["faulty"] == 0
     teardown = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json")
     assert teardown.host("node01")["status"] == "clean"  # a killed CUDA job's Xids, no fault
+
+
+def test_a_holder_of_another_user_is_named_with_its_user(fleet: SimFleet, cli: Cli) -> None:
+    hold = ("import os, sys, time; os.open('/dev/nvidia6', os.O_RDWR); "
+            "os.open('/dev/nvidia-uvm', os.O_RDWR); print(os.getpid(), flush=True); "
+            "time.sleep(600)")
+    started = fleet.run_in("node01", [
+        "sh", "-c", "FLEETCLEAN_SIM_GPU_MIB=2048 setsid -f setpriv --reuid=65534 "
+        "--regid=65534 --clear-groups python3 -c \"$0\" </dev/null >/tmp/nobody.pid 2>&1",
+        hold])
+    assert started.returncode == 0, started.stderr
+    pid_file = fleet.node_path("node01", "/tmp/nobody.pid")
+    deadline = time.monotonic() + 30
+    while not pid_file.read_text().strip() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(pid_file.read_text())
+    host = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    assert f"held by {pid} python3 -c {hold[:20]}" in host["error"]
+    assert "(nobody; GPU6)" in host["error"]
+    (proc,) = host["gpus"][6]["processes"]
+    assert (proc["pid"], proc["user"], proc["used_mib"]) == (pid, "nobody", 2048)

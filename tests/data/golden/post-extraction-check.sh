@@ -850,13 +850,19 @@ fc_verify_proc() {
     local pid=$1 user="" line uid="" stuck=""
     local -a status=()
     if fc_proc_load "$pid"; then
-        { mapfile -n 12 -t status <"/proc/$pid/status"; } 2>/dev/null
-        for line in "${status[@]}"; do
-            # "Uid:<TAB>real<TAB>effective...": the real one, as ps's user column.
-            [[ $line =~ ^Uid:[[:space:]]+([0-9]+) ]] || continue
-            uid=${BASH_REMATCH[1]}
-            break
-        done
+        # The effective user, as ps's user column: /proc/PID belongs to it, so a process
+        # of the user running this script costs one stat, not a read of its status file.
+        if [[ -O /proc/$pid ]]; then
+            uid=$EUID
+        else
+            { mapfile -n 12 -t status <"/proc/$pid/status"; } 2>/dev/null
+            for line in "${status[@]}"; do
+                # "Uid:<TAB>real<TAB>effective<TAB>saved<TAB>filesystem"
+                [[ $line =~ ^Uid:[[:space:]]+[0-9]+[[:space:]]+([0-9]+) ]] || continue
+                uid=${BASH_REMATCH[1]}
+                break
+            done
+        fi
         fc_user_name "$uid"
         user=$REPLY
         [[ -n ${FC_STUCK[$pid]:-} ]] && fc_alive "$pid" "${FC_STUCK[$pid]}" && stuck=stuck
