@@ -23,8 +23,11 @@ from fleetclean.results.health import expected_from, judge
 from fleetclean.results.records import list_records
 
 # Records read back at most: enough for any host of a fleet that runs in turns, and a
-# bound on the start-up cost of a controller with years of records.
+# bound on the start-up cost of a controller with years of records (a 64-host record takes
+# about a millisecond to parse). Once every host is found, a few more records are read for
+# the GPU count, then no more: a fleet that runs as one costs a handful.
 _LOOK_BACK = 200
+_AFTER_ALL_FOUND = 4
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,12 @@ def last_seen(names: Iterable[str]) -> dict[str, Seen]:
     want = set(names)
     ended: dict[str, float] = {}
     gpus: dict[str, int] = {}
+    extra = 0
     for path in reversed(list_records()[-_LOOK_BACK:]):
+        if len(ended) == len(want):
+            extra += 1
+            if extra > _AFTER_ALL_FOUND:
+                break
         try:
             data = json.loads(path.read_text())
             _fold(data, want, ended, gpus)
