@@ -54,16 +54,20 @@ declare -ga FC_PIDS=()
 
 # Read one /proc/PID/stat; sets FC_F (fields from 3 on) and REPLY (comm). Fails if gone.
 fc_read_stat() {
-    local stat IFS=' '
+    local stat rest IFS=' '
     { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
     [[ -n $stat ]] || return 1
     REPLY=${stat#*\(}
     REPLY=${REPLY%\)*}
-    # comm may hold spaces and parentheses: split only after the last ')'. Word splitting,
-    # not a here-string (a temporary file or pipe per process scanned, 5x the cost); the
-    # fields are numbers and one state letter, so nothing in them can glob.
+    # comm may hold spaces and parentheses: the fields start after the last ") ". Found by
+    # stripping the shortest prefix until none is left (the longest-prefix pattern costs
+    # quadratic time: 2x this whole function), then word splitting, not a here-string (a
+    # temporary file or pipe per process scanned). The fields are numbers and one state
+    # letter: nothing in them can glob.
+    rest=${stat#*) }
+    while [[ $rest == *") "* ]]; do rest=${rest#*) }; done
     # shellcheck disable=SC2206
-    FC_F=(${stat##*) })
+    FC_F=($rest)
 }
 
 # Full command line of PID (NULs as spaces, trailing blanks dropped); empty for kernel
@@ -228,7 +232,8 @@ fc_open_fds() {
                 pid=${line#/proc/}
                 pid=${pid%/fd:}
                 ;;
-            l*" -> "*)
+            # Only the lines of wanted targets are split: a node has thousands of fds.
+            l*" -> $prefix"*)
                 left=${line%% -> *}
                 fd=${left##* }
                 target=${line#* -> }
