@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from fleetclean.models import Host, HostResult, HostStatus, RunResult, ScriptReport
 from fleetclean.results import parse
+from fleetclean.results.reasons import dirty_reason
 from fleetclean.transport import Options, ScriptOutput
 
 if TYPE_CHECKING:
@@ -145,6 +146,11 @@ def host_result(name: str, output: ScriptOutput, duration_s: float) -> HostResul
         gpus=report.gpus,
         processes=report.processes,
         signalled=report.signalled,
+        verify_rule=report.verify_rule,
+        xids=report.xids,
+        left_running=report.left_running,
+        stuck=report.stuck,
+        resets=report.resets,
     )
 
 
@@ -155,32 +161,14 @@ def _status(output: ScriptOutput, report: ScriptReport) -> tuple[HostStatus, str
             done = ", ".join(f"{s.name}: {s.status}" for s in report.stages)
             message += f" (stages reported before that: {done})"
         return HostStatus(output.failure.kind), message
+    if report.faults:
+        # A GPU no kill can fix says more than what else went wrong on the host.
+        return HostStatus.FAULTY, "; ".join([*report.faults, *filter(None, [report.error])])
     if report.error:
         return HostStatus.ERROR, report.error
     if report.verified is False:
-        return HostStatus.DIRTY, _dirty_reason(report)
+        return HostStatus.DIRTY, dirty_reason(report)
     failed = [s for s in report.stages if s.status == "failed"]
     if failed:
         return HostStatus.DIRTY, "; ".join(f"{s.name}: {s.message or 'failed'}" for s in failed)
     return HostStatus.CLEAN, None
-
-
-def _short(text: str, width: int = 60) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _dirty_reason(report: ScriptReport) -> str:
-    busy = [g for g in report.gpus if g.memory_used_mib]
-    if len(busy) > 2:
-        gpus = f"{len(busy)} GPUs in use ({sum(g.memory_used_mib or 0 for g in busy)} MiB)"
-    else:
-        gpus = ", ".join(f"GPU{g.index} {g.memory_used_mib} MiB" for g in busy) or "above limit"
-    shown = sorted(report.processes, key=lambda p: p.pid)[:3]
-    holders = ", ".join(f"{p.pid} {_short(p.name)}" for p in shown)
-    more = len(report.processes) - len(shown)
-    if more > 0:
-        holders += f" (+{more} more)"
-    reason = f"{gpus}" + (f"; held by {holders}" if holders else "")
-    if report.verify_message.startswith("respawned"):
-        reason += f"; {report.verify_message}"
-    return reason

@@ -87,9 +87,44 @@ class GpuProcess:
     """One process holding a GPU: from --query-compute-apps or a device-file holder."""
 
     pid: int
-    name: str
+    name: str  # the command line where the node could read it, else nvidia-smi's name
     used_memory_mib: int | None
     gpu_uuid: str
+    user: str = ""
+    protected: str = ""  # why fleetclean never signals it ("protected name"), or empty
+    # True for a /dev/nvidiaN holder named only because no compute app explains the GPU.
+    device_only: bool = False
+    # In state D since fleetclean's SIGKILL: stuck in the kernel, no signal reaches it.
+    stuck: bool = False
+
+
+@dataclass(frozen=True)
+class GpuReset:
+    """What a ``gpu-reset`` stage did to one GPU: ``result`` is ok, failed, refused (a
+    process took the GPU meanwhile) or would (--check)."""
+
+    gpu: int
+    result: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A process a host's result names beside its GPUs: its PID and command line."""
+
+    pid: int
+    cmdline: str
+
+
+@dataclass(frozen=True)
+class Xid:
+    """One NVIDIA driver Xid line of a host's kernel log: when (epoch seconds), the code,
+    the PCI address it names, and the line itself."""
+
+    epoch: int
+    code: int
+    pci: str
+    text: str
 
 
 @dataclass(frozen=True)
@@ -134,6 +169,16 @@ class ScriptReport:
     error: str | None = None  # a host-level error a person can act on (nvidia-smi, lock, ...)
     busy: bool = False
     verify_message: str = ""  # the verification's own words ("respawned after it was ...")
+    # Which rule ended the verification: clean, leak, stuck, respawn, deadline, error,
+    # skipped.
+    verify_rule: str | None = None
+    faults: tuple[str, ...] = ()  # why a GPU is faulty (no kill fixes it), one line each
+    leaks: tuple[tuple[int, int], ...] = ()  # (GPU index, MiB) that no process holds
+    xids: tuple[Xid, ...] = ()  # every driver Xid line the kernel log held
+    # Parents of killed GPU holders that live on (with their process-group ancestors).
+    left_running: tuple[ProcessRef, ...] = ()
+    stuck: tuple[ProcessRef, ...] = ()  # survived SIGKILL in state D (see GpuProcess)
+    resets: tuple[GpuReset, ...] = ()  # what gpu-reset stages did, one per GPU
 
 
 @dataclass(frozen=True)
@@ -158,6 +203,11 @@ class HostResult:
     processes: tuple[GpuProcess, ...] = ()
     signalled: tuple[Signalled, ...] = ()
     slurm: SlurmAction | None = None  # only with --drain-dirty/--resume-clean
+    verify_rule: str | None = None  # see ScriptReport.verify_rule
+    xids: tuple[Xid, ...] = ()
+    left_running: tuple[ProcessRef, ...] = ()  # see ScriptReport.left_running
+    stuck: tuple[ProcessRef, ...] = ()  # see ScriptReport.stuck
+    resets: tuple[GpuReset, ...] = ()  # see ScriptReport.resets
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,9 +82,27 @@ def edit_inventory(fleet: SimFleet, dest: Path, *, group_vars: dict[str, Any] | 
 
 
 def alive(fleet: SimFleet, node: str, pids: list[int]) -> list[int]:
-    """The PIDs of ``pids`` still running in ``node``."""
-    running = {p.pid for p in fleet.processes(node)}
+    """The PIDs of ``pids`` still running in ``node`` (its own daemons included)."""
+    running = {p.pid for p in fleet.processes(node, include_system=True)}
     return [p for p in pids if p in running]
+
+
+def reset_node(fleet: SimFleet, node: str = "node01") -> None:
+    """Back to an idle node for the next test of a module that shares the fleet: every
+    workload killed by PID (the node's own daemons stay), faults and leaks cleared."""
+    fleet.set_fault(node, "unstick")
+    pids = [str(p.pid) for p in fleet.processes(node)]
+    if pids:
+        fleet.run_in(node, ["kill", "-KILL", *pids])
+    fleet.set_fault(node, "none")
+    for gpu in range(8):
+        fleet.set_fault(node, "leak", gpu, 0)
+    fleet.set_fault(node, "reset-policy", "strict")
+    fleet.run_in(node, ["nvidia-smi", "-pm", "1"])
+    deadline = time.monotonic() + 30
+    while fleet.processes(node) or fleet.gpu_used_mib(node) != [0] * 8:
+        assert time.monotonic() < deadline, f"{node} did not come back to idle"
+        time.sleep(0.05)
 
 
 def down_checked(fleet: SimFleet) -> None:

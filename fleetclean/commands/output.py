@@ -18,6 +18,7 @@ from fleetclean.commands.env import Env, error_line
 from fleetclean.commands.steps import options
 from fleetclean.errors import UsageError
 from fleetclean.models import RunResult
+from fleetclean.results.lastseen import apply_history
 
 
 def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env) -> RunResult:
@@ -30,9 +31,13 @@ def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env
         from fleetclean.results.live import LiveProgress
 
         with LiveProgress(console, [j.host.name for j in jobs]) as progress:
-            return fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks,
-                                   on_event=progress, cancel=cancel)
-    return fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks, cancel=cancel)
+            result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks,
+                                     on_event=progress, cancel=cancel)
+    else:
+        result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks,
+                                 cancel=cancel)
+    # Faults that need each host's past (its GPU count, Xids since its last run).
+    return apply_history(result, [j.host for j in jobs])
 
 
 def emit(result: RunResult, args: argparse.Namespace, env: Env) -> None:

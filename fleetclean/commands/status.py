@@ -12,6 +12,7 @@ from fleetclean.commands.output import check_prom, emit, execute, write_prom
 from fleetclean.commands.steps import options, render_jobs, select_hosts
 from fleetclean.models import ExitStatus
 from fleetclean.results import table
+from fleetclean.results.lastseen import apply_history
 from fleetclean.slurm import options as slurm_options
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env)
                 result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks)
                 if result.interrupted:
                     break
+                result = apply_history(result, [j.host for j in jobs])
                 write_prom(result, args, env)
                 view = Group(
                     Text(f"every {args.watch:g}s, last {time.strftime('%H:%M:%S')}; "

@@ -51,7 +51,7 @@ def list_playbooks() -> list[tuple[str, str]]:
     """Built-in playbooks as ``(name, description)``, sorted by name.
 
     >>> [name for name, _ in list_playbooks()]
-    ['post-extraction', 'pre-restart', 'status']
+    ['free-gpus', 'post-extraction', 'pre-restart', 'status']
     """
     out = []
     for entry in sorted(_builtin_dir().iterdir(), key=lambda e: e.name):

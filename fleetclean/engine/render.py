@@ -1,11 +1,13 @@
 """A :class:`ResolvedPlaybook` -> one bash script for one host. Pure: reads only
 package templates, resolves nothing (``fleetclean.engine.variables.resolve`` did).
 
-The script is the stage library (``stages/lib.sh``), the templates of the stage types the
-playbook uses, and an ``fc_main`` function that assigns each stage's options as
-shell-quoted variables and calls the stage. Nothing runs until the script's last line,
-``fc_main </dev/null``: a connection cut while the script travels runs nothing, and no
-command inside can read the rest of the script from standard input.
+The script is the stage library (``stages/lib.sh``), the further libraries the playbook's
+stage types call into (``lib-kill.sh`` for those that signal; a status script has none),
+the templates of the stage types the playbook uses, and an ``fc_main`` function that
+assigns each stage's options as shell-quoted variables and calls the stage. Nothing runs
+until the script's last line, ``fc_main </dev/null``: a connection cut while the script
+travels runs nothing, and no command inside can read the rest of the script from standard
+input.
 
 >>> from fleetclean.engine.playbook import load_playbook
 >>> from fleetclean.engine.variables import resolve
@@ -44,7 +46,9 @@ def render_script(resolved: ResolvedPlaybook, *, check: bool = False, force: boo
     check = check or resolved.read_only
     force = force or resolved.force
     used = dict.fromkeys(s.type for s in resolved.stages)
+    libraries = dict.fromkeys(lib for t in used for lib in stage_type(t).libraries)
     parts = [_header(resolved, check, force, host_name), template("lib.sh")]
+    parts += [template(lib) for lib in libraries]
     parts += [stage_type(t).template.read_text(encoding="utf-8") for t in used]
     if resolved.verify is not None:
         parts.append(VERIFY.template.read_text(encoding="utf-8"))

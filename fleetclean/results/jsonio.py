@@ -3,7 +3,18 @@
 ``to_json`` writes DESIGN.md's --json contract; ``from_json`` reads it back (also from run
 records written by older versions, whose ``summary`` may lack keys: it is recomputed from
 the hosts, never trusted). Fields the contract does not carry (a stage's message and
-changes, GPU processes) come back empty.
+changes, kernel-log Xids) come back empty.
+
+Each GPU lists its processes as gpustat users know them (``pid``, ``user``, ``cmdline``,
+``used_mib``), plus ``protected`` (why fleetclean never signals it, or null) and
+``source`` (``compute-app``: nvidia-smi counts its memory; ``device-file``: it only has
+``/dev/nvidiaN`` open) and ``stuck`` (true: in state D since fleetclean's SIGKILL). Each
+host has ``verify``: {``rule``} naming what ended the verification (``clean``, ``leak``,
+``stuck``, ``respawn``, ``deadline``, ``error``, ``skipped``; null when there was none),
+``left_running`` (the parents of killed GPU holders that live on, with their
+process-group ancestors: [{``pid``, ``cmdline``}]) and ``stuck`` (processes in state D
+after SIGKILL: [{``pid``, ``cmdline``}]) and ``resets`` (what a ``gpu-reset`` stage did:
+[{``gpu``, ``result``: ok | failed | refused | would, ``detail``}]).
 
 >>> from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult
 >>> gpu = GpuRow(0, "GPU-0", "NVIDIA H200", 0, 143771)
@@ -24,9 +35,12 @@ from __future__ import annotations
 from typing import Any
 
 from fleetclean.models import (
+    GpuProcess,
+    GpuReset,
     GpuRow,
     HostResult,
     HostStatus,
+    ProcessRef,
     RunResult,
     Signalled,
     SlurmAction,
@@ -93,11 +107,22 @@ def _host_json(h: HostResult) -> dict[str, Any]:
                 "name": g.name,
                 "memory_used_mib": g.memory_used_mib,
                 "memory_total_mib": g.memory_total_mib,
+                "processes": [process_json(p) for p in h.processes if p.gpu_uuid == g.uuid],
             }
             for g in h.gpus
         ],
         "signalled": signalled_json(h.signalled),
+        "verify": {"rule": h.verify_rule},
+        "left_running": [{"pid": p.pid, "cmdline": p.cmdline} for p in h.left_running],
+        "stuck": [{"pid": p.pid, "cmdline": p.cmdline} for p in h.stuck],
+        "resets": [{"gpu": r.gpu, "result": r.result, "detail": r.detail} for r in h.resets],
     }
+
+
+def process_json(p: GpuProcess) -> dict[str, Any]:
+    return {"pid": p.pid, "user": p.user, "cmdline": p.name, "used_mib": p.used_memory_mib,
+            "protected": p.protected or None,
+            "source": "device-file" if p.device_only else "compute-app", "stuck": p.stuck}
 
 
 def signalled_json(signalled: tuple[Signalled, ...]) -> list[dict[str, Any]]:
@@ -142,7 +167,22 @@ def _host(h: dict[str, Any]) -> HostResult:
             Signalled(s["pid"], s["cmdline"], s["signal"]) for s in h.get("signalled", ())
         ),
         slurm=_slurm(h.get("slurm")),
+        processes=tuple(
+            GpuProcess(p["pid"], p.get("cmdline", ""), p.get("used_mib"), g["uuid"],
+                       p.get("user", ""), p.get("protected") or "",
+                       p.get("source") == "device-file", bool(p.get("stuck")))
+            for g in h.get("gpus", ()) for p in g.get("processes", ())
+        ),
+        verify_rule=(h.get("verify") or {}).get("rule"),
+        left_running=_refs(h.get("left_running")),
+        stuck=_refs(h.get("stuck")),
+        resets=tuple(GpuReset(int(r["gpu"]), str(r["result"]), str(r.get("detail", "")))
+                     for r in h.get("resets") or ()),
     )
+
+
+def _refs(items: list[dict[str, Any]] | None) -> tuple[ProcessRef, ...]:
+    return tuple(ProcessRef(int(p["pid"]), str(p.get("cmdline", ""))) for p in items or ())
 
 
 def _slurm(s: dict[str, Any] | None) -> SlurmAction | None:

@@ -99,7 +99,8 @@ def parse_compute_apps(text: str, fields: Sequence[str] = APP_FIELDS, *, nounits
 
     >>> parse_compute_apps("6742, python3, 41478 MiB, GPU-fa52, 00000000:00:06.0",
     ...                    [*APP_FIELDS, "gpu_bus_id"], nounits=False)
-    [GpuProcess(pid=6742, name='python3', used_memory_mib=41478, gpu_uuid='GPU-fa52')]
+    ... # doctest: +ELLIPSIS
+    [GpuProcess(pid=6742, name='python3', used_memory_mib=41478, gpu_uuid='GPU-fa52', ...)]
     """
     apps = []
     for line in _lines(text, header):

@@ -11,21 +11,33 @@ lock       ok | busy | none, lock path
 stage      index, name, type             (a stage starts; "verify" for the verification)
 match      index, pid, cmdline           (a process the stage targets)
 signal     index, pid, TERM|KILL|..., cmdline
+stuck      index, pid, cmdline           (in state D after SIGKILL: stuck in the kernel)
+unstuck    pid                           (a stuck process that ended before the script did)
 change     index, text                   (what was or would be changed)
 end        index, status, matched, signalled, remaining, milliseconds, message
 error      message                       (host-level: busy, guard refusal)
 nvsmi      exit status, nvidia-smi's own output
 gpu        one --query-gpu CSV line (index, uuid, name, memory.used, memory.total)
 app        one --query-compute-apps CSV line (pid, process_name, used_memory, gpu_uuid)
-holder     pid, device file, cmdline     (a process with /dev/nvidiaN open)
-verify     ok | dirty | unknown | error | skipped, max_used_mib, milliseconds, message
+proc       pid, user, cmdline, why protected (empty: not), "stuck" or empty
+           (once per PID the report names)
+holder     pid, device file, cmdline, why protected   (/dev/nvidiaN open; only for a GPU
+           whose memory no compute app explains)
+bare       GPU index, MiB                (above the threshold, no unprotected process holds it)
+pages      GPU index, retired_pages.pending, remapped_rows.pending   (only when one is Yes)
+boot       the node's boot time, epoch seconds   (before its xid records)
+xid        seconds since boot, the kernel-log line of an NVIDIA Xid
+verify     ok | dirty | unknown | error | skipped, max_used_mib, milliseconds, message,
+           rule that ended it: clean | leak | stuck | respawn | deadline | error | skipped
+left       pid, cmdline                  (a parent of killed GPU holders that lives on)
 done       0                             (the script reached its end)
 =========  ==========================================================================
 
-The parser reads the generic kinds (begin, lock, stage, match, signal, change, end,
-error, done) itself; every other kind belongs to one stage type (the verification's
-``nvsmi``, ``gpu``, ``app``, ``holder``, ``verify``) and is read by the reader that type
-registers (:func:`fleetclean.engine.stages.record_readers`). An unknown kind is ignored.
+The parser reads the generic kinds (begin, lock, stage, match, signal, stuck, unstuck,
+change, end, error, left, done) itself; every other kind belongs to one stage type (the
+verification's ``nvsmi``, ``gpu``, ``app``, ``holder``, ``verify``, ...; gpu-reset's
+``reset``) and is read by the reader that type registers
+(:func:`fleetclean.engine.stages.record_readers`). An unknown kind is ignored.
 
 >>> r = parse_script_output("@@fleetclean\\tbegin\\t1\\tp\\th\\t0\\n"
 ...                         "@@fleetclean\\tstage\\t1\\tstop\\tsignal\\n", "", None)
@@ -41,7 +53,16 @@ from urllib.parse import unquote
 
 from fleetclean.engine.stages import record_readers
 from fleetclean.engine.stages.base import Readings, StageReading
-from fleetclean.models import GpuProcess, GpuRow, ScriptReport, Signalled, StageResult
+from fleetclean.models import (
+    GpuProcess,
+    GpuRow,
+    ProcessRef,
+    ScriptReport,
+    Signalled,
+    StageResult,
+    Xid,
+)
+from fleetclean.results.health import nvsmi_fault, pages_faults, parse_xid
 from fleetclean.results.nvsmi import (
     APP_FIELDS,
     GPU_FIELDS,
@@ -111,6 +132,18 @@ def _signal(st: Readings, a: list[str]) -> None:
                                   stage=stage.name if stage else ""))
 
 
+def _stuck(st: Readings, a: list[str]) -> None:
+    st.stuck[int(a[1])] = a[2]
+
+
+def _unstuck(st: Readings, a: list[str]) -> None:
+    st.stuck.pop(int(a[0]), None)
+
+
+def _left(st: Readings, a: list[str]) -> None:
+    st.left.append(ProcessRef(int(a[0]), a[1]))
+
+
 def _change(st: Readings, a: list[str]) -> None:
     st.stages[a[0]].changes.append(a[1])
 
@@ -136,7 +169,8 @@ def _done(st: Readings, a: list[str]) -> None:
 
 _GENERIC: dict[str, Callable[[Readings, list[str]], None]] = {
     "begin": _begin, "lock": _lock, "stage": _stage, "match": _match, "signal": _signal,
-    "change": _change, "end": _end, "error": _error, "done": _done,
+    "stuck": _stuck, "unstuck": _unstuck, "change": _change, "end": _end, "error": _error,
+    "left": _left, "done": _done,
 }
 
 def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> ScriptReport:
@@ -165,13 +199,7 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
         st.errors.append(str(exc))
     processes = _processes(st, gpus)
 
-    verified: bool | None = None
-    if st.verify == "ok":
-        verified = True
-    elif st.verify == "dirty":
-        verified = False
-    elif st.verify in ("error", "unknown"):
-        st.errors.append(st.nvsmi or st.verify_message)
+    verified, faults = _verdict(st)
 
     if not st.began:
         tail = (stderr.strip().splitlines() or ["no output"])[-1]
@@ -193,7 +221,35 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
     error = "; ".join(dict.fromkeys(st.errors)) or None
     return ScriptReport(stages=tuple(stages), gpus=gpus, processes=processes,
                         signalled=tuple(st.signalled), verified=verified, error=error,
-                        busy=st.busy, verify_message=st.verify_message)
+                        busy=st.busy, verify_message=st.verify_message,
+                        verify_rule=st.verify_rule, faults=tuple(faults),
+                        leaks=tuple(sorted(st.bare.items())), xids=_xids(st),
+                        left_running=tuple(st.left), resets=tuple(st.resets),
+                        stuck=tuple(ProcessRef(pid, cmd) for pid, cmd in st.stuck.items()))
+
+
+def _verdict(st: Readings) -> tuple[bool | None, list[str]]:
+    """``verified`` (True: every GPU at or under the threshold; False: one above it at the
+    end; None: no verification completed) and the faults the node proved; a failed
+    nvidia-smi that proves no fault is an error."""
+    faults = pages_faults(st.pages)
+    fault = nvsmi_fault(st.nvsmi_exit, st.nvsmi or "") if st.nvsmi_exit is not None else None
+    if st.verify == "ok":
+        return True, faults
+    if st.verify == "dirty":
+        return False, faults
+    if fault is not None:
+        faults.insert(0, fault)  # the tool worked and says a GPU or the driver is broken
+    elif st.verify in ("error", "unknown"):
+        st.errors.append(st.nvsmi or st.verify_message)
+    return None, faults
+
+
+def _xids(st: Readings) -> tuple[Xid, ...]:
+    if st.boot_epoch is None:
+        return ()
+    found = (parse_xid(st.boot_epoch, secs, line) for secs, line in st.xids)
+    return tuple(x for x in found if x is not None)
 
 
 def _truncated(st: Readings) -> str:
@@ -207,16 +263,27 @@ def _truncated(st: Readings) -> str:
 
 
 def _processes(st: Readings, gpus: tuple[GpuRow, ...]) -> tuple[GpuProcess, ...]:
+    """One entry per (PID, GPU): nvidia-smi's compute apps first, with the command line and
+    user the node read from /proc; device-file holders only where the script named them
+    (a GPU no compute app explains)."""
     try:
         apps = parse_compute_apps("\n".join(st.app_lines), APP_FIELDS, nounits=True)
     except NvsmiParseError:
         apps = []
     uuid_by_dev = {f"/dev/nvidia{g.index}": g.uuid for g in gpus}
     cmdlines = {pid: cmdline for pid, _, cmdline in st.holders if cmdline}
-    # nvidia-smi names a process by its executable; a person wants the command line.
-    out = {(a.pid, a.gpu_uuid): replace(a, name=cmdlines.get(a.pid, a.name)) for a in apps}
+    cmdlines.update({pid: cmd for pid, (_, cmd, _, _) in st.procs.items() if cmd})
+
+    def named(p: GpuProcess, *, device_only: bool = False) -> GpuProcess:
+        user, _, why, stuck = st.procs.get(p.pid, ("", "", "", ""))
+        # nvidia-smi names a process by its executable; a person wants the command line.
+        return replace(p, name=cmdlines.get(p.pid, p.name), user=user,
+                       protected=why or st.protected.get(p.pid, ""), device_only=device_only,
+                       stuck=stuck == "stuck")
+
+    out = {(a.pid, a.gpu_uuid): named(a) for a in apps}
     for pid, dev, cmdline in st.holders:
         uuid = uuid_by_dev.get(dev, dev)
-        out.setdefault((pid, uuid), GpuProcess(pid=pid, name=cmdline, used_memory_mib=None,
-                                               gpu_uuid=uuid))
+        out.setdefault((pid, uuid), named(GpuProcess(pid=pid, name=cmdline, used_memory_mib=None,
+                                                     gpu_uuid=uuid), device_only=True))
     return tuple(out.values())

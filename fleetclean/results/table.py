@@ -24,6 +24,7 @@ from rich.text import Text
 from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult
 from fleetclean.nodeset import fold
 from fleetclean.results.jsonio import summary
+from fleetclean.results.reasons import notes
 from fleetclean.results.words import counted, plural
 
 # A log or pipe has no height; this many hosts is about what a person reads as one table.
@@ -85,13 +86,18 @@ def gpu_table(result: RunResult) -> Table:
 
 
 def problems(result: RunResult) -> list[str]:
-    """One line per distinct problem, naming every host that had it."""
+    """One line per distinct problem, naming every host that had it; then one line per
+    distinct note (a clean host's too: a server left running is worth saying)."""
     by_message: dict[tuple[str, str], list[str]] = defaultdict(list)
+    by_note: dict[str, list[str]] = defaultdict(list)
     for h in result.hosts:
+        for note in notes(h):
+            by_note[note].append(h.host)
         if h.status is HostStatus.CLEAN:
             continue
         by_message[(h.status.value, h.error or "")].append(h.host)
-    return [f"{fold(hosts)}: {status}: {msg}" for (status, msg), hosts in by_message.items()]
+    lines = [f"{fold(hosts)}: {status}: {msg}" for (status, msg), hosts in by_message.items()]
+    return lines + [f"{fold(hosts)}: {note}" for note, hosts in by_note.items()]
 
 
 def check_blocks(result: RunResult) -> list[tuple[str, list[str]]]:

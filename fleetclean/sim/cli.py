@@ -31,6 +31,8 @@ KINDS = (
     "stubborn",
     "slow",
     "orphan",
+    "stuck",
+    "slow-exit",
     "monitor",
     "persistenced",
     "writer",
@@ -51,7 +53,29 @@ def _state_dir(parser: argparse.ArgumentParser) -> None:
 def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
     """Add ``up``, ``status``, ``spawn``, ``fault`` and ``down`` under ``sim_parser``."""
     sub = sim_parser.add_subparsers(dest="sim_command", metavar="SIM_COMMAND", required=True)
+    _add_up(sub)
+    status = sub.add_parser(
+        "status",
+        help="list nodes, sshd, processes and GPU memory",
+        formatter_class=RAW,
+        epilog="example:\n  fleetclean sim status\n",
+    )
+    _state_dir(status)
+    _add_spawn(sub)
+    _add_fault(sub)
+    down = sub.add_parser(
+        "down",
+        help="stop every process of the fleet (by PID) and remove its files",
+        formatter_class=RAW,
+        epilog="example:\n  fleetclean sim down\n",
+    )
+    _state_dir(down)
 
+
+Subparsers = Any  # argparse's _SubParsersAction, private
+
+
+def _add_up(sub: Subparsers) -> None:
     up = sub.add_parser(
         "up",
         help="start a simulated fleet (Linux, root)",
@@ -75,8 +99,10 @@ def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
     )
     up.add_argument(
         "--persistenced",
-        action="store_true",
-        help="run nvidia-persistenced on every node, holding every GPU (default off)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run nvidia-persistenced on every node, holding every GPU, as on a datacenter "
+        "node (default on; --no-persistenced: none)",
     )
     up.add_argument(
         "--slurm",
@@ -85,42 +111,44 @@ def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
     )
     _state_dir(up)
 
-    status = sub.add_parser(
-        "status",
-        help="list nodes, sshd, processes and GPU memory",
-        formatter_class=RAW,
-        epilog="example:\n  fleetclean sim status\n",
-    )
-    _state_dir(status)
 
+def _add_spawn(sub: Subparsers) -> None:
     spawn = sub.add_parser(
         "spawn",
         help="start a workload inside a node",
         formatter_class=RAW,
         epilog="examples:\n"
         "  fleetclean sim spawn node01 sglang\n"
-        "  fleetclean sim spawn node02 sglang --gpus 0-3 --mib 40960\n"
+        "  fleetclean sim spawn node02 vllm --gpus 0-3 --mib 40960\n"
         "  fleetclean sim spawn all stubborn --gpu 5\n"
+        "  fleetclean sim spawn node01 stuck --gpu 2     # state D once killed\n"
+        "  fleetclean sim spawn node01 slow-exit --gpu 4 --delay 3\n"
         "  fleetclean sim spawn node01 writer --path /dev/shm/sglang_hs\n",
     )
     spawn.add_argument("node", metavar="NODE", help="node name, or 'all'")
     spawn.add_argument("kind", choices=KINDS, metavar="KIND", help=", ".join(KINDS))
-    spawn.add_argument("--gpu", type=int, help="GPU index (stubborn, slow, orphan, respawn)")
+    spawn.add_argument(
+        "--gpu", type=int, help="GPU index (stubborn, slow, orphan, stuck, slow-exit, respawn)"
+    )
     spawn.add_argument("--gpus", help="GPU set for sglang and the engines, e.g. 0-7 or 0,2,4")
     spawn.add_argument("--mib", type=int, help="GPU memory per process, MiB")
-    spawn.add_argument("--delay", type=float, help="seconds from SIGTERM to exit (slow)")
+    spawn.add_argument(
+        "--delay", type=float, help="seconds from SIGTERM to exit (slow), in the exit (slow-exit)"
+    )
     spawn.add_argument("--name", help="command line to show instead of the default")
     spawn.add_argument("--path", help="directory to write into (writer)")
     spawn.add_argument(
         "--devices",
         choices=("ctl", "all"),
-        help="persistenced: hold /dev/nvidiactl only (default, for now) or every GPU too",
+        help="persistenced: hold every GPU too (default) or /dev/nvidiactl only",
     )
     _state_dir(spawn)
 
+
+def _add_fault(sub: Subparsers) -> None:
     fault = sub.add_parser(
         "fault",
-        help="make a node's GPUs, nvidia-smi, kernel log or sshd misbehave",
+        help="make a node's GPUs, nvidia-smi, kernel log, driver or sshd misbehave",
         formatter_class=RAW,
         epilog="faults:\n" + "".join(f"  {usage(f)}\n" for f in FAULTS) + "examples:\n"
         "  fleetclean sim fault node03 lost 5\n"
@@ -132,14 +160,6 @@ def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
     fault.add_argument("fault", choices=FAULTS, metavar="FAULT", help="see below")
     fault.add_argument("args", nargs="*", metavar="ARG", help="the fault's arguments")
     _state_dir(fault)
-
-    down = sub.add_parser(
-        "down",
-        help="stop every process of the fleet (by PID) and remove its files",
-        formatter_class=RAW,
-        epilog="example:\n  fleetclean sim down\n",
-    )
-    _state_dir(down)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -26,17 +26,22 @@ FAULTS: dict[str, tuple[str, str]] = {
     "nodevices": ("", "nvidia-smi: No devices were found (exit 6)"),
     "inforom": ("[GPU]", "nvidia-smi warns infoROM is corrupted on GPU (default 0), exit 14"),
     "lost": ("GPU", "GPU fell off the bus: its rows are errors, the others kept, exit 15"),
+    "power": ("GPU", "GPU lacks external power: its rows are errors, exit 8"),
+    "irq": ("GPU", "the kernel saw an interrupt issue with GPU: its rows are errors, exit 10"),
     "fewer": ("[N]", "only the first N GPUs (default 7) are enumerated"),
     "retired-pending": ("GPU", "retired_pages.pending is Yes on GPU"),
     "remapped-pending": ("GPU", "remapped_rows.pending is Yes on GPU"),
     "xid": ("CODE [GPU]", "an NVRM Xid line for GPU (default 0) in the node's dmesg"),
     "leak": ("GPU MIB", "MIB allocated on GPU with no process (freed by nvidia-smi -r -i GPU)"),
     "reset-policy": ("strict|lenient", "whether nvidia-persistenced's handles block a reset"),
+    "reset-delay": ("SECONDS", "nvidia-smi -r takes SECONDS before it answers, as real resets do"),
+    "unstick": ("", "the node's driver answers at last: stuck processes (state D) go on"),
     "slow-banner": ("SECONDS", "sshd's banner comes SECONDS late"),
     "slow-auth": ("SECONDS", "banner on time, then authentication answers SECONDS late"),
     "stall": ("", "sshd sends its banner, then nothing"),
 }
 SSH_FAULTS = ("slow-banner", "slow-auth", "stall")
+IN_NODE_FAULTS = ("unstick",)  # done inside the node by SimFleet.set_fault
 XID_TEXT = {
     13: "Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address",
     31: "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f3a_00000000",
@@ -98,43 +103,84 @@ def xid_line(code: int, bus_id: str) -> str:
 
 def clear(node_dir: Path) -> None:
     _write(node_dir / "fault", "none\n")
-    for name in ("lost", "pages.json", "gpu_count", "kern.log"):
+    for name in ("lost", "power", "irq", "pages.json", "gpu_count", "kern.log", "reset_delay"):
         (node_dir / name).unlink(missing_ok=True)
     (node_dir / "kern.log").touch()
 
 
 def apply(node_dir: Path, fault: str, args: list[str]) -> None:
     """Set one non-SSH fault on the node whose state dir is ``node_dir``."""
-    if fault not in FAULTS or fault in SSH_FAULTS:
+    if fault not in FAULTS or fault in SSH_FAULTS or fault in IN_NODE_FAULTS:
         raise SimError(f"unknown fault {fault!r}", hint=f"choose one of {', '.join(FAULTS)}")
-    if fault in ("none", "na", "nvml", "missing", "driver", "nodevices"):
+    if fault in _WHOLE_TOOL:
         _ints(fault, args, 0, 0)
-    if fault == "none":
-        clear(node_dir)
-    elif fault in ("na", "nvml", "driver", "nodevices", "missing"):
-        _write(node_dir / "fault", f"{'none' if fault == 'missing' else fault}\n")
-    elif fault == "inforom":
-        _write(node_dir / "fault", f"inforom:{(_ints(fault, args, 0, 1) or [0])[0]}\n")
-    elif fault == "lost":
-        lost = (node_dir / "lost").read_text() if (node_dir / "lost").exists() else ""
-        _write(node_dir / "lost", f"{lost.strip()} {_ints(fault, args, 1, 1)[0]}".strip() + "\n")
-    elif fault == "fewer":
-        _write(node_dir / "gpu_count", f"{(_ints(fault, args, 0, 1) or [7])[0]}\n")
-    elif fault in ("retired-pending", "remapped-pending"):
-        gpu = _ints(fault, args, 1, 1)[0]
-        key = fault.split("-", maxsplit=1)[0]
-        pages = node_dir / "pages.json"
-        old = json.loads(pages.read_text()).get(key, []) if pages.exists() else []
-        _edit_json(pages, key, sorted({*old, gpu}))
-    elif fault == "xid":
-        numbers = _ints(fault, args, 1, 2)
-        gpus = json.loads((node_dir / "gpus.json").read_text())["gpus"]
-        with (node_dir / "kern.log").open("a") as f:
-            f.write(xid_line(numbers[0], gpus[(numbers[1:] or [0])[0]]["bus_id"]) + "\n")
-    elif fault == "leak":
-        gpu, mib = _ints(fault, args, 2, 2)
-        _edit_json(node_dir / "leaks.json", str(gpu), mib or None)
-    elif fault == "reset-policy":
-        if args not in (["strict"], ["lenient"]):
-            raise SimError(f"bad fault arguments {args!r}", hint=usage(fault))
-        _write(node_dir / "reset_policy", args[0] + "\n")
+        _write(node_dir / "fault", f"{_WHOLE_TOOL[fault]}\n")
+        return
+    _SETTERS[fault](node_dir, fault, args)
+
+
+# Faults of the whole tool: the word nvidia-smi reads from the node's "fault" file.
+_WHOLE_TOOL = {"na": "na", "nvml": "nvml", "driver": "driver", "nodevices": "nodevices",
+               "missing": "none"}  # missing: the binary goes (node.set_fault)
+
+
+def _none(node_dir: Path, fault: str, args: list[str]) -> None:
+    _ints(fault, args, 0, 0)
+    clear(node_dir)
+
+
+def _inforom(node_dir: Path, fault: str, args: list[str]) -> None:
+    _write(node_dir / "fault", f"inforom:{(_ints(fault, args, 0, 1) or [0])[0]}\n")
+
+
+def _lost(node_dir: Path, fault: str, args: list[str]) -> None:
+    """lost, power, irq: one more GPU in the file of that name."""
+    path = node_dir / fault
+    old = path.read_text() if path.exists() else ""
+    _write(path, f"{old.strip()} {_ints(fault, args, 1, 1)[0]}".strip() + "\n")
+
+
+def _fewer(node_dir: Path, fault: str, args: list[str]) -> None:
+    _write(node_dir / "gpu_count", f"{(_ints(fault, args, 0, 1) or [7])[0]}\n")
+
+
+def _pending(node_dir: Path, fault: str, args: list[str]) -> None:
+    gpu = _ints(fault, args, 1, 1)[0]
+    key = fault.split("-", maxsplit=1)[0]
+    pages = node_dir / "pages.json"
+    old = json.loads(pages.read_text()).get(key, []) if pages.exists() else []
+    _edit_json(pages, key, sorted({*old, gpu}))
+
+
+def _xid(node_dir: Path, fault: str, args: list[str]) -> None:
+    numbers = _ints(fault, args, 1, 2)
+    gpus = json.loads((node_dir / "gpus.json").read_text())["gpus"]
+    with (node_dir / "kern.log").open("a") as f:
+        f.write(xid_line(numbers[0], gpus[(numbers[1:] or [0])[0]]["bus_id"]) + "\n")
+
+
+def _leak(node_dir: Path, fault: str, args: list[str]) -> None:
+    gpu, mib = _ints(fault, args, 2, 2)
+    _edit_json(node_dir / "leaks.json", str(gpu), mib or None)
+
+
+def _reset_delay(node_dir: Path, fault: str, args: list[str]) -> None:
+    try:
+        seconds = float(args[0]) if len(args) == 1 else -1.0
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 600:
+        raise SimError(f"bad fault arguments {args!r}", hint=usage(fault))
+    _write(node_dir / "reset_delay", f"{seconds}\n")
+
+
+def _reset_policy(node_dir: Path, fault: str, args: list[str]) -> None:
+    if args not in (["strict"], ["lenient"]):
+        raise SimError(f"bad fault arguments {args!r}", hint=usage(fault))
+    _write(node_dir / "reset_policy", args[0] + "\n")
+
+
+_SETTERS = {"none": _none, "inforom": _inforom, "lost": _lost, "power": _lost, "irq": _lost,
+            "fewer": _fewer,
+            "retired-pending": _pending, "remapped-pending": _pending, "xid": _xid,
+            "leak": _leak, "reset-delay": _reset_delay, "reset-policy": _reset_policy}

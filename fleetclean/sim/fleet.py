@@ -39,6 +39,8 @@ from fleetclean.sim.layout import (
 from fleetclean.sim.node import SimNode, SimProcess
 
 SSHD = "/usr/sbin/sshd"
+PERSISTENCED_PID = "/run/nvidia-persistenced/nvidia-persistenced.pid"
+STUCKFS_PID = "/run/fleetclean-stuckfs.pid"  # stuckfs.PID_FILE
 NodeRef = str | SimNode
 
 
@@ -102,14 +104,16 @@ class SimFleet:
         state_dir: Path | None = None,
         *,
         subnet: int = 0,
-        persistenced: bool = False,
+        persistenced: bool = True,
         slurm: bool = False,
     ) -> SimFleet:
         """Start ``nodes`` nodes in parallel and return once every sshd listens.
 
         ``subnet`` is the second octet of the addresses (127.SUBNET.x.y), so that two
-        fleets can run side by side; ``persistenced`` starts nvidia-persistenced on every
-        node, as on a real datacenter node; ``slurm``: also a real Slurm (``sim/slurm.py``),
+        fleets can run side by side; ``persistenced`` (the default) starts
+        nvidia-persistenced on every node holding every GPU, as on a real datacenter node
+        (a node's system daemon: see ``processes``); ``slurm``: also a real Slurm
+        (``sim/slurm.py``),
         returning once every node is idle in it. Raises SimError if the host cannot run a
         fleet (or Slurm), a fleet is already up in ``state_dir``, or an address is taken.
         """
@@ -137,14 +141,31 @@ class SimFleet:
                 slurm_mod.prepare(layout.root)
             fleet._start(names, addresses, subnet)
             if persistenced:
-                for sim_node in fleet.nodes:
-                    fleet.spawn(sim_node, "persistenced", devices="all")
+                fleet._start_persistenced()
             if slurm:
                 slurm_mod.start(layout.root, fleet.nodes, subnet)
         except BaseException:
             fleet.down()
             raise
         return fleet
+
+    def _start_persistenced(self) -> None:
+        # One spawn (an nsenter and an interpreter) per node: a few at a time keep both
+        # cores busy without a burst of 64 interpreters.
+        def one(sim_node: SimNode) -> None:
+            self.spawn(sim_node, "persistenced", devices="all", system=True)
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(one, self.nodes))
+
+    def persistenced_pid(self, ref: NodeRef) -> int | None:
+        """The node PID of the nvidia-persistenced that ``up`` started, if it runs."""
+        sim_node = self.node(ref)
+        try:
+            pid = int(self.node_path(sim_node, PERSISTENCED_PID).read_text())
+        except (OSError, ValueError):
+            return None
+        return pid if pid in nodes_mod.system_pids(sim_node.dir) else None
 
     def _start(self, names: list[str], addresses: list[str], subnet: int) -> None:
         layout = self.layout
@@ -284,8 +305,11 @@ class SimFleet:
         Kinds: ``sglang``, ``vllm``, ``trtllm``, ``triton``, ``tgi``, ``ray`` (gpus="0-7",
         mib, model_path, port), ``zombie-parent`` (gpus="0-1", mib), ``stubborn`` (gpu,
         mib, name), ``slow`` (gpu, delay, mib, name), ``orphan`` (gpu, mib, name),
+        ``stuck`` (gpu, mib, name: state D once killed, until the ``unstick`` fault),
+        ``slow-exit`` (gpu, delay, mib, name: once killed, DELAY seconds in its exit),
         ``monitor`` (name), ``persistenced`` (name, devices="ctl"|"all"), ``writer``
-        (path), ``respawn`` (gpu, mib).
+        (path), ``respawn`` (gpu, mib). ``system=True`` marks the processes as the node's
+        own daemons (left out of ``processes``).
         """
         argv = [node_python(), str(PACKAGE_DIR / "launcher.py"), kind, json.dumps(opts)]
         done = self.run_in(ref, argv)
@@ -322,6 +346,10 @@ class SimFleet:
         clears every fault but leaks. SimError for a bad fault or argument."""
         sim_node = self.node(ref)
         words = [str(a) for a in args]
+        if fault == "unstick":
+            # The stuck driver answers every request it held with EIO (stuckfs.py).
+            self.run_in(sim_node, ["sh", "-c", f"kill -USR1 $(cat {STUCKFS_PID}) 2>/dev/null"])
+            return
         if fault in faults.SSH_FAULTS:
             seconds = words[0] if words else "0"
             try:

@@ -13,6 +13,7 @@ holds /dev/nvidia3 and ignores SIGTERM. An unknown kind exits 2 with a message.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
@@ -21,15 +22,21 @@ import time
 from typing import Any
 
 if __package__:
+    from fleetclean.sim import stuckfs
     from fleetclean.sim.engines import DEFAULT_MODEL, DEFAULT_PORT, ENGINES, binary, longest
 else:  # run as a script: the sibling module is found through sys.path[0]
+    import stuckfs  # type: ignore[import-not-found,no-redef]
     from engines import DEFAULT_MODEL, DEFAULT_PORT, ENGINES, binary, longest  # type: ignore[import-not-found,no-redef]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = os.path.join(HERE, "programs.py")
 FAKEPKGS = os.path.join(HERE, "fakepkgs")
+STUCKFS_PY = os.path.join(HERE, "stuckfs.py")
+STUCKFS_LOCK = "/run/fleetclean-stuckfs.lock"
 READY_FD = "FLEETCLEAN_SIM_READY_FD"
-DEFAULT_MIB = {"sglang": 62000, "stubborn": 20480, "slow": 30720, "orphan": 48000}
+SYSTEM_PIDS = "/run/fleetclean/system_pids"  # the node dir: the host reads it too
+DEFAULT_MIB = {"sglang": 62000, "stubborn": 20480, "slow": 30720, "orphan": 48000,
+               "stuck": 20480, "slow-exit": 30720}
 DEFAULT_MIB.update({kind: 62000 for kind in ENGINES})
 DEFAULT_MIB_OTHER = 16384
 READY_TIMEOUT_S = 30.0
@@ -80,81 +87,125 @@ def tree_plan(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
 def plan(kind: str, opts: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     """The argv and extra environment that start ``kind``; ValueError if unknown."""
     mib = str(opts.get("mib", DEFAULT_MIB.get(kind, DEFAULT_MIB_OTHER)))
-    gpu = int(opts.get("gpu", 3 if kind == "orphan" else 0))
-    name = opts.get("name")
     env = {"FLEETCLEAN_SIM_GPU_MIB": mib}
     if kind in ENGINES or kind == "zombie-parent":
         return program(tree_plan(kind, opts)), env
     if kind == "sglang":
-        gpus = gpu_list(opts.get("gpus", "0-7"))
-        argv = [sys.executable, "-m", "sglang.launch_server"]
-        argv += ["--model-path", str(opts.get("model_path", "/models/Kimi-K2.5"))]
-        argv += ["--tp", str(len(gpus)), "--port", str(opts.get("port", 30000))]
-        argv += ["--trust-remote-code", "--disable-cuda-graph"]
-        env.update(
-            PYTHONPATH=FAKEPKGS,
-            FLEETCLEAN_SIM_GPUS=",".join(map(str, gpus)),
-            FLEETCLEAN_SIM_PROGRAMS=PROGRAMS,
-        )
-        # argv[0] as a user typed it: `ps` and `pkill -f` see "python3 -m sglang...".
-        return ["python3", *argv[1:]], env
-    specs: dict[str, dict[str, Any]] = {
-        "stubborn": {
-            "role": "holder",
-            "gpus": [gpu],
-            "on_term": "ignore",
-            "title": f"python3 stubborn_worker.py --gpu {gpu}",
-        },
-        "slow": {
-            "role": "holder",
-            "gpus": [gpu],
-            "delay": float(opts.get("delay", 2.0)),
-            "title": f"python3 slow_worker.py --gpu {gpu}",
-        },
-        "orphan": {
-            "role": "holder",
-            "gpus": [gpu],
-            "title": f"sglang::scheduler_TP{gpu}",
-            "comm": f"sglang::scheduler_TP{gpu}",
-            "setproctitle": True,
-        },
-        "monitor": {"role": "holder", "title": "python3 /opt/monitor/agent.py"},
-        "persistenced": {
-            "role": "persistenced",
-            # "all": every /dev/nvidiaN, as the real daemon; "ctl" (for now the default,
-            # until the engine tells device handles from compute use): nvidiactl only.
-            "ctl_only": opts.get("devices", "ctl") == "ctl",
-            "title": "/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose",
-            "comm": "nvidia-persistenced",
-        },
-        "writer": {
-            "role": "writer",
-            "path": os.path.join(str(opts.get("path", "/dev/shm/sglang_hs")), "hs_000000.bin"),
-            "title": f"python3 hs_writer.py --out {opts.get('path', '/dev/shm/sglang_hs')}",
-        },
-        "respawn": {
-            "role": "supervisor",
-            "title": "supervise-worker train_worker.py",
-            "comm": "supervise-worker",
-            "child": {
-                "role": "holder",
-                "gpus": [gpu],
-                "title": f"python3 train_worker.py --gpu {gpu}",
-            },
-        },
-    }
+        return sglang_argv(opts, env), env
+    specs = {**holder_specs(kind, opts), **daemon_specs(opts)}
     if kind not in specs:
         raise ValueError(f"unknown workload kind {kind!r}; known: sglang, {', '.join(specs)}")
     spec = specs[kind]
+    name = opts.get("name")
     if name:
+        spec.pop("argv", None)
         spec["title"] = str(name)
         spec["comm"] = os.path.basename(str(name).split()[0])
-    if kind == "persistenced":
+    if kind in ("persistenced", "monitor"):
         # Device handles with no CUDA context: nvidia-smi counts 0 MiB and no app.
         env["FLEETCLEAN_SIM_GPU_MIB"] = "0"
     elif not spec.get("gpus") and kind != "respawn":
         env.pop("FLEETCLEAN_SIM_GPU_MIB")
     return program(spec), env
+
+
+def sglang_argv(opts: dict[str, Any], env: dict[str, str]) -> list[str]:
+    """``python3 -m sglang.launch_server ... --tp N``, run through the fake package."""
+    gpus = gpu_list(opts.get("gpus", "0-7"))
+    argv = ["-m", "sglang.launch_server"]
+    argv += ["--model-path", str(opts.get("model_path", "/models/Kimi-K2.5"))]
+    argv += ["--tp", str(len(gpus)), "--port", str(opts.get("port", 30000))]
+    argv += ["--trust-remote-code", "--disable-cuda-graph"]
+    env.update(
+        PYTHONPATH=FAKEPKGS,
+        FLEETCLEAN_SIM_GPUS=",".join(map(str, gpus)),
+        FLEETCLEAN_SIM_PROGRAMS=PROGRAMS,
+    )
+    # argv[0] as a user typed it: `ps` and `pkill -f` see "python3 -m sglang...".
+    return ["python3", *argv]
+
+
+def holder_specs(kind: str, opts: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The single GPU holders: how each reacts to SIGTERM, SIGKILL and its own exit."""
+    gpu = int(opts.get("gpu", 3 if kind == "orphan" else 0))
+    delay = float(opts.get("delay", 2.0 if kind == "slow" else 5.0))
+    return {
+        "stubborn": {"role": "holder", "gpus": [gpu], "on_term": "ignore",
+                     "title": f"python3 stubborn_worker.py --gpu {gpu}"},
+        "slow": {"role": "holder", "gpus": [gpu], "delay": delay,
+                 "title": f"python3 slow_worker.py --gpu {gpu}"},
+        "orphan": {"role": "holder", "gpus": [gpu], "title": f"sglang::scheduler_TP{gpu}",
+                   "comm": f"sglang::scheduler_TP{gpu}", "setproctitle": True},
+        # Waits in a driver request (stuckfs's "hang"): state D once killed, survives it.
+        "stuck": {"role": "holder", "gpus": [gpu], "driver_wait": "hang",
+                  "title": f"python3 stuck_worker.py --gpu {gpu}"},
+        # Ignores SIGTERM; killed, it spends DELAY in its exit after its GPU is released
+        # (stuckfs's flush), longer than a teardown waits after SIGKILL.
+        "slow-exit": {"role": "holder", "gpus": [gpu], "on_term": "ignore",
+                      "exit_ms": round(delay * 1000),
+                      "title": f"python3 exiting_worker.py --gpu {gpu}"},
+        "respawn": {"role": "supervisor", "title": "supervise-worker train_worker.py",
+                    "comm": "supervise-worker",
+                    "child": {"role": "holder", "gpus": [gpu],
+                              "title": f"python3 train_worker.py --gpu {gpu}"}},
+    }
+
+
+def daemon_specs(opts: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The processes that are not workloads: agents, daemons, writers."""
+    path = str(opts.get("path", "/dev/shm/sglang_hs"))
+    return {
+        # Polls NVML, as GPU monitoring agents do: a handle on every GPU, no CUDA context.
+        "monitor": {"role": "holder", "nvml": True, "title": "python3 /opt/monitor/agent.py"},
+        "persistenced": {
+            "role": "persistenced",
+            # "all" (the default): every /dev/nvidiaN, as the real daemon; "ctl":
+            # nvidiactl only.
+            "ctl_only": opts.get("devices", "all") == "ctl",
+            # A binary's command line, NUL-separated as the real daemon's: argv[0] is
+            # "/usr/bin/nvidia-persistenced" (comm is cut to "nvidia-persiste" by the kernel).
+            "title": "/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose",
+            "argv": ["/usr/bin/nvidia-persistenced", "--user", "nvidia-persistenced",
+                     "--verbose"],
+            "comm": "nvidia-persistenced",
+        },
+        "writer": {"role": "writer", "path": os.path.join(path, "hs_000000.bin"),
+                   "title": f"python3 hs_writer.py --out {path}"},
+    }
+
+
+def ensure_stuckfs() -> None:
+    """Start the node's stuck driver (``stuckfs.py``) unless it runs; one at a time (a
+    lock), so that two launchers never mount it twice. Its PID is a system PID of the
+    node (left out of ``SimFleet.processes``)."""
+    with open(STUCKFS_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stuckfs.running():
+            return
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setsid()
+                if os.fork() != 0:
+                    os._exit(0)
+                devnull = os.open("/dev/null", os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(devnull, fd)
+                os.chdir("/")
+                os.execv(sys.executable, [sys.executable, STUCKFS_PY, stuckfs.MOUNTPOINT])
+            finally:
+                os._exit(127)
+        os.waitpid(pid, 0)
+        if not stuckfs.ready():
+            raise TimeoutError("the node's stuck driver (stuckfs) did not come up")
+        with open(stuckfs.PID_FILE) as f:
+            record_system([int(f.read())])
+
+
+def record_system(started: list[int]) -> None:
+    """Note PIDs that belong to the node itself, not to a workload (see node.processes)."""
+    with open(SYSTEM_PIDS, "a") as f:
+        f.write("".join(f"{p}\n" for p in started))
 
 
 def launch(argv: list[str], extra_env: dict[str, str]) -> list[int]:
@@ -194,13 +245,19 @@ def launch(argv: list[str], extra_env: dict[str, str]) -> list[int]:
 def main(argv: list[str]) -> int:
     kind = argv[1]
     opts: dict[str, Any] = json.loads(argv[2]) if len(argv) > 2 else {}
+    system = bool(opts.pop("system", False))
     try:
         command, env = plan(kind, opts)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
+    if kind in ("stuck", "slow-exit"):
+        ensure_stuckfs()
     # Sorted: the workload's root starts first, then its children in rank order.
-    print(json.dumps(sorted(launch(command, env))))
+    started = sorted(launch(command, env))
+    if system:
+        record_system(started)
+    print(json.dumps(started))
     return 0
 
 

@@ -240,11 +240,21 @@ def ns_pid(host_pid: int) -> int | None:
     return None
 
 
+def system_pids(node_dir: Path) -> set[int]:
+    """Node PIDs of the node's own daemons (nvidia-persistenced started by ``up``, the
+    stuck driver), as ``launcher.py`` records them in the node dir."""
+    try:
+        return {int(w) for w in (node_dir / "system_pids").read_text().split()}
+    except (OSError, ValueError):
+        return set()
+
+
 def processes(node: SimNode, include_system: bool = False) -> list[SimProcess]:
     """Every live process of the node, found by walking the tree under its init (orphans
     are reparented to it, so nothing is missed), sorted by node PID. Without
-    ``include_system``, the init and the SSH listener are left out; zombies always are."""
-    listeners = listener_pids(node.dir)[2]
+    ``include_system``, the init, the SSH listener and the node's own daemons (see
+    ``system_pids``) are left out; zombies always are."""
+    listeners = [*listener_pids(node.dir)[2], *system_pids(node.dir)]
     found: list[SimProcess] = []
     stack = [(node.init_pid, 0)]
     while stack:

@@ -82,6 +82,8 @@ def make_dev() -> None:
         ("random", 1, 8),
         ("urandom", 1, 9),
         ("tty", 5, 0),
+        # FUSE, as on any Linux host: the node's stuck driver (stuckfs.py) serves through it.
+        ("fuse", 10, 229),
     ):
         os.mknod(f"/dev/{name}", 0o20666, os.makedev(major, minor))
         os.chmod(f"/dev/{name}", 0o666)

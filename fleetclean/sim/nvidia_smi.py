@@ -118,23 +118,20 @@ def csv(
     return "".join(line + "\n" for line in lines)
 
 
-def lost_line(gpu: dict[str, object]) -> str:
-    """What nvidia-smi prints for a GPU that fell off the bus (bus id without 4 zeros)."""
-    return (
-        f"Unable to determine the device handle for GPU{str(gpu['bus_id'])[4:]}: "
-        "GPU is lost.  Reboot the system to recover this GPU"
-    )
+def lost_line(gpu: dict[str, object], words: str = smi_state.GPU_ERRORS["lost"][1]) -> str:
+    """What nvidia-smi prints for a GPU it cannot open (bus id without 4 zeros)."""
+    return f"Unable to determine the device handle for GPU{str(gpu['bus_id'])[4:]}: {words}"
 
 
 def gpu_rows(gpus: list[dict[str, object]], used: dict[int, int]) -> list[dict[str, object] | str]:
     rows: list[dict[str, object] | str] = []
     modes = smi_state.persistence()
-    lost = smi_state.lost()
+    broken = smi_state.gpu_errors()
     retired, remapped = smi_state.pending("retired"), smi_state.pending("remapped")
     for gpu in gpus:
         index = int(str(gpu["index"]))
-        if index in lost:
-            rows.append(lost_line(gpu))
+        if index in broken:
+            rows.append(lost_line(gpu, broken[index][1]))
             continue
         mib = used.get(index, 0)
         busy = mib > 0
@@ -302,9 +299,11 @@ def tool_fault() -> tuple[str, str]:
 
 
 def query(opts: dict[str, str], gpus: list[dict[str, object]], na: bool) -> tuple[str, int]:
-    """--query-gpu, --query-compute-apps, -L or the table; exit 15 when a GPU is lost."""
-    lost = [g for g in gpus if int(str(g["index"])) in smi_state.lost()]
-    status = 15 if lost else 0
+    """--query-gpu, --query-compute-apps, -L or the table; exit 15 when a GPU is lost (8
+    lacking power, 10 with an interrupt issue: the first such GPU's)."""
+    broken = smi_state.gpu_errors()
+    lost = [g for g in gpus if int(str(g["index"])) in broken]
+    status = broken[int(str(lost[0]["index"]))][0] if lost else 0
     fmt = set(opts.get("--format", "csv").split(","))
     if "--query-gpu" in opts:
         fields = [f.strip() for f in opts["--query-gpu"].split(",")]
@@ -313,9 +312,10 @@ def query(opts: dict[str, str], gpus: list[dict[str, object]], na: bool) -> tupl
     if "--query-compute-apps" in opts:
         fields = [f.strip() for f in opts["--query-compute-apps"].split(",")]
         apps: list[dict[str, object] | str] = [*app_rows(gpus, holders())]
-        return csv(fields, APP_FIELDS, apps + [lost_line(g) for g in lost], fmt, na), status
-    if lost:  # the screen needs every GPU: the first lost one ends it
-        return lost_line(lost[0]) + "\n", 15
+        apps += [lost_line(g, broken[int(str(g["index"]))][1]) for g in lost]
+        return csv(fields, APP_FIELDS, apps, fmt, na), status
+    if lost:  # the screen needs every GPU: the first broken one ends it
+        return lost_line(lost[0], broken[int(str(lost[0]["index"]))][1]) + "\n", status
     if "--list-gpus" in opts:
         return "".join(f"GPU {g['index']}: {GPU_NAME} (UUID: {g['uuid']})\n" for g in gpus), 0
     wanted = {int(str(g["index"])) for g in gpus}

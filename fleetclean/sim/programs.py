@@ -14,9 +14,14 @@ Spec keys (all optional but ``role``):
 - ``setproctitle``: the title is NUL-padded as setproctitle leaves it; ``argv``: a list
   written NUL-separated instead of ``title`` (a binary's command line).
 - ``gpus``: GPU indexes whose ``/dev/nvidiaN`` to hold; ``ctl``: also hold
-  ``/dev/nvidiactl`` and ``/dev/nvidia-uvm`` (``ctl_only`` holds nvidiactl alone).
+  ``/dev/nvidiactl`` and ``/dev/nvidia-uvm`` (``ctl_only`` holds nvidiactl alone);
+  ``nvml``: /dev/nvidiactl and every GPU, no /dev/nvidia-uvm (a monitoring agent).
 - ``on_term``: ``exit`` after ``delay`` seconds (default 0.1, a CUDA teardown), or
   ``ignore``.
+- ``driver_wait: hang``: once ready, wait in a driver request that is never answered
+  (``stuckfs``): state D after SIGKILL, which it survives while the node's driver is stuck.
+- ``exit_ms``: hold a ``stuckfs`` file opened after the devices, whose close at exit takes
+  that long: killed, the process sits in its exit (no command line, devices released).
 
 Readiness: when ``FLEETCLEAN_SIM_READY_FD`` names an inherited pipe, the process writes its
 PID there once its devices are open and closes it; the launcher waits for that.
@@ -40,6 +45,7 @@ else:  # run as a script: the sibling module is found through sys.path[0]
 READY_FD = "FLEETCLEAN_SIM_READY_FD"
 PERSISTENCE = "/run/fleetclean/persistence.json"
 PERSISTENCED_PID = "/run/nvidia-persistenced/nvidia-persistenced.pid"
+STUCKFS = "/run/fleetclean-stuck"  # stuckfs.MOUNTPOINT
 
 
 def report_ready() -> None:
@@ -66,12 +72,20 @@ def apply_title(spec: dict[str, Any]) -> None:
 
 
 def open_devices(spec: dict[str, Any]) -> list[int]:
+    """A CUDA process's files: its GPUs, /dev/nvidiactl and /dev/nvidia-uvm; an NVML
+    user's (``nvml``): /dev/nvidiactl and every GPU, no /dev/nvidia-uvm."""
     paths = [f"/dev/nvidia{i}" for i in spec.get("gpus", [])]
     if spec.get("ctl") or spec.get("gpus"):
         paths += ["/dev/nvidiactl", "/dev/nvidia-uvm"]
+    if spec.get("nvml"):
+        paths = ["/dev/nvidiactl", *(f"/dev/nvidia{i}" for i in all_gpus())]
     if spec.get("ctl_only"):
         paths = ["/dev/nvidiactl"]
     return [os.open(p, os.O_RDWR) for p in paths]
+
+
+def all_gpus() -> list[int]:
+    return sorted(int(n[6:]) for n in os.listdir("/dev") if n[6:].isdigit() and n[:6] == "nvidia")
 
 
 def install_term(spec: dict[str, Any]) -> None:
@@ -127,6 +141,9 @@ def main(argv: list[str]) -> int:
         tree(spec)
     install_term(spec)
     held = open_devices(spec)
+    if spec.get("exit_ms") is not None:
+        # Opened after the devices: the exit closes those first, then waits on this one.
+        held.append(os.open(os.path.join(STUCKFS, f"exit-{int(spec['exit_ms'])}"), os.O_RDONLY))
     if role == "writer":
         path = spec["path"]
         os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
@@ -135,6 +152,9 @@ def main(argv: list[str]) -> int:
         out.flush()
         held.append(out.fileno())
     report_ready()
+    if spec.get("driver_wait") == "hang":
+        with contextlib.suppress(OSError):  # EIO once the node's driver is unstuck
+            os.stat(os.path.join(STUCKFS, f"hang-{os.getpid()}"))
     while True:
         signal.pause()
 
@@ -146,8 +166,7 @@ def persistence_enabled() -> list[int]:
             modes: dict[str, bool] = json.load(f)
     except (OSError, ValueError):
         modes = {}
-    gpus = sorted(int(n[6:]) for n in os.listdir("/dev") if n[6:].isdigit() and n[:6] == "nvidia")
-    return [g for g in gpus if modes.get(str(g), True)]
+    return [g for g in all_gpus() if modes.get(str(g), True)]
 
 
 def persistenced(ctl_only: bool = False) -> None:

@@ -69,6 +69,8 @@ def reset(gpus: list[Gpu]) -> tuple[str, int]:
             )
         )
         return text, 255
+    # A real reset takes seconds; the node may be told how many (fault reset-delay).
+    time.sleep(float(smi_state.read_text("reset_delay") or 0))
     leaked = smi_state.leaks()
     for gpu in gpus:
         leaked.pop(int(str(gpu["index"])), None)

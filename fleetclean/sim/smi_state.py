@@ -7,12 +7,13 @@ the package in tests). Files in ``NODE_DIR`` (the node's state dir, ``/run/fleet
   last GPUs, as a board whose GPU the driver did not enumerate.
 - ``fault``: one word for the whole tool: ``none``, ``na``, ``nvml``, ``driver``,
   ``inforom``, ``nodevices``.
-- ``lost``: indexes of GPUs that fell off the bus; ``pages.json``: {"retired": [i, ...],
+- ``lost``, ``power``, ``irq``: indexes of GPUs that fell off the bus, lack external
+  power, have an interrupt issue (see ``GPU_ERRORS``); ``pages.json``: {"retired": [i, ...],
   "remapped": [i, ...]}, GPUs with retired pages / remapped rows pending.
 - ``leaks.json``: {"5": 512}: MiB allocated on a GPU with no process (freed by a reset).
 - ``persistence.json``: {"0": false}: persistence mode per GPU (on unless listed off);
   ``reset_policy``: ``strict`` (nvidia-persistenced's handles block a reset, the default)
-  or ``lenient``.
+  or ``lenient``; ``reset_delay``: seconds a reset takes (default 0).
 """
 
 from __future__ import annotations
@@ -70,8 +71,26 @@ def indexes(text: str) -> set[int]:
     return {int(w) for w in text.replace(",", " ").split() if w.isdigit()}
 
 
+# file -> (nvidia-smi's exit status, NVML's words after "Unable to determine the device
+# handle for GPU...: "), as nvidia-smi documents its return codes.
+GPU_ERRORS = {
+    "lost": (15, "GPU is lost.  Reboot the system to recover this GPU"),
+    "power": (8, "Insufficient External Power"),
+    "irq": (10, "Interrupt request issue"),
+}
+
+
 def lost() -> set[int]:
     return indexes(read_text("lost"))
+
+
+def gpu_errors() -> dict[int, tuple[int, str]]:
+    """GPUs nvidia-smi cannot open: index -> (exit status, words)."""
+    found: dict[int, tuple[int, str]] = {}
+    for name, error in GPU_ERRORS.items():
+        for index in indexes(read_text(name)):
+            found.setdefault(index, error)
+    return found
 
 
 def pending(kind: str) -> set[int]:

@@ -28,7 +28,8 @@ def test_32_nodes_with_mixed_workloads_all_clean_and_report_matches_nvidia_smi(
 
     before = cli("status", "-i", fleet.inventory_path, "--json")
     for host in before.json()["hosts"]:
-        assert [g["memory_used_mib"] for g in host["gpus"]] == fleet.gpu_used_mib(host["host"])
+        assert [g["memory_used_mib"] for g in host["gpus"]] == fleet.gpu_used_mib(
+            host["host"]), host
 
     res = cli("run", "post-extraction", "-i", fleet.inventory_path, "-e", "grace=2", "--json")
 

@@ -34,7 +34,7 @@ def test_sglang_orphan_stubborn_and_slow_are_all_gone_and_gpus_free(
     assert (slow[0], "KILL") not in signals, "slow exits within grace: waited for, not killed"
 
 
-@pytest.mark.parametrize("playbook", ["post-extraction", "pre-restart", "status"])
+@pytest.mark.parametrize("playbook", ["post-extraction", "pre-restart", "free-gpus", "status"])
 def test_monitor_and_persistenced_survive_every_builtin_playbook(
     sim_fleet_factory, cli: Cli, playbook: str
 ) -> None:
@@ -65,8 +65,8 @@ def test_pattern_matching_the_teardowns_own_shell_does_not_kill_it(
               "-e", "server_pattern=bash|sshd", "-e", "grace=1", "--json")
     host = res.host("node01")
     assert [s["name"] for s in host["stages"]] == [
-        "guard-writers", "stop-server", "kill-workers", "kill-gpu-holders", "restore-model",
-        "remove-dump",
+        "guard-writers", "stop-server", "kill-workers", "kill-gpu-holders", "reset-leaked",
+        "restore-model", "remove-dump",
     ]
     assert host["status"] == "clean"
     assert fleet.sshd_up("node01")

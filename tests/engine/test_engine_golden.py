@@ -39,6 +39,7 @@ CASES = {
     "post-extraction-check": ({"model_file": "/opt/sglang/models/deepseek_v2.py",
                                "guard_path": "/dev/shm/sglang_hs", "protect": "jupyter"}, True),
     "pre-restart": ({}, False),
+    "free-gpus": ({"reset_leaked": "true"}, False),
     "status": ({}, False),
 }
 
@@ -82,6 +83,11 @@ def test_golden_templates_pinned() -> None:
     lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  fleetclean/engine/stages/{p.name}\n"
              for p in sorted(STAGES.glob("*.sh"))]
     check_golden(GOLDEN / "templates.sha256", "".join(lines))
+
+
+def test_a_status_script_carries_no_kill_library() -> None:
+    assert marker("lib-kill.sh") not in own_part(rendered("status"))
+    assert marker("lib-kill.sh") in own_part(rendered("pre-restart"))
 
 
 @pytest.mark.skipif(shellcheck() is None, reason="shellcheck not installed")

@@ -57,7 +57,7 @@ def test_post_extraction_frees_every_gpu_and_spares_bystanders() -> None:
     assert rep.error is None, rep.error
     assert rep.verified is True
     assert [g.memory_used_mib for g in rep.gpus if g.index != 4] == [0] * 7
-    assert [s.status for s in rep.stages] == ["ok"] * 6
+    assert [s.status for s in rep.stages] == ["ok"] * 7
     assert not r.alive("sglang") and not r.alive("orphan-helper")
     assert not r.alive("stubborn-holder") and not r.alive("slow-holder")
     assert r.alive("python3-monitor-agent") and r.alive("nvidia-persistenced")
@@ -131,7 +131,7 @@ def test_guard_refuses_while_a_writer_is_open_and_signals_nothing() -> None:
     assert r.report.error is not None
     assert r.report.error.startswith("refused: /dev/shm/sglang_hs has writers: pid ")
     assert "writer-task" in r.report.error
-    assert [s.status for s in r.report.stages] == ["refused"] + ["skipped"] * 5
+    assert [s.status for s in r.report.stages] == ["refused"] + ["skipped"] * 6
     assert not r.report.signalled and r.alive("sglang.launch_server")
 
 

@@ -197,3 +197,61 @@ def test_stage_started_reads_one_progress_line() -> None:
     assert stage_started("@@fleetclean\tstage\t2\tstop%09server\tsignal") == "stop\tserver"
     assert stage_started("@@fleetclean\tsignal\t2\t41\tTERM\tx") is None
     assert stage_started("stage\t2\tstop-server") is None
+
+
+def _teardown(*middle: str) -> str:
+    return (rec("begin", "1", "post-extraction", "gpu01", "0")
+            + rec("stage", "4", "kill-gpu-holders", "gpu-holders") + "".join(middle))
+
+
+def test_stuck_left_and_reset_records_become_the_hosts_words() -> None:
+    from fleetclean.fleet import host_result
+    from fleetclean.results.reasons import notes
+    from fleetclean.transport import ScriptOutput
+
+    out = _teardown(
+        rec("signal", "4", "41", "KILL", "python3 stuck.py"),
+        rec("stuck", "4", "41", "python3 stuck.py"),
+        rec("stuck", "4", "42", "python3 gone.py"),
+        rec("end", "4", "ok", "2", "4", "2", "5100", "4 signal(s) sent; stuck ..."),
+        rec("stage", "5", "reset-leaked", "gpu-reset"),
+        rec("reset", "5", "6", "ok", "512 MiB freed"),
+        rec("end", "5", "ok", "1", "0", "0", "900", "1 of 1 GPU(s) with leaked memory reset"),
+        rec("stage", "verify", "verify", "verify"),
+        rec("gpu", f"2, {UUID}, NVIDIA H200, 8192, 143771"),
+        rec("app", f"41, python3, 8192, {UUID}"),
+        rec("proc", "41", "root", "python3 stuck.py", "", "stuck"),
+        rec("verify", "dirty", "0", "40", "held by processes stuck ...: GPU2", "stuck"),
+        rec("left", "17", "python3 -m vllm.entrypoints.openai.api_server"),
+        rec("unstuck", "42"),
+        rec("done", "0"))
+    host = host_result("gpu01", ScriptOutput(started=True, stdout=out, stderr="",
+                                             exit_code=0), 6.0)
+    assert host.status.value == "dirty" and host.verify_rule == "stuck"
+    assert host.error == ("GPU2 8192 MiB; held by 41 python3 stuck.py (root; GPU2; stuck in "
+                          "the kernel (state D) since SIGKILL: reboot or reset needed)")
+    assert [p.pid for p in host.stuck] == [41]  # 42 let go before the script ended
+    assert [s.status for s in host.stages] == ["ok", "ok"]  # stuck is not a failed stage
+    assert notes(host) == [
+        "left running: 17 python3 -m vllm.entrypoints.openai.api_server (parent of killed "
+        "GPU holders)", "GPU6 reset: ok (512 MiB freed)"]
+
+
+def test_an_exiting_holder_is_named_as_such_and_no_cuda_context_is_no_holder() -> None:
+    from fleetclean.fleet import host_result
+    from fleetclean.transport import ScriptOutput
+
+    out = _teardown(
+        rec("end", "4", "ok", "0", "0", "0", "10", "nothing to signal"),
+        rec("stage", "verify", "verify", "verify"),
+        rec("gpu", f"5, {UUID}, NVIDIA H200, 512, 143771"),
+        rec("holder", "77", "/dev/nvidia5", "", ""),
+        rec("holder", "9", "/dev/nvidia5", "python3 /opt/monitor/agent.py", "no CUDA context"),
+        rec("proc", "77", "root", "", ""),
+        rec("proc", "9", "root", "python3 /opt/monitor/agent.py", "no CUDA context"),
+        rec("verify", "dirty", "0", "30000", "1 GPU(s) above 0 MiB after 30000 ms",
+            "deadline"),
+        rec("done", "0"))
+    host = host_result("gpu01", ScriptOutput(started=True, stdout=out, stderr="",
+                                             exit_code=0), 30.0)
+    assert host.error == "GPU5 512 MiB; held by 77 (exiting) (root; GPU5)"

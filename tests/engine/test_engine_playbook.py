@@ -21,10 +21,10 @@ def write(tmp_path: Path, text: str) -> str:
 
 def test_builtins_are_listed_with_descriptions() -> None:
     names = [n for n, d in list_playbooks() if d]
-    assert names == ["post-extraction", "pre-restart", "status"]
+    assert names == ["free-gpus", "post-extraction", "pre-restart", "status"]
 
 
-@pytest.mark.parametrize("name", ["post-extraction", "pre-restart", "status"])
+@pytest.mark.parametrize("name", ["free-gpus", "post-extraction", "pre-restart", "status"])
 def test_builtin_copies_in_playbooks_dir_are_identical(name: str) -> None:
     shipped = ROOT / "fleetclean" / "engine" / "playbooks" / f"{name}.yaml"
     assert (ROOT / "playbooks" / f"{name}.yaml").read_text() == shipped.read_text()
@@ -33,11 +33,11 @@ def test_builtin_copies_in_playbooks_dir_are_identical(name: str) -> None:
 def test_post_extraction_has_the_design_variables() -> None:
     pb = load_playbook("post-extraction")
     for var in ("server_pattern", "worker_pattern", "grace", "model_file", "backup_suffix",
-                "dump_dir", "max_used_mib", "verify_timeout", "protect"):
+                "dump_dir", "max_used_mib", "verify_timeout", "protect", "reset_leaked"):
         assert var in pb.vars
-    assert pb.vars["max_used_mib"] == 0
+    assert pb.vars["max_used_mib"] == 0 and pb.vars["reset_leaked"] is False
     assert [s.type for s in pb.stages] == [
-        "guard", "signal", "signal", "gpu-holders", "restore", "remove"]
+        "guard", "signal", "signal", "gpu-holders", "gpu-reset", "restore", "remove"]
 
 
 def test_playbook_by_path(tmp_path: Path) -> None:
@@ -109,7 +109,8 @@ def test_undefined_variable_names_file_line_and_variable(tmp_path: Path) -> None
 @pytest.mark.parametrize(("extra", "message"), [
     ({"grace": "soon"}, "stage 'stop-server': grace must be a non-negative number of seconds"),
     ({"grace": "-1"}, "grace must be a non-negative number"),
-    ({"max_used_mib": "1.5"}, "verify: max_used_mib must be a non-negative integer"),
+    ({"max_used_mib": "1.5"}, "stage 'reset-leaked': max_used_mib must be a non-negative "
+                              "integer"),
     ({"server_pattern": r"sglang\d"}, r"'\d' is not POSIX ERE"),
     ({"server_pattern": "sglang(?=x)"}, "'(?' groups are not POSIX ERE"),
     ({"server_pattern": "sgl[ang"}, "invalid regular expression"),

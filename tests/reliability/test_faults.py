@@ -220,7 +220,13 @@ def test_ctrl_c_in_a_32_node_run(sim_fleet_factory: Factory, tmp_path: Path) -> 
     proc = spawn_cli(tmp_path, "run", "post-extraction", "-i", str(fleet.inventory_path),
                      "-e", "grace=3", "-f", "8", "--json")
     try:
-        time.sleep(2.0)
+        # Interrupt once the first hosts run their scripts (a loaded machine can take more
+        # than the 2 s this used to wait just to start the controller).
+        deadline = time.monotonic() + 60
+        while not any(p.cmdline == "bash -s" for n in fleet.nodes[:8]
+                      for p in fleet.processes(n.name)):
+            assert proc.poll() is None and time.monotonic() < deadline, "no host started"
+            time.sleep(0.05)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)  # our own child, by PID
         out, err = proc.communicate(timeout=60)

@@ -146,3 +146,37 @@ def test_a_slow_but_correct_sshd_still_ends_clean(
     statuses = {h["host"]: (h["status"], h["error"]) for h in res.json()["hosts"]}
     assert statuses == {"node01": ("clean", None), "node02": ("clean", None)}
     assert fleet.gpu_used_mib("node01") == [0] * 8
+
+
+@pytest.mark.sim
+def test_stalled_and_slow_sshds_among_fast_ones_each_get_their_own_outcome(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli
+) -> None:
+    """The simulator's own slow servers in one run: a banner then silence is a timeout
+    naming the key exchange within --connect-timeout, an authentication slower than it is a
+    timeout (never auth_failed), a slow but correct one and the fast ones end clean."""
+    fleet = sim_fleet_factory(4)
+    fleet.set_fault("node01", "stall")
+    fleet.set_fault("node02", "slow-auth", 1)
+    fleet.set_fault("node03", "slow-auth", 60)
+    for node in fleet.nodes:
+        fleet.spawn(node.name, "sglang", gpus="0-1")
+    limit = 3
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "-e", "grace=1",
+              "--connect-timeout", str(limit), "--json")
+    assert "Traceback" not in res.err
+    hosts = {h["host"]: h for h in res.json()["hosts"]}
+    address = {n.name: n.address for n in fleet.nodes}
+    assert hosts["node01"]["status"] == "timeout"
+    assert hosts["node01"]["error"] == (
+        f"{address['node01']}:22: key exchange did not finish within {limit}s")
+    assert hosts["node03"]["status"] == "timeout"
+    assert hosts["node03"]["error"] == (
+        f"{address['node03']}:22: authentication did not finish within {limit}s")
+    for name in ("node02", "node04"):
+        assert (hosts[name]["status"], hosts[name]["error"]) == ("clean", None), hosts[name]
+        assert fleet.gpu_used_mib(name) == [0] * 8
+    # within --connect-timeout per phase, not paramiko's defaults (generous: shared CPU)
+    assert hosts["node01"]["duration_s"] < limit + 8
+    assert res.json()["summary"] == {"hosts": 4, "clean": 2, "dirty": 0, "faulty": 0,
+                                     "failed": 2}

@@ -53,7 +53,7 @@ def cmdline(fleet: SimFleet, pid: int) -> bytes:
     return fleet.node_path("node01", f"/proc/{pid}/cmdline").read_bytes()
 
 
-def test_sim_up_persistenced_holds_every_gpu_with_no_memory(
+def test_sim_up_runs_persistenced_holding_every_gpu_with_no_memory(
     tmp_path: Path, sim_subnet: int
 ) -> None:
     state_dir = tmp_path / "fleet"
@@ -65,7 +65,6 @@ def test_sim_up_persistenced_holds_every_gpu_with_no_memory(
                 "up",
                 "--nodes",
                 "1",
-                "--persistenced",
                 "--state-dir",
                 str(state_dir),
                 "--subnet",
@@ -77,8 +76,11 @@ def test_sim_up_persistenced_holds_every_gpu_with_no_memory(
         )
         assert up.returncode == 0, up.stderr
         fleet = SimFleet.load(state_dir)
-        (daemon,) = [p.pid for p in fleet.processes("node01")]
-        assert comm(fleet, daemon) == "nvidia-persiste"
+        daemon = fleet.persistenced_pid("node01")
+        assert daemon is not None and comm(fleet, daemon) == "nvidia-persiste"
+        # The node's own daemon, like its init and sshd: not a workload.
+        assert fleet.processes("node01") == []
+        assert [p.pid for p in fleet.processes("node01", include_system=True)].count(daemon) == 1
         for device in [f"/dev/nvidia{i}" for i in range(8)] + ["/dev/nvidiactl"]:
             assert daemon in holders(fleet, device), device
         assert used(fleet) == [0] * 8
@@ -111,7 +113,7 @@ def test_titled_workers_leave_their_argv_area_as_nul_padding(sim_fleet_factory: 
 def test_leak_is_freed_only_by_a_reset_nobody_blocks(sim_fleet_factory: Factory) -> None:
     fleet = sim_fleet_factory(1)
     fleet.set_fault("node01", "leak", 5, 512)
-    (daemon,) = fleet.spawn("node01", "persistenced", devices="all")
+    daemon = fleet.persistenced_pid("node01")
     (holder,) = fleet.spawn("node01", "stubborn", gpu=5, mib=1000)
     assert used(fleet)[5] == 1512 and apps(fleet) == {holder}
     refused = smi(fleet, "--gpu-reset", "-i", "5")
@@ -132,7 +134,6 @@ def test_leak_is_freed_only_by_a_reset_nobody_blocks(sim_fleet_factory: Factory)
 
 def test_lenient_driver_resets_beside_persistenced(sim_fleet_factory: Factory) -> None:
     fleet = sim_fleet_factory(1)
-    fleet.spawn("node01", "persistenced", devices="all")
     fleet.set_fault("node01", "leak", 2, 300)
     fleet.set_fault("node01", "reset-policy", "lenient")
     assert smi(fleet, "-r", "-i", "2").returncode == 0
@@ -215,6 +216,13 @@ def test_faulty_gpus_give_the_real_messages_and_statuses(sim_fleet_factory: Fact
         "Reboot the system to recover this GPU"
     )
     fleet.set_fault("node01", "none")
+    for fault, code, words in (("power", 8, "Insufficient External Power"),
+                               ("irq", 10, "Interrupt request issue")):
+        fleet.set_fault("node01", fault, 1)
+        done = smi(fleet, *query)
+        assert done.returncode == code and done.stdout.splitlines()[1] == (
+            f"Unable to determine the device handle for GPU0000:2A:00.0: {words}")
+        fleet.set_fault("node01", "none")
     fleet.set_fault("node01", "inforom", 2)
     done = smi(fleet, *query)
     assert done.returncode == 14

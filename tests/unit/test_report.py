@@ -90,11 +90,12 @@ def test_json_follows_the_contract() -> None:
     assert data["summary"] == {"hosts": 8, "clean": 3, "dirty": 1, "faulty": 0,
                                "failed": 4}
     host = data["hosts"][0]
-    assert set(host) == {"host", "status", "error", "duration_s", "stages", "gpus", "signalled"}
+    assert set(host) == {"host", "status", "error", "duration_s", "stages", "gpus", "signalled",
+                         "verify", "left_running", "stuck", "resets"}
     assert set(host["stages"][0]) == {"name", "type", "status", "matched", "signalled",
                                       "remaining", "duration_s"}
     assert set(host["gpus"][0]) == {"index", "uuid", "name", "memory_used_mib",
-                                    "memory_total_mib"}
+                                    "memory_total_mib", "processes"}
     assert host["signalled"] == [{"pid": 4242, "cmdline": "python3 -m sglang.launch_server",
                                   "signal": "TERM"}]
     json.dumps(data)

@@ -6,7 +6,7 @@ parser (records only a type writes) all loop over :data:`STAGE_TYPES`; none of t
 names a stage type.
 
 >>> sorted(STAGE_TYPES)
-['gpu-holders', 'guard', 'remove', 'restore', 'shell', 'signal']
+['gpu-holders', 'gpu-reset', 'guard', 'remove', 'restore', 'shell', 'signal']
 >>> stage_type("signal").defaults()["grace"]
 10
 >>> stage_type("sleep")
@@ -15,30 +15,30 @@ KeyError: "no stage type 'sleep'"
 
 Adding a stage type
 -------------------
-A stage type is one Python module plus one bash file, here for a ``gpu-reset`` type
-(``fleetclean/engine/stages/gpu_reset.py`` beside ``gpu-reset.sh``)::
+A stage type is one Python module plus one bash file, registered below. ``gpu-reset`` is
+the smallest complete example (``fleetclean/engine/stages/gpu_reset.py`` beside
+``gpu-reset.sh``); its shape::
 
-    from fleetclean.engine.checks import boolean, text
+    from fleetclean.engine.checks import boolean, number
     from fleetclean.engine.stages.base import Option, Readings, StageType, packaged, q
 
     def _assignments(stage):                      # resolved options -> fc_main's lines
-        return [f"opt_gpus={q(stage.options['gpus'])}",
-                f"opt_only_idle={int(stage.options['only_idle'])}"]
+        return [f"opt_enabled={int(stage.options['enabled'])}", ...]
 
-    def _reset(readings: Readings, fields: list[str]) -> None:   # "reset IDX GPU STATUS"
-        readings.stages[fields[0]].changes.append(f"reset GPU {fields[1]}: {fields[2]}")
+    def _reset(readings: Readings, fields: list[str]) -> None:   # "reset IDX GPU ..."
+        readings.stages[fields[0]].changes.append(f"GPU{fields[1]} reset: {fields[2]}")
 
     STAGE = StageType(
         name="gpu-reset",                        # what a playbook writes as `type:`
-        options=(Option("gpus", text, "all"),    # name, check, default (none: required)
-                 Option("only_idle", boolean, True)),
+        options=(Option("enabled", boolean, True),   # name, check, default (none:
+                 Option("quiet", number, 1.0)),      # required)
         assignments=_assignments,
         template=packaged("gpu-reset.sh"),       # defines fc_stage_gpu_reset
         records={"reset": _reset},               # records only this type writes
     )
 
-``gpu-reset.sh`` defines ``fc_stage_gpu_reset``, reads ``$opt_gpus``/``$opt_only_idle``,
-sets ``FC_STATUS``/``FC_MATCHED``/``FC_MESSAGE`` and writes its records with
+``gpu-reset.sh`` defines ``fc_stage_gpu_reset``, reads its ``$opt_*`` values, sets
+``FC_STATUS``/``FC_MATCHED``/``FC_MESSAGE`` and writes its records with
 ``fc_rec reset "$FC_IDX" ...``. Add the module to :data:`_BUILT_IN` below, the template
 is packaged with the others, and a test renders, runs and parses it
 (``tests/engine/test_engine_stage_types.py`` does that for a toy type registered from
@@ -51,6 +51,7 @@ from importlib import resources
 
 from fleetclean.engine.stages import (
     gpu_holders,
+    gpu_reset,
     guard,
     remove,
     restore,
@@ -60,11 +61,11 @@ from fleetclean.engine.stages import (
 from fleetclean.engine.stages.base import RecordReader, StageType
 from fleetclean.engine.stages.verify import VERIFY
 
-GENERIC_RECORDS = ("begin", "lock", "stage", "match", "signal", "change", "end", "error",
-                   "done")
+GENERIC_RECORDS = ("begin", "lock", "stage", "match", "signal", "stuck", "unstuck", "change",
+                   "end", "error", "left", "done")
 """Record kinds ``lib.sh`` writes for every stage; the parser reads them itself."""
 
-_BUILT_IN = (signal, gpu_holders, restore, remove, guard, shell)
+_BUILT_IN = (signal, gpu_holders, gpu_reset, restore, remove, guard, shell)
 
 STAGE_TYPES: dict[str, StageType] = {}
 """Every registered stage type by the name a playbook gives as ``type:``."""

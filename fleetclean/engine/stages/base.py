@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetclean.engine.checks import Check, text
 from fleetclean.engine.model import Location, ResolvedStage
-from fleetclean.models import Signalled, StageResult
+from fleetclean.models import GpuReset, ProcessRef, Signalled, StageResult
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable
@@ -82,6 +82,18 @@ class Readings:
     verify: str | None = None
     verify_message: str = ""
     nvsmi: str | None = None
+    nvsmi_exit: int | None = None
+    verify_rule: str | None = None  # clean | leak | stuck | respawn | deadline | error | skipped
+    # pid -> (user, command line, why protected, "stuck" or "")
+    procs: dict[int, tuple[str, str, str, str]] = field(default_factory=dict)
+    protected: dict[int, str] = field(default_factory=dict)  # holder pid -> why protected
+    bare: dict[int, int] = field(default_factory=dict)  # GPU index -> MiB no process holds
+    pages: dict[int, tuple[str, str]] = field(default_factory=dict)  # retired, remapped
+    boot_epoch: int | None = None
+    xids: list[tuple[int, str]] = field(default_factory=list)  # seconds since boot, line
+    stuck: dict[int, str] = field(default_factory=dict)  # pid -> cmdline, state D after KILL
+    left: list[ProcessRef] = field(default_factory=list)  # parents of killed holders, alive
+    resets: list[GpuReset] = field(default_factory=list)  # gpu-reset's, one per GPU
 
 
 RecordReader = Callable[[Readings, list[str]], None]
@@ -96,7 +108,8 @@ class StageType:
     ``assignments`` turns a resolved stage into the ``opt_*=`` lines of ``fc_main``;
     ``template`` is its bash file (defining ``fc_stage_<name with - as _>``);
     ``records`` reads back the record kinds only this type writes; ``aliases`` maps old
-    option spellings to their names.
+    option spellings to their names; ``libraries`` names the packaged bash files beyond
+    ``lib.sh`` its template calls into (``lib-kill.sh`` for the types that signal).
     """
 
     name: str
@@ -105,6 +118,7 @@ class StageType:
     template: Traversable
     records: Mapping[str, RecordReader] = field(default_factory=dict)
     aliases: Mapping[str, str] = field(default_factory=dict)
+    libraries: tuple[str, ...] = ()
 
     def option(self, name: str) -> Option:
         return next(o for o in self.options if o.name == name)

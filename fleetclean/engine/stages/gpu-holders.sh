@@ -1,38 +1,52 @@
 # shellcheck shell=bash disable=SC2034,SC2154
 # (opt_* are assigned, and FC_* read, by the rendered script around this template.)
-# Stage "gpu-holders": processes holding a GPU, from nvidia-smi's compute apps and from
-# holders of /dev/nvidiaN (not nvidiactl, nvidia-uvm or the nvidia-caps directory),
-# minus protected ones; optionally only those whose command line matches opt_filter.
+# Stage "gpu-holders": the processes that use GPU memory, minus protected ones; optionally
+# only those whose command line matches opt_filter. nvidia-smi's compute apps first; the
+# holders of /dev/nvidiaN only for a GPU whose memory no compute app explains (or every
+# GPU when nvidia-smi cannot say), and among those only CUDA processes (with
+# /dev/nvidia-uvm open): an NVML user (a monitoring agent, nvidia-smi itself) keeps the
+# device files open too, uses no GPU memory, and is never a target.
 # Options: opt_filter, opt_signal, opt_grace_ms, opt_kill_wait_ms, opt_tree (0/1).
 
-# Sets FC_HOLDERS (pid list, may repeat) and FC_HOLDER_DEV[pid] (device files held).
+# Sets FC_HOLDERS (pid list, may repeat) and FC_NVSMI_NOTE (why device files were read
+# for every GPU, or empty).
 fc_gpu_holders() {
-    local out rc pid dev line target
-    declare -gA FC_HOLDER_DEV=()
+    local out rc line uuid idx used pid all=0
+    local -A explained=() need=()
     FC_HOLDERS=()
     FC_NVSMI_NOTE=""
     if command -v nvidia-smi >/dev/null 2>&1; then
-        out=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader,nounits 2>&1)
+        exec {FC_GH_APPFD}< <(nvidia-smi --query-compute-apps=pid,gpu_uuid \
+            --format=csv,noheader,nounits 2>/dev/null)
+        out=$(nvidia-smi --query-gpu=index,uuid,memory.used --format=csv,noheader,nounits 2>&1)
         rc=$?
+        while IFS=', ' read -r line uuid; do
+            [[ $line =~ ^[0-9]+$ ]] || continue
+            FC_HOLDERS+=("$line")
+            explained[$uuid]=1
+        done <&"$FC_GH_APPFD"
+        exec {FC_GH_APPFD}<&-
         if ((rc == 0)); then
-            while IFS= read -r line; do
-                line=${line//[[:space:]]/}
-                [[ $line =~ ^[0-9]+$ ]] && FC_HOLDERS+=("$line")
+            while IFS=', ' read -r idx uuid used; do
+                [[ $idx =~ ^[0-9]+$ && $used =~ ^[0-9]+$ ]] || continue
+                ((used > 0)) && [[ -z ${explained[$uuid]:-} ]] && need[$idx]=1
             done <<<"$out"
         else
-            FC_NVSMI_NOTE="nvidia-smi exit $rc: ${out%%$'\n'*}; "
+            FC_NVSMI_NOTE="nvidia-smi exit $rc: ${out%%$'\n'*}; CUDA processes on device files; "
+            all=1
         fi
     else
-        FC_NVSMI_NOTE="nvidia-smi not found; device files only; "
+        FC_NVSMI_NOTE="nvidia-smi not found; CUDA processes on device files; "
+        all=1
     fi
-    # ls -l output, not fuser: it names the device held, and mmaps outlive no fd here
-    # that fuser would see but nvidia-smi would miss.
-    while read -r pid _ target; do
-        [[ $target =~ ^/dev/nvidia[0-9]+$ ]] || continue
-        FC_HOLDERS+=("$pid")
-        dev=${FC_HOLDER_DEV[$pid]:-}
-        [[ " $dev " == *" $target "* ]] || FC_HOLDER_DEV[$pid]="${dev:+$dev }$target"
-    done < <(fc_open_fds /dev/nvidia)
+    ((all || ${#need[@]})) || return 0
+    fc_gpu_files
+    for idx in "${!FC_GF[@]}"; do
+        ((all)) || [[ -n ${need[$idx]:-} ]] || continue
+        for pid in ${FC_GF[$idx]}; do
+            [[ -n ${FC_GF_CUDA[$pid]:-} ]] && FC_HOLDERS+=("$pid")
+        done
+    done
 }
 
 fc_stage_gpu_holders() {

@@ -1,5 +1,7 @@
 # shellcheck shell=bash disable=SC2034
-# fleetclean stage library: records, process table, self-exclusion, matching, escalation.
+# fleetclean stage library: records, time, the process table, self-exclusion, open files,
+# the stage driver and the lock; every script carries it. lib-kill.sh (matching, trees,
+# escalation) follows it in the scripts of playbooks that signal.
 #
 # Only bash builtins, coreutils, procps/psmisc and flock are used: nodes have no Python.
 # Every value the renderer supplies arrives as a quoted assignment (opt_*, FC_*) and is
@@ -9,12 +11,12 @@
 # One record per line on stdout: "@@fleetclean" TAB kind TAB field..., each field
 # percent-encoded (% TAB LF CR) so command lines and messages cannot break the framing.
 fc_enc() {
-    local s=$1
-    s=${s//%/%25}
-    s=${s//$'\t'/%09}
-    s=${s//$'\n'/%0A}
-    s=${s//$'\r'/%0D}
-    REPLY=$s
+    REPLY=$1
+    [[ $REPLY == *[%$'\t\n\r']* ]] || return 0
+    REPLY=${REPLY//%/%25}
+    REPLY=${REPLY//$'\t'/%09}
+    REPLY=${REPLY//$'\n'/%0A}
+    REPLY=${REPLY//$'\r'/%0D}
 }
 
 fc_rec() {
@@ -32,9 +34,14 @@ fc_now_us() {
     REPLY=${EPOCHREALTIME//[!0-9]/}
 }
 
-# Sleep $1 seconds without forking: read on a pipe nobody writes to times out.
+# Sleep $1 seconds without forking: read on a pipe nobody writes to times out. The pipe
+# is made at the first nap (one fork), so that a run that never waits (a status) pays
+# nothing for it.
 fc_nap() {
-    if [[ -n ${FC_NAP_FD:-} ]]; then
+    if [[ -z ${FC_NAP_FD:-} ]]; then
+        { exec {FC_NAP_FD}<> <(:); } 2>/dev/null || FC_NAP_FD=none
+    fi
+    if [[ $FC_NAP_FD != none ]]; then
         read -r -t "$1" -u "$FC_NAP_FD" _ || :
     else
         sleep "$1"
@@ -47,24 +54,51 @@ declare -ga FC_PIDS=()
 
 # Read one /proc/PID/stat; sets FC_F (fields from 3 on) and REPLY (comm). Fails if gone.
 fc_read_stat() {
-    local stat
-    { IFS= read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
+    local stat rest IFS=' '
+    { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
     [[ -n $stat ]] || return 1
     REPLY=${stat#*\(}
     REPLY=${REPLY%\)*}
-    # comm may hold spaces and parentheses: split only after the last ')'.
-    read -r -a FC_F <<<"${stat##*) }"
+    # comm may hold spaces and parentheses: the fields start after the last ") ". Found by
+    # stripping the shortest prefix until none is left (the longest-prefix pattern costs
+    # quadratic time: 2x this whole function), then word splitting, not a here-string (a
+    # temporary file or pipe per process scanned). The fields are numbers and one state
+    # letter: nothing in them can glob.
+    rest=${stat#*) }
+    while [[ $rest == *") "* ]]; do rest=${rest#*) }; done
+    # shellcheck disable=SC2206
+    FC_F=($rest)
 }
 
-# Full command line of PID (NULs as spaces); empty for kernel threads and the gone.
-# Empty trailing elements are dropped: setproctitle leaves its title NUL-padded.
+# Full command line of PID (NULs as spaces, trailing blanks dropped); empty for kernel
+# threads, the exiting and the gone. setproctitle leaves its title followed by hundreds of
+# NULs, i.e. hundreds of empty elements: the first of the empty tail is found by bisection
+# ("every element from k on is empty" holds for every k past it), not by one unset per NUL
+# (13 ms per titled process, most of a busy node's status).
 fc_cmdline() {
     local -a argv=()
     { mapfile -d '' -t argv <"/proc/$1/cmdline"; } 2>/dev/null || :
-    while ((${#argv[@]})) && [[ -z ${argv[-1]} ]]; do unset 'argv[-1]'; done
+    local lo=0 hi=${#argv[@]} mid IFS=
+    if ((hi)) && [[ -n ${argv[-1]} ]]; then
+        lo=$hi  # no padding: most processes
+    elif ((hi > 1)) && [[ -z "${argv[*]:1}" ]]; then
+        hi=1  # a title and its padding
+    fi
+    while ((lo < hi)); do
+        mid=$(((lo + hi) / 2))
+        if [[ -z "${argv[*]:mid}" ]]; then hi=$mid; else lo=$((mid + 1)); fi
+    done
     FC_ARGV0_ONE=${argv[0]:-}
-    local IFS=' '
-    REPLY="${argv[*]}"
+    IFS=' '
+    REPLY="${argv[*]:0:lo}"
+    while [[ ${REPLY: -1} == [[:space:]] ]]; do REPLY=${REPLY%?}; done
+}
+
+# True while PID still has a command line: it is not yet in its exit, where the kernel
+# has already released its address space (/proc/PID/cmdline reads empty).
+fc_has_cmdline() {
+    local c=""
+    { IFS= read -r -d '' -n 1 c <"/proc/$1/cmdline"; } 2>/dev/null || [[ -n $c ]]
 }
 
 fc_scan() {
@@ -89,19 +123,61 @@ fc_scan() {
     done
 }
 
-# Is the process that was (pid, starttime) still alive? Zombies hold no GPU: gone.
+# The process table entries of one PID (what fc_scan fills for all): enough for
+# fc_protected without a scan of every process.
+fc_proc_load() {
+    local pid=$1
+    [[ -n ${FC_START[$pid]:-} ]] && return 0
+    fc_read_stat "$pid" || return 1
+    FC_COMM[$pid]=$REPLY
+    FC_STATE[$pid]=${FC_F[0]}
+    FC_PPID[$pid]=${FC_F[1]}
+    FC_PGRP[$pid]=${FC_F[2]}
+    FC_SID[$pid]=${FC_F[3]}
+    FC_START[$pid]=${FC_F[19]}
+    fc_cmdline "$pid"
+    FC_CMD[$pid]=$REPLY
+    FC_ARGV0[$pid]=$FC_ARGV0_ONE
+}
+
+# User name of UID from /etc/passwd, read once (no getent fork per process); the number
+# when it has no entry.
+declare -gA FC_PASSWD=()
+fc_user_name() {
+    local name uid _
+    if ((${#FC_PASSWD[@]} == 0)); then
+        FC_PASSWD[-]=-
+        while IFS=: read -r name _ uid _; do
+            FC_PASSWD[$uid]=${FC_PASSWD[$uid]:-$name}
+        done </etc/passwd 2>/dev/null
+    fi
+    REPLY=${FC_PASSWD[${1:--}]:-$1}
+}
+
+# Is the process that was (pid, starttime, command line) still alive? Gone: no such
+# process, another one under its PID (starttime), a zombie (<defunct>: it holds nothing
+# and only its parent's wait() removes it), or a process in its exit: its address space is
+# released (its command line, which it had, reads empty) and what is left is the kernel
+# closing its files. Waiting for those is the verification's job (it reads the GPUs), not
+# a reason to say it survived SIGKILL: under load that took 19 of 256 hosts to "error".
 fc_alive() {
     fc_read_stat "$1" || return 1
-    [[ ${FC_F[19]} == "$2" && ${FC_F[0]} != Z && ${FC_F[0]} != X ]]
+    [[ ${FC_F[19]} == "$2" && ${FC_F[0]} != [ZX] ]] || return 1
+    [[ -z ${3:-} ]] || fc_has_cmdline "$1"
 }
 
 # ---------------------------------------------------------------------------- self-exclusion
-declare -gA FC_ANCESTOR=()
+declare -gA FC_ANCESTOR=() FC_PROTECTED_NAME=()
 FC_SELF_SID=0
 
-# The script, its ancestors up to PID 1 (so the sshd serving it) and its session.
+# The script, its ancestors up to PID 1 (so the sshd serving it) and its session; the
+# protected names as a set (keys get a "_" so that an empty name is never one).
 fc_self_init() {
-    local pid=$BASHPID
+    local pid=$BASHPID name
+    FC_PROTECTED_NAME=()
+    for name in "${FC_PROTECT[@]}"; do
+        FC_PROTECTED_NAME[${name}_]=1
+    done
     FC_ANCESTOR=()
     while [[ -n $pid && $pid != 0 ]]; do
         FC_ANCESTOR[$pid]=1
@@ -137,238 +213,12 @@ fc_protected() {
     else
         base=${FC_ARGV0[$pid]:-}
         base=${base##*/}
-        if fc_in_list "${FC_COMM[$pid]:-}" "${FC_PROTECT[@]}" || { [[ -n $base ]] && fc_in_list "$base" "${FC_PROTECT[@]}"; }; then
+        if [[ -n ${FC_PROTECTED_NAME[${FC_COMM[$pid]:-}_]:-} || -n ${FC_PROTECTED_NAME[${base}_]:-} ]]
+        then
             REPLY="protected name"
         fi
     fi
     [[ -n $REPLY ]]
-}
-
-# ---------------------------------------------------------------------------- matching
-# PIDs whose full command line matches ERE $1 (and, if set, ERE $2); sets FC_HITS.
-fc_match() {
-    local pattern=$1 filter=${2:-} pid rc
-    FC_HITS=()
-    [[ "" =~ $pattern ]]
-    rc=$?
-    if ((rc == 2)); then
-        FC_MESSAGE="invalid regular expression: $pattern"
-        return 2
-    fi
-    for pid in "${FC_PIDS[@]}"; do
-        [[ -n ${FC_CMD[$pid]} ]] || continue
-        [[ ${FC_CMD[$pid]} =~ $pattern ]] || continue
-        if [[ -n $filter ]]; then
-            [[ ${FC_CMD[$pid]} =~ $filter ]] || continue
-        fi
-        FC_HITS+=("$pid")
-    done
-    return 0
-}
-
-# Add descendants, and the members of process groups and sessions that a target leads
-# (SGLang's workers outlive their parent and are reparented), to the PIDs given; drop
-# protected ones. Sets FC_TARGETS (sorted numerically, unique).
-fc_expand() {
-    local -A seen=()
-    local -a queue=("$@")
-    local p q
-    while ((${#queue[@]})); do
-        p=${queue[0]}
-        queue=("${queue[@]:1}")
-        [[ -n ${seen[$p]:-} || -z ${FC_START[$p]:-} ]] && continue
-        # A protected process is neither a target nor a way to reach one: the shell that
-        # started the teardown has the pattern in its argv, but its children are not ours.
-        fc_protected "$p" && continue
-        seen[$p]=1
-        for q in "${FC_PIDS[@]}"; do
-            [[ -n ${seen[$q]:-} ]] && continue
-            if [[ ${FC_PPID[$q]} == "$p" ]] ||
-                [[ ${FC_PGRP[$p]} == "$p" && ${FC_PGRP[$q]} == "$p" ]] ||
-                [[ ${FC_SID[$p]} == "$p" && ${FC_SID[$q]} == "$p" ]]; then
-                queue+=("$q")
-            fi
-        done
-    done
-    fc_keep_unprotected "${!seen[@]}"
-}
-
-fc_keep_unprotected() {
-    local p
-    FC_TARGETS=()
-    for p in "$@"; do
-        fc_protected "$p" && continue
-        [[ -n ${FC_START[$p]:-} ]] || continue
-        [[ ${FC_STATE[$p]} == Z ]] && continue
-        FC_TARGETS+=("$p")
-    done
-    if ((${#FC_TARGETS[@]})); then
-        mapfile -t FC_TARGETS < <(printf '%s\n' "${FC_TARGETS[@]}" | sort -n -u)
-    fi
-}
-
-# ---------------------------------------------------------------------------- escalation
-# fc_escalate SIGNAL GRACE_MS KILL_WAIT_MS PID...: send SIGNAL, poll until gone or the
-# grace ends, then SIGKILL what is left (and any new child of it) and poll again.
-# Sets FC_SIGNALLED, FC_REMAINING, FC_LEFT (pids).
-fc_escalate() {
-    local sig=$1 grace_ms=$2 kill_ms=$3
-    shift 3
-    local -A start=() cmd=()
-    local p
-    for p in "$@"; do
-        start[$p]=${FC_START[$p]}
-        cmd[$p]=${FC_CMD[$p]}
-    done
-    FC_SIGNALLED=0
-    fc_note_respawn_risk "$@"
-    fc_send "$sig" "$@"
-    fc_wait_gone "$grace_ms" "$@"
-    if ((${#FC_LEFT[@]})) && [[ $sig != KILL ]]; then
-        # New children forked during the grace period die with their parents.
-        fc_scan
-        local -a live=()
-        for p in "${FC_LEFT[@]}"; do
-            [[ ${FC_START[$p]:-} == "${start[$p]}" ]] && live+=("$p")
-        done
-        fc_expand "${live[@]}"
-        for p in "${FC_TARGETS[@]}"; do
-            [[ -n ${start[$p]:-} ]] || { start[$p]=${FC_START[$p]}; cmd[$p]=${FC_CMD[$p]}; }
-        done
-        fc_send KILL "${FC_TARGETS[@]}"
-        fc_wait_gone "$kill_ms" "${FC_TARGETS[@]}"
-    fi
-    FC_REMAINING=${#FC_LEFT[@]}
-}
-
-# A GPU holder whose parent we leave alive may be started again by it (a supervisor,
-# systemd's Restart=): remember that parent, and which processes existed before the
-# signal, so that the verification can wait out a settle time and then tell a restarted
-# child from an old one (fc_respawned). A holder whose whole tree goes (an SGLang server
-# and its workers) needs neither.
-fc_note_respawn_risk() {
-    local -A targeted=()
-    local p q parent
-    for p in "$@"; do
-        targeted[$p]=1
-    done
-    for p in "$@"; do
-        parent=${FC_PPID[$p]:-0}
-        [[ -n ${targeted[$parent]:-} ]] && continue
-        fc_holds_gpu "$p" || continue
-        if ((!FC_RESPAWN_RISK)); then
-            FC_RESPAWN_RISK=1
-            for q in "${FC_PIDS[@]}"; do
-                FC_BEFORE[$q]=${FC_START[$q]}
-            done
-        fi
-        # PID 1 is watched too (systemd restarts services); what is watched for is a new
-        # child running the same program, so that an unrelated job started meanwhile is
-        # not taken for a respawn.
-        ((parent > 0)) && FC_WATCH[$parent]+="|${FC_COMM[$p]}|"
-    done
-}
-
-# True (REPLY names it) when a watched parent has a child, running the program of a holder
-# we killed, that did not exist before the signal: that holder is being started again.
-fc_respawned() {
-    local q parent
-    ((${#FC_WATCH[@]})) || return 1
-    fc_scan
-    for q in "${FC_PIDS[@]}"; do
-        parent=${FC_PPID[$q]}
-        [[ ${FC_WATCH[$parent]:-} == *"|${FC_COMM[$q]}|"* ]] || continue
-        [[ ${FC_BEFORE[$q]:-} == "${FC_START[$q]}" ]] && continue
-        REPLY="pid $q (${FC_CMD[$q]}) started by pid $parent (${FC_CMD[$parent]:-?})"
-        return 0
-    done
-    return 1
-}
-
-# True when PID has a /dev/nvidiaN open.
-fc_holds_gpu() {
-    local line
-    while IFS= read -r line; do
-        [[ $line == *" -> /dev/nvidia"[0-9]* ]] && return 0
-    done < <(LC_ALL=C ls -l "/proc/$1/fd" 2>/dev/null)
-    return 1
-}
-
-# Signal each (pid, starttime) still alive; one "signal" record each.
-fc_send() {
-    local sig=$1 p
-    shift
-    for p in "$@"; do
-        fc_alive "$p" "${start[$p]}" || continue
-        if kill -s "$sig" "$p" 2>/dev/null; then
-            FC_SIGNALLED=$((FC_SIGNALLED + 1))
-            fc_rec signal "$FC_IDX" "$p" "$sig" "${cmd[$p]}"
-            fc_now_us
-            FC_LAST_SIGNAL_US=$REPLY
-        fi
-    done
-}
-
-# Poll every 10 ms until every (pid, starttime) is gone or MS pass; FC_LEFT = survivors.
-fc_wait_gone() {
-    local ms=$1 p t0 now
-    shift
-    fc_now_us
-    t0=$REPLY
-    while :; do
-        FC_LEFT=()
-        for p in "$@"; do
-            fc_alive "$p" "${start[$p]}" && FC_LEFT+=("$p")
-        done
-        ((${#FC_LEFT[@]} == 0)) && return 0
-        fc_now_us
-        now=$REPLY
-        (((now - t0) / 1000 >= ms)) && return 1
-        fc_nap 0.01
-    done
-}
-
-# Signal-or-list the targets (FC_TARGETS); the shared tail of signal and gpu-holders.
-fc_act_on_targets() {
-    local sig=$1 grace_ms=$2 kill_ms=$3 p
-    local -a fresh=()
-    if ((FC_CHECK)); then
-        # In a real run an earlier stage would already have stopped these: list each
-        # process under the first stage that would act on it, not under every stage.
-        for p in "${FC_TARGETS[@]}"; do
-            [[ -n ${FC_CLAIMED[$p]:-} ]] || fresh+=("$p")
-            FC_CLAIMED[$p]=1
-        done
-        FC_TARGETS=("${fresh[@]}")
-    fi
-    FC_MATCHED=${#FC_TARGETS[@]}
-    for p in "${FC_TARGETS[@]}"; do
-        fc_rec match "$FC_IDX" "$p" "${FC_CMD[$p]}"
-    done
-    if ((FC_MATCHED == 0)); then
-        FC_STATUS=ok
-        FC_MESSAGE="nothing to signal"
-        return 0
-    fi
-    if ((FC_CHECK)); then
-        FC_STATUS=changed
-        FC_MESSAGE="would signal $FC_MATCHED process(es) with $sig"
-        for p in "${FC_TARGETS[@]}"; do
-            fc_rec change "$FC_IDX" "would send $sig to $p (${FC_CMD[$p]})"
-        done
-        return 0
-    fi
-    fc_escalate "$sig" "$grace_ms" "$kill_ms" "${FC_TARGETS[@]}"
-    if ((FC_REMAINING)); then
-        FC_STATUS=failed
-        FC_MESSAGE="$FC_REMAINING process(es) survived SIGKILL:"
-        for p in "${FC_LEFT[@]}"; do
-            FC_MESSAGE+=" pid $p (${FC_CMD[$p]:-})"
-        done
-    else
-        FC_STATUS=ok
-        FC_MESSAGE="$FC_SIGNALLED signal(s) sent; all $FC_MATCHED gone"
-    fi
 }
 
 # ---------------------------------------------------------------------------- open files
@@ -382,7 +232,8 @@ fc_open_fds() {
                 pid=${line#/proc/}
                 pid=${pid%/fd:}
                 ;;
-            l*" -> "*)
+            # Only the lines of wanted targets are split: a node has thousands of fds.
+            l*" -> $prefix"*)
                 left=${line%% -> *}
                 fd=${left##* }
                 target=${line#* -> }
@@ -392,12 +243,31 @@ fc_open_fds() {
     done < <(LC_ALL=C QUOTING_STYLE=literal ls -l /proc/[0-9]*/fd 2>/dev/null)
 }
 
+# Who has the GPU device files open, from one fc_open_fds: FC_GF[index] (" pid pid":
+# holders of /dev/nvidiaN) and FC_GF_CUDA[pid] (1: it has /dev/nvidia-uvm open too, as
+# every CUDA process does; NVML users (nvidia-smi, a monitoring agent, nvidia-persistenced)
+# hold device files but no GPU memory and do not).
+fc_gpu_files() {
+    local pid target idx
+    declare -gA FC_GF=() FC_GF_CUDA=()
+    while read -r pid _ target; do
+        case $target in
+            /dev/nvidia-uvm) FC_GF_CUDA[$pid]=1 ;;
+            /dev/nvidia[0-9]*)
+                idx=${target#/dev/nvidia}
+                [[ $idx =~ ^[0-9]+$ ]] || continue
+                [[ " ${FC_GF[$idx]:-} " == *" $pid "* ]] || FC_GF[$idx]+=" $pid"
+                ;;
+        esac
+    done < <(fc_open_fds /dev/nvidia)
+}
+
 # ---------------------------------------------------------------------------- stage driver
 FC_HALT=0
 FC_IDX=0
 FC_LAST_SIGNAL_US=0
 FC_RESPAWN_RISK=0
-declare -A FC_WATCH=() FC_BEFORE=()
+declare -A FC_WATCH=() FC_BEFORE=() FC_STUCK=()
 declare -A FC_CLAIMED=()
 
 # fc_stage INDEX NAME TYPE: run fc_stage_TYPE and report one "end" record for it.
@@ -468,7 +338,6 @@ fc_lock() {
 }
 
 fc_begin() {
-    exec {FC_NAP_FD}<> <(:) 2>/dev/null || FC_NAP_FD=""
     fc_rec begin 1 "$FC_PLAYBOOK" "$FC_HOST" "$FC_CHECK"
     fc_self_init
     # A read-only run (status, --check) changes nothing, so it races with nobody: it must
@@ -481,5 +350,38 @@ fc_begin() {
 }
 
 fc_finish() {
+    local p
+    fc_report_left
+    # A process stuck in the kernel may let go later (the driver answers): say so.
+    for p in "${!FC_STUCK[@]}"; do
+        fc_alive "$p" "${FC_STUCK[$p]}" || fc_rec unstuck "$p"
+    done
     fc_rec "done" 0
+}
+
+# "left" records: each parent of GPU holders we killed that is neither protected nor a
+# target and lives on (a vLLM API server whose workers are gone, a launcher that will
+# respawn them), with its ancestors in its process group: the server a person would stop.
+# One record per process, the top of each chain first: pid, command line.
+fc_report_left() {
+    local p a q
+    local -A named=()
+    ((${#FC_WATCH[@]})) || return 0
+    fc_scan
+    for p in "${!FC_WATCH[@]}"; do
+        [[ -n ${FC_START[$p]:-} && ${FC_STATE[$p]} != [ZX] ]] || continue
+        fc_protected "$p" && continue
+        local -a chain=("$p")
+        a=$p
+        while q=${FC_PPID[$a]:-0}; [[ -n ${FC_START[$q]:-} && ${FC_PGRP[$q]} == "${FC_PGRP[$p]}" ]] &&
+            ! fc_protected "$q"; do
+            chain=("$q" "${chain[@]}")
+            a=$q
+        done
+        for a in "${chain[@]}"; do
+            [[ -n ${named[$a]:-} ]] && continue
+            named[$a]=1
+            fc_rec left "$a" "${FC_CMD[$a]}"
+        done
+    done
 }

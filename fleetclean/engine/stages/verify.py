@@ -5,6 +5,11 @@ Not a stage type a playbook lists under ``stages:``, but declared the same way: 
 shell assignments, template, and the records only it writes (``nvsmi``, ``gpu``, ``app``,
 ``holder``, ``verify``).
 
+``leak_quiet``: a GPU above ``max_used_mib`` that no unprotected process holds and whose
+memory has not fallen for this long (the window restarts at every decrease) is a
+driver-level leak; once every GPU above the threshold is one, the verification ends there
+(rule ``leak``) instead of waiting for ``timeout`` (rule ``deadline``).
+
 ``settle``: when a killed GPU holder's parent lives on, a clean read counts only once this
 long has passed since the last signal; a holder that its supervisor respawns (systemd's
 default RestartSec is 100 ms, plus the start-up of the process) shows up there as dirty.
@@ -12,8 +17,11 @@ default RestartSec is 100 ms, plus the start-up of the process) shows up there a
 >>> from fleetclean.engine.stages.base import Readings
 >>> r = Readings()
 >>> VERIFY.records["verify"](r, ["dirty", "0", "30000", "1 GPU(s) above 0 MiB"])
->>> r.verify, r.verify_message
-('dirty', '1 GPU(s) above 0 MiB')
+>>> r.verify, r.verify_message, r.verify_rule
+('dirty', '1 GPU(s) above 0 MiB', None)
+>>> VERIFY.records["verify"](r, ["dirty", "0", "900", "memory held by no process", "leak"])
+>>> r.verify_rule
+'leak'
 """
 
 from __future__ import annotations
@@ -30,12 +38,14 @@ def _assignments(stage: ResolvedStage) -> list[str]:
         f"opt_timeout_ms={seconds_ms(o['timeout'])}",
         f"opt_interval_s={o['interval']:g}",
         f"opt_settle_ms={seconds_ms(o['settle'])}",
+        f"opt_leak_quiet_ms={seconds_ms(o['leak_quiet'])}",
     ]
 
 
 def _nvsmi(r: Readings, a: list[str]) -> None:
     text = a[1].strip() or "(no output)"
     r.nvsmi = text if a[0] == "127" else f"nvidia-smi failed (exit {a[0]}): {text}"
+    r.nvsmi_exit = int(a[0])
 
 
 def _gpu(r: Readings, a: list[str]) -> None:
@@ -48,10 +58,34 @@ def _app(r: Readings, a: list[str]) -> None:
 
 def _holder(r: Readings, a: list[str]) -> None:
     r.holders.append((int(a[0]), a[1], a[2]))
+    if len(a) > 3 and a[3]:
+        r.protected[int(a[0])] = a[3]
+
+
+def _proc(r: Readings, a: list[str]) -> None:
+    r.procs[int(a[0])] = (a[1], a[2], a[3], a[4] if len(a) > 4 else "")
+
+
+def _bare(r: Readings, a: list[str]) -> None:
+    r.bare[int(a[0])] = int(a[1])
+
+
+def _pages(r: Readings, a: list[str]) -> None:
+    r.pages[int(a[0])] = (a[1], a[2])
+
+
+def _boot(r: Readings, a: list[str]) -> None:
+    r.boot_epoch = int(a[0])
+
+
+def _xid(r: Readings, a: list[str]) -> None:
+    r.xids.append((int(a[0]), a[1]))
 
 
 def _verify(r: Readings, a: list[str]) -> None:
     r.verify, r.verify_message = a[0], a[3]
+    # Scripts from before the rule field: none.
+    r.verify_rule = a[4] if len(a) > 4 else None
     r.current = None
 
 
@@ -62,9 +96,11 @@ VERIFY = StageType(
         Option("timeout", number, 30),
         Option("interval", positive_number, 0.2),
         Option("settle", number, 1.0),
+        Option("leak_quiet", number, 1.0),
     ),
     assignments=_assignments,
     template=packaged("verify.sh"),
-    records={"nvsmi": _nvsmi, "gpu": _gpu, "app": _app, "holder": _holder, "verify": _verify},
+    records={"nvsmi": _nvsmi, "gpu": _gpu, "app": _app, "holder": _holder, "verify": _verify,
+             "proc": _proc, "bare": _bare, "pages": _pages, "boot": _boot, "xid": _xid},
     aliases={"verify_timeout": "timeout", "poll_interval": "interval"},
 )

@@ -1,73 +1,44 @@
 # shellcheck shell=bash disable=SC2034,SC2154
 # (opt_* are assigned, and FC_* read, by the rendered script around this template.)
-# Verification: poll nvidia-smi until every GPU uses at most opt_max_used_mib MiB or
-# opt_timeout_ms pass; then report the GPU rows, the compute apps and the device-file
-# holders as records. Any nvidia-smi failure is reported with its own message.
+# Verification: poll nvidia-smi until every GPU uses at most opt_max_used_mib MiB, or
+# opt_timeout_ms pass, or nothing is left to wait for: every GPU above it is a driver-level
+# leak (memory no unprotected process holds, not fallen for opt_leak_quiet_ms) or is held
+# only by processes stuck in the kernel since SIGKILL. Then report the GPU rows and, where
+# some GPU is in use, who uses it. The "verify" record names the rule that ended it:
+# clean, leak, stuck, respawn, deadline, or error (nvidia-smi failed).
+
+# Ask for the pending-remap fields too; a driver that does not know them gets the basic
+# query from then on (fc_verify_read).
+FC_VQ_PENDING=",retired_pages.pending,remapped_rows.pending"
+
 fc_verify() {
-    local max=$opt_max_used_mib out rc t0 state line used n over unknown settled=0 left wait_s
-    local respawn=""
-    local no_number=""
-    local -a rows=()
+    local max=$opt_max_used_mib t0 state settled=0 respawn="" now
+    local -A leak_since=() leak_used=()
     fc_rec stage verify verify verify
     if ((FC_HALT)); then
-        fc_rec verify skipped "$max" 0 "not run: $FC_HALT_REASON"
+        fc_rec verify skipped "$max" 0 "not run: $FC_HALT_REASON" skipped
         return 0
     fi
     if ! command -v nvidia-smi >/dev/null 2>&1; then
         fc_rec nvsmi 127 "nvidia-smi: command not found"
-        fc_rec verify error "$max" 0 "nvidia-smi: command not found"
+        fc_rec verify error "$max" 0 "nvidia-smi: command not found" error
         return 0
     fi
+    # The kernel log is read once, beside the first GPU query (its wall time, not after it).
+    exec {FC_VXIDFD}< <(dmesg 2>/dev/null)
     fc_now_us
     t0=$REPLY
     while :; do
-        out=$(nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total \
-            --format=csv,noheader,nounits 2>&1)
-        rc=$?
-        if ((rc != 0)); then
-            fc_rec nvsmi "$rc" "$out"
-            fc_now_us
-            fc_rec verify error "$max" "$(((REPLY - t0) / 1000))" "nvidia-smi exit $rc: $out"
+        fc_verify_read
+        if ((FC_VRC != 0)); then
+            fc_verify_failed "$max" "$t0"
             return 0
         fi
-        rows=() n=0 over=0 unknown=0 no_number=""
-        while IFS= read -r line; do
-            [[ -n ${line//[[:space:]]/} ]] || continue
-            rows+=("$line")
-            n=$((n + 1))
-            # Fields: index, uuid, name, used, total; the name is never split on.
-            used=${line%,*}
-            used=${used##*,}
-            used=${used//[[:space:]]/}
-            if [[ $used =~ ^[0-9]+$ ]]; then
-                ((used > max)) && over=$((over + 1))
-            else
-                unknown=$((unknown + 1))
-                no_number+=" GPU${line%%,*}=${used:-empty}"
-            fi
-        done <<<"$out"
-        if ((n == 0)); then
-            state=error
-        elif ((unknown)); then
-            state=unknown
-        elif ((over)); then
-            state=dirty
-        else
-            state=ok
-        fi
-        # Where a killed GPU holder's parent lives on (see fc_note_respawn_risk), a first
-        # clean read is confirmed once opt_settle_ms have passed since the last signal: a
-        # holder respawned by its supervisor would otherwise pass as clean in the gap
-        # between kill and restart. The time the targets took to die counts towards it.
+        fc_verify_state "$max"
+        state=$REPLY
         if [[ $state == ok ]] && ((!FC_CHECK && !settled && FC_RESPAWN_RISK)); then
             settled=1
-            fc_now_us
-            left=$((opt_settle_ms - (REPLY - FC_LAST_SIGNAL_US) / 1000))
-            if ((left > 0)); then
-                printf -v wait_s '%d.%03d' $((left / 1000)) $((left % 1000))
-                fc_nap "$wait_s"
-                continue
-            fi
+            fc_verify_settle && continue
         fi
         # After the settle, a watched parent with a new child is restarting what we
         # killed, however slowly that child starts: wait for it up to the deadline, and
@@ -76,52 +47,351 @@ fc_verify() {
             respawn=$REPLY
             state=dirty
         fi
-        [[ $state == dirty ]] || break
+        if [[ $state != dirty ]]; then
+            exec {FC_VAPPFD}<&-
+            break
+        fi
+        fc_verify_explain
         fc_now_us
-        ((FC_CHECK || (REPLY - t0) / 1000 >= opt_timeout_ms)) && break
+        now=$REPLY
+        if [[ -z $respawn ]] && fc_verify_settled "$now"; then
+            state=$REPLY
+            break
+        fi
+        ((FC_CHECK || (now - t0) / 1000 >= opt_timeout_ms)) && break
         fc_nap "$opt_interval_s"
     done
     fc_now_us
-    local ms=$(((REPLY - t0) / 1000))
-    for line in "${rows[@]}"; do
-        fc_rec gpu "$line"
+    fc_verify_end "$state" "$max" $(((REPLY - t0) / 1000)) "$respawn"
+}
+
+# Where a killed GPU holder's parent lives on (see fc_note_respawn_risk), a first clean
+# read is confirmed once opt_settle_ms have passed since the last signal: a holder
+# respawned by its supervisor would otherwise pass as clean in the gap between kill and
+# restart. The time the targets took to die counts towards it. True when it waited (the
+# caller reads again).
+fc_verify_settle() {
+    local left wait_s
+    fc_now_us
+    left=$((opt_settle_ms - (REPLY - FC_LAST_SIGNAL_US) / 1000))
+    ((left > 0)) || return 1
+    exec {FC_VAPPFD}<&-
+    printf -v wait_s '%d.%03d' $((left / 1000)) $((left % 1000))
+    fc_nap "$wait_s"
+}
+
+# nvidia-smi failed: the rows it still gave (one lost GPU, an InfoROM warning) are kept,
+# and the controller tells a faulty GPU from a failed tool by the exit status.
+fc_verify_failed() {
+    exec {FC_VAPPFD}<&-
+    fc_verify_rows_out
+    fc_verify_xids
+    fc_rec nvsmi "$FC_VRC" "$FC_VNOTE"
+    fc_now_us
+    fc_rec verify error "$1" $(((REPLY - $2) / 1000)) "nvidia-smi exit $FC_VRC: $FC_VNOTE" error
+}
+
+# The state of one read (REPLY): ok, dirty (FC_VOVER: rows above MAX), unknown (a row
+# without a number: FC_VNONUM), error (no row at all).
+fc_verify_state() {
+    local i used unknown=0
+    FC_VOVER=() FC_VNONUM=""
+    for i in "${!FC_VROWS[@]}"; do
+        used=${FC_VUSED[$i]}
+        if [[ $used =~ ^[0-9]+$ ]]; then
+            ((used > $1)) && FC_VOVER+=("$i")
+        else
+            unknown=$((unknown + 1))
+            FC_VNONUM+=" GPU${FC_VIDX[$i]}=${used:-empty}"
+        fi
     done
-    # Who holds the GPUs matters only where some GPU is still in use; skipping it on a clean
-    # host saves two process-table scans and an nvidia-smi call (a fleet-wide status is
-    # mostly clean hosts).
-    [[ $state == ok ]] || fc_report_holders
+    if ((${#FC_VROWS[@]} == 0)); then
+        REPLY=error
+    elif ((unknown)); then
+        REPLY=unknown
+    elif ((${#FC_VOVER[@]})); then
+        REPLY=dirty
+    else
+        REPLY=ok
+    fi
+}
+
+# The records of the end: GPU rows, who uses them (only where some GPU is in use: a clean
+# host, what a fleet-wide status mostly sees, reads neither the compute apps it asked for
+# in parallel nor the process table), Xids, and the verdict with its rule.
+fc_verify_end() {
+    local state=$1 max=$2 ms=$3 respawn=$4
+    fc_verify_rows_out
+    [[ $state == dirty || $state == leak || $state == stuck ]] && fc_verify_report
+    fc_verify_xids
     case $state in
-        ok) fc_rec verify ok "$max" "$ms" "every GPU at or under $max MiB" ;;
+        ok) fc_rec verify ok "$max" "$ms" "every GPU at or under $max MiB" clean ;;
+        leak) fc_rec verify dirty "$max" "$ms" \
+            "memory held by no process on $FC_VLEAKS after ${ms} ms (driver-level leak)" leak ;;
+        stuck) fc_rec verify dirty "$max" "$ms" \
+            "held by processes stuck in the kernel since SIGKILL: $FC_VSTUCKON" stuck ;;
         dirty)
             if [[ -n $respawn ]]; then
-                fc_rec verify dirty "$max" "$ms" "respawned after it was killed: $respawn"
+                fc_rec verify dirty "$max" "$ms" "respawned after it was killed: $respawn" respawn
             else
-                fc_rec verify dirty "$max" "$ms" "$over GPU(s) above $max MiB after ${ms} ms"
+                fc_rec verify dirty "$max" "$ms" \
+                    "${#FC_VOVER[@]} GPU(s) above $max MiB after ${ms} ms" deadline
             fi
             ;;
         unknown) fc_rec verify unknown "$max" "$ms" \
-            "nvidia-smi gave no number for memory.used:$no_number (check the driver: run nvidia-smi on the host)" ;;
-        *) fc_rec verify error "$max" "$ms" "nvidia-smi listed no GPU: $out" ;;
+            "nvidia-smi gave no number for memory.used:$FC_VNONUM (check the driver: run nvidia-smi on the host)" \
+            error ;;
+        *) fc_rec verify error "$max" "$ms" "nvidia-smi listed no GPU: $FC_VOUT" error ;;
     esac
 }
 
-# The processes holding GPUs, one record each: device-file holders, else compute apps.
-fc_report_holders() {
-    local out line pid target any_holder=0
-    # Device-file holders first: one `ls` names each process and the GPU it holds. Ask
-    # nvidia-smi (a second call, 20 ms of a busy host's status) only when that found
-    # nobody, e.g. when the holder lives in a container whose processes we cannot see.
-    while read -r pid _ target; do
-        [[ $target =~ ^/dev/nvidia[0-9]+$ ]] || continue
-        fc_cmdline "$pid"
-        fc_rec holder "$pid" "$target" "$REPLY"
-        any_holder=1
-    done < <(fc_open_fds /dev/nvidia)
-    ((any_holder)) && return 0
-    if out=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
-        --format=csv,noheader,nounits 2>/dev/null); then
-        while IFS= read -r line; do
-            [[ -n ${line//[[:space:]]/} ]] && fc_rec app "$line"
-        done <<<"$out"
+# One read of the GPUs. The compute apps are asked for at the same moment, by a second
+# nvidia-smi in parallel (the wall time of one call), and read only where a GPU is in use
+# (fc_verify_explain); FC_VAPPFD is its output. Sets FC_VRC, FC_VOUT, FC_VNOTE (lines
+# that are not rows: warnings, a lost GPU), FC_VROWS (5-field lines), FC_VIDX, FC_VUUID,
+# FC_VUSED (by row) and FC_VPEND (by row: "retired remapped", each Yes/No/[N/A]).
+fc_verify_read() {
+    local out rc line p1 p2 rest basic=index,uuid,name,memory.used,memory.total
+    exec {FC_VAPPFD}< <(nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
+        --format=csv,noheader,nounits 2>/dev/null)
+    out=$(nvidia-smi --query-gpu="$basic$FC_VQ_PENDING" --format=csv,noheader,nounits 2>&1)
+    rc=$?
+    if ((rc == 2)) && [[ -n $FC_VQ_PENDING && $out == *"not a valid field"* ]]; then
+        FC_VQ_PENDING=""
+        out=$(nvidia-smi --query-gpu="$basic" --format=csv,noheader,nounits 2>&1)
+        rc=$?
     fi
+    FC_VRC=$rc FC_VOUT=$out FC_VNOTE=""
+    FC_VROWS=() FC_VIDX=() FC_VUUID=() FC_VUSED=() FC_VPEND=()
+    while IFS= read -r line; do
+        [[ -n ${line//[[:space:]]/} ]] || continue
+        if [[ ! $line =~ ^[0-9]+,\ .*,.*,.*, ]]; then
+            FC_VNOTE+="${FC_VNOTE:+ }$line"
+            continue
+        fi
+        p1="" p2=""
+        # The two pending fields come last; the name (third) may hold commas, so split
+        # from the right, and only where the last field is not memory.total.
+        if [[ -n $FC_VQ_PENDING && ! ${line##*, } =~ ^[0-9]+$ ]]; then
+            p2=${line##*, }
+            rest=${line%, *}
+            p1=${rest##*, }
+            line=${rest%, *}
+        fi
+        FC_VROWS+=("$line")
+        FC_VIDX+=("${line%%,*}")
+        rest=${line#*, }
+        FC_VUUID+=("${rest%%,*}")
+        rest=${line%,*}
+        rest=${rest##*,}
+        FC_VUSED+=("${rest//[[:space:]]/}")
+        FC_VPEND+=("$p1 $p2")
+    done <<<"$out"
+    [[ -n $FC_VNOTE ]] || FC_VNOTE=${out:-"(no output)"}
+}
+
+# The GPU rows as records, and a "pages" record for each GPU with retired pages or
+# remapped rows waiting for a reset.
+fc_verify_rows_out() {
+    local i p
+    for i in "${!FC_VROWS[@]}"; do
+        fc_rec gpu "${FC_VROWS[$i]}"
+    done
+    for i in "${!FC_VROWS[@]}"; do
+        p=${FC_VPEND[$i]}
+        [[ $p == *Yes* ]] && fc_rec pages "${FC_VIDX[$i]}" "${p% *}" "${p#* }"
+    done
+    return 0
+}
+
+# Who holds the GPUs above the threshold (FC_VOVER): the compute apps (read from the
+# parallel query) and, only for a GPU whose memory no compute app explains, the
+# /dev/nvidiaN holders (one `ls -l` over every process's fds: the expensive part, so a
+# fallback). Sets FC_VAPPS (CSV lines), FC_VPIDS[index] (the compute apps' PIDs),
+# FC_VHOLD[index] (device-file holders that may use its memory: unprotected CUDA
+# processes) and FC_VPROT[index] (the others: protected daemons, NVML users with a device
+# handle and no /dev/nvidia-uvm), each " pid pid"; FC_VBARE (indexes no FC_VHOLD holds).
+fc_verify_explain() {
+    local line i idx pid
+    local -A pids_on=() unexplained=()
+    mapfile -t FC_VAPPS <&"$FC_VAPPFD"
+    exec {FC_VAPPFD}<&-
+    for line in "${FC_VAPPS[@]}"; do
+        [[ $line =~ ^([0-9]+),.*,\ *([^,]*)$ ]] || continue
+        pids_on[${BASH_REMATCH[2]}]+=" ${BASH_REMATCH[1]}"
+    done
+    declare -gA FC_VPIDS=() FC_VHOLD=() FC_VPROT=()
+    FC_VBARE=()
+    for i in "${FC_VOVER[@]}"; do
+        idx=${FC_VIDX[$i]}
+        FC_VPIDS[$idx]=${pids_on[${FC_VUUID[$i]}]:-}
+        [[ -n ${FC_VPIDS[$idx]} ]] || unexplained[$idx]=1
+    done
+    ((${#unexplained[@]})) || return 0
+    fc_gpu_files
+    for idx in "${!unexplained[@]}"; do
+        for pid in ${FC_GF[$idx]:-}; do
+            fc_proc_load "$pid" || continue
+            if fc_verify_why_not "$pid"; then
+                FC_VPROT[$idx]+=" $pid"
+            else
+                FC_VHOLD[$idx]+=" $pid"
+            fi
+        done
+    done
+    for idx in "${!unexplained[@]}"; do
+        [[ -n ${FC_VHOLD[$idx]:-} ]] || FC_VBARE+=("$idx")
+    done
+}
+
+# Why device-file holder $1 is not taken for a user of the GPU's memory (REPLY), or
+# failure when it may be one: a protected process, or one without /dev/nvidia-uvm open
+# (no CUDA context: an NVML user such as a monitoring agent), which no stage signals.
+fc_verify_why_not() {
+    fc_protected "$1" && return 0
+    [[ -n ${FC_GF_CUDA[$1]:-} ]] && return 1
+    REPLY="no CUDA context"
+}
+
+# True when waiting longer cannot change the verdict, REPLY saying why ("leak" or
+# "stuck"): every GPU above the threshold is either a confirmed leak (no process holds it
+# but protected daemons, and its memory has not fallen for opt_leak_quiet_ms: the window
+# restarts at every decrease, so memory still being released is never taken for a leak)
+# or held only by processes stuck in the kernel since SIGKILL (fc_survivors). Uses and
+# updates the caller's leak_since/leak_used; sets FC_VLEAKS and FC_VSTUCKON ("GPU5, GPU6").
+fc_verify_settled() {
+    local now=$1 i idx used all=1
+    local -a pids=()
+    local -A bare=()
+    for idx in "${FC_VBARE[@]}"; do
+        bare[$idx]=1
+    done
+    FC_VLEAKS="" FC_VSTUCKON=""
+    for i in "${FC_VOVER[@]}"; do
+        idx=${FC_VIDX[$i]}
+        used=${FC_VUSED[$i]}
+        if [[ -z ${bare[$idx]:-} ]]; then
+            unset "leak_since[$idx]" "leak_used[$idx]"
+            read -r -a pids <<<"${FC_VPIDS[$idx]:-} ${FC_VHOLD[$idx]:-}"
+            if fc_verify_all_stuck "${pids[@]}"; then
+                FC_VSTUCKON+="${FC_VSTUCKON:+, }GPU$idx"
+            else
+                all=0
+            fi
+            continue
+        fi
+        if [[ -z ${leak_since[$idx]:-} ]] || ((used < leak_used[$idx])); then
+            leak_since[$idx]=$now
+        fi
+        leak_used[$idx]=$used
+        if (((now - leak_since[$idx]) / 1000 >= opt_leak_quiet_ms)); then
+            FC_VLEAKS+="${FC_VLEAKS:+, }GPU$idx"
+        else
+            all=0
+        fi
+    done
+    REPLY=leak
+    [[ -n $FC_VSTUCKON ]] && REPLY=stuck
+    ((all && ${#FC_VOVER[@]}))
+}
+
+# True when there is at least one PID and each is stuck (see fc_survivors) and still is.
+fc_verify_all_stuck() {
+    local pid
+    (($#)) || return 1
+    for pid in "$@"; do
+        [[ -n ${FC_STUCK[$pid]:-} ]] && fc_alive "$pid" "${FC_STUCK[$pid]}" || return 1
+    done
+}
+
+# Records naming who uses the GPUs: "app" (nvidia-smi's own line), "proc" (pid, user,
+# command line, why it is protected or empty, stuck) once per PID, "holder" (pid, device,
+# command line, protected reason) for the fallback, "bare" (index, MiB) for each GPU above
+# the threshold that no unprotected process holds.
+fc_verify_report() {
+    local line pid idx i why
+    local -A named=()
+    for line in "${FC_VAPPS[@]}"; do
+        [[ $line =~ ^[0-9]+, ]] || continue
+        fc_rec app "$line"
+        pid=${line%%,*}
+        [[ -n ${named[$pid]:-} ]] && continue
+        named[$pid]=1
+        fc_verify_proc "$pid"
+    done
+    for idx in "${!FC_VHOLD[@]}" "${!FC_VPROT[@]}"; do
+        for pid in ${FC_VHOLD[$idx]:-} ${FC_VPROT[$idx]:-}; do
+            fc_verify_why_not "$pid" || REPLY=""
+            why=$REPLY
+            fc_rec holder "$pid" "/dev/nvidia$idx" "${FC_CMD[$pid]:-}" "$why"
+            [[ -n ${named[$pid]:-} ]] && continue
+            named[$pid]=1
+            fc_verify_proc "$pid" "$why"
+        done
+    done
+    for idx in "${FC_VBARE[@]}"; do
+        for i in "${!FC_VIDX[@]}"; do
+            [[ ${FC_VIDX[$i]} == "$idx" ]] && fc_rec bare "$idx" "${FC_VUSED[$i]}"
+        done
+    done
+}
+
+# One "proc" record: pid, user, command line (NUL padding dropped), why it is never
+# signalled ($2 when given, else its protection), "stuck" when it is stuck in the kernel
+# since SIGKILL.
+fc_verify_proc() {
+    local pid=$1 user="" line uid="" stuck=""
+    local -a status=()
+    if fc_proc_load "$pid"; then
+        # The effective user, as ps's user column: /proc/PID belongs to it, so a process
+        # of the user running this script costs one stat, not a read of its status file.
+        if [[ -O /proc/$pid ]]; then
+            uid=$EUID
+        else
+            { mapfile -n 12 -t status <"/proc/$pid/status"; } 2>/dev/null
+            for line in "${status[@]}"; do
+                # "Uid:<TAB>real<TAB>effective<TAB>saved<TAB>filesystem"
+                [[ $line =~ ^Uid:[[:space:]]+[0-9]+[[:space:]]+([0-9]+) ]] || continue
+                uid=${BASH_REMATCH[1]}
+                break
+            done
+        fi
+        fc_user_name "$uid"
+        user=$REPLY
+        [[ -n ${FC_STUCK[$pid]:-} ]] && fc_alive "$pid" "${FC_STUCK[$pid]}" && stuck=stuck
+        if (($# > 1)); then
+            REPLY=$2
+        else
+            fc_protected "$pid" || REPLY=""
+        fi
+    else
+        REPLY=""  # not in this PID namespace (a container's process): nvidia-smi's pid
+    fi
+    fc_rec proc "$pid" "$user" "${FC_CMD[$pid]:-}" "$REPLY" "$stuck"
+}
+
+# The NVIDIA driver's Xid lines in the kernel log (started by fc_verify, where readable):
+# "boot" (the node's boot time, epoch seconds) and one "xid" record each (seconds since
+# boot, the line). The controller keeps the hardware ones since the host's last run. The
+# lines are split only when some Xid is there.
+fc_verify_xids() {
+    local out="" line up _
+    [[ -n ${FC_VXIDFD:-} ]] || return 0
+    IFS= read -r -d '' out <&"$FC_VXIDFD"
+    exec {FC_VXIDFD}<&-
+    FC_VXIDFD=""
+    [[ $out == *"NVRM: Xid"* ]] || return 0
+    read -r up _ </proc/uptime || return 0
+    fc_now_us
+    fc_rec boot $((REPLY / 1000000 - ${up%%.*}))
+    local -a lines=()
+    while IFS= read -r line; do
+        [[ $line == *"NVRM: Xid"* ]] && lines+=("$line")
+    done <<<"$out"
+    # The newest ones: a flapping GPU can log thousands.
+    local first=$((${#lines[@]} > 50 ? ${#lines[@]} - 50 : 0))
+    for line in "${lines[@]:first}"; do
+        [[ $line =~ ^\[\ *([0-9]+)\.[0-9]*\]\ (.*)$ ]] || continue
+        fc_rec xid "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+    done
 }

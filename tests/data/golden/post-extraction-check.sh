@@ -13,17 +13,22 @@
 #   max_used_mib = 0
 #   model_file = "/opt/sglang/models/deepseek_v2.py"
 #   protect = "jupyter"
+#   reset_leaked = false
 #   server_pattern = "sglang.launch_server"
 #   verify_timeout = 30
 #   worker_pattern = "sglang"
 
 # [lib.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
+# [lib-kill.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
 # [guard.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [signal.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [gpu-holders.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
+# [gpu-reset.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [restore.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
@@ -46,7 +51,7 @@ fc_main() {
         return 0
     fi
 
-    # stage 1/6: "guard-writers" (guard)
+    # stage 1/7: "guard-writers" (guard)
     fc_reset_opts
     opt_path=/dev/shm/sglang_hs
     opt_wait_for_file=''
@@ -54,7 +59,7 @@ fc_main() {
     opt_timeout_ms=0
     fc_stage 1 guard-writers guard
 
-    # stage 2/6: "stop-server" (signal)
+    # stage 2/7: "stop-server" (signal)
     fc_reset_opts
     opt_pattern=sglang.launch_server
     opt_signal=TERM
@@ -63,7 +68,7 @@ fc_main() {
     opt_tree=1
     fc_stage 2 stop-server signal
 
-    # stage 3/6: "kill-workers" (signal)
+    # stage 3/7: "kill-workers" (signal)
     fc_reset_opts
     opt_pattern=sglang
     opt_signal=TERM
@@ -72,7 +77,7 @@ fc_main() {
     opt_tree=1
     fc_stage 3 kill-workers signal
 
-    # stage 4/6: "kill-gpu-holders" (gpu-holders)
+    # stage 4/7: "kill-gpu-holders" (gpu-holders)
     fc_reset_opts
     opt_filter=''
     opt_signal=TERM
@@ -81,18 +86,27 @@ fc_main() {
     opt_tree=1
     fc_stage 4 kill-gpu-holders gpu-holders
 
-    # stage 5/6: "restore-model" (restore)
+    # stage 5/7: "reset-leaked" (gpu-reset)
+    fc_reset_opts
+    opt_enabled=0
+    opt_gpus=all
+    opt_max_used_mib=0
+    opt_quiet_ms=1000
+    opt_wait_ms=10000
+    fc_stage 5 reset-leaked gpu-reset
+
+    # stage 6/7: "restore-model" (restore)
     fc_reset_opts
     opt_file=/opt/sglang/models/deepseek_v2.py
     opt_backup_suffix=.bak_hsdump
-    fc_stage 5 restore-model restore
+    fc_stage 6 restore-model restore
 
-    # stage 6/6: "remove-dump" (remove)
+    # stage 7/7: "remove-dump" (remove)
     fc_reset_opts
     opt_paths=(/dev/shm/sglang_hs)
     opt_globs=(0)
     opt_missing_ok=1
-    fc_stage 6 remove-dump remove
+    fc_stage 7 remove-dump remove
 
     # verify: every GPU at or under max_used_mib before the deadline
     fc_reset_opts
@@ -100,6 +114,7 @@ fc_main() {
     opt_timeout_ms=30000
     opt_interval_s=0.05
     opt_settle_ms=1000
+    opt_leak_quiet_ms=1000
     fc_verify
     fc_finish
 }

@@ -15,6 +15,8 @@
 
 # [lib.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
+# [lib-kill.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
 # [signal.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [gpu-holders.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
@@ -69,6 +71,7 @@ fc_main() {
     opt_timeout_ms=30000
     opt_interval_s=0.05
     opt_settle_ms=1000
+    opt_leak_quiet_ms=1000
     fc_verify
     fc_finish
 }

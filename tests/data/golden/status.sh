@@ -34,6 +34,7 @@ fc_main() {
     opt_timeout_ms=0
     opt_interval_s=0.2
     opt_settle_ms=1000
+    opt_leak_quiet_ms=1000
     fc_verify
     fc_finish
 }

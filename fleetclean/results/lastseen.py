@@ -1,0 +1,90 @@
+"""What the run records say about each host's last run: when it ended and how many GPUs
+it showed. The defaults of the ``faulty`` checks that need a host's past (see
+:mod:`fleetclean.results.health`).
+
+>>> import os, tempfile
+>>> os.environ["FLEETCLEAN_STATE_DIR"] = tempfile.mkdtemp()
+>>> last_seen(["gpu01"])
+{}
+>>> del os.environ["FLEETCLEAN_STATE_DIR"]
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from fleetclean.models import Host, RunResult
+from fleetclean.results.health import expected_from, judge
+from fleetclean.results.records import list_records
+
+# Records read back at most: enough for any host of a fleet that runs in turns, and a
+# bound on the start-up cost of a controller with years of records (a 64-host record takes
+# about a millisecond to parse). Once every host is found, a few more records are read for
+# the GPU count, then no more: a fleet that runs as one costs a handful.
+_LOOK_BACK = 200
+_AFTER_ALL_FOUND = 4
+
+
+@dataclass(frozen=True)
+class Seen:
+    ended: float  # epoch seconds the host's last recorded run ended
+    gpus: int  # the most GPUs one of its recorded runs showed (0: none)
+
+
+def last_seen(names: Iterable[str]) -> dict[str, Seen]:
+    """``{host: Seen}`` from the newest run records; hosts never recorded are missing.
+
+    ``gpus`` is the most any recent run showed, not the last one's: a run that already
+    saw a GPU missing must not make the smaller count the norm.
+    """
+    want = set(names)
+    ended: dict[str, float] = {}
+    gpus: dict[str, int] = {}
+    extra = 0
+    for path in reversed(list_records()[-_LOOK_BACK:]):
+        if len(ended) == len(want):
+            extra += 1
+            if extra > _AFTER_ALL_FOUND:
+                break
+        try:
+            data = json.loads(path.read_text())
+            _fold(data, want, ended, gpus)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return {h: Seen(ended[h], gpus.get(h, 0)) for h in ended}
+
+
+def _fold(data: Mapping[str, Any], want: set[str], ended: dict[str, float],
+          gpus: dict[str, int]) -> None:
+    result = data.get("result")
+    if not result:
+        return  # started, never finished (or the run in progress): nothing seen
+    start = calendar.timegm(time.strptime(data["started_at"], "%Y-%m-%dT%H:%M:%SZ"))
+    for h in result["hosts"]:
+        name = h["host"]
+        if name not in want or not h.get("gpus"):
+            continue
+        ended.setdefault(name, start + float(h.get("duration_s", 0.0)))
+        gpus[name] = max(gpus.get(name, 0), len(h["gpus"]))
+
+
+def apply_history(result: RunResult, hosts: Iterable[Host]) -> RunResult:
+    """``result`` with each host judged against its past (:func:`health.judge`): an
+    inventory ``expected_gpus`` wins over the count its records show."""
+    by_name = {h.name: h for h in hosts}
+    seen = last_seen(by_name)
+    judged = []
+    for h in result.hosts:
+        past = seen.get(h.host)
+        host = by_name.get(h.host)
+        expected = expected_from(host.vars.get("expected_gpus")) if host else None
+        if expected is None and past is not None and past.gpus:
+            expected = past.gpus
+        judged.append(judge(h, expected_gpus=expected,
+                            since_epoch=past.ended if past else None))
+    return replace(result, hosts=tuple(judged))

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# fleetclean 0.1.0: playbook free-gpus (built-in)
+# host: "node01"  mode: run
+# Runs as `bash -s` with this text on standard input. Records go to stdout as
+# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded.
+# variables:
+#   force = false
+#   lock_wait = 5
+#   max_used_mib = 0
+#   protect = []
+#   ray_grace = 10
+#   reset_leaked = "true"
+#   sglang_grace = 10
+#   tgi_grace = 15
+#   triton_grace = 30
+#   trtllm_grace = 15
+#   verify_timeout = 30
+#   vllm_grace = 15
+
+# [lib.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
+# [lib-kill.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
+# [signal.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
+# [gpu-holders.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
+# [gpu-reset.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
+# [verify.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
+fc_main() {
+    export LC_ALL=C
+    PATH="$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    FC_PLAYBOOK=free-gpus
+    FC_HOST=node01
+    FC_CHECK=0
+    FC_FORCE=0
+    FC_LOCK_WAIT=5
+    FC_PROTECT=(sshd systemd init nvidia-persistenced nv-hostengine dcgm-exporter nv-fabricmanager Xorg)
+    if ! fc_begin; then
+        fc_rec error "host busy: another fleetclean run holds $FC_LOCK_PATH"
+        fc_finish
+        return 0
+    fi
+
+    # stage 1/9: "stop-sglang" (signal)
+    fc_reset_opts
+    opt_pattern='sglang\.launch_server|(^|/)sglang serve( |$)'
+    opt_signal=TERM
+    opt_grace_ms=10000
+    opt_kill_wait_ms=3000
+    opt_tree=1
+    fc_stage 1 stop-sglang signal
+
+    # stage 2/9: "stop-vllm" (signal)
+    fc_reset_opts
+    opt_pattern='vllm\.entrypoints\.|(^|/)vllm serve( |$)'
+    opt_signal=TERM
+    opt_grace_ms=15000
+    opt_kill_wait_ms=3000
+    opt_tree=1
+    fc_stage 2 stop-vllm signal
+
+    # stage 3/9: "stop-trtllm" (signal)
+    fc_reset_opts
+    opt_pattern='(^|/)trtllm-serve( |$)'
+    opt_signal=TERM
+    opt_grace_ms=15000
+    opt_kill_wait_ms=3000
+    opt_tree=1
+    fc_stage 3 stop-trtllm signal
+
+    # stage 4/9: "stop-triton" (signal)
+    fc_reset_opts
+    opt_pattern='(^|/)tritonserver( |$)'
+    opt_signal=TERM
+    opt_grace_ms=30000
+    opt_kill_wait_ms=3000
+    opt_tree=1
+    fc_stage 4 stop-triton signal
+
+    # stage 5/9: "stop-tgi" (signal)
+    fc_reset_opts
+    opt_pattern='(^|/)text-generation-launcher( |$)'
+    opt_signal=TERM
+    opt_grace_ms=15000
+    opt_kill_wait_ms=3000
+    opt_tree=1
+    fc_stage 5 stop-tgi signal
+
+    # stage 6/9: "stop-ray" (signal)
+    fc_reset_opts
+    opt_pattern='(^|/)ray start( |$)|/raylet/raylet( |$)|/gcs/gcs_server( |$)'
+    opt_signal=TERM
+    opt_grace_ms=10000
+    opt_kill_wait_ms=3000
+    opt_tree=1
+    fc_stage 6 stop-ray signal
+
+    # stage 7/9: "kill-workers" (signal)
+    fc_reset_opts
+    opt_pattern='^(sglang::|VLLM::|ray::)|(^|/)text-generation-server( |$)|mpi4py\.futures\.server'
+    opt_signal=TERM
+    opt_grace_ms=2000
+    opt_kill_wait_ms=3000
+    opt_tree=1
+    fc_stage 7 kill-workers signal
+
+    # stage 8/9: "kill-gpu-holders" (gpu-holders)
+    fc_reset_opts
+    opt_filter=''
+    opt_signal=TERM
+    opt_grace_ms=2000
+    opt_kill_wait_ms=3000
+    opt_tree=1
+    fc_stage 8 kill-gpu-holders gpu-holders
+
+    # stage 9/9: "reset-leaked" (gpu-reset)
+    fc_reset_opts
+    opt_enabled=1
+    opt_gpus=all
+    opt_max_used_mib=0
+    opt_quiet_ms=1000
+    opt_wait_ms=10000
+    fc_stage 9 reset-leaked gpu-reset
+
+    # verify: every GPU at or under max_used_mib before the deadline
+    fc_reset_opts
+    opt_max_used_mib=0
+    opt_timeout_ms=30000
+    opt_interval_s=0.05
+    opt_settle_ms=1000
+    opt_leak_quiet_ms=1000
+    fc_verify
+    fc_finish
+}
+
+fc_main </dev/null

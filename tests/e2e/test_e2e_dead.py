@@ -1,0 +1,164 @@
+"""Dead is dead, stuck is said, half-stopped is named (issue #12 items 3 and 5), over SSH
+on a simulated node, and the process-table functions of ``lib.sh`` on the node's own
+processes: a zombie (``<defunct>``), a process that vanished, one in its exit.
+
+The stuck and slow-to-exit workers wait in the node's own "driver" (a FUSE file system
+the simulator serves, ``sim/stuckfs.py``): the kernel's waits are real. One fleet serves
+the module; each test leaves its node idle.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from simhelp import Cli, alive, reset_node
+
+from fleetclean.sim import SimFleet
+
+pytestmark = pytest.mark.sim
+Factory = Callable[..., SimFleet]
+STAGES = Path(__file__).resolve().parents[2] / "fleetclean" / "engine" / "stages"
+
+
+@pytest.fixture(scope="module")
+def shared(module_fleet_factory: Factory) -> SimFleet:
+    return module_fleet_factory(1)
+
+
+@pytest.fixture
+def fleet(shared: SimFleet) -> Iterator[SimFleet]:
+    yield shared
+    reset_node(shared)  # the next test finds the node idle, whatever this one left
+
+
+def state(fleet: SimFleet, pid: int) -> str:
+    stat = fleet.node_path("node01", f"/proc/{pid}/stat").read_bytes()
+    return stat[stat.rindex(b")") + 2 :].split()[0].decode()
+
+
+def stage(host: dict[str, object], name: str) -> dict[str, object]:
+    stages = host["stages"]
+    assert isinstance(stages, list)
+    return next(s for s in stages if s["name"] == name)
+
+
+def lib(fleet: SimFleet, script: str) -> str:
+    """What ``script`` prints, run by bash inside the node with the libraries loaded."""
+    done = fleet.run_in("node01", ["bash", "-c", f". {STAGES}/lib.sh; . {STAGES}/lib-kill.sh; "
+                                   f"{script}"])
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_defunct_killed_worker_leaves_the_host_clean(fleet: SimFleet, cli: Cli) -> None:
+    parent, worker0, worker1 = fleet.spawn("node01", "zombie-parent", gpus="0,1", mib=4096)
+    done = cli("run", "post-extraction", "-i", fleet.inventory_path, "-e", "grace=1",
+               "--json")
+    host = done.host("node01")
+    assert (done.code, host["status"], host["error"]) == (0, "clean", None)
+    assert {state(fleet, worker0), state(fleet, worker1)} == {"Z"}  # its parent never reaps
+    assert stage(host, "kill-gpu-holders")["remaining"] == 0
+    # The launcher lives on: a person must know it is still there.
+    assert host["left_running"] == [
+        {"pid": parent, "cmdline": "python3 /opt/train/launch.py --nproc 2"}]
+
+
+def test_a_killed_worker_slow_in_its_exit_is_gone_not_a_survivor(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    # Ignores SIGTERM; after SIGKILL its exit takes 6 s, past the stage's 3 s kill_wait.
+    (worker,) = fleet.spawn("node01", "slow-exit", gpu=4, delay=6)
+    done = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json")
+    host = done.host("node01")
+    assert (done.code, host["status"], host["error"]) == (0, "clean", None)
+    holders = stage(host, "kill-gpu-holders")
+    assert (holders["status"], holders["remaining"]) == ("ok", 0)
+    assert {(s["pid"], s["signal"]) for s in host["signalled"]} == {
+        (worker, "TERM"), (worker, "KILL")}
+
+
+def test_a_process_stuck_in_the_kernel_is_said_so_not_a_failed_stage(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    (stuck,) = fleet.spawn("node01", "stuck", gpu=2, mib=8192)
+    fleet.spawn("node01", "sglang", gpus="0-1")
+    done = cli("run", "post-extraction", "-i", fleet.inventory_path, "-e", "grace=0.5",
+               "-e", "verify_timeout=120", "--json")
+    host = done.host("node01")
+    assert (done.code, host["status"]) == (1, "dirty")
+    assert host["verify"] == {"rule": "stuck"}  # nothing left to wait for: not the deadline
+    assert (f"held by {stuck} python3 stuck_worker.py --gpu 2 (root; GPU2; stuck in the "
+            "kernel (state D) since SIGKILL: reboot or reset needed)") in host["error"]
+    holders = stage(host, "kill-gpu-holders")
+    assert (holders["status"], holders["remaining"]) == ("ok", 1)
+    assert host["stuck"] == [{"pid": stuck, "cmdline": "python3 stuck_worker.py --gpu 2"}]
+    assert state(fleet, stuck) == "D" and [g["memory_used_mib"] for g in host["gpus"]] == [
+        0, 0, 8192, 0, 0, 0, 0, 0]
+    fleet.set_fault("node01", "unstick")  # the driver lets go: SIGKILL takes it at last
+    deadline = time.monotonic() + 10
+    while alive(fleet, "node01", [stuck]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert alive(fleet, "node01", [stuck]) == []
+
+
+def test_the_vllm_api_server_left_running_is_named(fleet: SimFleet, cli: Cli) -> None:
+    server, engine, worker0, worker1 = fleet.spawn("node01", "vllm", gpus="0-1", mib=30000)
+    # post-extraction knows SGLang only: vLLM's workers go as GPU holders, their parents
+    # stay, and that is said.
+    done = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json")
+    host = done.host("node01")
+    assert host["status"] == "clean" and alive(fleet, "node01", [worker0, worker1]) == []
+    assert host["left_running"] == [
+        {"pid": server, "cmdline": "python3 -m vllm.entrypoints.openai.api_server --model "
+         "/models/Llama-3.1-70B-Instruct --tensor-parallel-size 2 --port 8000"},
+        {"pid": engine, "cmdline": "VLLM::EngineCore"}]
+    assert alive(fleet, "node01", [server, engine]) == [server, engine]
+    quiet = cli("run", "pre-restart", "-i", fleet.inventory_path)
+    assert "left running" not in quiet.out  # nothing killed this time: nothing to say
+    fleet.run_in("node01", ["kill", "-KILL", str(server), str(engine)])
+    fleet.spawn("node01", "vllm", gpus="2-3")
+    table = cli("run", "pre-restart", "-i", fleet.inventory_path)
+    assert "node01: left running: " in table.out, table.out
+    assert "python3 -m vllm.entrypoints.openai.api_server" in table.out
+    assert "(parent of killed GPU holders)" in table.out
+
+
+# --- lib.sh on the node's own processes ------------------------------------------------
+
+
+def test_lib_takes_a_zombie_for_gone(fleet: SimFleet) -> None:
+    parent, worker, _ = fleet.spawn("node01", "zombie-parent", gpus="0,1")
+    fleet.run_in("node01", ["kill", "-KILL", str(worker)])
+    deadline = time.monotonic() + 10
+    while state(fleet, worker) != "Z" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    out = lib(fleet, f"fc_scan; fc_keep_unprotected {worker} {parent}; "
+                     f"echo targets=${{FC_TARGETS[*]}}; "
+                     f"fc_alive {worker} ${{FC_START[{worker}]}} x && echo alive || echo gone")
+    assert out.split() == [f"targets={parent}", "gone"]
+
+
+def test_lib_escalation_on_a_process_that_vanished_signals_nothing(fleet: SimFleet) -> None:
+    (holder,) = fleet.spawn("node01", "stubborn", gpu=6)
+    # Scanned, then gone before the signal: the escalation reports it gone, sends nothing.
+    out = lib(fleet, f"fc_scan; kill -KILL {holder}; "
+                     f"while [[ -e /proc/{holder} ]]; do sleep 0.01; done; FC_IDX=1; "
+                     f"fc_escalate TERM 100 100 {holder}; "
+                     "echo signalled=$FC_SIGNALLED remaining=$FC_REMAINING")
+    assert out.split()[-2:] == ["signalled=0", "remaining=0"]
+
+
+def test_lib_takes_a_process_in_its_exit_for_gone(fleet: SimFleet) -> None:
+    (worker,) = fleet.spawn("node01", "slow-exit", gpu=5, delay=4)
+    out = lib(fleet, f"fc_scan; start=${{FC_START[{worker}]}} cmd=${{FC_CMD[{worker}]}}; "
+                     f"kill -KILL {worker}; "
+                     f"until [[ -z $(tr -d '\\0' </proc/{worker}/cmdline) ]]; do "
+                     "sleep 0.01; done; "
+                     f"read -r _ _ st _ </proc/{worker}/stat; echo state=$st; "
+                     f'fc_alive {worker} "$start" "$cmd" && echo alive || echo gone; '
+                     f'fc_alive {worker} "$start" && echo alive-by-stat || echo gone-by-stat')
+    # Still a process (not yet a zombie) whose command line is gone: gone to a stage.
+    assert out.split() == ["state=D", "gone", "alive-by-stat"], out
