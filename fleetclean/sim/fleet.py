@@ -104,14 +104,17 @@ class SimFleet:
         subnet: int = 0,
         persistenced: bool = False,
         slurm: bool = False,
+        sshd_defaults: bool = False,
     ) -> SimFleet:
         """Start ``nodes`` nodes in parallel and return once every sshd listens.
 
         ``subnet`` is the second octet of the addresses (127.SUBNET.x.y), so that two
         fleets can run side by side; ``persistenced`` starts nvidia-persistenced on every
         node, as on a real datacenter node; ``slurm``: also a real Slurm (``sim/slurm.py``),
-        returning once every node is idle in it. Raises SimError if the host cannot run a
-        fleet (or Slurm), a fleet is already up in ``state_dir``, or an address is taken.
+        returning once every node is idle in it; ``sshd_defaults``: every sshd with
+        OpenSSH's own MaxStartups and MaxSessions (see ``sshfiles``). Raises SimError if
+        the host cannot run a fleet (or Slurm), a fleet is already up in ``state_dir``, or an
+        address is taken.
         """
         check_host()
         if slurm:
@@ -135,7 +138,7 @@ class SimFleet:
         try:
             if slurm:
                 slurm_mod.prepare(layout.root)
-            fleet._start(names, addresses, subnet)
+            fleet._start(names, addresses, subnet, sshd_defaults)
             if persistenced:
                 for sim_node in fleet.nodes:
                     fleet.spawn(sim_node, "persistenced", devices="all")
@@ -146,7 +149,9 @@ class SimFleet:
             raise
         return fleet
 
-    def _start(self, names: list[str], addresses: list[str], subnet: int) -> None:
+    def _start(
+        self, names: list[str], addresses: list[str], subnet: int, sshd_defaults: bool
+    ) -> None:
         layout = self.layout
         fleet_id = secrets.token_hex(8)
         sshfiles.keygen(layout.client_key, "fleetclean-sim-client")
@@ -154,7 +159,8 @@ class SimFleet:
         dirs = [layout.node_dir(n) for n in names]
 
         def prepare(index: int) -> None:
-            nodes_mod.prepare(dirs[index], names[index], addresses[index], fleet_id, client_pub)
+            nodes_mod.prepare(dirs[index], names[index], addresses[index], fleet_id, client_pub,
+                              sshd_defaults=sshd_defaults)
 
         # ssh-keygen dominates preparation; a few at a time keep both cores busy.
         with ThreadPoolExecutor(max_workers=8) as pool:
@@ -345,6 +351,14 @@ class SimFleet:
     def blackhole(self, ref: NodeRef) -> None:
         """Replace sshd by a listener that accepts connections and never answers."""
         self._listen(ref, "blackhole")
+
+    def set_sshd_defaults(self, ref: NodeRef, defaults: bool = True) -> None:
+        """Restart the node's sshd with OpenSSH's own MaxStartups 10:30:100 and MaxSessions
+        10 (``defaults``), or with the simulator's lifted limits; sessions already open
+        keep running."""
+        sim_node = self.node(ref)
+        nodes_mod.write_sshd_configs(sim_node.dir, sim_node.address, openssh_limits=defaults)
+        self._listen(sim_node, "sshd")
 
     def rotate_host_key(self, ref: NodeRef) -> None:
         """New host key and sshd restarted; known_hosts keeps the old key, so clients

@@ -52,8 +52,23 @@ def public_key(path: Path) -> str:
     return f"{key_type} {blob}"
 
 
-def sshd_config(address: str, in_node_dir: str, port: int = 22) -> str:
-    """sshd_config for one node; paths are as seen inside the node."""
+# OpenSSH's own limits are MaxStartups 10:30:100 (unauthenticated connections: past 10,
+# new ones are dropped before the banner with a rising probability, all past 100) and
+# MaxSessions 10 (shell/exec/subsystem channels per connection; a direct-tcpip channel
+# through a jump host is not one). The simulator lifts them so that a test of many hosts
+# measures fleetclean, not sshd's throttling, except on nodes that ask for OpenSSH's
+# defaults (``SimFleet.up(sshd_defaults=True)``, ``SimFleet.set_sshd_defaults``).
+LIFTED_LIMITS = "MaxStartups 512\nMaxSessions 512\n"
+
+
+def sshd_config(address: str, in_node_dir: str, port: int = 22, *,
+                openssh_limits: bool = False) -> str:
+    """sshd_config for one node; paths are as seen inside the node.
+
+    >>> "MaxStartups" in sshd_config("127.0.1.1", "/run/fleetclean", openssh_limits=True)
+    False
+    """
+    limits = "" if openssh_limits else LIFTED_LIMITS
     return f"""\
 # Written by fleetclean.sim for one simulated node.
 ListenAddress {address}:{port}
@@ -69,9 +84,7 @@ StrictModes no
 UseDNS no
 PrintMotd no
 PrintLastLog no
-MaxStartups 512
-MaxSessions 512
-LogLevel VERBOSE
+{limits}LogLevel VERBOSE
 AcceptEnv LANG LC_*
 Subsystem sftp internal-sftp
 """
