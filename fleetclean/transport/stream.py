@@ -68,11 +68,21 @@ class LineSplitter:
             self._cb(line.decode("utf-8", "replace"))
 
 
+class NoSession(Exception):
+    """The session channel could not be opened: nothing was started on the host."""
+
+
 def open_script_channel(
     transport: paramiko.Transport, host: Host, script: str, limit: float
 ) -> paramiko.Channel:
-    """The session channel (opened within ``limit``) with ``bash -s`` reading the script."""
-    chan = transport.open_session(timeout=limit)
+    """The session channel (opened within ``limit``) with ``bash -s`` reading the script.
+
+    Raises ``NoSession`` (its cause the transport's error) when the channel itself cannot be
+    opened, so a caller knows nothing ran; any later error may leave the script started."""
+    try:
+        chan = transport.open_session(timeout=limit)
+    except (paramiko.SSHException, EOFError, OSError) as exc:
+        raise NoSession(str(exc)) from exc
     chan.exec_command(remote_command(host))
     chan.sendall(script.encode())
     chan.shutdown_write()
