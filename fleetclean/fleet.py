@@ -56,20 +56,26 @@ def run_fleet(
     forks: int = 64,
     on_event: EventCallback | None = None,
     cancel: threading.Event | None = None,
+    session: Session | None = None,
 ) -> RunResult:
     """Run every job; a first KeyboardInterrupt stops starting hosts and waits for the
     running ones (they are bounded by their own timeouts); the result is then marked
-    interrupted. A second KeyboardInterrupt propagates."""
-    # fabric, paramiko and invoke (~70 ms of imports) load only when a run starts: `--help`,
-    # `show`, `inventory` and a run of local hosts alone never need them.
-    from fleetclean.transport.session import Session
+    interrupted. A second KeyboardInterrupt propagates. ``session``: the caller's own
+    (kept connections, adopted ones), left open; by default one for this run alone."""
+    if session is None:
+        # fabric, paramiko and invoke (~70 ms of imports) load only when a run starts:
+        # `--help`, `show`, `inventory` and a run of local hosts alone never need them.
+        from fleetclean.transport.session import Session
 
+        with Session(opts) as own:
+            return run_fleet(jobs, playbook=playbook, opts=opts, forks=forks,
+                             on_event=on_event, cancel=cancel, session=own)
     cancel = cancel or threading.Event()
     emit = on_event or (lambda _e: None)
     started = time.monotonic()
     results: dict[str, HostResult] = {}
     interrupted = False
-    with Session(opts) as session, ThreadPoolExecutor(max_workers=max(1, forks)) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, forks)) as pool:
         futures: dict[Future[HostResult | None], Job] = {
             pool.submit(_run_one, session, job, emit, cancel): job for job in jobs
         }

@@ -11,7 +11,6 @@ from fleetclean.commands.env import Env
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
 from fleetclean.commands.steps import options, render_jobs, select_hosts
 from fleetclean.models import ExitStatus
-from fleetclean.results import table
 from fleetclean.slurm import options as slurm_options
 
 if TYPE_CHECKING:
@@ -34,18 +33,24 @@ def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
 
 
 def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env) -> int:
+    """Refresh until Ctrl-C on one session that keeps each host's connection: one
+    handshake per host for the whole watch, a new one only for a host that dropped."""
     from rich.console import Group
     from rich.live import Live
     from rich.text import Text
 
     from fleetclean import fleet
+    from fleetclean.results import table
+    from fleetclean.transport.session import Session
 
     opts = options(args)
     console = env.console()
     try:
-        with Live(console=console, auto_refresh=False) as live:
+        with Session(opts, keep=True) as session, \
+                Live(console=console, auto_refresh=False) as live:
             while True:
-                result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks)
+                result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks,
+                                         session=session)
                 if result.interrupted:
                     break
                 write_prom(result, args, env)

@@ -352,12 +352,14 @@ class SimFleet:
         """Replace sshd by a listener that accepts connections and never answers."""
         self._listen(ref, "blackhole")
 
-    def set_sshd_defaults(self, ref: NodeRef, defaults: bool = True) -> None:
-        """Restart the node's sshd with OpenSSH's own MaxStartups 10:30:100 and MaxSessions
-        10 (``defaults``), or with the simulator's lifted limits; sessions already open
-        keep running."""
+    def set_sshd_limits(self, ref: NodeRef, max_startups: str | None = None,
+                        max_sessions: int | None = None) -> None:
+        """Restart the node's sshd with these ``MaxStartups`` (``"10:30:100"``, ``"2"``) and
+        ``MaxSessions``; None is OpenSSH's own default (10:30:100, 10), so no argument gives
+        a stock sshd. Sessions already open keep running."""
         sim_node = self.node(ref)
-        nodes_mod.write_sshd_configs(sim_node.dir, sim_node.address, openssh_limits=defaults)
+        nodes_mod.write_sshd_configs(sim_node.dir, sim_node.address, max_startups,
+                                     max_sessions)
         self._listen(sim_node, "sshd")
 
     def rotate_host_key(self, ref: NodeRef) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from fleetclean.errors import SimError
 from fleetclean.sim import faults, pids, sshfiles
 from fleetclean.sim.layout import IN_NODE_DIR, PACKAGE_DIR, node_python
+from fleetclean.sim.sshfiles import LIFTED
 
 GPU_COUNT = 8
 # The PCI bus ids of the eight GPUs of a typical HGX H200 board.
@@ -64,7 +65,7 @@ def prepare(node_dir: Path, name: str, address: str, fleet_id: str, client_pub: 
     authorized_keys, GPU facts, the nvidia-smi wrapper, and the wanted listener."""
     (node_dir / "bin").mkdir(parents=True, exist_ok=True)
     sshfiles.keygen(node_dir / sshfiles.HOST_KEY, f"root@{name}")
-    write_sshd_configs(node_dir, address, openssh_limits=sshd_defaults)
+    write_sshd_configs(node_dir, address, *((None, None) if sshd_defaults else LIFTED))
     (node_dir / "authorized_keys").write_text(client_pub + " fleetclean-sim\n")
     gpus = [
         {"index": i, "uuid": gpu_uuid(fleet_id, name, i), "bus_id": f"00000000:{bus}:00.0"}
@@ -78,14 +79,13 @@ def prepare(node_dir: Path, name: str, address: str, fleet_id: str, client_pub: 
     (node_dir / "listener.want").write_text("1 sshd\n")
 
 
-def write_sshd_configs(node_dir: Path, address: str, *, openssh_limits: bool) -> None:
+def write_sshd_configs(node_dir: Path, address: str, max_startups: str | None = LIFTED[0],
+                       max_sessions: int | None = LIFTED[1]) -> None:
     """The node's sshd_config, and the one for sshd behind the slow/stalling proxy (an
     inner port of the same address); read when the listener (re)starts."""
-    (node_dir / "sshd_config").write_text(
-        sshfiles.sshd_config(address, IN_NODE_DIR, openssh_limits=openssh_limits))
-    (node_dir / "sshd_config.inner").write_text(
-        sshfiles.sshd_config(address, IN_NODE_DIR, sshfiles.INNER_PORT,
-                             openssh_limits=openssh_limits))
+    for name, port in (("sshd_config", 22), ("sshd_config.inner", sshfiles.INNER_PORT)):
+        (node_dir / name).write_text(sshfiles.sshd_config(
+            address, IN_NODE_DIR, port, max_startups=max_startups, max_sessions=max_sessions))
 
 
 def install_nvidia_smi(node_dir: Path) -> None:

@@ -56,19 +56,22 @@ def public_key(path: Path) -> str:
 # new ones are dropped before the banner with a rising probability, all past 100) and
 # MaxSessions 10 (shell/exec/subsystem channels per connection; a direct-tcpip channel
 # through a jump host is not one). The simulator lifts them so that a test of many hosts
-# measures fleetclean, not sshd's throttling, except on nodes that ask for OpenSSH's
-# defaults (``SimFleet.up(sshd_defaults=True)``, ``SimFleet.set_sshd_defaults``).
-LIFTED_LIMITS = "MaxStartups 512\nMaxSessions 512\n"
+# measures fleetclean, not sshd's throttling, except on nodes that ask for OpenSSH's own
+# (``SimFleet.up(sshd_defaults=True)``) or for others (``SimFleet.set_sshd_limits``).
+LIFTED = ("512", 512)
 
 
 def sshd_config(address: str, in_node_dir: str, port: int = 22, *,
-                openssh_limits: bool = False) -> str:
-    """sshd_config for one node; paths are as seen inside the node.
+                max_startups: str | None = LIFTED[0],
+                max_sessions: int | None = LIFTED[1]) -> str:
+    """sshd_config for one node; paths are as seen inside the node; a limit of None is
+    left to OpenSSH's default.
 
-    >>> "MaxStartups" in sshd_config("127.0.1.1", "/run/fleetclean", openssh_limits=True)
+    >>> "MaxStartups" in sshd_config("127.0.1.1", "/run/fleetclean", max_startups=None)
     False
     """
-    limits = "" if openssh_limits else LIFTED_LIMITS
+    limits = "".join(f"{word} {value}\n" for word, value in (
+        ("MaxStartups", max_startups), ("MaxSessions", max_sessions)) if value is not None)
     return f"""\
 # Written by fleetclean.sim for one simulated node.
 ListenAddress {address}:{port}
