@@ -25,7 +25,13 @@ from fleetclean.transport.classify import Phase, Where, classify, phase_of
 from fleetclean.transport.hops import Target
 from fleetclean.transport.hostkeys import KnownHostsCache, apply, apply_given
 from fleetclean.transport.pace import Startups, backoff
-from fleetclean.transport.upstream import Connection, HopSocket, ProxySock, shared_config
+from fleetclean.transport.upstream import (
+    Connection,
+    HopSocket,
+    ProxySock,
+    shared_config,
+    transport,
+)
 
 # sshd drops connections beyond MaxStartups before sending its banner; those are retried
 # (with a growing pause, see pace.backoff) while the connect timeout lasts.
@@ -85,6 +91,7 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
         "banner_timeout": limit,
         "auth_timeout": limit,
         "channel_timeout": limit,
+        "transport_factory": transport,
     }
     if target.key:
         pkey = ctx.pkey(target.key)
