@@ -37,6 +37,7 @@ from fleetclean.transport.hostkeys import KnownHostsCache
 from fleetclean.transport.local import run_local
 from fleetclean.transport.pool import Pool
 from fleetclean.transport.stream import NoSession, open_script_channel, stream
+from fleetclean.transport.upstream import busy, idle
 
 # paramiko logs a failed handshake from its reader thread ("Exception (client): Error
 # reading SSH protocol banner" and a traceback); with no handler Python prints that on
@@ -126,18 +127,26 @@ class Session:
         with self._lock:
             conn = self._kept.get(host.name) or self._given.get(host.name)
         if conn is not None and conn.is_connected:
+            if host.name not in self._given:
+                busy(conn)
             return conn, True
         return self.connect(host), False
 
     def _release(self, host: Host, conn: Any) -> None:
-        keep = host.name in self._given or (self._keep and conn.is_connected)
+        """After a run: a caller's connection stays as it is, a kept one waits quietly for
+        the next run (see ``upstream.idle``), any other is closed."""
         with self._lock:
             self._open.discard(conn)
-            if keep and host.name not in self._given:
+            if host.name in self._given:
+                return
+            keep = self._keep and conn.is_connected
+            if keep:
                 self._kept[host.name] = conn
-            elif not keep:
+            else:
                 self._kept.pop(host.name, None)
-        if not keep:
+        if keep:
+            idle(conn)
+        else:
             with contextlib.suppress(Exception):  # closing a connection a hop already lost
                 conn.close()
 
