@@ -32,7 +32,7 @@ from fleetclean.models import Host
 from fleetclean.transport.base import Failed, LineCallback, Options, ScriptOutput, TransportFailure
 from fleetclean.transport.classify import Phase, Where, timed_out
 from fleetclean.transport.connect import Context, open_connection, open_given
-from fleetclean.transport.hops import Configs, Target, resolve
+from fleetclean.transport.hops import Configs, Target, pace_key, resolve
 from fleetclean.transport.hostkeys import KnownHostsCache
 from fleetclean.transport.local import run_local
 from fleetclean.transport.pool import Pool
@@ -111,7 +111,7 @@ class Session:
         make_sock = self._pool.sock_maker(route, target)
         # Every host behind one ProxyCommand reaches the same sshd first (its bastion):
         # their new connections are paced together.
-        pace = ("proxycommand", target.options.get("proxycommand")) if (
+        pace = ("proxycommand", pace_key(route.proxy_command, target)) if (
             route.proxy_command) else None
         try:
             return open_connection(target, self._ctx, make_sock, pace)

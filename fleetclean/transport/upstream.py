@@ -22,6 +22,9 @@ the fix belongs to another module's job, at the place named:
   for 1,000 connections that ``status --watch`` keeps between refreshes. ``idle`` lets a kept
   connection's thread wake every ``IDLE_POLL_S`` instead (data still wakes it at once),
   ``busy`` sets paramiko's figure back before the connection is used again.
+- paramiko's ``SSHConfig.lookup`` expands every token of every matching block again on each
+  call (``getpass.getuser()``, ``os.environ``: about 40 such calls for each host behind a
+  jump host, whose hops are looked up per host). ``SSHConfig`` keeps each name's answer.
 - paramiko's ``HostKeys`` scans every known_hosts entry on each lookup and each add: O(hosts)
   per connection, O(hosts²) to load a fleet's known_hosts. ``IndexedHostKeys`` looks plain
   names up in a dict.
@@ -120,6 +123,24 @@ def transport(sock: Any, disabled_algorithms: Any = None) -> paramiko.Transport:
     security = made.get_security_options()
     security.ciphers = tuple(sorted(security.ciphers, key=lambda name: name not in AEAD))
     return made
+
+
+class SSHConfig(paramiko.SSHConfig):
+    """``paramiko.SSHConfig`` that looks each name up once (read-only once parsed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._found: dict[str, Any] = {}
+
+    def lookup(self, hostname: str) -> Any:
+        with self._lock:
+            found = self._found.get(hostname)
+        if found is None:
+            found = super().lookup(hostname)
+            with self._lock:
+                self._found[hostname] = found
+        return paramiko.SSHConfigDict(found)  # a copy: callers may change theirs
 
 
 class _KeyTypes(dict[str, paramiko.PKey]):
