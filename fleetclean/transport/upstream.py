@@ -25,6 +25,9 @@ the fix belongs to another module's job, at the place named:
 - paramiko's ``SSHConfig.lookup`` expands every token of every matching block again on each
   call (``getpass.getuser()``, ``os.environ``: about 40 such calls for each host behind a
   jump host, whose hops are looked up per host). ``SSHConfig`` keeps each name's answer.
+  It also expands ProxyCommand's ``%p`` to the config's ``Port`` (or 22) even where the
+  inventory's ``ansible_port`` says otherwise, and knows no ``%n``: ``SSHConfig`` leaves
+  ProxyCommand's tokens to ``hops.expand``, which knows the host, port and user in the end.
 - paramiko's ``HostKeys`` scans every known_hosts entry on each lookup and each add: O(hosts)
   per connection, O(hosts²) to load a fleet's known_hosts. ``IndexedHostKeys`` looks plain
   names up in a dict.
@@ -126,10 +129,17 @@ def transport(sock: Any, disabled_algorithms: Any = None) -> paramiko.Transport:
 
 
 class SSHConfig(paramiko.SSHConfig):
-    """``paramiko.SSHConfig`` that looks each name up once (read-only once parsed)."""
+    """``paramiko.SSHConfig`` that looks each name up once (read-only once parsed) and
+    leaves ProxyCommand's ``%`` tokens as written.
+
+    >>> SSHConfig.from_text("Host *\\n  Port 22\\n  ProxyCommand ssh -W %h:%p b\\n").lookup(
+    ...     "gpu01")["proxycommand"]
+    'ssh -W %h:%p b'
+    """
 
     def __init__(self) -> None:
         super().__init__()
+        self.TOKENS_BY_CONFIG_KEY = {**self.TOKENS_BY_CONFIG_KEY, "proxycommand": ["~"]}
         self._lock = threading.Lock()
         self._found: dict[str, Any] = {}
 
