@@ -17,8 +17,9 @@ the fix belongs to another module's job, at the place named:
   loop (``util.constant_time_bytes_eq``) and builds an ``hmac`` object per packet: about 1 ms
   of controller CPU per host on a status run. ``transport`` prefers AES-GCM, whose tag
   cryptography checks in C, wherever the server offers it (OpenSSH does since 6.2).
-- paramiko's transport thread wakes every 0.1 s (``Transport._active_check_timeout``) to
-  look at its own state: 0.55 ms of CPU per second per open connection, more than half a core
+- paramiko's transport thread wakes every 0.1 s (``Transport._active_check_timeout``,
+  https://github.com/paramiko/paramiko/issues/361) to look at its own state: 0.55 ms of CPU
+  per second per open connection, more than half a core
   for 1,000 connections that ``status --watch`` keeps between refreshes. ``idle`` lets a kept
   connection's thread wake every ``IDLE_POLL_S`` instead (data still wakes it at once),
   ``busy`` sets paramiko's figure back before the connection is used again.
@@ -26,7 +27,8 @@ the fix belongs to another module's job, at the place named:
   call (``getpass.getuser()``, ``os.environ``: about 40 such calls for each host behind a
   jump host, whose hops are looked up per host). ``SSHConfig`` keeps each name's answer.
   It also expands ProxyCommand's ``%p`` to the config's ``Port`` (or 22) even where the
-  inventory's ``ansible_port`` says otherwise, and knows no ``%n``: ``SSHConfig`` leaves
+  inventory's ``ansible_port`` says otherwise (https://github.com/paramiko/paramiko/issues/1321)
+  and knows no ``%n``: ``SSHConfig`` leaves
   ProxyCommand's tokens to ``hops.expand``, which knows the host, port and user in the end.
 - paramiko's ``HostKeys`` scans every known_hosts entry on each lookup and each add: O(hosts)
   per connection, O(hosts²) to load a fleet's known_hosts. ``IndexedHostKeys`` looks plain
@@ -51,7 +53,9 @@ the fix belongs to another module's job, at the place named:
 - ``Connection`` keeps ``connect_timeout`` as an int (1.5 s would be 1 s, 0.5 s none at all):
   ``connect`` sets the real figure.
 - ``Connection.run`` starts up to three IO threads per command, each polling every 10 ms:
-  ``stream`` keeps its own ``select()`` loop on the connection's transport.
+  ``stream`` keeps its own loop on the connection's transport; and since ``select()`` on a
+  paramiko channel makes it open a pipe (two descriptors per host) and write to it on every
+  packet, that loop waits in a blocking ``recv`` instead.
 - ``ThreadingGroup`` starts one thread per host, unbounded: ``fleet`` (and ``api`` for a
   fabric ``Group``) run hosts on a pool of ``--forks`` threads.
 
