@@ -29,6 +29,7 @@ from fleetclean.transport.upstream import (
     Connection,
     HopSocket,
     ProxySock,
+    running,
     shared_config,
     transport,
 )
@@ -198,6 +199,7 @@ def _attempt(
     started = time.monotonic()
     try:
         conn.open()
+        running(conn)
         return conn, None, None
     except Exception as exc:
         phase = phase_of(conn.client.get_transport())

@@ -37,7 +37,7 @@ from fleetclean.transport.hostkeys import KnownHostsCache
 from fleetclean.transport.local import run_local
 from fleetclean.transport.pool import Pool
 from fleetclean.transport.stream import NoSession, open_script_channel, stream
-from fleetclean.transport.upstream import busy, idle
+from fleetclean.transport.upstream import idle, running
 
 # paramiko logs a failed handshake from its reader thread ("Exception (client): Error
 # reading SSH protocol banner" and a traceback); with no handler Python prints that on
@@ -128,7 +128,7 @@ class Session:
             conn = self._kept.get(host.name) or self._given.get(host.name)
         if conn is not None and conn.is_connected:
             if host.name not in self._given:
-                busy(conn)
+                running(conn)
             return conn, True
         return self.connect(host), False
 

@@ -19,10 +19,13 @@ the fix belongs to another module's job, at the place named:
   cryptography checks in C, wherever the server offers it (OpenSSH does since 6.2).
 - paramiko's transport thread wakes every 0.1 s (``Transport._active_check_timeout``,
   https://github.com/paramiko/paramiko/issues/361) to look at its own state: 0.55 ms of CPU
-  per second per open connection, more than half a core
-  for 1,000 connections that ``status --watch`` keeps between refreshes. ``idle`` lets a kept
-  connection's thread wake every ``IDLE_POLL_S`` instead (data still wakes it at once),
-  ``busy`` sets paramiko's figure back before the connection is used again.
+  per second per open connection, so 2-3 ms per host of a teardown whose script runs a few
+  seconds, and more than half a core for 1,000 connections that ``status --watch`` keeps
+  between refreshes. Data wakes the thread at once whatever the interval, and the interval
+  only bounds how late it sees that it was closed (``close`` does not wait for it): so once a
+  connection is open ``running`` makes it ``RUN_POLL_S``, and ``idle`` ``IDLE_POLL_S`` while
+  a kept connection waits for the next refresh. The handshake keeps paramiko's 0.1 s, which
+  its banner and auth timeouts are checked on.
 - paramiko's ``SSHConfig.lookup`` expands every token of every matching block again on each
   call (``getpass.getuser()``, ``os.environ``: about 40 such calls for each host behind a
   jump host, whose hops are looked up per host). ``SSHConfig`` keeps each name's answer.
@@ -78,6 +81,7 @@ from typing import Any
 import fabric
 import paramiko
 
+RUN_POLL_S = 0.5
 IDLE_POLL_S = 2.0
 STDERR_KEPT = 2048  # bytes of a ProxyCommand's stderr kept for the failure message
 REAP_S = 1.0  # how long a ProxyCommand gets to exit after SIGTERM before SIGKILL
@@ -103,14 +107,14 @@ def shared_config() -> fabric.Config:
     return config
 
 
+def running(conn: Any) -> None:
+    """An open connection, in use: its thread looks at itself every ``RUN_POLL_S``."""
+    _poll(conn, RUN_POLL_S)
+
+
 def idle(conn: Any) -> None:
-    """A kept connection, waiting for its next use: its thread polls seldom."""
+    """A kept connection, waiting for its next use: every ``IDLE_POLL_S``."""
     _poll(conn, IDLE_POLL_S)
-
-
-def busy(conn: Any) -> None:
-    """A kept connection about to be used: paramiko's own poll again."""
-    _poll(conn, vars(paramiko.Transport).get("_active_check_timeout", 0.1))
 
 
 def _poll(conn: Any, seconds: float) -> None:
