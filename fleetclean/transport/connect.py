@@ -29,6 +29,7 @@ from fleetclean.transport.upstream import (
     Connection,
     HopSocket,
     ProxySock,
+    TcpSock,
     running,
     shared_config,
     transport,
@@ -73,11 +74,11 @@ def where(target: Target) -> Where:
     return Where(target.address, target.port, target.user, target.key)
 
 
-def tcp(target: Target, limit: float) -> socket.socket:
+def tcp(target: Target, limit: float) -> TcpSock:
     """The TCP phase, done here so that its failure is told apart from the SSH phases."""
     started = time.monotonic()
     try:
-        return socket.create_connection((target.address, target.port), timeout=limit)
+        return TcpSock(socket.create_connection((target.address, target.port), timeout=limit))
     except OSError as exc:
         failure = classify(exc, where(target), Phase.TCP, time.monotonic() - started, limit)
         assert failure is not None

@@ -25,7 +25,9 @@ the fix belongs to another module's job, at the place named:
   only bounds how late it sees that it was closed (``close`` does not wait for it): so once a
   connection is open ``running`` makes it ``RUN_POLL_S``, and ``idle`` ``IDLE_POLL_S`` while
   a kept connection waits for the next refresh. The handshake keeps paramiko's 0.1 s, which
-  its banner and auth timeouts are checked on.
+  its banner and auth timeouts are checked on. A closed connection's thread would then
+  linger up to that long (one more thread per host closed in the last half second), so
+  ``TcpSock.close`` shuts the socket down first: the thread's ``recv`` returns at once.
 - paramiko's ``SSHConfig.lookup`` expands every token of every matching block again on each
   call (``getpass.getuser()``, ``os.environ``: about 40 such calls for each host behind a
   jump host, whose hops are looked up per host). ``SSHConfig`` keeps each name's answer.
@@ -74,6 +76,7 @@ import errno
 import os
 import select
 import shlex
+import socket
 import subprocess
 import threading
 from typing import Any
@@ -283,6 +286,27 @@ class ProxySock:
             with contextlib.suppress(OSError):
                 if pipe is not None:
                     pipe.close()
+
+
+class TcpSock:
+    """A connected TCP socket for paramiko whose ``close`` wakes the reader thread blocked
+    in ``recv`` on it (``shutdown`` first), so that the thread ends with the connection."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.recv = sock.recv
+        self.send = sock.send
+        self.settimeout = sock.settimeout
+        self.getpeername = sock.getpeername
+
+    @property
+    def _closed(self) -> bool:  # what paramiko's Transport.stop_thread looks at
+        return bool(getattr(self._sock, "_closed", False))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # not connected any more
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
 
 
 class HopSocket:
