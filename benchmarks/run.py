@@ -16,22 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
+from report import Row, Sample, render, run_measured, write_results
 
 from fleetclean.sim import SimFleet
 
@@ -39,7 +36,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FLEETCLEAN = [str(ROOT / ".venv" / "bin" / "fleetclean")]
 SUBNET = 91  # away from the default fleet (0), sim_up.py (90) and test fleets (100..249)
 PEER_VENV = Path("/tmp/fleetclean-bench-venv")
-TIMEOUT_S = 180
 QUERY = (
     "nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total "
     "--format=csv,noheader,nounits"
@@ -91,60 +87,6 @@ sys.exit(1 if bad else 0)
 """
 
 
-@dataclass
-class Sample:
-    wall: list[float] = field(default_factory=list)
-    cpu: list[float] = field(default_factory=list)
-    rss_mib: list[float] = field(default_factory=list)
-
-    def med(self) -> float:
-        return statistics.median(self.wall)
-
-    def cell(self) -> str:
-        if not self.wall:
-            return "n/a"
-        w = self.wall
-        return f"{self.med():.3f} s ({min(w):.3f}-{max(w):.3f}, n={len(w)})"
-
-
-def run_measured(argv: Sequence[str], *, env: dict[str, str] | None = None,
-                 ok: Callable[[int, str], bool] | None = None,
-                 stdin: Any = None) -> tuple[float, float, float, str]:
-    """(wall s, user+sys s, peak RSS MiB, stdout) of one command we start, its CPU time and
-    peak RSS from wait4; raises when ``ok`` (default: exit 0) says it failed."""
-    t0 = time.perf_counter()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL if stdin is None else stdin,
-                                stdout=out, stderr=err, env=env)
-        # our own child, by PID, if it hangs
-        timer = threading.Timer(TIMEOUT_S, proc.kill)
-        timer.start()
-        _, status, usage = os.wait4(proc.pid, 0)
-        timer.cancel()
-        wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        text = out.read().decode(errors="replace")
-        if not (ok or (lambda rc, _o: rc == 0))(proc.returncode, text):
-            raise RuntimeError(
-                f"{' '.join(argv[:4])}... exit {proc.returncode}: {err.read().decode()[-2000:]}"
-            )
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, text
-
-
-def machine() -> str:
-    cpu = next(
-        (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-         if ln.startswith("model name")), platform.processor() or "?")
-    mem = next(ln.split()[1] for ln in Path("/proc/meminfo").read_text().splitlines()
-               if ln.startswith("MemTotal"))
-    ssh_v = subprocess.run(["ssh", "-V"], check=False, capture_output=True, text=True)
-    ssh_v = ssh_v.stderr.strip()
-    return (f"nproc {os.cpu_count()}, memory {int(mem) / 1024 / 1024:.1f} GiB, kernel "
-            f"{platform.release()}, CPU {cpu}, Python {platform.python_version()}, {ssh_v}")
-
-
 def ensure_peers(quiet: bool) -> None:
     if shutil.which("pdsh") is None:
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -175,25 +117,6 @@ def spawn_all(fleet: SimFleet, names: Sequence[str]) -> dict[str, list[int]]:
 
 
 @dataclass
-class Row:
-    section: str
-    what: str
-    ours: Sample
-    peer: Sample | None = None
-    peer_name: str = ""
-    target: str = ""
-    check: Callable[[float], bool] | None = None  # on the ratio
-    inverse: bool = False  # ratio is our median / peer median (the floor)
-
-    def ratio(self) -> float | None:
-        if self.peer is None or not self.peer.wall or not self.ours.wall:
-            return None
-        if self.inverse:
-            return self.ours.med() / self.peer.med()
-        return self.peer.med() / self.ours.med()
-
-
-@dataclass
 class Bench:
     """One benchmark invocation: the fleet, the inventories of each size and the peers."""
 
@@ -205,6 +128,8 @@ class Bench:
     seed_reps: int
     quick: bool
     inv: dict[int, Path] = field(default_factory=dict)
+    baseline: Path | None = None
+    baseline_ref: str = ""
 
     def __post_init__(self) -> None:
         self.big = max(self.sizes)
@@ -312,8 +237,9 @@ def status_vs_peers(b: Bench) -> list[Row]:
         t = targets.get(name)
         rows.append(Row("3", f"status, {b.big} nodes vs {name}", st, sample, name,
                         t[0] if t else "", (lambda r, x=t[1]: r >= x) if t else None))
-    rows.append(Row("5", f"status, {b.big} nodes: controller CPU per host",
-                    Sample(wall=[c / b.big for c in st.cpu])))
+    st_cpu = Sample(wall=[c / b.big for c in st.cpu])
+    rows.append(Row("5", f"status, {b.big} nodes: controller CPU per host", st_cpu,
+                    target="<= 6 ms", check=lambda _r: st_cpu.med() <= 0.006))
 
     return rows
 
@@ -356,9 +282,51 @@ def scaling(b: Bench) -> list[Row]:
                     scale[b.big], pssh_pe, "parallel-ssh", ">= 1x", lambda r: r >= 1))
     cpu = Sample(wall=[c / b.big for c in scale[b.big].cpu])
     rows.append(Row("5", f"post-extraction, {b.big} nodes: controller CPU per host", cpu,
-                    target="<= 10 ms", check=None))
+                    target="<= 8 ms", check=lambda _r: cpu.med() <= 0.008))
     rows.append(Row("5", f"post-extraction, {b.big} nodes: controller peak RSS (MiB)",
                     Sample(wall=scale[b.big].rss_mib)))
+    return rows
+
+
+def baseline_tree(ref: str, dest: Path) -> Path:
+    """fleetclean as of git ``ref``, unpacked under ``dest`` (with its bytecode), for
+    ``python -m fleetclean`` with PYTHONPATH pointing there."""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "fleetclean"],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(dest)], check=True)
+    return dest
+
+
+def cpu_vs_baseline(b: Bench) -> list[Row]:
+    """5. Controller CPU per host, this tree against ``--baseline REF``, interleaved: the
+    same nodes, workloads and load for both; both started as ``python -m fleetclean``."""
+    assert b.baseline is not None
+    print(f"5. controller CPU on {b.big} nodes vs {b.baseline_ref}...", file=sys.stderr,
+          flush=True)
+    trees = {"this tree": str(ROOT), f"baseline {b.baseline_ref}": str(b.baseline)}
+    status = {k: Sample() for k in trees}
+    teardown = {k: Sample() for k in trees}
+    inv = str(b.inv[b.big])
+    for _ in range(b.reps):
+        for label, tree in trees.items():
+            env = dict(b.env, PYTHONPATH=tree)
+            cmd = [sys.executable, "-m", "fleetclean"]
+            spawn_all(b.fleet, b.names[:b.big])
+            _w, c, _r, _o = run_measured([*cmd, "status", "-i", inv], env=env,
+                                         ok=lambda rc, o: rc in (0, 1))
+            status[label].wall.append(c / b.big)
+            _w, c, r, _o = run_measured([*cmd, "run", "post-extraction", "-i", inv], env=env)
+            teardown[label].wall.append(c / b.big)
+            teardown[label].rss_mib.append(r)
+    rows = []
+    for what, samples, target in (("status", status, 0.006),
+                                  ("post-extraction", teardown, 0.008)):
+        ours, base = samples["this tree"], samples[f"baseline {b.baseline_ref}"]
+        rows.append(Row("5", f"{what}, {b.big} nodes: controller CPU per host", ours, base,
+                        f"baseline {b.baseline_ref}", f"<= {target * 1000:.0f} ms",
+                        lambda _r, t=target, s=ours: s.med() <= t))
     return rows
 
 
@@ -371,6 +339,8 @@ def main() -> int:
     ap.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     ap.add_argument("--skip", nargs="*", default=[], choices=["seeds", "status", "scale"],
                     help="sections to leave out")
+    ap.add_argument("--baseline", metavar="REF",
+                    help="also controller CPU per host of git REF's fleetclean, same run")
     args = ap.parse_args()
     reps = args.reps or (3 if args.quick else 5)
     seed_reps = args.seed_reps or (1 if args.quick else 3)
@@ -392,6 +362,9 @@ def main() -> int:
         env = dict(os.environ, NO_COLOR="1", FLEETCLEAN_STATE_DIR=str(tmp / "state"),
                    HOME=str(tmp / "home"))
         b = Bench(fleet, tmp, env, args.sizes, reps, seed_reps, args.quick)
+        if args.baseline:
+            b.baseline_ref = args.baseline
+            b.baseline = baseline_tree(args.baseline, tmp / "baseline")
         # warm caches (page cache for python, sshd binaries) once
         run_measured(fc("status", "-i", str(b.inv[b.big])), env=env,
                      ok=lambda rc, o: rc in (0, 1))
@@ -399,6 +372,8 @@ def main() -> int:
                               ("scale", scaling)):
             if section not in args.skip:
                 rows += step(b)
+        if b.baseline is not None:
+            rows += cpu_vs_baseline(b)
     finally:
         fleet.down()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -410,46 +385,6 @@ def main() -> int:
     return 0
 
 
-def render(rows: list[Row], reps: int, seed_reps: int, took: float) -> str:
-    lines = [
-        f"Machine: {machine()}",
-        f"Repetitions: {reps} (seeds: {seed_reps}); whole run {took:.0f} s; "
-        f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
-        "",
-        "| # | measurement | fleetclean median (min-max) | peer median (min-max) "
-        "| ratio peer/fleetclean | target | met |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for row in rows:
-        ratio = row.ratio()
-        ours = row.ours.cell()
-        if "CPU per host" in row.what:
-            w = row.ours.wall
-            lo, hi = min(w) * 1000, max(w) * 1000
-            ours = f"{statistics.median(w) * 1000:.2f} ms ({lo:.2f}-{hi:.2f})"
-            met = "yes" if statistics.median(w) <= 0.010 else "no"
-        elif "RSS" in row.what:
-            w = row.ours.wall
-            ours = f"{statistics.median(w):.0f} MiB ({min(w):.0f}-{max(w):.0f})"
-            met = ""
-        else:
-            met = ""
-            if row.check is not None and ratio is not None:
-                met = "yes" if row.check(ratio) else "no"
-        ratio_s = "" if ratio is None else f"{ratio:.2f}x"
-        peer = "" if row.peer is None else f"{row.peer_name}: {row.peer.cell()}"
-        lines.append(f"| {row.section} | {row.what} | {ours} | {peer} | {ratio_s} "
-                     f"| {row.target} | {met} |")
-    return "\n".join(lines)
-
-
-def write_results(table: str) -> None:
-    path = ROOT / "benchmarks" / "RESULTS.md"
-    begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
-    text = path.read_text() if path.exists() else f"# Benchmark results\n\n{begin}\n{end}\n"
-    head, _, rest = text.partition(begin)
-    _, _, tail = rest.partition(end)
-    path.write_text(f"{head}{begin}\n{table}\n{end}{tail}")
 
 
 if __name__ == "__main__":

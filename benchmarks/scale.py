@@ -12,9 +12,18 @@ Truth comes from the simulator itself, read just before (status) or just after
 memory in use ``dirty``, the others ``clean``. A node made slow on purpose may also be
 ``timeout`` (the issue: slow is timeout or late success, never ``auth_failed``).
 
-Per command it prints wall time, misclassified hosts, the controller's CPU per host and its
-peak RSS: user+sys and ru_maxrss of that one child from ``os.wait4`` (so the simulator's
-own processes are not counted). Exit status 1 when any host was misclassified. Not a CI test.
+Per command it prints wall time, misclassified hosts, the controller's CPU per host, its
+peak RSS, and its peak threads and open file descriptors: user+sys and ru_maxrss of that one
+child from ``os.wait4`` (so the simulator's own processes are not counted), threads and fds
+sampled from ``/proc/PID/status`` and ``/proc/PID/fd`` every 10 ms while it runs.
+
+``--bastion``: node01 becomes a bastion with OpenSSH's own limits (MaxStartups 10:30:100,
+MaxSessions 10) and the other nodes are reached through it, by ``ProxyJump`` (one shared
+connection) and by ``ProxyCommand ssh -W`` (one bastion connection per host); each run also
+prints the bastion's logins and the connections it dropped past MaxStartups.
+``--watch N``: ``status --watch``'s cost, a first run against N refreshes on its kept
+connections (one process, each run's CPU from getrusage). Exit status 1 when any host was
+misclassified. Not a CI test.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -47,6 +57,8 @@ class Run:
     maxrss_mib: float
     code: int
     hosts: dict[str, str]  # host -> status
+    threads: int = 0  # peaks, sampled
+    fds: int = 0
 
 
 def free_subnet() -> int:
@@ -58,12 +70,41 @@ def free_subnet() -> int:
     raise SystemExit("no free 127.S.0.0/16 in 92..99")
 
 
-def controller(label: str, argv: list[str]) -> Run:
-    """Run fleetclean once; its own CPU and peak RSS come from wait4 on that child."""
+class Peaks:
+    """Peak thread and fd counts of a running process, sampled from /proc."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.threads, self.fds = pid, 0, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.01):
+            try:
+                status = Path(f"/proc/{self.pid}/status").read_text()
+                threads = int(next(ln.split()[1] for ln in status.splitlines()
+                                   if ln.startswith("Threads:")))
+                fds = len(os.listdir(f"/proc/{self.pid}/fd"))
+            except (OSError, StopIteration, ValueError):
+                continue  # not started yet, or exiting
+            self.threads, self.fds = max(self.threads, threads), max(self.fds, fds)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def controller(label: str, argv: list[str], program: list[str] | None = None) -> tuple[
+        Run, dict[str, Any]]:
+    """Run fleetclean (or ``program``) once; its own CPU and peak RSS come from wait4 on
+    that child, its peak threads and fds from /proc while it runs."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
-        proc = subprocess.Popen([FLEETCLEAN, *argv], stdout=out, stderr=err)
+        proc = subprocess.Popen([*(program or [FLEETCLEAN]), *argv], stdout=out, stderr=err)
+        peaks = Peaks(proc.pid)
         _, status, usage = os.wait4(proc.pid, 0)
+        peaks.stop()
         wall = time.perf_counter() - started
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
@@ -73,8 +114,9 @@ def controller(label: str, argv: list[str]) -> Run:
         except ValueError:
             raise SystemExit(f"{label}: no JSON (exit {proc.returncode}): "
                              f"{err.read().decode()[-400:]}") from None
+    hosts = {h["host"]: h["status"] for h in data.get("hosts", [])}
     return Run(label, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024,
-               proc.returncode, {h["host"]: h["status"] for h in data["hosts"]})
+               proc.returncode, hosts, peaks.threads, peaks.fds), data
 
 
 def truth(fleet: SimFleet, names: list[str]) -> dict[str, str]:
@@ -128,14 +170,120 @@ def misclassified(run: Run, known: dict[str, str], slow: set[str]) -> list[str]:
     return wrong
 
 
+HEADER = (f"{'command':<28} {'wall s':>7} {'misclassified':>11} {'CPU ms/host':>10} "
+          f"{'RSS MiB':>8} {'threads':>7} {'fds':>5}   statuses")
+
+
 def report(run: Run, wrong: list[str], nodes: int) -> None:
     counts = ", ".join(f"{s} {n}" for s, n in sorted(Counter(run.hosts.values()).items()))
-    print(f"{run.label:<20} {run.wall_s:>7.2f} {len(wrong):>5}/{nodes:<5} "
-          f"{run.cpu_s * 1000 / nodes:>10.1f} {run.maxrss_mib:>9.1f}   {counts}")
+    print(f"{run.label:<28} {run.wall_s:>7.2f} {len(wrong):>5}/{nodes:<5} "
+          f"{run.cpu_s * 1000 / nodes:>10.2f} {run.maxrss_mib:>8.1f} {run.threads:>7} "
+          f"{run.fds:>5}   {counts}", flush=True)
     for line in wrong[:10]:
         print(f"    {line}")
     if len(wrong) > 10:
         print(f"    … {len(wrong) - 10} more")
+
+
+WATCH_PY = r"""
+import json, resource, sys, time
+from fleetclean import fleet
+from fleetclean.commands.env import Env
+from fleetclean.commands.parser import build_parser
+from fleetclean.commands.steps import options, render_jobs, select_hosts
+from fleetclean.transport.session import Session
+
+refreshes, argv = int(sys.argv[1]), sys.argv[2:]
+args = build_parser().parse_args(["status", *argv])
+name, jobs, _ = render_jobs("status", select_hosts(args, Env()), [], check=False, force=False)
+opts = options(args)
+
+
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+runs = []
+with Session(opts, keep=True) as session:  # what `status --watch` does between refreshes
+    for _ in range(refreshes + 1):
+        c, t = cpu(), time.perf_counter()
+        result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks,
+                                 session=session)
+        runs.append({"wall_s": time.perf_counter() - t, "cpu_s": cpu() - c})
+json.dump({"runs": runs, "hosts": [{"host": h.host, "status": h.status.value}
+                                   for h in result.hosts]}, sys.stdout)
+"""
+
+
+def sshd_log_count(fleet: SimFleet, needle: str, names: list[str] | None = None) -> int:
+    total = 0
+    for node in fleet.nodes:
+        if names is None or node.name in names:
+            total += (node.dir / "sshd.log").read_text(errors="replace").count(needle)
+    return total
+
+
+def classified(fleet: SimFleet, label: str, argv: list[str], names: list[str],
+               slow: set[str]) -> int:
+    """One run, classified against the simulator's truth; returns misclassified hosts."""
+    before = truth(fleet, names) if argv[0] == "status" else None
+    run, _ = controller(label, argv)
+    known = before or truth(fleet, names)
+    wrong = misclassified(run, known, slow)
+    report(run, wrong, len(names))
+    return len(wrong)
+
+
+def bastion_runs(fleet: SimFleet, tmp: Path, forks: int, slow: set[str]) -> int:
+    """Every node but node01 through node01, a bastion with OpenSSH's own limits."""
+    fleet.set_sshd_limits("node01")
+    targets = [n.name for n in fleet.nodes[1:]]
+    inventory = tmp / "targets.ini"
+    inventory.write_text("".join(f"{t}\n" for t in targets))
+    sim = fleet.ssh_config_path.read_text()
+    routes = {
+        "ProxyJump": "Host * !node01\n    ProxyJump node01\n",
+        "ProxyCommand ssh -W": f"Host * !node01\n    ProxyCommand ssh -F "
+                               f"{fleet.ssh_config_path} -W %h:%p node01\n",
+    }
+    wrong = 0
+    for route, head in routes.items():
+        config = tmp / f"{route.split()[0]}.cfg"
+        config.write_text(head + sim)
+        where = ["-i", str(inventory), "-F", str(config), "-f", str(forks), "--json"]
+        for label, argv in ((f"status via {route}", ["status", *where]),
+                            (f"post-extr. via {route}", ["run", "post-extraction", *where,
+                                                         "--no-record", "-e", "grace=1"])):
+            logins = sshd_log_count(fleet, "Accepted publickey", ["node01"])
+            drops = sshd_log_count(fleet, "past MaxStartups", ["node01"])
+            run_wrong = classified(fleet, label, argv, targets, slow)
+            logins = sshd_log_count(fleet, "Accepted publickey", ["node01"]) - logins
+            drops = sshd_log_count(fleet, "past MaxStartups", ["node01"]) - drops
+            print(f"{'':<28} bastion node01: {logins} logins, {drops} connections dropped "
+                  "past MaxStartups", flush=True)
+            wrong += run_wrong
+    return wrong
+
+
+def watch_runs(fleet: SimFleet, where: list[str], refreshes: int) -> None:
+    """``status --watch``: a first run, then ``refreshes`` on the kept connections."""
+    logins = sshd_log_count(fleet, "Accepted publickey")
+    run, data = controller("status --watch", [str(refreshes), *where],
+                           program=[sys.executable, "-c", WATCH_PY])
+    logins = sshd_log_count(fleet, "Accepted publickey") - logins
+    n = len(fleet.nodes)
+    first, rest = data["runs"][0], data["runs"][1:]
+    rest_cpu = sorted(r["cpu_s"] for r in rest)
+    rest_wall = sorted(r["wall_s"] for r in rest)
+    print(f"{'watch: first run':<28} {first['wall_s']:>7.2f} {'':>11} "
+          f"{first['cpu_s'] * 1000 / n:>10.2f}")
+    print(f"{'watch: refresh (median)':<28} {rest_wall[len(rest) // 2]:>7.2f} {'':>11} "
+          f"{rest_cpu[len(rest) // 2] * 1000 / n:>10.2f}   "
+          f"(min-max {rest_cpu[0] * 1000 / n:.2f}-{rest_cpu[-1] * 1000 / n:.2f} ms/host, "
+          f"{rest_wall[0]:.2f}-{rest_wall[-1]:.2f} s)")
+    print(f"{'':<28} {logins} logins for {n} hosts and {refreshes + 1} runs; whole process "
+          f"peak {run.threads} threads, {run.fds} fds, {run.maxrss_mib:.0f} MiB", flush=True)
 
 
 def main() -> int:
@@ -143,6 +291,11 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=256)
     ap.add_argument("--forks", type=int, default=64)
     ap.add_argument("--status-reps", type=int, default=3)
+    ap.add_argument("--bastion", action="store_true",
+                    help="also every node but node01 through node01 at OpenSSH's limits")
+    ap.add_argument("--watch", type=int, default=0, metavar="N",
+                    help="also status --watch: a first run and N refreshes")
+    ap.add_argument("--skip-direct", action="store_true", help="leave out the direct runs")
     args = ap.parse_args()
     slow_logins = slow_banner_supported()
     with tempfile.TemporaryDirectory(prefix="fleetclean-scale-") as tmp:
@@ -157,20 +310,18 @@ def main() -> int:
                      "simulator, skipped"))
             where = ["-i", str(fleet.inventory_path), "-F", str(fleet.ssh_config_path),
                      "-f", str(args.forks), "--json"]
-            print(f"{'command':<20} {'wall s':>7} {'misclassified':>11} {'CPU ms/host':>10} "
-                  f"{'RSS MiB':>9}   statuses")
+            print(HEADER)
             total_wrong = 0
             plan = [(f"status #{r + 1}", ["status", *where]) for r in range(args.status_reps)]
             plan += [("post-extraction", ["run", "post-extraction", *where, "--no-record",
                                           "-e", "grace=1"]),
                      ("status after", ["status", *where])]
-            for label, argv in plan:
-                before = truth(fleet, names) if argv[0] == "status" else None
-                run = controller(label, argv)
-                known = before or truth(fleet, names)
-                wrong = misclassified(run, known, slow)
-                total_wrong += len(wrong)
-                report(run, wrong, args.nodes)
+            for label, argv in [] if args.skip_direct else plan:
+                total_wrong += classified(fleet, label, argv, names, slow)
+            if args.watch:
+                watch_runs(fleet, where[:-1], args.watch)
+            if args.bastion:
+                total_wrong += bastion_runs(fleet, Path(tmp), args.forks, slow)
     return 1 if total_wrong else 0
 
 

@@ -57,23 +57,46 @@ def run_fleet(
     forks: int = 64,
     on_event: EventCallback | None = None,
     cancel: threading.Event | None = None,
+    session: Session | None = None,
 ) -> RunResult:
     """Run every job; a first KeyboardInterrupt stops starting hosts and waits for the
     running ones (they are bounded by their own timeouts); the result is then marked
-    interrupted. A second KeyboardInterrupt propagates."""
-    # fabric, paramiko and invoke (~70 ms of imports) load only when a run starts: `--help`,
-    # `show`, `inventory` and a run of local hosts alone never need them.
-    from fleetclean.transport.session import Session
-
+    interrupted, also when it comes before the first host started. A second
+    KeyboardInterrupt propagates. ``session``: the caller's own (kept connections, adopted
+    ones), left open; by default one for this run alone."""
     cancel = cancel or threading.Event()
-    emit = on_event or (lambda _e: None)
     started = time.monotonic()
+    if session is not None:
+        return _run_all(jobs, playbook, session, forks=forks, on_event=on_event,
+                        cancel=cancel, started=started)
+    try:
+        # fabric, paramiko and invoke (~70 ms of imports) load only when a run starts:
+        # `--help`, `show`, `inventory` and a run of local hosts alone never need them.
+        from fleetclean.transport.session import Session
+
+        own = Session(opts)
+    except KeyboardInterrupt:  # during that import: nothing has started anywhere
+        return _result(jobs, playbook, {}, started, interrupted=True)
+    with own:
+        return _run_all(jobs, playbook, own, forks=forks, on_event=on_event, cancel=cancel,
+                        started=started)
+
+
+def _run_all(
+    jobs: Sequence[Job], playbook: str, session: Session, *, forks: int,
+    on_event: EventCallback | None, cancel: threading.Event, started: float,
+) -> RunResult:
+    emit = on_event or (lambda _e: None)
     results: dict[str, HostResult] = {}
     interrupted = False
-    with Session(opts) as session, ThreadPoolExecutor(max_workers=max(1, forks)) as pool:
-        futures: dict[Future[HostResult | None], Job] = {
-            pool.submit(_run_one, session, job, emit, cancel): job for job in jobs
-        }
+    with ThreadPoolExecutor(max_workers=max(1, forks)) as pool:
+        futures: dict[Future[HostResult | None], Job] = {}
+        try:
+            for job in jobs:
+                futures[pool.submit(_run_one, session, job, emit, cancel)] = job
+        except KeyboardInterrupt:  # hosts not submitted yet never start
+            interrupted = True
+            cancel.set()
         pending = set(futures)
         while pending:
             try:
@@ -91,6 +114,12 @@ def run_fleet(
                 res = fut.result()
                 if res is not None:
                     results[futures[fut].host.name] = res
+    return _result(jobs, playbook, results, started,
+                   interrupted=interrupted or cancel.is_set())
+
+
+def _result(jobs: Sequence[Job], playbook: str, results: dict[str, HostResult],
+            started: float, *, interrupted: bool) -> RunResult:
     ordered = []
     for job in jobs:
         res = results.get(job.host.name)
@@ -105,7 +134,7 @@ def run_fleet(
         playbook=playbook,
         duration_s=round(time.monotonic() - started, 3),
         hosts=tuple(ordered),
-        interrupted=interrupted or cancel.is_set(),
+        interrupted=interrupted,
     )
 
 

@@ -122,7 +122,8 @@ def _add_status(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     status.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE",
                         help="set a variable of the status playbook (e.g. max_used_mib=512)")
     status.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="S",
-                        help="refresh the table in place every S seconds (default 2)")
+                        help="refresh the table in place every S seconds (default 2), on "
+                        "connections kept open between refreshes")
     slurm_options.add_options(status)
     conn_opts(status)
 

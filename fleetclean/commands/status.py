@@ -35,18 +35,24 @@ def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
 
 
 def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env) -> int:
+    """Refresh until Ctrl-C on one session that keeps each host's connection: one
+    handshake per host for the whole watch, a new one only for a host that dropped."""
     from rich.console import Group
     from rich.live import Live
     from rich.text import Text
 
     from fleetclean import fleet
+    from fleetclean.results import table
+    from fleetclean.transport.session import Session
 
     opts = options(args)
     console = env.console()
     try:
-        with Live(console=console, auto_refresh=False) as live:
+        with Session(opts, keep=True) as session, \
+                Live(console=console, auto_refresh=False) as live:
             while True:
-                result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks)
+                result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks,
+                                         session=session)
                 if result.interrupted:
                     break
                 result = apply_history(result, [j.host for j in jobs])

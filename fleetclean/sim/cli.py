@@ -83,7 +83,8 @@ def _add_up(sub: Subparsers) -> None:
         description="Start N simulated 8-GPU nodes, each with its own sshd on 127.0.x.y.",
         epilog="examples:\n"
         "  fleetclean sim up --nodes 8\n"
-        "  fleetclean sim up --nodes 4 --workload sglang --workload monitor\n",
+        "  fleetclean sim up --nodes 4 --workload sglang --workload monitor\n"
+        "  fleetclean sim up --nodes 257 --sshd-defaults\n",
     )
     up.add_argument("--nodes", type=int, default=8, metavar="N", help="how many (default 8)")
     up.add_argument(
@@ -108,6 +109,12 @@ def _add_up(sub: Subparsers) -> None:
         "--slurm",
         action="store_true",
         help="also a real Slurm: munged, slurmctld here, a slurmd in every node",
+    )
+    up.add_argument(
+        "--sshd-defaults",
+        action="store_true",
+        help="OpenSSH's own MaxStartups 10:30:100 and MaxSessions 10 on every sshd "
+        "(default: lifted to 512, so that big runs measure fleetclean, not sshd's throttle)",
     )
     _state_dir(up)
 
@@ -191,7 +198,8 @@ def _up(args: argparse.Namespace) -> int:
     from fleetclean.sim.fleet import SimFleet
 
     fleet = SimFleet.up(args.nodes, args.state_dir, subnet=args.subnet,
-                        persistenced=args.persistenced, slurm=args.slurm)
+                        persistenced=args.persistenced, slurm=args.slurm,
+                        sshd_defaults=args.sshd_defaults)
     for kind in args.workload:
         for sim_node in fleet.nodes:
             fleet.spawn(sim_node, kind)

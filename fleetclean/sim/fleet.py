@@ -106,6 +106,7 @@ class SimFleet:
         subnet: int = 0,
         persistenced: bool = True,
         slurm: bool = False,
+        sshd_defaults: bool = False,
     ) -> SimFleet:
         """Start ``nodes`` nodes in parallel and return once every sshd listens.
 
@@ -113,9 +114,10 @@ class SimFleet:
         fleets can run side by side; ``persistenced`` (the default) starts
         nvidia-persistenced on every node holding every GPU, as on a real datacenter node
         (a node's system daemon: see ``processes``); ``slurm``: also a real Slurm
-        (``sim/slurm.py``),
-        returning once every node is idle in it. Raises SimError if the host cannot run a
-        fleet (or Slurm), a fleet is already up in ``state_dir``, or an address is taken.
+        (``sim/slurm.py``), returning once every node is idle in it; ``sshd_defaults``: every
+        sshd with OpenSSH's own MaxStartups and MaxSessions (see ``sshfiles``). Raises SimError
+        if the host cannot run a fleet (or Slurm), a fleet is already up in ``state_dir``, or
+        an address is taken.
         """
         check_host()
         if slurm:
@@ -139,7 +141,7 @@ class SimFleet:
         try:
             if slurm:
                 slurm_mod.prepare(layout.root)
-            fleet._start(names, addresses, subnet)
+            fleet._start(names, addresses, subnet, sshd_defaults)
             if persistenced:
                 fleet._start_persistenced()
             if slurm:
@@ -167,7 +169,9 @@ class SimFleet:
             return None
         return pid if pid in nodes_mod.system_pids(sim_node.dir) else None
 
-    def _start(self, names: list[str], addresses: list[str], subnet: int) -> None:
+    def _start(
+        self, names: list[str], addresses: list[str], subnet: int, sshd_defaults: bool
+    ) -> None:
         layout = self.layout
         fleet_id = secrets.token_hex(8)
         sshfiles.keygen(layout.client_key, "fleetclean-sim-client")
@@ -175,7 +179,8 @@ class SimFleet:
         dirs = [layout.node_dir(n) for n in names]
 
         def prepare(index: int) -> None:
-            nodes_mod.prepare(dirs[index], names[index], addresses[index], fleet_id, client_pub)
+            nodes_mod.prepare(dirs[index], names[index], addresses[index], fleet_id, client_pub,
+                              sshd_defaults=sshd_defaults)
 
         # ssh-keygen dominates preparation; a few at a time keep both cores busy.
         with ThreadPoolExecutor(max_workers=8) as pool:
@@ -373,6 +378,16 @@ class SimFleet:
     def blackhole(self, ref: NodeRef) -> None:
         """Replace sshd by a listener that accepts connections and never answers."""
         self._listen(ref, "blackhole")
+
+    def set_sshd_limits(self, ref: NodeRef, max_startups: str | None = None,
+                        max_sessions: int | None = None) -> None:
+        """Restart the node's sshd with these ``MaxStartups`` (``"10:30:100"``, ``"2"``) and
+        ``MaxSessions``; None is OpenSSH's own default (10:30:100, 10), so no argument gives
+        a stock sshd. Sessions already open keep running."""
+        sim_node = self.node(ref)
+        nodes_mod.write_sshd_configs(sim_node.dir, sim_node.address, max_startups,
+                                     max_sessions)
+        self._listen(sim_node, "sshd")
 
     def rotate_host_key(self, ref: NodeRef) -> None:
         """New host key and sshd restarted; known_hosts keeps the old key, so clients

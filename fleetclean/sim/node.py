@@ -21,6 +21,7 @@ from pathlib import Path
 from fleetclean.errors import SimError
 from fleetclean.sim import faults, pids, sshfiles
 from fleetclean.sim.layout import IN_NODE_DIR, PACKAGE_DIR, node_python
+from fleetclean.sim.sshfiles import LIFTED
 
 GPU_COUNT = 8
 # The PCI bus ids of the eight GPUs of a typical HGX H200 board.
@@ -58,16 +59,13 @@ def gpu_uuid(fleet_id: str, node: str, index: int) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def prepare(node_dir: Path, name: str, address: str, fleet_id: str, client_pub: str) -> None:
+def prepare(node_dir: Path, name: str, address: str, fleet_id: str, client_pub: str,
+            *, sshd_defaults: bool = False) -> None:
     """Write everything a node needs before its init starts: host key, sshd_config,
     authorized_keys, GPU facts, the nvidia-smi wrapper, and the wanted listener."""
     (node_dir / "bin").mkdir(parents=True, exist_ok=True)
     sshfiles.keygen(node_dir / sshfiles.HOST_KEY, f"root@{name}")
-    (node_dir / "sshd_config").write_text(sshfiles.sshd_config(address, IN_NODE_DIR))
-    # Behind the slow/stalling proxy, sshd listens on an inner port of the same address.
-    (node_dir / "sshd_config.inner").write_text(
-        sshfiles.sshd_config(address, IN_NODE_DIR, sshfiles.INNER_PORT)
-    )
+    write_sshd_configs(node_dir, address, *((None, None) if sshd_defaults else LIFTED))
     (node_dir / "authorized_keys").write_text(client_pub + " fleetclean-sim\n")
     gpus = [
         {"index": i, "uuid": gpu_uuid(fleet_id, name, i), "bus_id": f"00000000:{bus}:00.0"}
@@ -79,6 +77,15 @@ def prepare(node_dir: Path, name: str, address: str, fleet_id: str, client_pub: 
     install_nvidia_smi(node_dir)
     install_dmesg(node_dir)
     (node_dir / "listener.want").write_text("1 sshd\n")
+
+
+def write_sshd_configs(node_dir: Path, address: str, max_startups: str | None = LIFTED[0],
+                       max_sessions: int | None = LIFTED[1]) -> None:
+    """The node's sshd_config, and the one for sshd behind the slow/stalling proxy (an
+    inner port of the same address); read when the listener (re)starts."""
+    for name, port in (("sshd_config", 22), ("sshd_config.inner", sshfiles.INNER_PORT)):
+        (node_dir / name).write_text(sshfiles.sshd_config(
+            address, IN_NODE_DIR, port, max_startups=max_startups, max_sessions=max_sessions))
 
 
 def install_nvidia_smi(node_dir: Path) -> None:

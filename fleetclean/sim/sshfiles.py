@@ -52,8 +52,26 @@ def public_key(path: Path) -> str:
     return f"{key_type} {blob}"
 
 
-def sshd_config(address: str, in_node_dir: str, port: int = 22) -> str:
-    """sshd_config for one node; paths are as seen inside the node."""
+# OpenSSH's own limits are MaxStartups 10:30:100 (unauthenticated connections: past 10,
+# new ones are dropped before the banner with a rising probability, all past 100) and
+# MaxSessions 10 (shell/exec/subsystem channels per connection; a direct-tcpip channel
+# through a jump host is not one). The simulator lifts them so that a test of many hosts
+# measures fleetclean, not sshd's throttling, except on nodes that ask for OpenSSH's own
+# (``SimFleet.up(sshd_defaults=True)``) or for others (``SimFleet.set_sshd_limits``).
+LIFTED = ("512", 512)
+
+
+def sshd_config(address: str, in_node_dir: str, port: int = 22, *,
+                max_startups: str | None = LIFTED[0],
+                max_sessions: int | None = LIFTED[1]) -> str:
+    """sshd_config for one node; paths are as seen inside the node; a limit of None is
+    left to OpenSSH's default.
+
+    >>> "MaxStartups" in sshd_config("127.0.1.1", "/run/fleetclean", max_startups=None)
+    False
+    """
+    limits = "".join(f"{word} {value}\n" for word, value in (
+        ("MaxStartups", max_startups), ("MaxSessions", max_sessions)) if value is not None)
     return f"""\
 # Written by fleetclean.sim for one simulated node.
 ListenAddress {address}:{port}
@@ -69,9 +87,7 @@ StrictModes no
 UseDNS no
 PrintMotd no
 PrintLastLog no
-MaxStartups 512
-MaxSessions 512
-LogLevel VERBOSE
+{limits}LogLevel VERBOSE
 AcceptEnv LANG LC_*
 Subsystem sftp internal-sftp
 """

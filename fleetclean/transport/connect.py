@@ -3,29 +3,41 @@
 fleetclean hands fabric a finished socket (a TCP socket it connected itself, a channel
 through a jump host, or a ProxyCommand's stdio) and a shared ``fabric.Config`` that reads no
 ssh_config files: the hop chain is fleetclean's own (see ``pool``), and a fresh config per
-host would cost controller CPU. Each phase of the connection gets its own time limit and, when
-it runs out, its own message (see ``classify``).
+host would cost controller CPU (see ``upstream``). Each phase of the connection gets its
+own time limit and, when it runs out, its own message (see ``classify``); new connections to
+one sshd are paced (see ``pace``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-import fabric
 import paramiko
 
 from fleetclean.transport.base import Failed, TransportFailure
 from fleetclean.transport.classify import Phase, Where, classify, phase_of
 from fleetclean.transport.hops import Target
-from fleetclean.transport.hostkeys import KnownHostsCache, apply
+from fleetclean.transport.hostkeys import KnownHostsCache, apply, apply_given
+from fleetclean.transport.pace import Startups, backoff
+from fleetclean.transport.upstream import (
+    Connection,
+    HopSocket,
+    ProxySock,
+    TcpSock,
+    running,
+    shared_config,
+    transport,
+)
 
-# sshd drops connections beyond MaxStartups before sending its banner; those are retried.
-BANNER_RETRIES = 3
-BANNER_BACKOFF_S = 0.15
+# sshd drops connections beyond MaxStartups before sending its banner; those are retried
+# (with a growing pause, see pace.backoff) while the connect timeout lasts.
+MAX_ATTEMPTS = 8
 
 Sock = Any  # a socket, a channel through a jump host, or a ProxyCommand
 
@@ -39,9 +51,8 @@ class Context:
         self.accept_new = accept_new
         self._lock = threading.Lock()
         self._keys: dict[str, paramiko.PKey | None] = {}
-        # Empty SSHConfig: fabric must not read ~/.ssh/config and derive its own gateway
-        # (one bastion connection per target, paramiko#664); lazy: no invoke config files.
-        self.fabric_config = fabric.Config(ssh_config=paramiko.SSHConfig(), lazy=True)
+        self.fabric_config = shared_config()
+        self.startups = Startups()
 
     def pkey(self, path: str) -> paramiko.PKey | None:
         """The private key at ``path``, parsed once per run (not once per host); None when
@@ -63,11 +74,11 @@ def where(target: Target) -> Where:
     return Where(target.address, target.port, target.user, target.key)
 
 
-def tcp(target: Target, limit: float) -> socket.socket:
+def tcp(target: Target, limit: float) -> TcpSock:
     """The TCP phase, done here so that its failure is told apart from the SSH phases."""
     started = time.monotonic()
     try:
-        return socket.create_connection((target.address, target.port), timeout=limit)
+        return TcpSock(socket.create_connection((target.address, target.port), timeout=limit))
     except OSError as exc:
         failure = classify(exc, where(target), Phase.TCP, time.monotonic() - started, limit)
         assert failure is not None
@@ -82,6 +93,7 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
         "banner_timeout": limit,
         "auth_timeout": limit,
         "channel_timeout": limit,
+        "transport_factory": transport,
     }
     if target.key:
         pkey = ctx.pkey(target.key)
@@ -89,7 +101,7 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
             kwargs["pkey"] = pkey
         else:
             kwargs["key_filename"] = os.path.expanduser(target.key)
-    conn = fabric.Connection(
+    conn = Connection(
         target.address,
         user=target.user,
         port=target.port,
@@ -108,35 +120,111 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
     return conn
 
 
-def open_connection(target: Target, ctx: Context, make_sock: Any) -> Any:
-    """An open ``fabric.Connection`` to ``target``; ``make_sock()`` gives a fresh socket for
-    each attempt (a banner dropped by a loaded sshd is retried). Raises ``Failed``."""
+def open_connection(target: Target, ctx: Context, make_sock: Any, pace: object = None) -> Any:
+    """An open ``fabric.Connection`` to ``target``; raises ``Failed``.
+
+    ``make_sock()`` gives a fresh socket for each attempt. Each attempt waits for a slot of
+    the sshd it starts a connection on (``pace``, by default the target's address and port;
+    see ``pace``) and holds it until authenticated. A connection sshd drops before its
+    banner (MaxStartups), or one whose jump host went away under it, is tried again after a
+    growing pause while the connect timeout lasts.
+    """
     limit = ctx.timeout_for(target)
-    attempt = 0
+    key = pace if pace is not None else (target.address, target.port)
+    return _retrying(ctx, key, limit, target.where,
+                     lambda: _attempt(target, ctx, make_sock(), limit))
+
+
+def open_given(conn: Any, ctx: Context) -> Any:
+    """A caller's own ``fabric.Connection``, opened (unless it is open) the way fleetclean
+    opens its own: fleetclean's host-key policy on it and on a ``Connection`` gateway, each
+    phase within the connect timeout unless the caller set one, pacing and retries, failures
+    classified. Its route (``gateway``) is fabric's. Raises ``Failed``."""
+    if conn.is_connected:
+        return conn
+    if conn.connect_timeout is None:
+        conn.connect_timeout = ctx.connect_timeout
+    limit = float(conn.connect_timeout)
+    for name in ("banner_timeout", "auth_timeout", "channel_timeout"):
+        conn.connect_kwargs.setdefault(name, limit)
+    hop: Any = conn
+    while hop is not None and not isinstance(hop, str):
+        apply_given(hop.client, ctx.known.get(None), ctx.accept_new)
+        hop = hop.gateway
+    spot = Where(str(conn.host), int(conn.port), conn.user)
+    return _retrying(ctx, (spot.address, spot.port), limit, str(spot),
+                     lambda: _attempt_given(conn, spot, limit))
+
+
+def _retrying(
+    ctx: Context, key: object, limit: float, where: str,
+    attempt: Callable[[], tuple[Any, TransportFailure | None, str | None]],
+) -> Any:
+    first = time.monotonic()
+    tries = 0
     while True:
-        attempt += 1
-        sock = make_sock()
-        conn = _connection(target, sock, ctx, limit)
-        started = time.monotonic()
-        try:
-            conn.open()
+        tries += 1
+        with ctx.startups.slot(key):
+            conn, failure, again = attempt()
+        if conn is not None:
             return conn
-        except Exception as exc:
-            phase = phase_of(conn.client.get_transport())
+        if again == "dropped":
+            ctx.startups.dropped(key)
+        pause = backoff(tries)
+        if again is None or tries >= MAX_ATTEMPTS or time.monotonic() - first + pause > limit:
+            raise Failed(failure or _gave_up(where, tries, time.monotonic() - first))
+        time.sleep(pause)
+
+
+def _attempt_given(
+    conn: Any, spot: Where, limit: float
+) -> tuple[Any, TransportFailure | None, str | None]:
+    started = time.monotonic()
+    try:
+        conn.open()
+        return conn, None, None
+    except Exception as exc:
+        phase = phase_of(conn.client.get_transport())
+        with contextlib.suppress(Exception):
             conn.close()
-            _close(sock)
-            failure = classify(exc, where(target), phase, time.monotonic() - started, limit)
-        if failure is not None:
-            raise Failed(failure)
-        if attempt > BANNER_RETRIES:
-            raise Failed(TransportFailure(
-                "unreachable",
-                f"sshd at {target.where} closed the connection before its banner {attempt} "
-                "times (MaxStartups?); retry with fewer --forks",
-            ))
-        time.sleep(BANNER_BACKOFF_S * attempt)
+        failure = classify(exc, spot, phase, time.monotonic() - started, limit)
+    return None, failure, "dropped" if failure is None else None
 
 
+def _attempt(
+    target: Target, ctx: Context, sock: Sock, limit: float
+) -> tuple[Any, TransportFailure | None, str | None]:
+    """(open connection, None, None), or (None, failure, why it is worth another try:
+    "dropped", "hop lost" or None)."""
+    conn = _connection(target, sock, ctx, limit)
+    started = time.monotonic()
+    try:
+        conn.open()
+        running(conn)
+        return conn, None, None
+    except Exception as exc:
+        phase = phase_of(conn.client.get_transport())
+        conn.close()
+        _close(sock)
+        failure = classify(exc, where(target), phase, time.monotonic() - started, limit)
+    if isinstance(sock, HopSocket) and sock.hop_lost():
+        return None, failure, "hop lost"
+    note = sock.note() if isinstance(sock, ProxySock) else ""
+    if failure is None and note and "kex_exchange_identification" not in note:
+        # The ProxyCommand itself failed (a name it cannot resolve, a refused key): no
+        # retry will change that.
+        return None, TransportFailure("unreachable", note), None
+    if failure is not None and note:
+        failure = TransportFailure(failure.kind, f"{failure.message} ({note})")
+    return None, failure, "dropped" if failure is None else None
+
+
+def _gave_up(where: str, attempt: int, elapsed: float) -> TransportFailure:
+    return TransportFailure(
+        "unreachable",
+        f"sshd at {where} closed the connection before its banner {attempt} times "
+        f"in {elapsed:.0f}s (its MaxStartups is full); retry later or with fewer --forks",
+    )
 def _close(sock: Sock) -> None:
     try:
         sock.close()

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import paramiko
 
 from fleetclean.transport.base import Failed, TransportFailure
+from fleetclean.transport.upstream import SSHConfig
 
 MAX_HOPS = 8  # a ProxyJump that names itself, directly or not, ends here
 
@@ -81,7 +82,8 @@ ConfigParseError = paramiko.ssh_exception.ConfigParseError
 
 
 def parse_config(text: str) -> paramiko.SSHConfig:
-    return paramiko.SSHConfig.from_text(text)
+    config: paramiko.SSHConfig = SSHConfig.from_text(text)
+    return config
 
 
 def load_config(path: str) -> paramiko.SSHConfig:
@@ -167,6 +169,26 @@ def expand(command: str, target: Target) -> str:
         out.append(command[i])
         i += 1
     return "".join(out)
+
+
+def pace_key(command: str, target: Target) -> str:
+    """The ProxyCommand with this target's own name, address and port taken out: the same
+    for every host that goes through the same bastion, whose sshd's MaxStartups they then
+    share (ssh_config's tokens arrive already expanded).
+
+    >>> pace_key("ssh -W 10.0.0.5:22 bastion", Target("n5", "10.0.0.5", 22, None, None))
+    'ssh -W %h:%p bastion'
+    >>> pace_key("ssh -W n5:22 jump -l ops", Target("n5", "10.0.0.5", 22, None, None))
+    'ssh -W %n:%p jump -l ops'
+    """
+    tokens = ((f"{target.address}:{target.port}", "%h:%p"), (f"{target.name}:{target.port}",
+              "%n:%p"), (target.address, "%h"), (target.name, "%n"))
+    words = []
+    for word in command.split():
+        mine, token = next(((m, t) for m, t in tokens
+                            if word == m or word.endswith(("@" + m, "=" + m))), ("", ""))
+        words.append(word[: len(word) - len(mine)] + token if mine else word)
+    return " ".join(words)
 
 
 def resolve(

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import paramiko
 
+from fleetclean.transport.upstream import IndexedHostKeys
+
 DEFAULT_FILE = "~/.ssh/known_hosts"
 
 
@@ -47,7 +49,7 @@ class KnownHosts:
     def __init__(self, files: tuple[str, ...]) -> None:
         self._files = files
         self._lock = threading.Lock()
-        self._keys = paramiko.HostKeys()
+        self._keys = IndexedHostKeys()  # paramiko's scans every entry per lookup
         for f in files:
             self._load(Path(f).expanduser())
 
@@ -72,7 +74,7 @@ class KnownHosts:
                     self._keys.add(name, entry.key.get_name(), entry.key)
 
     @property
-    def keys(self) -> paramiko.HostKeys:
+    def keys(self) -> IndexedHostKeys:
         return self._keys
 
     def record(self, hostname: str, key: paramiko.PKey) -> None:
@@ -108,6 +110,16 @@ def apply(client: paramiko.SSHClient, known: KnownHosts, accept_new: bool) -> No
     # One parsed HostKeys for every connection of the run: parsing known_hosts once per host
     # costs controller CPU, and paramiko offers no public setter for it.
     setattr(client, "_host_keys", known.keys)  # noqa: B010
+    client.set_missing_host_key_policy(Policy(known, accept_new))
+
+
+def apply_given(client: paramiko.SSHClient, known: KnownHosts, accept_new: bool) -> None:
+    """The same policy on a client a caller made: the run's known_hosts become the keys it
+    checks first, unless the caller loaded system keys into it already; keys the caller added
+    itself stay."""
+    own = vars(client).get("_system_host_keys")
+    if own is None or not own.keys():
+        setattr(client, "_system_host_keys", known.keys)  # noqa: B010
     client.set_missing_host_key_policy(Policy(known, accept_new))
 
 

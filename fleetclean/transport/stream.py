@@ -2,9 +2,9 @@
 
 fleetclean keeps this loop instead of fabric's ``Connection.run``: invoke's runner starts up to
 three IO threads per command that poll every 10 ms, so at a few hundred hosts the controller
-spends its CPU waking threads. One ``select()`` per host on the channel of the fabric
-connection's transport (``conn.client.get_transport()``) wakes only when bytes or the exit
-status arrive, and needs no thread beyond the host's own worker.
+spends its CPU waking threads. One blocking ``recv`` per host on the channel of the fabric
+connection's transport (``conn.client.get_transport()``) wakes when bytes arrive (or every
+``WAKE_S`` to see the exit status), and needs no thread beyond the host's own worker.
 
 >>> remote_command(Host("h", "h", become=True))
 'sudo -n -u root -- bash -s'
@@ -16,7 +16,6 @@ status arrive, and needs no thread beyond the host's own worker.
 
 from __future__ import annotations
 
-import select
 import shlex
 import time
 
@@ -28,6 +27,7 @@ from fleetclean.transport.base import LineCallback, ScriptOutput, TransportFailu
 # How long a finished script's channel may stay open (a background process holding it)
 # before the run stops reading.
 EOF_GRACE_S = 2.0
+WAKE_S = 0.25  # the longest the loop sleeps without data: to see the exit status, the end
 
 
 def remote_command(host: Host) -> str:
@@ -68,11 +68,21 @@ class LineSplitter:
             self._cb(line.decode("utf-8", "replace"))
 
 
+class NoSession(Exception):
+    """The session channel could not be opened: nothing was started on the host."""
+
+
 def open_script_channel(
     transport: paramiko.Transport, host: Host, script: str, limit: float
 ) -> paramiko.Channel:
-    """The session channel (opened within ``limit``) with ``bash -s`` reading the script."""
-    chan = transport.open_session(timeout=limit)
+    """The session channel (opened within ``limit``) with ``bash -s`` reading the script.
+
+    Raises ``NoSession`` (its cause the transport's error) when the channel itself cannot be
+    opened, so a caller knows nothing ran; any later error may leave the script started."""
+    try:
+        chan = transport.open_session(timeout=limit)
+    except (paramiko.SSHException, EOFError, OSError) as exc:
+        raise NoSession(str(exc)) from exc
     chan.exec_command(remote_command(host))
     chan.sendall(script.encode())
     chan.shutdown_write()
@@ -80,24 +90,31 @@ def open_script_channel(
 
 
 class _Reader:
-    """Drains one channel's stdout (line by line to the callback) and stderr."""
+    """Reads one channel: stdout line by line to the callback, and stderr.
+
+    A blocking ``recv`` wakes as soon as stdout data (or EOF) arrives; ``select()`` on a
+    paramiko channel would make it open a pipe (two more descriptors per host) and write to
+    it on every packet."""
 
     def __init__(self, chan: paramiko.Channel, on_line: LineCallback | None) -> None:
         self.chan = chan
         self.out, self.err = bytearray(), bytearray()
         self.lines = LineSplitter(on_line)
 
-    def drain(self) -> bool:
-        got = False
-        while self.chan.recv_ready():
+    def read(self, wait: float) -> bool:
+        """Take what has come within ``wait`` seconds; True once stdout is at EOF."""
+        self.chan.settimeout(wait)
+        try:
             data = self.chan.recv(65536)
+        except TimeoutError:  # socket.timeout: nothing yet
+            data = None
+        while data:
             self.out += data
             self.lines.feed(data)
-            got = True
+            data = self.chan.recv(65536) if self.chan.recv_ready() else None
         while self.chan.recv_stderr_ready():
             self.err += self.chan.recv_stderr(65536)
-            got = True
-        return got
+        return data == b""
 
     def text(self) -> tuple[str, str]:
         return self.out.decode("utf-8", "replace"), self.err.decode("utf-8", "replace")
@@ -110,38 +127,38 @@ def stream(
     reader = _Reader(chan, on_line)
     deadline = time.monotonic() + timeout
     status_at: float | None = None
-    # select() on the channel wakes us as soon as data or the exit status arrives, instead of
-    # polling with sleeps (a teardown is often over in well under a second).
+    at_eof = False
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            chan.close()
-            stdout, stderr = reader.text()
-            return ScriptOutput(stdout, stderr, None, TransportFailure(
-                "timeout",
-                f"script still running on {host.name} after --timeout {timeout:g}s; "
-                "the connection was closed and the host may be half-cleaned",
-            ), started=True)
-        select.select([chan], [], [], min(left, 1.0))
-        got = reader.drain()
-        # Done once sshd has sent EOF as well as the exit status: it may send the status
-        # while the script's last lines are still on their way (seen under load as output
-        # cut off in the middle of the verification). A process the script left in the
-        # background can hold the channel open for ever, so EOF gets a few seconds, not
-        # the whole --timeout.
-        drained = not chan.recv_ready() and not chan.recv_stderr_ready()
-        if chan.exit_status_ready() and status_at is None:
-            status_at = time.monotonic()
-        if drained and status_at is not None and (
-            chan.eof_received or chan.closed or time.monotonic() - status_at > EOF_GRACE_S
-        ):
-            break
-        if not got and chan.closed:
-            break
-        if (status_at is not None or chan.eof_received) and not got:
-            # After EOF paramiko's pipe stays readable: wait on time, not on select().
-            time.sleep(0.005)
+            return _timed_out(chan, reader, host, timeout)
+        if at_eof:
+            # All output is in; the exit status follows (or the channel closes): sshd may
+            # send EOF before the status, and the status before the last lines (seen under
+            # load as output cut off in the middle of the verification).
+            if chan.status_event.wait(min(left, WAKE_S)):
+                break
+            continue
+        at_eof = reader.read(min(left, WAKE_S))
+        if not at_eof and chan.exit_status_ready():
+            # A process the script left in the background can hold stdout open for ever:
+            # after the status, EOF gets a few seconds, not the whole --timeout.
+            status_at = status_at or time.monotonic()
+            if time.monotonic() - status_at > EOF_GRACE_S:
+                break
     return _finish(chan, reader, host)
+
+
+def _timed_out(
+    chan: paramiko.Channel, reader: _Reader, host: Host, timeout: float
+) -> ScriptOutput:
+    chan.close()
+    stdout, stderr = reader.text()
+    return ScriptOutput(stdout, stderr, None, TransportFailure(
+        "timeout",
+        f"script still running on {host.name} after --timeout {timeout:g}s; "
+        "the connection was closed and the host may be half-cleaned",
+    ), started=True)
 
 
 def _finish(chan: paramiko.Channel, reader: _Reader, host: Host) -> ScriptOutput:

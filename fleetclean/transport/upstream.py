@@ -1,0 +1,344 @@
+"""fabric's and paramiko's weak spots, and what fleetclean does about each: all in one place.
+
+Each is kept (fleetclean still runs on fabric and paramiko) and worked around here or, where
+the fix belongs to another module's job, at the place named:
+
+- fabric's ``Connection`` turns every attribute it sets on itself in ``__init__``
+  (``inline_ssh_env``) into a write to the ``Config`` it was given, and every such write
+  re-merges that config from empty (invoke's ``DataProxy.__setattr__``,
+  https://github.com/pyinvoke/invoke/issues/413). Sharing one ``Config`` between threads then
+  races: another thread reads it half-merged and fails with "No attribute or config key found
+  for 'forward_agent' ... Valid keys: []" (seen at 32 hosts; the same symptom:
+  https://github.com/scylladb/scylla-cluster-tests/issues/2187), and one ``dir()`` per
+  attribute costs about 0.25 ms per connection. ``Connection`` below sets attributes plainly;
+  ``shared_config`` is one empty, lazy ``Config`` for every connection of a run (no invoke
+  config files read, and no ssh_config: fabric must not derive its own gateways).
+- paramiko checks each packet's MAC (ciphers other than AES-GCM) with a pure-Python byte
+  loop (``util.constant_time_bytes_eq``) and builds an ``hmac`` object per packet: about 1 ms
+  of controller CPU per host on a status run. ``transport`` prefers AES-GCM, whose tag
+  cryptography checks in C, wherever the server offers it (OpenSSH does since 6.2).
+- paramiko's transport thread wakes every 0.1 s (``Transport._active_check_timeout``,
+  https://github.com/paramiko/paramiko/issues/361) to look at its own state: 0.55 ms of CPU
+  per second per open connection, so 2-3 ms per host of a teardown whose script runs a few
+  seconds, and more than half a core for 1,000 connections that ``status --watch`` keeps
+  between refreshes. Data wakes the thread at once whatever the interval, and the interval
+  only bounds how late it sees that it was closed (``close`` does not wait for it): so once a
+  connection is open ``running`` makes it ``RUN_POLL_S``, and ``idle`` ``IDLE_POLL_S`` while
+  a kept connection waits for the next refresh. The handshake keeps paramiko's 0.1 s, which
+  its banner and auth timeouts are checked on. A closed connection's thread would then
+  linger up to that long (one more thread per host closed in the last half second), so
+  ``TcpSock.close`` shuts the socket down first: the thread's ``recv`` returns at once.
+- paramiko's ``SSHConfig.lookup`` expands every token of every matching block again on each
+  call (``getpass.getuser()``, ``os.environ``: about 40 such calls for each host behind a
+  jump host, whose hops are looked up per host). ``SSHConfig`` keeps each name's answer.
+  It also expands ProxyCommand's ``%p`` to the config's ``Port`` (or 22) even where the
+  inventory's ``ansible_port`` says otherwise (https://github.com/paramiko/paramiko/issues/1321)
+  and knows no ``%n``: ``SSHConfig`` leaves
+  ProxyCommand's tokens to ``hops.expand``, which knows the host, port and user in the end.
+- paramiko's ``HostKeys`` scans every known_hosts entry on each lookup and each add: O(hosts)
+  per connection, O(hosts²) to load a fleet's known_hosts. ``IndexedHostKeys`` looks plain
+  names up in a dict.
+- paramiko's ``ProxyCommand`` spins at 100% CPU once the command has exited (``recv`` loops on
+  EOF, https://github.com/paramiko/paramiko/issues/1277), never reaps it
+  (https://github.com/paramiko/paramiko/issues/1713), leaves its three pipes open
+  (https://github.com/paramiko/paramiko/issues/1715) and throws its stderr away, the only
+  place that says why the proxy failed. ``ProxySock`` replaces it.
+- paramiko's ``Channel.send`` checks ``closed`` under its lock but sends after releasing it
+  (seen: sshd dropped a shared bastion, and every host behind it). ``HopSocket`` serializes.
+- a gateway derived from ssh_config opens one bastion connection per target
+  (https://github.com/paramiko/paramiko/issues/664), ``open_gateway`` has no timeout
+  (https://github.com/fabric/fabric/issues/2197), multi-hop is broken
+  (https://github.com/fabric/fabric/issues/2203, https://github.com/fabric/fabric/issues/1935):
+  ``pool`` opens its own connection per hop chain, each channel with a timeout, each hop a
+  ``Connection`` whose ``sock`` is a channel through the previous one.
+- ``ProxyJump none`` is read as a host called "none"
+  (https://github.com/fabric/fabric/issues/2354): ``hops.resolve`` drops it.
+- ``Connection`` trusts unknown host keys (``AutoAddPolicy``): ``hostkeys.apply`` puts
+  fleetclean's policy on every connection and hop.
+- ``Connection`` keeps ``connect_timeout`` as an int (1.5 s would be 1 s, 0.5 s none at all):
+  ``connect`` sets the real figure.
+- ``Connection.run`` starts up to three IO threads per command, each polling every 10 ms:
+  ``stream`` keeps its own loop on the connection's transport; and since ``select()`` on a
+  paramiko channel makes it open a pipe (two descriptors per host) and write to it on every
+  packet, that loop waits in a blocking ``recv`` instead.
+- ``ThreadingGroup`` starts one thread per host, unbounded: ``fleet`` (and ``api`` for a
+  fabric ``Group``) run hosts on a pool of ``--forks`` threads.
+
+>>> keys = IndexedHostKeys()
+>>> keys.get("gpu01") is None
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import shlex
+import socket
+import subprocess
+import threading
+from typing import Any
+
+import fabric
+import paramiko
+
+RUN_POLL_S = 0.5
+IDLE_POLL_S = 2.0
+STDERR_KEPT = 2048  # bytes of a ProxyCommand's stderr kept for the failure message
+REAP_S = 1.0  # how long a ProxyCommand gets to exit after SIGTERM before SIGKILL
+
+
+class Connection(fabric.Connection):  # type: ignore[misc]  # fabric ships no types
+    """``fabric.Connection`` whose attributes are attributes, never config writes."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+
+def shared_config() -> fabric.Config:
+    """The ``Config`` every connection of one run shares (read-only from here on).
+
+    Reading a nested value (``config.connect_kwargs``, once per ``Connection``) asks the
+    config for ``_keypath`` and ``_root``, which a root config lacks: each miss builds an
+    AttributeError message listing every attribute (0.1 ms). Set, they mean what their
+    absence means (the root's key path is empty, the root is its own root).
+    """
+    config = fabric.Config(ssh_config=paramiko.SSHConfig(), lazy=True)
+    config._set(_keypath=(), _root=config)
+    return config
+
+
+def running(conn: Any) -> None:
+    """An open connection, in use: its thread looks at itself every ``RUN_POLL_S``."""
+    _poll(conn, RUN_POLL_S)
+
+
+def idle(conn: Any) -> None:
+    """A kept connection, waiting for its next use: every ``IDLE_POLL_S``."""
+    _poll(conn, IDLE_POLL_S)
+
+
+def _poll(conn: Any, seconds: float) -> None:
+    transport = conn.client.get_transport()
+    if transport is not None:
+        with contextlib.suppress(OSError):  # a socket already closed
+            transport.sock.settimeout(seconds)
+
+
+AEAD = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+
+
+def transport(sock: Any, disabled_algorithms: Any = None) -> paramiko.Transport:
+    """paramiko's ``Transport`` with AES-GCM first, the rest in paramiko's own order (the
+    ``transport_factory`` of ``SSHClient.connect``)."""
+    made = paramiko.Transport(sock, disabled_algorithms=disabled_algorithms)
+    security = made.get_security_options()
+    security.ciphers = tuple(sorted(security.ciphers, key=lambda name: name not in AEAD))
+    return made
+
+
+class SSHConfig(paramiko.SSHConfig):
+    """``paramiko.SSHConfig`` that looks each name up once (read-only once parsed) and
+    leaves ProxyCommand's ``%`` tokens as written.
+
+    >>> SSHConfig.from_text("Host *\\n  Port 22\\n  ProxyCommand ssh -W %h:%p b\\n").lookup(
+    ...     "gpu01")["proxycommand"]
+    'ssh -W %h:%p b'
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.TOKENS_BY_CONFIG_KEY = {**self.TOKENS_BY_CONFIG_KEY, "proxycommand": ["~"]}
+        self._lock = threading.Lock()
+        self._found: dict[str, Any] = {}
+
+    def lookup(self, hostname: str) -> Any:
+        with self._lock:
+            found = self._found.get(hostname)
+        if found is None:
+            found = super().lookup(hostname)
+            with self._lock:
+                self._found[hostname] = found
+        return paramiko.SSHConfigDict(found)  # a copy: callers may change theirs
+
+
+class _KeyTypes(dict[str, paramiko.PKey]):
+    """What paramiko's client expects of a lookup: key type -> key, ``keys()`` a list."""
+
+    def keys(self) -> list[str]:  # type: ignore[override]
+        return list(super().keys())
+
+
+class IndexedHostKeys:
+    """What paramiko's ``SSHClient`` asks of its host keys (``get``), by a dict for plain
+    host names; hashed ``|1|`` names are matched one by one (each has its own salt)."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, _KeyTypes] = {}
+        self._hashed: list[tuple[str, paramiko.PKey]] = []
+
+    def add(self, hostname: str, keytype: str, key: paramiko.PKey) -> None:
+        if hostname.startswith("|1|"):
+            self._hashed = [(h, k) for h, k in self._hashed
+                            if not (h == hostname and k.get_name() == keytype)]
+            self._hashed.append((hostname, key))
+        else:
+            self._by_name.setdefault(hostname, _KeyTypes())[keytype] = key
+
+    def lookup(self, hostname: str) -> _KeyTypes | None:
+        found = _KeyTypes(self._by_name.get(hostname, {}))
+        for hashed, key in self._hashed:
+            if paramiko.HostKeys.hash_host(hostname, hashed) == hashed:
+                found.setdefault(key.get_name(), key)
+        return found or None
+
+    def get(self, hostname: str, default: _KeyTypes | None = None) -> _KeyTypes | None:
+        return self.lookup(hostname) or default
+
+
+class ProxySock:
+    """A ProxyCommand's stdio as paramiko's socket: EOF is EOF, stderr kept, process reaped.
+
+    >>> sock = ProxySock("sh -c 'echo oops >&2'")
+    >>> sock.settimeout(5.0)
+    >>> sock.recv(10)
+    b''
+    >>> sock.close()
+    >>> sock.note()
+    'exited 0: oops'
+    """
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self._proc = subprocess.Popen(
+            shlex.split(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, bufsize=0, start_new_session=True,
+        )
+        assert self._proc.stdin and self._proc.stdout and self._proc.stderr
+        self._in = self._proc.stdin.fileno()
+        self._out = self._proc.stdout.fileno()
+        self._err: int | None = self._proc.stderr.fileno()
+        self._stderr = bytearray()
+        self._timeout: float | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._timeout = timeout
+
+    def send(self, data: bytes) -> int:
+        try:
+            return os.write(self._in, data)
+        except OSError as exc:  # the command is gone: paramiko reads that as EOF
+            raise OSError(errno.EPIPE, f"ProxyCommand gone: {exc.strerror}") from exc
+
+    def recv(self, size: int) -> bytes:
+        while True:
+            watched = [self._out] + ([self._err] if self._err is not None else [])
+            ready, _, _ = select.select(watched, [], [], self._timeout)
+            if not ready:
+                raise TimeoutError()  # socket.timeout, which paramiko polls on
+            if self._err is not None and self._err in ready:
+                self._read_stderr()
+            if self._out in ready:
+                return os.read(self._out, size)  # b"" at EOF: paramiko raises EOFError
+
+    def _read_stderr(self) -> None:
+        assert self._err is not None
+        chunk = os.read(self._err, 4096)
+        if not chunk:
+            self._err = None
+            return
+        self._stderr += chunk
+        del self._stderr[:-STDERR_KEPT]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or self._proc.poll() is not None
+
+    def note(self) -> str:
+        """How the command ended and the last line it wrote on stderr ('' while it runs)."""
+        code = self._proc.poll()
+        if code is None:
+            return ""
+        lines = bytes(self._stderr).decode("utf-8", "replace").strip().splitlines()
+        return f"exited {code}" + (f": {lines[-1]}" if lines else "")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.terminate()  # our own child, by PID
+            try:
+                self._proc.wait(REAP_S)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        with contextlib.suppress(OSError):
+            while self._err is not None:
+                self._read_stderr()
+        for pipe in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
+
+
+class TcpSock:
+    """A connected TCP socket for paramiko whose ``close`` wakes the reader thread blocked
+    in ``recv`` on it (``shutdown`` first), so that the thread ends with the connection."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.recv = sock.recv
+        self.send = sock.send
+        self.settimeout = sock.settimeout
+        self.getpeername = sock.getpeername
+
+    @property
+    def _closed(self) -> bool:  # what paramiko's Transport.stop_thread looks at
+        return bool(getattr(self._sock, "_closed", False))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # not connected any more
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+
+
+class HopSocket:
+    """A channel through a jump host, used as the inner connection's socket, with send and
+    close serialized (see the module's list: paramiko's ``Channel.send`` race)."""
+
+    def __init__(self, chan: paramiko.Channel, on_close: Any = None) -> None:
+        self._chan = chan
+        self._lock = threading.Lock()
+        self._closed = False
+        self._on_close = on_close
+
+    def send(self, data: bytes) -> int:
+        with self._lock:
+            if self._closed:
+                raise OSError("hop channel closed")
+            return self._chan.send(data)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._chan.close()
+        if self._on_close is not None:
+            self._on_close()
+
+    def hop_lost(self) -> bool:
+        """True when the jump host's own connection is gone (worth a retry through a new
+        one), not just this channel."""
+        transport = self._chan.get_transport()
+        return transport is None or not transport.is_active()
+
+    def __getattr__(self, name: str) -> Any:  # recv, settimeout, fileno, ...
+        return getattr(self._chan, name)

@@ -1,0 +1,119 @@
+"""Connections that outlive one run: ``status --watch`` keeps them, and the library API
+runs on fabric ``Connection``s its caller made (and leaves them as it found them)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fabric import Connection, Group
+from simhelp import spawn_cli
+
+from fleetclean import api
+from fleetclean.models import HostStatus
+from fleetclean.sim import SimFleet
+
+pytestmark = pytest.mark.sim
+
+
+@pytest.fixture(scope="module")
+def fleet(module_fleet_factory) -> SimFleet:
+    fleet: SimFleet = module_fleet_factory(3)
+    return fleet
+
+
+def count(fleet: SimFleet, name: str, needle: str) -> int:
+    return (fleet.node(name).dir / "sshd.log").read_text(errors="replace").count(needle)
+
+
+def counts(fleet: SimFleet, needle: str) -> dict[str, int]:
+    return {n.name: count(fleet, n.name, needle) for n in fleet.nodes}
+
+
+def wait_for(what: str, ok: Callable[[], bool], seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not ok():
+        assert time.monotonic() < deadline, f"not within {seconds:g}s: {what}"
+        time.sleep(0.1)
+
+
+def drop_connections(fleet: SimFleet, name: str) -> None:
+    """Kill the sshd processes serving logged-in connections on ``name`` (by PID, inside
+    the node); its listener stays."""
+    for proc in fleet.processes(name, include_system=True):
+        if proc.cmdline.startswith("sshd: root"):
+            os.kill(proc.host_pid, signal.SIGTERM)
+
+
+def test_status_watch_logs_in_once_per_host_and_again_only_where_dropped(
+    fleet: SimFleet, tmp_path: Path
+) -> None:
+    logins, sessions = counts(fleet, "Accepted publickey"), counts(fleet, "Starting session")
+
+    def refreshed(times: int, name: str | None = None) -> bool:
+        now = counts(fleet, "Starting session")
+        return all(now[n] - sessions[n] >= times for n in ([name] if name else now))
+
+    proc = spawn_cli(tmp_path, "status", "--watch", "0.2", "-i", str(fleet.inventory_path))
+    try:
+        wait_for("three refreshes", lambda: refreshed(3))
+        drop_connections(fleet, "node02")
+        at_drop = count(fleet, "node02", "Starting session")
+        wait_for("two more refreshes of node02",
+                 lambda: count(fleet, "node02", "Starting session") >= at_drop + 2)
+    finally:
+        proc.send_signal(signal.SIGINT)  # our own child, by PID
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # never left behind, watching whatever fleet comes next
+            _, err = proc.communicate()
+    assert proc.returncode == 130, err
+    after = counts(fleet, "Accepted publickey")
+    assert {n: after[n] - logins[n] for n in after} == {"node01": 1, "node02": 2, "node03": 1}
+
+
+def _connections(fleet: SimFleet) -> list[Connection]:
+    key = {"key_filename": str(fleet.client_key_path)}
+    return [Connection(n.address, user="root", connect_kwargs=dict(key)) for n in fleet.nodes]
+
+
+def test_the_library_cleans_hosts_given_as_fabric_connections(fleet: SimFleet) -> None:
+    pids = fleet.spawn("node01", "sglang", gpus="0-3")
+    conns = _connections(fleet)
+    conns[2].open()  # the caller's own, open before: it stays open
+
+    result = api.run("post-extraction", conns, variables={"grace": 1},
+                     known_hosts=[str(fleet.known_hosts_path)])
+
+    assert [(h.host, h.status) for h in result.hosts] == [
+        (n.address, HostStatus.CLEAN) for n in fleet.nodes]
+    assert fleet.gpu_used_mib("node01") == [0] * 8
+    assert {s.pid for s in result.hosts[0].signalled} >= set(pids[1:])
+    assert result.exit_status == 0
+    assert api.to_json(result)["summary"]["clean"] == 3
+    assert [c.is_connected for c in conns] == [False, False, True]
+    conns[2].close()
+
+
+def test_the_library_refuses_an_unknown_host_key_of_a_group(
+    fleet: SimFleet, tmp_path: Path
+) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    group = Group(*(n.address for n in fleet.nodes[:2]), user="root",
+                  connect_kwargs={"key_filename": str(fleet.client_key_path)})
+    before = counts(fleet, "Accepted publickey")
+
+    result = api.status(group, known_hosts=[str(empty)])
+
+    assert [h.status for h in result.hosts] == [HostStatus.HOST_KEY_MISMATCH] * 2
+    assert all("unknown host key" in (h.error or "") for h in result.hosts)
+    assert counts(fleet, "Accepted publickey") == before, "nothing logged in"
+    assert empty.read_text() == ""
+    assert result.exit_status == 2
