@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetclean.errors import SimError
-from fleetclean.sim import faults, pids, sshfiles
+from fleetclean.sim import cgroups, faults, pids, sshfiles
 from fleetclean.sim import node as nodes_mod
 from fleetclean.sim import slurm as slurm_mod
 from fleetclean.sim.layout import (
@@ -104,14 +104,17 @@ class SimFleet:
         subnet: int = 0,
         persistenced: bool = False,
         slurm: bool = False,
+        cgroup: str = "auto",
     ) -> SimFleet:
         """Start ``nodes`` nodes in parallel and return once every sshd listens.
 
         ``subnet`` is the second octet of the addresses (127.SUBNET.x.y), so that two
         fleets can run side by side; ``persistenced`` starts nvidia-persistenced on every
         node, as on a real datacenter node; ``slurm``: also a real Slurm (``sim/slurm.py``),
-        returning once every node is idle in it. Raises SimError if the host cannot run a
-        fleet (or Slurm), a fleet is already up in ``state_dir``, or an address is taken.
+        returning once every node is idle in it; ``cgroup``: ``auto``, ``v2``, ``v1`` or
+        ``none`` (see ``sim/cgroups.py``). Raises SimError if the host cannot run a fleet
+        (or Slurm, or that cgroup mode), a fleet is already up in ``state_dir``, or an
+        address is taken.
         """
         check_host()
         if slurm:
@@ -129,13 +132,15 @@ class SimFleet:
         taken = [a for a in addresses if _is_listening(a)]
         if taken:
             raise SimError(f"port 22 is already in use on {taken[0]}", hint="try another subnet")
+        # A fleet that died without `down` may have left its cgroups: they go with it.
+        cgroups.remove(layout.root)
         shutil.rmtree(layout.root, ignore_errors=True)
         layout.root.mkdir(parents=True)
         fleet = cls(layout, [])
         try:
             if slurm:
                 slurm_mod.prepare(layout.root)
-            fleet._start(names, addresses, subnet)
+            fleet._start(names, addresses, subnet, cgroup)
             if persistenced:
                 for sim_node in fleet.nodes:
                     fleet.spawn(sim_node, "persistenced", devices="all")
@@ -146,7 +151,7 @@ class SimFleet:
             raise
         return fleet
 
-    def _start(self, names: list[str], addresses: list[str], subnet: int) -> None:
+    def _start(self, names: list[str], addresses: list[str], subnet: int, cgroup: str) -> None:
         layout = self.layout
         fleet_id = secrets.token_hex(8)
         sshfiles.keygen(layout.client_key, "fleetclean-sim-client")
@@ -159,6 +164,11 @@ class SimFleet:
         # ssh-keygen dominates preparation; a few at a time keep both cores busy.
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(prepare, range(len(names))))
+        cg_plan = cgroups.plan(fleet_id, cgroup)
+        roots = cgroups.create(layout.root, cg_plan, names)
+        for name, node_dir in zip(names, dirs, strict=True):
+            config = cgroups.node_config(cg_plan, roots[name])
+            (node_dir / "cgroup.json").write_text(json.dumps(config, indent=2) + "\n")
         for name, address, node_dir in zip(names, addresses, dirs, strict=True):
             proc = nodes_mod.start_init(node_dir, address)
             self._children.append(proc)
@@ -178,6 +188,7 @@ class SimFleet:
         doc = {
             "fleet_id": fleet_id,
             "subnet": subnet,
+            "cgroup": cg_plan.mode,
             "nodes": [
                 {"name": n.name, "address": n.address, "init_pid": n.init_pid, "dir": str(n.dir)}
                 for n in self.nodes
@@ -203,8 +214,9 @@ class SimFleet:
 
     def down(self) -> None:
         """Kill every recorded process by PID (node inits first: the kernel then kills
-        everything inside their namespaces), reap, and remove the state dir. Idempotent.
-        Raises SimError, leaving the state dir, if some process would not die."""
+        everything inside their namespaces), reap, remove the fleet's cgroups and the
+        state dir. Idempotent. Raises SimError, leaving the state dir, if some process
+        would not die or some cgroup of the fleet still holds a process."""
         left = pids.kill_all(pids.load(self.layout.pid_file))
         for child in self._children:
             child.wait()
@@ -212,7 +224,15 @@ class SimFleet:
         if left:
             listed = ", ".join(f"{e.pid} ({e.role})" for e in left)
             raise SimError(f"these simulator processes would not die: {listed}")
+        busy = cgroups.remove(self.layout.root)
+        if busy:
+            raise SimError(f"cgroups of the fleet still hold processes: {', '.join(busy[:3])}")
         shutil.rmtree(self.layout.root, ignore_errors=True)
+
+    @property
+    def cgroup_mode(self) -> str:
+        """``v2``, ``v1`` or ``none``: how the fleet's nodes have cgroups."""
+        return cgroups.load(self.layout.root).mode
 
     @classmethod
     def down_dir(cls, state_dir: Path | None = None) -> Path:
@@ -260,15 +280,21 @@ class SimFleet:
         return nodes_mod.listener_state(sim_node.dir)[1]
 
     def run_in(
-        self, ref: NodeRef, argv: list[str], input: str | None = None, timeout: float = 60
+        self,
+        ref: NodeRef,
+        argv: list[str],
+        input: str | None = None,
+        timeout: float = 60,
+        where: str = "",
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` inside the node (its PID and mount namespaces, no SSH), for test
-        setup and assertions; text output captured, never raises on a non-zero exit."""
+        """Run ``argv`` inside the node (its PID, mount and cgroup namespaces, no SSH), for
+        test setup and assertions; text output captured, never raises on a non-zero exit.
+        It runs at the root of the node's cgroup tree, or in the unit ``where``."""
         sim_node = self.node(ref)
         if not self.is_running(sim_node):
             raise SimError(f"{sim_node.name} is not running")
         return subprocess.run(
-            nodes_mod.nsenter(sim_node, argv),
+            nodes_mod.nsenter(sim_node, argv, where),
             input=input,
             capture_output=True,
             text=True,

@@ -184,8 +184,8 @@ def _start_slurmd(layout: SlurmLayout, pid_file: Path, sim_node: SimNode) -> Non
     the node's init, inside the node's PID, mount and UTS namespaces (hostname nodeNN)."""
     (sim_node.dir / "slurmd").mkdir(exist_ok=True)
     (sim_node.dir / "slurmd.pid").unlink(missing_ok=True)
-    argv = ["nsenter", "-t", str(sim_node.init_pid), "-p", "-m", "-u", "--"]
-    argv += ["/usr/sbin/slurmd", "-f", str(layout.conf), "-N", sim_node.name]
+    slurmd = ["/usr/sbin/slurmd", "-f", str(layout.conf), "-N", sim_node.name]
+    argv = nodes_mod.nsenter(sim_node, slurmd, "system.slice/slurmd.service", uts=True)
     done = subprocess.run(
         argv, env=nodes_mod.node_env(), capture_output=True, text=True, timeout=30, check=False
     )
