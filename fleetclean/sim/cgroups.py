@@ -314,6 +314,7 @@ def join_argv(roots: Sequence[str], argv: Sequence[str]) -> list[str]:
     """
     if not roots:
         return list(argv)
-    script = 'for f do [ "$f" = -- ] && break; echo 0 >"$f" || exit 126; shift; done; shift; exec "$@"'
+    script = ('for f do [ "$f" = -- ] && break; echo 0 >"$f" || exit 126; shift; done; '
+              'shift; exec "$@"')
     procs = [os.path.join(r, "cgroup.procs") for r in roots]
     return ["/bin/sh", "-c", script, "sh", *procs, "--", *argv]

@@ -145,7 +145,7 @@ class SimFleet:
                 for sim_node in fleet.nodes:
                     fleet.spawn(sim_node, "persistenced", devices="all")
             if slurm:
-                slurm_mod.start(layout.root, fleet.nodes, subnet)
+                slurm_mod.start(layout.root, fleet.nodes, subnet, fleet.cgroup_mode)
         except BaseException:
             fleet.down()
             raise
@@ -311,8 +311,18 @@ class SimFleet:
         mib, model_path, port), ``zombie-parent`` (gpus="0-1", mib), ``stubborn`` (gpu,
         mib, name), ``slow`` (gpu, delay, mib, name), ``orphan`` (gpu, mib, name),
         ``monitor`` (name), ``persistenced`` (name, devices="ctl"|"all"), ``writer``
-        (path), ``respawn`` (gpu, mib).
+        (path), ``respawn`` (gpu, mib), ``holder`` (gpus, mib, name).
+
+        Under a supervisor (``sim/supervised.py``), running plain kind ``run`` (``holder``
+        by default, with its options): ``service`` (unit, restart="always", user...),
+        ``container`` (container, image, restart="no", driver), ``pod`` (pod, namespace,
+        qos, driver), ``tmux``/``screen`` (session), ``slurm-job`` (a fleet with Slurm).
         """
+        if kind == "slurm-job" and "slurm_conf" not in opts:
+            conf = self.slurm_conf_path
+            if conf is None:
+                raise SimError("a slurm-job needs a fleet with Slurm", hint="sim up --slurm")
+            opts["slurm_conf"] = str(conf)
         argv = [node_python(), str(PACKAGE_DIR / "launcher.py"), kind, json.dumps(opts)]
         done = self.run_in(ref, argv)
         if done.returncode != 0:

@@ -21,18 +21,25 @@ import time
 from typing import Any
 
 if __package__:
+    from fleetclean.sim import nodecg
     from fleetclean.sim.engines import DEFAULT_MODEL, DEFAULT_PORT, ENGINES, binary, longest
-else:  # run as a script: the sibling module is found through sys.path[0]
+else:  # run as a script: the sibling modules are found through sys.path[0]
+    import nodecg  # type: ignore[import-not-found,no-redef]
     from engines import DEFAULT_MODEL, DEFAULT_PORT, ENGINES, binary, longest  # type: ignore[import-not-found,no-redef]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = os.path.join(HERE, "programs.py")
 FAKEPKGS = os.path.join(HERE, "fakepkgs")
 READY_FD = "FLEETCLEAN_SIM_READY_FD"
-DEFAULT_MIB = {"sglang": 62000, "stubborn": 20480, "slow": 30720, "orphan": 48000}
+DEFAULT_MIB = {"sglang": 62000, "stubborn": 20480, "slow": 30720, "orphan": 48000,
+               "holder": 24576}
 DEFAULT_MIB.update({kind: 62000 for kind in ENGINES})
 DEFAULT_MIB_OTHER = 16384
 READY_TIMEOUT_S = 30.0
+SESSION_SCOPE = "user.slice/user-0.slice/session-1.scope"
+# Kinds run by a supervisor inside the node (supervised.py); their option "run" names the
+# workload kind they run, "holder" by default.
+SUPERVISED = ("service", "container", "pod", "tmux", "screen", "slurm-job")
 
 
 def gpu_list(value: Any) -> list[int]:
@@ -119,6 +126,11 @@ def plan(kind: str, opts: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
             "setproctitle": True,
         },
         "monitor": {"role": "holder", "title": "python3 /opt/monitor/agent.py"},
+        "holder": {
+            "role": "holder",
+            "gpus": gpu_list(opts.get("gpus", gpu)),
+            "title": f"python3 /opt/serve/gpu_worker.py --gpus {opts.get('gpus', gpu)}",
+        },
         "persistenced": {
             "role": "persistenced",
             # "all": every /dev/nvidiaN, as the real daemon; "ctl" (for now the default,
@@ -171,6 +183,8 @@ def launch(argv: list[str], extra_env: dict[str, str]) -> list[int]:
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
             os.chdir("/")
+            # Started by hand from a login session, as a real node's pam_systemd places it.
+            nodecg.Tree.load().place(0, nodecg.unit_placement(SESSION_SCOPE))
             env = dict(os.environ, **extra_env)
             env[READY_FD] = str(write_end)
             os.execve(sys.executable, argv, env)
@@ -178,13 +192,22 @@ def launch(argv: list[str], extra_env: dict[str, str]) -> list[int]:
             os._exit(127)
     os.close(write_end)
     os.waitpid(first, 0)
+    try:
+        return read_ready(read_end)
+    finally:
+        os.close(read_end)
+
+
+def read_ready(fd: int) -> list[int]:
+    """The PIDs the workload's processes write to ``fd`` (a pipe or FIFO), once every one
+    of them has closed it; TimeoutError after READY_TIMEOUT_S."""
     buf = b""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([read_end], [], [], left)[0]:
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
             raise TimeoutError(f"workload not ready after {READY_TIMEOUT_S:.0f} s: {buf!r}")
-        chunk = os.read(read_end, 4096)
+        chunk = os.read(fd, 4096)
         if not chunk:
             break
         buf += chunk
@@ -194,6 +217,17 @@ def launch(argv: list[str], extra_env: dict[str, str]) -> list[int]:
 def main(argv: list[str]) -> int:
     kind = argv[1]
     opts: dict[str, Any] = json.loads(argv[2]) if len(argv) > 2 else {}
+    if kind in SUPERVISED:
+        if __package__:
+            from fleetclean.sim import supervised
+        else:
+            import supervised  # type: ignore[import-not-found,no-redef]
+        try:
+            print(json.dumps(supervised.launch(kind, opts)))
+        except (ValueError, supervised.SupervisorError) as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        return 0
     try:
         command, env = plan(kind, opts)
     except ValueError as exc:

@@ -22,10 +22,10 @@ placed at one path in every hierarchy (runc and Slurm join them all).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
-import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -96,6 +96,12 @@ def mount_hierarchies(config: dict[str, Any], mount: Callable[..., None]) -> Non
             data = h["key"] if not h["key"].startswith("name=") else "none," + h["key"]
         os.makedirs(target, exist_ok=True)
         mount(h["fstype"], target, h["fstype"], nosuid_nodev_noexec, data)
+        if config["mode"] == "v1" and "," in h["key"]:
+            # As a real node: /sys/fs/cgroup/cpu -> cpu,cpuacct (Slurm looks for these).
+            for name in h["key"].split(","):
+                link = os.path.join("/sys/fs/cgroup", name)
+                if not os.path.lexists(link):
+                    os.symlink(os.path.basename(target), link)
 
 
 # ----------------------------------------------------------------- inside a running node
@@ -162,18 +168,14 @@ class Tree:
 
 
 def _rmdir(path: str) -> None:
-    try:
+    with contextlib.suppress(OSError):  # not empty: a process is still there
         os.rmdir(path)
-    except OSError:
-        pass
 
 
 def signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def wait_empty(alive: Callable[[], list[int]], timeout: float) -> bool:
@@ -202,6 +204,3 @@ def session_members(sid: int) -> list[int]:
             out.append(int(name))
     return out
 
-
-__all__ = ["Tree", "everywhere", "join_and_unshare", "mount_hierarchies", "signal",
-           "unit_placement"]

@@ -33,6 +33,7 @@ from fleetclean.sim.slurm_conf import (
     FIRST_PORT,
     SlurmLayout,
     SlurmNode,
+    cgroup_conf,
     free_ports,
     gres_conf,
     listening_ports,
@@ -105,7 +106,8 @@ def prepare(state_dir: Path) -> None:
         path.chmod(0o755)
 
 
-def start(state_dir: Path, nodes: Sequence[SimNode], subnet: int = 0) -> None:
+def start(state_dir: Path, nodes: Sequence[SimNode], subnet: int = 0,
+          cgroup_mode: str = "none") -> None:
     """Write the config, start munged, slurmctld and every slurmd, and wait until
     ``sinfo`` shows every node idle. Raises SimError (with the log that says why) when a
     daemon will not start; the caller takes the fleet down."""
@@ -119,7 +121,9 @@ def start(state_dir: Path, nodes: Sequence[SimNode], subnet: int = 0) -> None:
     ]
     host = socket.gethostname().split(".")[0]
     cpus = os.cpu_count() or 1
-    nodes_mod.write_atomic(layout.conf, slurm_conf(layout, host, ports[0], slurm_nodes, cpus))
+    conf = slurm_conf(layout, host, ports[0], slurm_nodes, cpus, cgroup_mode=cgroup_mode)
+    nodes_mod.write_atomic(layout.conf, conf)
+    nodes_mod.write_atomic(layout.dir / "cgroup.conf", cgroup_conf(cgroup_mode))
     nodes_mod.write_atomic(layout.gres, gres_conf(slurm_nodes))
     deadline = time.monotonic() + START_TIMEOUT_S
     _start_munged(layout, pid_file, deadline)
