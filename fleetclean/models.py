@@ -8,6 +8,7 @@ Nothing here does I/O.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -92,6 +93,26 @@ class GpuProcess:
     gpu_uuid: str
 
 
+OwnerKind = Literal["systemd", "docker", "kubernetes", "slurm", "tmux", "screen", "plain"]
+OWNER_KINDS: tuple[OwnerKind, ...] = ("systemd", "docker", "kubernetes", "slurm", "tmux",
+                                     "screen", "plain")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who runs a process, as the node's cgroups and process tree tell it (``owner.sh``).
+
+    ``id`` names it to its manager, ``name`` to a person: a unit (``vllm.service``; a user
+    unit's id is ``user@1000.service/x.service``), a container (64 hex, short form 12), a
+    pod (UID; name the container id), a job (``4242``; ``4242.0``), a tmux/screen session
+    (server pid; session). ``plain``: none of those, both empty.
+    """
+
+    kind: OwnerKind
+    id: str = ""
+    name: str = ""
+
+
 @dataclass(frozen=True)
 class Signalled:
     """One signal sent to one process by one stage."""
@@ -134,6 +155,8 @@ class ScriptReport:
     error: str | None = None  # a host-level error a person can act on (nvidia-smi, lock, ...)
     busy: bool = False
     verify_message: str = ""  # the verification's own words ("respawned after it was ...")
+    # pid -> owner, for every process a stage matched or signalled (``owner`` records)
+    owners: Mapping[int, Owner] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """A :class:`ResolvedPlaybook` -> one bash script for one host. Pure: reads only
 package templates, resolves nothing (``fleetclean.engine.variables.resolve`` did).
 
-The script is the stage library (``stages/lib.sh``), the templates of the stage types the
-playbook uses, and an ``fc_main`` function that assigns each stage's options as
-shell-quoted variables and calls the stage. Nothing runs until the script's last line,
+The script is the stage library (``stages/lib.sh``), owner attribution
+(``stages/owner.sh``), the templates of the stage types the playbook uses, and an
+``fc_main`` function that assigns each stage's options as shell-quoted variables and calls
+the stage. Nothing runs until the script's last line,
 ``fc_main </dev/null``: a connection cut while the script travels runs nothing, and no
 command inside can read the rest of the script from standard input.
 
@@ -44,7 +45,8 @@ def render_script(resolved: ResolvedPlaybook, *, check: bool = False, force: boo
     check = check or resolved.read_only
     force = force or resolved.force
     used = dict.fromkeys(s.type for s in resolved.stages)
-    parts = [_header(resolved, check, force, host_name), template("lib.sh")]
+    parts = [_header(resolved, check, force, host_name), template("lib.sh"),
+             template("owner.sh")]
     parts += [stage_type(t).template.read_text(encoding="utf-8") for t in used]
     if resolved.verify is not None:
         parts.append(VERIFY.template.read_text(encoding="utf-8"))

@@ -18,6 +18,7 @@ nvsmi      exit status, nvidia-smi's own output
 gpu        one --query-gpu CSV line (index, uuid, name, memory.used, memory.total)
 app        one --query-compute-apps CSV line (pid, process_name, used_memory, gpu_uuid)
 holder     pid, device file, cmdline     (a process with /dev/nvidiaN open)
+owner      pid, kind, id, name           (who runs a matched process: engine/stages/owner.py)
 verify     ok | dirty | unknown | error | skipped, max_used_mib, milliseconds, message
 done       0                             (the script reached its end)
 =========  ==========================================================================
@@ -193,7 +194,8 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
     error = "; ".join(dict.fromkeys(st.errors)) or None
     return ScriptReport(stages=tuple(stages), gpus=gpus, processes=processes,
                         signalled=tuple(st.signalled), verified=verified, error=error,
-                        busy=st.busy, verify_message=st.verify_message)
+                        busy=st.busy, verify_message=st.verify_message,
+                        owners=dict(st.owners))
 
 
 def _truncated(st: Readings) -> str:

@@ -234,6 +234,11 @@ class SimFleet:
         """``v2``, ``v1`` or ``none``: how the fleet's nodes have cgroups."""
         return cgroups.load(self.layout.root).mode
 
+    @property
+    def cgroup_description(self) -> str:
+        """The mode and where, in one line (``v2 in /sys/fs/cgroup/unified``)."""
+        return cgroups.describe(cgroups.load(self.layout.root))
+
     @classmethod
     def down_dir(cls, state_dir: Path | None = None) -> Path:
         """``down`` for whatever is in ``state_dir``, even when ``up`` crashed before it

@@ -1,8 +1,9 @@
 """Golden files of the rendered built-in scripts, and shellcheck on templates and scripts.
 
 A golden script keeps the script's own part (header, stage templates, ``fc_main``) with
-``lib.sh``'s text, which every script carries, replaced by one marker line; ``lib.sh`` is
-pinned once, by its SHA-256 in ``lib.sh.sha256`` (its diff is reviewed in git).
+the text of ``lib.sh`` and ``owner.sh``, which every script carries, replaced by one marker
+line each; those two are pinned once, by their SHA-256 in ``lib.sh.sha256`` and
+``owner.sh.sha256`` (their diffs are reviewed in git).
 Regenerate all of them after an intended change, then review the diff:
 
     FLEETCLEAN_REGEN_GOLDEN=1 .venv/bin/pytest tests/engine -k golden
@@ -29,6 +30,7 @@ GOLDEN = ROOT / "tests" / "data" / "golden"
 STAGES = ROOT / "fleetclean" / "engine" / "stages"
 REGEN = os.environ.get("FLEETCLEAN_REGEN_GOLDEN") == "1"
 LIB_MARKER = "# [lib.sh: the stage library, pinned by tests/data/golden/lib.sh.sha256]\n"
+OWNER_MARKER = "# [owner.sh: owner attribution, pinned by tests/data/golden/owner.sh.sha256]\n"
 
 CASES = {
     "post-extraction": ({}, False),
@@ -51,10 +53,13 @@ def rendered(case: str) -> str:
 
 
 def own_part(script: str) -> str:
-    """The script with lib.sh's text (right after the header) replaced by a marker."""
-    lib = template("lib.sh")
-    assert script.count(lib) == 1, "lib.sh must appear once, whole, in every script"
-    return script.replace(lib, LIB_MARKER)
+    """The script with the text of lib.sh and owner.sh (right after the header) replaced by
+    markers."""
+    for name, marker in (("lib.sh", LIB_MARKER), ("owner.sh", OWNER_MARKER)):
+        text = template(name)
+        assert script.count(text) == 1, f"{name} must appear once, whole, in every script"
+        script = script.replace(text, marker)
+    return script
 
 
 def check_golden(path: Path, text: str) -> None:
@@ -69,9 +74,10 @@ def test_golden_rendered_script(case: str) -> None:
     check_golden(GOLDEN / f"{case}.sh", own_part(rendered(case)))
 
 
-def test_golden_lib_sh() -> None:
-    digest = hashlib.sha256(template("lib.sh").encode()).hexdigest()
-    check_golden(GOLDEN / "lib.sh.sha256", f"{digest}  fleetclean/engine/stages/lib.sh\n")
+@pytest.mark.parametrize("name", ["lib.sh", "owner.sh"])
+def test_golden_libraries(name: str) -> None:
+    digest = hashlib.sha256(template(name).encode()).hexdigest()
+    check_golden(GOLDEN / f"{name}.sha256", f"{digest}  fleetclean/engine/stages/{name}\n")
 
 
 @pytest.mark.skipif(shellcheck() is None, reason="shellcheck not installed")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetclean.engine.checks import Check, text
 from fleetclean.engine.model import Location, ResolvedStage
-from fleetclean.models import Signalled, StageResult
+from fleetclean.models import Owner, Signalled, StageResult
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable
@@ -82,6 +82,7 @@ class Readings:
     verify: str | None = None
     verify_message: str = ""
     nvsmi: str | None = None
+    owners: dict[int, Owner] = field(default_factory=dict)
 
 
 RecordReader = Callable[[Readings, list[str]], None]

@@ -19,6 +19,8 @@
 
 # [lib.sh: the stage library, pinned by tests/data/golden/lib.sh.sha256]
 
+# [owner.sh: owner attribution, pinned by tests/data/golden/owner.sh.sha256]
+
 # shellcheck shell=bash disable=SC2034,SC2154
 # (opt_* are assigned, and FC_* read, by the rendered script around this template.)
 # Stage "guard": refuse the whole teardown on this host, touching nothing, while a file
@@ -108,6 +110,7 @@ fc_stage_signal() {
     else
         fc_keep_unprotected "${FC_HITS[@]}"
     fi
+    fc_owner_records "${FC_TARGETS[@]}"
     fc_act_on_targets "$opt_signal" "$opt_grace_ms" "$opt_kill_wait_ms"
 }
 
@@ -165,6 +168,7 @@ fc_stage_gpu_holders() {
     else
         fc_keep_unprotected "${hits[@]}"
     fi
+    fc_owner_records "${FC_TARGETS[@]}"
     fc_act_on_targets "$opt_signal" "$opt_grace_ms" "$opt_kill_wait_ms"
     FC_MESSAGE="$FC_NVSMI_NOTE$FC_MESSAGE"
 }

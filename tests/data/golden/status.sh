@@ -11,6 +11,8 @@
 
 # [lib.sh: the stage library, pinned by tests/data/golden/lib.sh.sha256]
 
+# [owner.sh: owner attribution, pinned by tests/data/golden/owner.sh.sha256]
+
 # shellcheck shell=bash disable=SC2034,SC2154
 # (opt_* are assigned, and FC_* read, by the rendered script around this template.)
 # Verification: poll nvidia-smi until every GPU uses at most opt_max_used_mib MiB or
