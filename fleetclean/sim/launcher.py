@@ -129,7 +129,8 @@ def plan(kind: str, opts: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
         "holder": {
             "role": "holder",
             "gpus": gpu_list(opts.get("gpus", gpu)),
-            "title": f"python3 /opt/serve/gpu_worker.py --gpus {opts.get('gpus', gpu)}",
+            "title": "python3 /opt/serve/gpu_worker.py --gpus "
+            + ",".join(map(str, gpu_list(opts.get("gpus", gpu)))),
         },
         "persistenced": {
             "role": "persistenced",
