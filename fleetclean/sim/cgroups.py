@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetclean.errors import SimError
+from fleetclean.sim import nodecg
 
 MODES = ("auto", "v2", "v1", "none")
 PREFIX = "fleetclean-sim-"
@@ -285,22 +286,16 @@ def describe(fleet: Plan) -> str:
     return f"{fleet.mode} in {where}"
 
 
-def node_config(fleet: Plan, roots: Sequence[str]) -> dict[str, object]:
-    """What a node's init reads (``cgroup.json`` in its dir): the host paths of its roots,
-    and for each hierarchy its key, type, options and where the node mounts it."""
-    return {
-        "mode": fleet.mode,
-        "hierarchies": [
-            {
-                "key": h.key,
-                "fstype": h.fstype,
-                "options": h.options,
-                "host": root,
-                "mount": node_mount(h, fleet.mode),
-            }
-            for h, root in zip(fleet.hierarchies, roots, strict=True)
-        ],
-    }
+def node_config(fleet: Plan, roots: Sequence[str]) -> str:
+    """What a node's init reads (``cgroups.tsv`` in its dir, see ``nodecg``): the host
+    paths of its roots, and for each hierarchy its key, type, options and where the node
+    mounts it."""
+    rows = [
+        {"key": h.key, "fstype": h.fstype, "options": h.options, "host": root,
+         "mount": node_mount(h, fleet.mode)}
+        for h, root in zip(fleet.hierarchies, roots, strict=True)
+    ]
+    return nodecg.format_config(fleet.mode, rows)
 
 
 def join_argv(roots: Sequence[str], argv: Sequence[str]) -> list[str]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetclean.errors import SimError
-from fleetclean.sim import cgroups, faults, pids, sshfiles
+from fleetclean.sim import cgroups, faults, nodecg, pids, sshfiles
 from fleetclean.sim import node as nodes_mod
 from fleetclean.sim import slurm as slurm_mod
 from fleetclean.sim.layout import (
@@ -168,7 +168,7 @@ class SimFleet:
         roots = cgroups.create(layout.root, cg_plan, names)
         for name, node_dir in zip(names, dirs, strict=True):
             config = cgroups.node_config(cg_plan, roots[name])
-            (node_dir / "cgroup.json").write_text(json.dumps(config, indent=2) + "\n")
+            (node_dir / nodecg.CONFIG_NAME).write_text(config)
         for name, address, node_dir in zip(names, addresses, dirs, strict=True):
             proc = nodes_mod.start_init(node_dir, address)
             self._children.append(proc)

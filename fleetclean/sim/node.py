@@ -288,8 +288,10 @@ def cgroup_paths(node_dir: Path, where: str = "") -> list[str]:
     """Host paths of the node's cgroups for a process placed as systemd places unit
     ``where`` (the node's root when empty), made if missing; [] without cgroups."""
     try:
-        config = json.loads((node_dir / "cgroup.json").read_text())
+        config = nodecg.read_config((node_dir / nodecg.CONFIG_NAME).read_text())
     except (OSError, ValueError):
+        return []
+    if config is None:
         return []
     placement = nodecg.unit_placement(where) if where else nodecg.everywhere("/")
     paths = []

@@ -180,8 +180,9 @@ def _child_signals() -> None:
 
 
 # The SSH listener is what systemd runs as ssh.service on a real node; with no pam_systemd
-# (UsePAM no), every session and what it starts stays in that cgroup too.
-SSH_UNIT = nodecg.unit_placement("system.slice/ssh.service")
+# (UsePAM no), every session and what it starts stays in that cgroup too. Its cgroups'
+# cgroup.procs files, made once at start (none without cgroups).
+SSH_PROCS: list[str] = []
 
 
 def spawn(argv: list[str]) -> int:
@@ -192,7 +193,7 @@ def spawn(argv: list[str]) -> int:
     if pid == 0:
         try:
             _child_signals()
-            nodecg.Tree.load().place(0, SSH_UNIT)
+            nodecg.join(SSH_PROCS)
             os.execv(argv[0], argv)
         finally:
             os._exit(127)
@@ -206,7 +207,7 @@ def blackhole(address: str) -> int:
     if pid == 0:
         try:
             _child_signals()
-            nodecg.Tree.load().place(0, SSH_UNIT)
+            nodecg.join(SSH_PROCS)
             server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             server.bind((address, SSH_PORT))
@@ -343,8 +344,10 @@ def main(argv: list[str]) -> int:
     make_mounts(node_dir)
     if cgroups is not None:
         nodecg.mount_hierarchies(cgroups, mount)
+        tree = nodecg.Tree(cgroups)
         # Where a real node's PID 1 (systemd) lives.
-        nodecg.Tree(cgroups).place(0, nodecg.unit_placement("init.scope"))
+        tree.place(0, nodecg.unit_placement("init.scope"))
+        SSH_PROCS.extend(tree.procs_files(nodecg.unit_placement("system.slice/ssh.service")))
     os.chdir("/")
     Init(node_dir, address).run()
     return 0

@@ -2,19 +2,19 @@
 
 Runs inside a node (standard library only, imported as a sibling module by ``node_init``,
 ``launcher`` and the supervisors). The host made one root per hierarchy for the node
-(``cgroups.py``) and wrote ``cgroup.json`` into the node's dir; the node's init joins those
+(``cgroups.py``) and wrote ``cgroups.tsv`` into the node's dir; the node's init joins those
 roots, unshares its cgroup namespace (so that the roots read ``/`` in ``/proc/PID/cgroup``)
 and mounts the hierarchies at ``/sys/fs/cgroup`` as a real node has them. Every other
 node-side program uses :class:`Tree` to place the processes it starts, the way systemd,
 runc or slurmstepd do on a real node, and only those.
 
 Roles decide which hierarchy gets which path: ``v2`` (cgroup2) and ``systemd`` (v1
-``name=systemd``) follow systemd's tree; ``managed`` v1 controllers (cpu, cpuacct, memory,
-pids, blkio, devices) do too, as systemd's accounting puts units there; the ``other`` v1
-controllers (cpuset, freezer...) stay at ``/`` for units. Containers, pods and jobs are
+``name=systemd``) follow systemd's tree; the ``managed`` v1 controllers, memory and pids, do
+too, as systemd's default accounting (DefaultMemoryAccounting=, DefaultTasksAccounting=)
+puts units there; the ``other`` v1 controllers (cpu, cpuset, freezer...) stay at ``/``. Containers, pods and jobs are
 placed at one path in every hierarchy (runc and Slurm join them all).
 
->>> role("name=systemd"), role("cpu,cpuacct"), role("freezer"), role("")
+>>> role("name=systemd"), role("memory"), role("cpu,cpuacct"), role("")
 ('systemd', 'managed', 'other', 'v2')
 >>> unit_placement("system.slice/ssh.service")["other"]
 '/'
@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import time
 from collections.abc import Callable
 from typing import Any
 
-CONFIG = "/run/fleetclean/cgroup.json"
+CONFIG_NAME = "cgroups.tsv"
+CONFIG = "/run/fleetclean/" + CONFIG_NAME
 CLONE_NEWCGROUP = 0x02000000
-MANAGED = {"cpu", "cpuacct", "memory", "pids", "blkio", "io", "devices"}
+MANAGED = {"memory", "pids"}
 ROLES = ("v2", "systemd", "managed", "other")
 Placement = dict[str, str]
 
@@ -56,6 +56,37 @@ def everywhere(rel: str) -> Placement:
     return dict.fromkeys(ROLES, rel)
 
 
+# ----------------------------------------------------------------- the node's config
+
+
+def format_config(mode: str, hierarchies: list[dict[str, str]]) -> str:
+    """``cgroups.tsv``: the mode, then key, type, options, host path of the node's root
+    and mount point inside the node, one hierarchy a line. Tab-separated text rather than
+    JSON: the node's init reads it before anything else, and importing json there would
+    cost every node start a few milliseconds.
+
+    >>> text = format_config("v2", [{"key": "", "fstype": "cgroup2", "options": "rw",
+    ...                               "host": "/cg/n1", "mount": "/sys/fs/cgroup"}])
+    >>> read_config(text)["hierarchies"][0]["mount"]
+    '/sys/fs/cgroup'
+    """
+    lines = [f"mode\t{mode}"]
+    lines += ["\t".join(h[k] for k in FIELDS) for h in hierarchies]
+    return "\n".join(lines) + "\n"
+
+
+FIELDS = ("key", "fstype", "options", "host", "mount")
+
+
+def read_config(text: str) -> dict[str, Any] | None:
+    """The config a ``cgroups.tsv`` holds; None for a fleet without cgroups."""
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith("mode\t") or lines[0] == "mode\tnone":
+        return None
+    rows = [dict(zip(FIELDS, line.split("\t"), strict=True)) for line in lines[1:] if line]
+    return {"mode": lines[0].split("\t")[1], "hierarchies": rows}
+
+
 # ----------------------------------------------------------------- the init, at start
 
 
@@ -64,11 +95,11 @@ def join_and_unshare(node_dir: str) -> dict[str, Any] | None:
     are still visible), then unshare the cgroup namespace. None when the fleet has no
     cgroups; OSError when it cannot be done (the node then fails to start, loudly)."""
     try:
-        with open(os.path.join(node_dir, "cgroup.json")) as f:
-            config: dict[str, Any] = json.load(f)
+        with open(os.path.join(node_dir, CONFIG_NAME)) as f:
+            config = read_config(f.read())
     except FileNotFoundError:
         return None
-    if config.get("mode", "none") == "none":
+    if config is None:
         return None
     for h in config["hierarchies"]:
         with open(os.path.join(h["host"], "cgroup.procs"), "w") as f:
@@ -121,18 +152,23 @@ class Tree:
     def load(cls) -> Tree:
         try:
             with open(CONFIG) as f:
-                return cls(json.load(f))
+                return cls(read_config(f.read()))
         except (OSError, ValueError):
             return cls(None)
 
-    def place(self, pid: int, where: Placement) -> None:
-        """Move ``pid`` (0: the caller) into ``where``, making the cgroups it needs."""
+    def procs_files(self, where: Placement) -> list[str]:
+        """The ``cgroup.procs`` files of placement ``where``, its cgroups made if missing."""
+        files = []
         for hier_role, mount in self.mounts:
             rel = where.get(hier_role, "/").strip("/")
             path = os.path.join(mount, rel) if rel else mount
             os.makedirs(path, exist_ok=True)
-            with open(os.path.join(path, "cgroup.procs"), "w") as f:
-                f.write(str(pid))
+            files.append(os.path.join(path, "cgroup.procs"))
+        return files
+
+    def place(self, pid: int, where: Placement) -> None:
+        """Move ``pid`` (0: the caller) into ``where``, making the cgroups it needs."""
+        join(self.procs_files(where), pid)
 
     def _primary(self, rel: str) -> str | None:
         for wanted in ("v2", "systemd", "managed", "other"):
@@ -165,6 +201,13 @@ class Tree:
                 for name in dirs:
                     _rmdir(os.path.join(path, name))
             _rmdir(top)
+
+
+def join(procs_files: list[str], pid: int = 0) -> None:
+    """Move ``pid`` (0: the caller) into the cgroups whose ``cgroup.procs`` are given."""
+    for path in procs_files:
+        with open(path, "w") as f:
+            f.write(str(pid))
 
 
 def _rmdir(path: str) -> None:
