@@ -183,9 +183,10 @@ def record_file(state_dir: Path) -> Path:
     return state_dir / "cgroups.json"
 
 
-def create(state_dir: Path, fleet: Plan, nodes: Sequence[str]) -> dict[str, list[str]]:
+def create(state_dir: Path, fleet: Plan, nodes: dict[str, Path]) -> None:
     """Record the plan, then make the fleet's prefix and each node's root in every
-    hierarchy of the plan. Returns ``{node: [host path of its root, ...]}``."""
+    hierarchy of the plan, and write each node's ``cgroups.tsv`` into its dir (``nodes``:
+    name -> dir) for its init."""
     doc = {
         "mode": fleet.mode,
         "why": fleet.why,
@@ -204,7 +205,8 @@ def create(state_dir: Path, fleet: Plan, nodes: Sequence[str]) -> dict[str, list
             root = os.path.join(prefix, name)
             os.mkdir(root)
             roots[name].append(root)
-    return roots
+    for name, node_dir in nodes.items():
+        (node_dir / nodecg.CONFIG_NAME).write_text(node_config(fleet, roots[name]))
 
 
 def _inherit_cpuset(prefix: str) -> None:

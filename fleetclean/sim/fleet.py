@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetclean.errors import SimError
-from fleetclean.sim import cgroups, faults, nodecg, pids, sshfiles
+from fleetclean.sim import cgroups, faults, pids, sshfiles
 from fleetclean.sim import node as nodes_mod
 from fleetclean.sim import slurm as slurm_mod
 from fleetclean.sim.layout import (
@@ -165,10 +165,7 @@ class SimFleet:
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(prepare, range(len(names))))
         cg_plan = cgroups.plan(fleet_id, cgroup)
-        roots = cgroups.create(layout.root, cg_plan, names)
-        for name, node_dir in zip(names, dirs, strict=True):
-            config = cgroups.node_config(cg_plan, roots[name])
-            (node_dir / nodecg.CONFIG_NAME).write_text(config)
+        cgroups.create(layout.root, cg_plan, dict(zip(names, dirs, strict=True)))
         for name, address, node_dir in zip(names, addresses, dirs, strict=True):
             proc = nodes_mod.start_init(node_dir, address)
             self._children.append(proc)
@@ -316,12 +313,9 @@ class SimFleet:
         mib, model_path, port), ``zombie-parent`` (gpus="0-1", mib), ``stubborn`` (gpu,
         mib, name), ``slow`` (gpu, delay, mib, name), ``orphan`` (gpu, mib, name),
         ``monitor`` (name), ``persistenced`` (name, devices="ctl"|"all"), ``writer``
-        (path), ``respawn`` (gpu, mib), ``holder`` (gpus, mib, name).
-
-        Under a supervisor (``sim/supervised.py``), running plain kind ``run`` (``holder``
-        by default, with its options): ``service`` (unit, restart="always", user...),
-        ``container`` (container, image, restart="no", driver), ``pod`` (pod, namespace,
-        qos, driver), ``tmux``/``screen`` (session), ``slurm-job`` (a fleet with Slurm).
+        (path), ``respawn`` (gpu, mib), ``holder`` (gpus, mib, name); and under a
+        supervisor, running kind ``run`` (``holder`` by default): ``service``,
+        ``container``, ``pod``, ``tmux``, ``screen``, ``slurm-job`` (``sim/supervised.py``).
         """
         if kind == "slurm-job" and "slurm_conf" not in opts:
             conf = self.slurm_conf_path

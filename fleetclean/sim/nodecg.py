@@ -11,8 +11,9 @@ runc or slurmstepd do on a real node, and only those.
 Roles decide which hierarchy gets which path: ``v2`` (cgroup2) and ``systemd`` (v1
 ``name=systemd``) follow systemd's tree; the ``managed`` v1 controllers, memory and pids, do
 too, as systemd's default accounting (DefaultMemoryAccounting=, DefaultTasksAccounting=)
-puts units there; the ``other`` v1 controllers (cpu, cpuset, freezer...) stay at ``/``. Containers, pods and jobs are
-placed at one path in every hierarchy (runc and Slurm join them all).
+puts units there; the ``other`` v1 controllers (cpu, cpuset, freezer...) stay at ``/``.
+Containers, pods and jobs are placed at one path in every hierarchy (runc and Slurm join
+them all).
 
 >>> role("name=systemd"), role("memory"), role("cpu,cpuacct"), role("")
 ('systemd', 'managed', 'other', 'v2')

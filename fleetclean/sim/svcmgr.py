@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import secrets
 import signal
 import sys
@@ -36,50 +35,23 @@ import time
 from typing import Any
 
 if __package__:
-    from fleetclean.sim import daemonkit, nodecg, unitfile
+    from fleetclean.sim import daemonkit, nodecg, unitfile, unitstate
     from fleetclean.sim.proctitle import set_plain_title
 else:  # run as a script: the sibling modules are found through sys.path[0]
     import daemonkit  # type: ignore[import-not-found,no-redef]
     import nodecg  # type: ignore[import-not-found,no-redef]
     import unitfile  # type: ignore[import-not-found,no-redef]
+    import unitstate  # type: ignore[import-not-found,no-redef]
     from proctitle import set_plain_title  # type: ignore[import-not-found,no-redef]
 
 SOCKET = "/run/systemd/private"
 UNIT_DIRS = {"system": "/run/systemd/system", "user": "/run/systemd/user"}
-JOURNAL = "/run/fleetclean/journal"
 START_LIMIT_BURST = 5
 START_LIMIT_INTERVAL_S = 10.0
 CLEAN_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)
-UNIT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Units a real node has without us: where their main PID is written.
 ADOPTED = {"ssh.service": "/run/fleetclean/listener.state",
            "slurmd.service": "/run/fleetclean/slurmd.pid"}
-
-
-class Unit:
-    """One loaded unit and its state (ActiveState/SubState as systemctl shows them)."""
-
-    def __init__(self, name: str, uid: int | None, spec: unitfile.UnitFile | None,
-                 path: str = "") -> None:
-        self.name, self.uid, self.spec, self.path = name, uid, spec, path
-        self.active, self.sub, self.result = "inactive", "dead", "success"
-        self.main_pid = 0
-        self.adopted = False
-        self.n_restarts = 0
-        self.starts: list[float] = []
-        self.waiters: list[daemonkit.Reply] = []
-        self.timer: int | None = None
-        self.exec_code = self.exec_status = 0
-        self.exec_pid = 0
-        self.started_at = 0.0
-        self.invocation = ""
-
-    @property
-    def cgroup(self) -> str:
-        if self.uid is None:
-            return f"system.slice/{self.name}"
-        user = f"user.slice/user-{self.uid}.slice/user@{self.uid}.service"
-        return f"{user}/app.slice/{self.name}"
 
 
 class Manager:
@@ -88,7 +60,7 @@ class Manager:
     def __init__(self, loop: daemonkit.Loop) -> None:
         self.loop = loop
         self.tree = nodecg.Tree.load()
-        self.units: dict[tuple[int | None, str], Unit] = {}
+        self.units: dict[tuple[int | None, str], unitstate.Unit] = {}
         for name in ADOPTED:
             self._adopt(name)
 
@@ -98,13 +70,14 @@ class Manager:
         pid = _adopted_pid(ADOPTED[name])
         if not pid:
             return
-        unit = Unit(name, None, unitfile.UnitFile(kill_mode="process", restart="on-failure"))
+        spec = unitfile.UnitFile(kill_mode="process", restart="on-failure")
+        unit = unitstate.Unit(name, None, spec)
         unit.adopted, unit.main_pid, unit.exec_pid = True, pid, pid
         unit.active, unit.sub, unit.started_at = "active", "running", time.time()
         unit.invocation = secrets.token_hex(16)
         self.units[(None, name)] = unit
 
-    def unit(self, name: str, uid: int | None, reload: bool = False) -> Unit:
+    def unit(self, name: str, uid: int | None, reload: bool = False) -> unitstate.Unit:
         """The unit, loaded from its file on first use (or when ``reload``); a unit with
         no file has ``spec`` None (LoadState=not-found)."""
         key = (uid, name)
@@ -120,7 +93,7 @@ class Manager:
         if known is not None:
             known.spec, known.path = spec, path
             return known
-        unit = Unit(name, uid, spec, path)
+        unit = unitstate.Unit(name, uid, spec, path)
         if spec is not None:
             self.units[key] = unit
         return unit
@@ -136,7 +109,7 @@ class Manager:
             return
         unit = self.unit(str(req.get("unit", "")), uid)
         if op == "show":
-            reply({"ok": True, "props": self.props(unit)})
+            reply({"ok": True, "props": unit.props()})
         elif op == "start":
             self.start(unit, reply)
         elif op == "stop":
@@ -144,7 +117,7 @@ class Manager:
         else:
             reply({"error": f"unknown operation {op!r}", "code": 1})
 
-    def start(self, unit: Unit, reply: daemonkit.Reply) -> None:
+    def start(self, unit: unitstate.Unit, reply: daemonkit.Reply) -> None:
         if unit.spec is None:
             reply({"error": f"Unit {unit.name} not found.", "code": 5})
             return
@@ -161,7 +134,7 @@ class Manager:
             return
         reply({"ok": True})
 
-    def _launch(self, unit: Unit) -> bool:
+    def _launch(self, unit: unitstate.Unit) -> bool:
         """Fork the unit's main process; False (and the unit failed) past the start limit."""
         now = time.monotonic()
         unit.starts = [t for t in unit.starts if now - t < START_LIMIT_INTERVAL_S] + [now]
@@ -171,14 +144,14 @@ class Manager:
         assert unit.spec is not None
         spec = unit.spec
         unit.main_pid = unit.exec_pid = self.loop.spawn(
-            lambda: _exec_unit(unit.name, unit.uid, spec, unit.cgroup, self.tree),
+            lambda: unitstate.exec_unit(unit.name, unit.uid, spec, unit.cgroup, self.tree),
             lambda status: self._main_exited(unit, status),
         )
         unit.active, unit.sub, unit.result = "active", "running", "success"
         unit.started_at, unit.invocation = time.time(), secrets.token_hex(16)
         return True
 
-    def _main_exited(self, unit: Unit, status: int) -> None:
+    def _main_exited(self, unit: unitstate.Unit, status: int) -> None:
         code, sig = daemonkit.exit_code(status)
         unit.exec_code, unit.exec_status = (2, sig) if sig else (1, code)
         unit.main_pid = 0
@@ -190,7 +163,7 @@ class Manager:
         self._kill(unit, unit.spec.kill_signal if unit.spec else signal.SIGTERM)
         self._when_empty(unit, lambda: self._after_exit(unit, clean, sig))
 
-    def _after_exit(self, unit: Unit, clean: bool, sig: int) -> None:
+    def _after_exit(self, unit: unitstate.Unit, clean: bool, sig: int) -> None:
         policy = unit.spec.restart if unit.spec else "no"
         restart = {
             "always": True,
@@ -207,14 +180,14 @@ class Manager:
         delay = unit.spec.restart_sec if unit.spec else 0.1
         unit.timer = self.loop.after(delay, lambda: self._restart(unit))
 
-    def _restart(self, unit: Unit) -> None:
+    def _restart(self, unit: unitstate.Unit) -> None:
         unit.timer = None
         if unit.active != "activating":
             return
         unit.n_restarts += 1
         self._launch(unit)
 
-    def stop(self, unit: Unit, reply: daemonkit.Reply, block: bool = True) -> None:
+    def stop(self, unit: unitstate.Unit, reply: daemonkit.Reply, block: bool = True) -> None:
         if unit.spec is None:
             reply({"error": f"Unit {unit.name} not loaded.", "code": 5})
             return
@@ -233,11 +206,11 @@ class Manager:
         final = self.loop.after(spec.timeout_stop_sec, lambda: self._final_kill(unit))
         self._when_empty(unit, lambda: self._stopped(unit, final))
 
-    def _final_kill(self, unit: Unit) -> None:
+    def _final_kill(self, unit: unitstate.Unit) -> None:
         unit.sub, unit.result = "final-sigkill", "timeout"
         nodecg.signal_all(self._members(unit), signal.SIGKILL)
 
-    def _stopped(self, unit: Unit, final: int) -> None:
+    def _stopped(self, unit: unitstate.Unit, final: int) -> None:
         self.loop.cancel(final)
         timed_out = unit.result == "timeout"
         unit.active, unit.sub = ("failed", "failed") if timed_out else ("inactive", "dead")
@@ -249,7 +222,7 @@ class Manager:
 
     # -- the unit's processes ------------------------------------------------------
 
-    def _members(self, unit: Unit) -> list[int]:
+    def _members(self, unit: unitstate.Unit) -> list[int]:
         """The unit's live processes: its cgroup, or without cgroups its session."""
         if self.tree.mode != "none":
             found = [p for p in self.tree.procs(unit.cgroup) if _alive(p)]
@@ -259,7 +232,7 @@ class Manager:
             found.append(unit.main_pid)
         return found
 
-    def _kill(self, unit: Unit, sig: int) -> None:
+    def _kill(self, unit: unitstate.Unit, sig: int) -> None:
         mode = unit.spec.kill_mode if unit.spec else "control-group"
         if mode in ("process", "mixed"):
             targets = [unit.main_pid] if unit.main_pid else []
@@ -269,7 +242,7 @@ class Manager:
             targets = self._members(unit)
         nodecg.signal_all(targets, sig)
 
-    def _when_empty(self, unit: Unit, then: Any) -> None:
+    def _when_empty(self, unit: unitstate.Unit, then: Any) -> None:
         """Poll every 10 ms until the unit's processes are gone (its main process only,
         for KillMode=process), then call ``then``."""
         mode = unit.spec.kill_mode if unit.spec else "control-group"
@@ -288,48 +261,6 @@ class Manager:
                 then()
 
         check()
-
-    # -- properties ----------------------------------------------------------------
-
-    def props(self, unit: Unit) -> list[list[str]]:
-        """``[[key, value], ...]`` in systemctl show's order (the Service interface's
-        properties, then the Unit's), for the subset the simulator knows."""
-        spec = unit.spec or unitfile.UnitFile()
-        loaded = unit.spec is not None
-        started = _timestamp(unit.started_at) if unit.started_at else ""
-        argv = " ".join(spec.exec_start)
-        return [
-            ["Type", spec.type],
-            ["Restart", spec.restart],
-            ["PIDFile", spec.pid_file],
-            ["RestartUSec", timespan(spec.restart_sec)],
-            ["TimeoutStopUSec", timespan(spec.timeout_stop_sec)],
-            ["MainPID", str(unit.main_pid)],
-            ["ControlPID", "0"],
-            ["Result", unit.result],
-            ["NRestarts", str(unit.n_restarts)],
-            ["ExecMainStartTimestamp", started],
-            ["ExecMainPID", str(unit.exec_pid)],
-            ["ExecMainCode", str(unit.exec_code)],
-            ["ExecMainStatus", str(unit.exec_status)],
-            ["ExecStart", f"{{ path={spec.exec_start[0]} ; argv[]={argv} }}" if argv else ""],
-            ["Slice", "system.slice" if unit.uid is None else "app.slice"],
-            ["ControlGroup", "/" + unit.cgroup if loaded and unit.active != "inactive" else ""],
-            ["KillMode", spec.kill_mode],
-            ["KillSignal", str(spec.kill_signal)],
-            ["User", spec.user],
-            ["Id", unit.name],
-            ["Names", unit.name],
-            ["Description", spec.description or (unit.name if loaded else "")],
-            ["LoadState", "loaded" if loaded else "not-found"],
-            ["ActiveState", unit.active],
-            ["FreezerState", "running"],
-            ["SubState", unit.sub],
-            ["FragmentPath", unit.path],
-            ["UnitFileState", "" if unit.adopted or not loaded else "static"],
-            ["InvocationID", unit.invocation],
-        ]
-
 
 def _alive(pid: int) -> bool:
     try:
@@ -352,58 +283,12 @@ def _adopted_pid(path: str) -> int:
     return int(words[0]) if words and words[0].isdigit() else 0
 
 
-def timespan(s: float) -> str:
-    """systemd's format_timespan: ``100ms``, ``2s``, ``1min 30s``, ``infinity``.
-
-    >>> timespan(0.1), timespan(90), timespan(2), timespan(float("inf"))
-    ('100ms', '1min 30s', '2s', 'infinity')
-    """
-    if s == float("inf"):
-        return "infinity"
-    if s < 1:
-        return f"{round(s * 1000)}ms"
-    minutes, rest = divmod(round(s), 60)
-    parts = ([f"{minutes}min"] if minutes else []) + ([f"{rest}s"] if rest else [])
-    return " ".join(parts) or "0"
-
-
-def _timestamp(t: float) -> str:
-    return time.strftime("%a %Y-%m-%d %H:%M:%S %Z", time.localtime(t))
-
-
-def _exec_unit(name: str, uid: int | None, spec: unitfile.UnitFile, cgroup: str,
-               tree: nodecg.Tree) -> None:
-    """In the forked child: become the unit's main process, as systemd's exec does."""
-    os.setsid()
-    tree.place(0, nodecg.unit_placement(cgroup))
-    env = {"PATH": UNIT_PATH, "LANG": "C.UTF-8", "INVOCATION_ID": secrets.token_hex(16)}
-    user = spec.user or (str(uid) if uid is not None else "")
-    if user:
-        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
-        env.update(HOME=entry.pw_dir, USER=entry.pw_name, LOGNAME=entry.pw_name,
-                   SHELL=entry.pw_shell)
-        if uid is not None:
-            env["XDG_RUNTIME_DIR"] = f"/run/user/{entry.pw_uid}"
-        os.setgid(entry.pw_gid)
-        os.initgroups(entry.pw_name, entry.pw_gid)
-        os.setuid(entry.pw_uid)
-    env.update(spec.environment)
-    os.makedirs(JOURNAL, exist_ok=True)
-    log = os.open(os.path.join(JOURNAL, name + ".log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    null = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.chdir("/")
-    os.execve(spec.exec_start[0], spec.exec_start, env)
-
-
 def ensure() -> None:
     """Start the manager unless it runs; returns once it answers on its socket."""
-    os.makedirs(JOURNAL, exist_ok=True)
+    os.makedirs(unitstate.JOURNAL, exist_ok=True)
     argv = [sys.executable, "-S", "-E", os.path.abspath(__file__)]
     probe = {"op": "show", "unit": "ssh.service"}
-    daemonkit.ensure_daemon(SOCKET, argv, os.path.join(JOURNAL, "systemd.log"), probe)
+    daemonkit.ensure_daemon(SOCKET, argv, os.path.join(unitstate.JOURNAL, "systemd.log"), probe)
 
 
 def main() -> None:

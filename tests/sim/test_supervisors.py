@@ -182,9 +182,9 @@ def test_sim_up_failing_half_way_removes_its_cgroups(
     made: list[str] = []
     real_create = sim_cgroups.create
 
-    def create(state_dir: Path, fleet_plan: sim_cgroups.Plan, nodes: list[str]) -> object:
+    def create(state_dir: Path, fleet_plan: sim_cgroups.Plan, nodes: dict[str, Path]) -> None:
         made.extend(fleet_plan.prefixes)
-        return real_create(state_dir, fleet_plan, nodes)
+        real_create(state_dir, fleet_plan, nodes)
 
     def broken(*_: object, **__: object) -> None:
         raise SimError("sshd would not start (injected)")
