@@ -59,6 +59,23 @@ class Context:
         return float(target.options.get("connecttimeout", self.connect_timeout))
 
 
+class _Connection(fabric.Connection):  # type: ignore[misc]
+    """fabric's Connection with ``inline_ssh_env`` as a real attribute.
+
+    fabric 3 sets ``self.inline_ssh_env`` in ``Connection.__init__`` without declaring it,
+    so invoke's DataProxy stores it in the connection's Config, and every such write
+    re-merges that Config from scratch (invoke ``Config._modify`` -> ``merge``). All the
+    connections of a run share one Config (``Context.fabric_config``): while one thread
+    builds a connection, another reading ``config.forward_agent`` could find it empty and
+    fail with "No attribute or config key found for 'forward_agent'" (seen at 32 hosts on
+    a loaded machine; the same empty-Config error others met with threads:
+    https://github.com/scylladb/scylla-cluster-tests/issues/2187). Declared here, the
+    attribute is set on the connection itself and the shared Config is never written.
+    """
+
+    inline_ssh_env = None
+
+
 def where(target: Target) -> Where:
     return Where(target.address, target.port, target.user, target.key)
 
@@ -89,7 +106,7 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
             kwargs["pkey"] = pkey
         else:
             kwargs["key_filename"] = os.path.expanduser(target.key)
-    conn = fabric.Connection(
+    conn = _Connection(
         target.address,
         user=target.user,
         port=target.port,
