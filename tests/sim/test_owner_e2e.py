@@ -114,6 +114,22 @@ def spawn_each_kind(fleet: SimFleet) -> dict[str, tuple[list[int], Owner]]:
     return want
 
 
+def test_a_slurm_jobs_gpu_process_is_in_the_jobs_cgroup(fleet: SimFleet) -> None:
+    if not HAS_SLURM:
+        pytest.skip(SLURM_SKIP_REASON or "")
+    (task,) = fleet.spawn("node01", "slurm-job", gpus="7", job_name="cg-check")
+    job = environ(fleet, task)["SLURM_JOB_ID"]
+    lines = node_sh(fleet, f"cat /proc/{task}/cgroup").splitlines()
+    if fleet.cgroup_mode == "v2":
+        want = f"0::/system.slice/slurmstepd.scope/job_{job}/step_batch/user/task_0"
+        assert want in lines
+    else:  # Slurm's own cgroup/v1 plugin: task/cgroup (cpuset), jobacct_gather (memory)
+        memory = next(line for line in lines if line.split(":")[1] == "memory")
+        assert memory.endswith(f"/uid_0/job_{job}/step_batch/task_0")
+        assert memory.split(":")[2].startswith("/slurm")
+    node_sh(fleet, f"kill {task}")
+
+
 def test_attribution_over_ssh_names_each_owner(fleet: SimFleet) -> None:
     want = spawn_each_kind(fleet)
     got = owners_over_ssh(fleet, [p for pids, _ in want.values() for p in pids])

@@ -209,6 +209,20 @@ def test_a_fleet_without_cgroups_still_runs_supervisors(tmp_path: Path) -> None:
         down_checked(fleet)
 
 
+def test_sim_spawn_starts_a_supervised_workload_from_the_command_line(fleet: SimFleet) -> None:
+    done = subprocess.run([sys.executable, "-m", "fleetclean", "sim", "spawn", "node02",
+                           "service", "--unit", "by-hand", "--gpus", "7", "--state-dir",
+                           str(fleet.state_dir)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    (pid,) = [int(w) for w in done.stdout.split("pids", 1)[1].split()]
+    assert holders(fleet, 7, node="node02") == {pid}
+    assert show_on(fleet, "node02", "by-hand") == str(pid)
+
+
+def show_on(fleet: SimFleet, node: str, unit: str) -> str:
+    return sh(fleet, f"systemctl show -p MainPID --value {unit}", node=node)
+
+
 def test_sim_status_says_the_cgroup_mode(fleet: SimFleet) -> None:
     done = subprocess.run([sys.executable, "-m", "fleetclean", "sim", "status", "--state-dir",
                            str(fleet.state_dir)], capture_output=True, text=True, check=False)
