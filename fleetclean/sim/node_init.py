@@ -195,6 +195,9 @@ def spawn(argv: list[str]) -> int:
             _child_signals()
             nodecg.join(SSH_PROCS)
             os.execv(argv[0], argv)
+        except BaseException as exc:
+            # init.log: why the listener could not start (the host reports its tail).
+            print(f"cannot start {argv[0]}: {exc!r}", file=sys.stderr, flush=True)
         finally:
             os._exit(127)
     return pid
