@@ -158,7 +158,8 @@ def test_processes_read_node_relative_cgroups(fleet: SimFleet) -> None:
     init = sh(fleet, "cat /proc/1/cgroup", node="node02").splitlines()
     assert any(line.endswith(":/init.scope") for line in init)
     ssh = subprocess.run(["ssh", "-F", str(fleet.ssh_config_path), "node02",
-                          "cat /proc/self/cgroup"], capture_output=True, text=True, check=False)
+                          "cat /proc/self/cgroup"], capture_output=True, text=True,
+                         timeout=60, check=False)
     assert any(line.endswith(":/system.slice/ssh.service") for line in ssh.stdout.splitlines())
 
 
