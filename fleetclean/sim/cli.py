@@ -125,7 +125,8 @@ def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
     spawn.add_argument("--gpu", type=int, help="GPU index (stubborn, slow, orphan, respawn)")
     spawn.add_argument("--gpus", help="GPU set for sglang and the engines, e.g. 0-7 or 0,2,4")
     spawn.add_argument("--mib", type=int, help="GPU memory per process, MiB")
-    spawn.add_argument("--delay", type=float, help="seconds from SIGTERM to exit (slow)")
+    spawn.add_argument("--delay", type=float,
+                       help="seconds from SIGTERM to exit (slow; respawn: its worker)")
     spawn.add_argument("--name", help="command line to show instead of the default")
     spawn.add_argument("--path", help="directory to write into (writer)")
     spawn.add_argument(

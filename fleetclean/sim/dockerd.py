@@ -70,7 +70,7 @@ class Container:
             "Args": self.command[1:],
             "State": {
                 "Status": self.status,
-                "Running": self.status == "running",
+                "Running": self.status in ("running", "restarting"),
                 "Paused": False,
                 "Restarting": self.status == "restarting",
                 "OOMKilled": False,
@@ -228,12 +228,12 @@ class Engine:
             reply({"error": f"No such container: {ref}", "status": 404})
             return
         if c.status == "restarting":
+            # moby: a restarting container counts as running; stop or kill only tell its
+            # restart manager to give up (ExitOnNext), and both succeed.
             self.loop.cancel(c.timer)
             c.manual, c.status = True, "exited"
-            if op == "kill":
-                reply({"error": f"cannot kill container: {ref}: container {c.id} is not running",
-                       "status": 409})
-                return
+            reply({"ok": True})
+            return
         if c.status != "running":
             if op == "kill":
                 reply({"error": f"cannot kill container: {ref}: container {c.id} is not running",

@@ -313,7 +313,7 @@ class SimFleet:
         mib, model_path, port), ``zombie-parent`` (gpus="0-1", mib), ``stubborn`` (gpu,
         mib, name), ``slow`` (gpu, delay, mib, name), ``orphan`` (gpu, mib, name),
         ``monitor`` (name), ``persistenced`` (name, devices="ctl"|"all"), ``writer``
-        (path), ``respawn`` (gpu, mib), ``holder`` (gpus, mib, name); and under a
+        (path), ``respawn`` (gpu, delay, mib), ``holder`` (gpus, mib, name); and under a
         supervisor, running kind ``run`` (``holder`` by default): ``service``,
         ``container``, ``pod``, ``tmux``, ``screen``, ``slurm-job`` (``sim/supervised.py``).
         """

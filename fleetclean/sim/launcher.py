@@ -152,6 +152,7 @@ def plan(kind: str, opts: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
             "child": {
                 "role": "holder",
                 "gpus": [gpu],
+                "delay": float(opts.get("delay", 0.1)),
                 "title": f"python3 train_worker.py --gpu {gpu}",
             },
         },

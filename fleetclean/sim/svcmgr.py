@@ -164,6 +164,10 @@ class Manager:
         self._when_empty(unit, lambda: self._after_exit(unit, clean, sig))
 
     def _after_exit(self, unit: unitstate.Unit, clean: bool, sig: int) -> None:
+        if unit.stopping:
+            # systemctl stop came while the rest of the unit was going: stopped, for good.
+            self._stopped(unit, None)
+            return
         policy = unit.spec.restart if unit.spec else "no"
         restart = {
             "always": True,
@@ -199,7 +203,8 @@ class Manager:
             return
         unit.waiters.append(reply) if block else reply({"ok": True})
         if unit.active == "deactivating" and unit.main_pid == 0:
-            return  # already on its way down after an exit; it will not restart now
+            unit.stopping = True  # on its way down after an exit: it will not restart
+            return
         unit.active, unit.sub = "deactivating", "stop-sigterm"
         spec = unit.spec
         self._kill(unit, spec.kill_signal)
@@ -210,8 +215,9 @@ class Manager:
         unit.sub, unit.result = "final-sigkill", "timeout"
         nodecg.signal_all(self._members(unit), signal.SIGKILL)
 
-    def _stopped(self, unit: unitstate.Unit, final: int) -> None:
+    def _stopped(self, unit: unitstate.Unit, final: int | None) -> None:
         self.loop.cancel(final)
+        unit.stopping = False
         timed_out = unit.result == "timeout"
         unit.active, unit.sub = ("failed", "failed") if timed_out else ("inactive", "dead")
         unit.main_pid = 0

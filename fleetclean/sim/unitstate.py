@@ -36,7 +36,8 @@ class Unit:
         self.adopted = False
         self.n_restarts = 0
         self.starts: list[float] = []
-        self.waiters: list[daemonkit.Reply] = []
+        self.waiters: list[daemonkit.Reply] = []  # systemctl stop calls waiting for it
+        self.stopping = False  # a stop asked while it was going down after an exit
         self.timer: int | None = None
         self.exec_code = self.exec_status = 0
         self.exec_pid = 0

@@ -85,6 +85,20 @@ def test_restart_always_unit_comes_back_after_a_signal_and_stays_stopped(fleet: 
     assert fleet.run_in("node01", ["systemctl", "is-active", "trainer"]).returncode == 3
 
 
+def test_stop_while_a_crashed_unit_goes_down_leaves_it_stopped(fleet: SimFleet) -> None:
+    # Its main process killed, the unit's worker takes 2 s to go on SIGTERM: the stop comes
+    # while the unit is still going down after the crash, before any restart.
+    main, worker = fleet.spawn("node01", "service", unit="crashy", run="respawn", gpu=6,
+                               delay=2)
+    sh(fleet, f"kill -KILL {main}")
+    assert wait_for(lambda: show(fleet, "crashy", "ActiveState")["ActiveState"] == "deactivating")
+    sh(fleet, "systemctl stop crashy")
+    assert show(fleet, "crashy", "ActiveState", "SubState", "NRestarts") == {
+        "ActiveState": "inactive", "SubState": "dead", "NRestarts": "0"}
+    assert holders(fleet, 6) == set()
+    assert not {p.pid for p in fleet.processes("node01")} & {main, worker}
+
+
 def test_restart_no_unit_stays_down_after_a_signal(fleet: SimFleet) -> None:
     (main,) = fleet.spawn("node01", "service", unit="oneshot", restart="no", gpus="1")
     sh(fleet, f"kill -KILL {main}")
