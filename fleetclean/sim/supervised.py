@@ -49,7 +49,8 @@ IMAGES = {"vllm": "vllm/vllm-openai:v0.6.3", "sglang": "lmsysorg/sglang:v0.4.1-c
           "tgi": "ghcr.io/huggingface/text-generation-inference:2.4.0",
           "triton": "nvcr.io/nvidia/tritonserver:24.08-py3"}
 DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
-DOCKERD_TITLE_PAD = "x" * 40
+# Room in a daemon's argv area for the title it takes (dockerd's, the kubelet's are long).
+TITLE_ROOM = "x" * 40
 
 
 class SupervisorError(Exception):
@@ -165,7 +166,7 @@ def ensure_daemon(unit: str, script: str, socket_path: str, driver: str) -> None
         running = None
     if running is None:
         argv = [sys.executable, "-S", "-E", os.path.join(HERE, script),
-                f"--cgroup-driver={driver}", f"--title-room={DOCKERD_TITLE_PAD}"]
+                f"--cgroup-driver={driver}", f"--title-room={TITLE_ROOM}"]
         write_unit(unit, None, argv, {}, {"Restart": "always", "RestartSec": "2",
                                            "KillMode": "process"})
         start_unit(unit)
