@@ -8,6 +8,7 @@ Nothing here does I/O.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -127,6 +128,26 @@ class Xid:
     text: str
 
 
+OwnerKind = Literal["systemd", "docker", "kubernetes", "slurm", "tmux", "screen", "plain"]
+OWNER_KINDS: tuple[OwnerKind, ...] = ("systemd", "docker", "kubernetes", "slurm", "tmux",
+                                     "screen", "plain")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who runs a process, as the node's cgroups and process tree tell it (``owner.sh``).
+
+    ``id`` names it to its manager, ``name`` to a person: a unit (``vllm.service``; a user
+    unit's id is ``user@1000.service/x.service``), a container (64 hex, short form 12), a
+    pod (UID; name the container id), a job (``4242``; ``4242.0``), a tmux/screen session
+    (server pid; session). ``plain``: none of those, both empty.
+    """
+
+    kind: OwnerKind
+    id: str = ""
+    name: str = ""
+
+
 @dataclass(frozen=True)
 class Signalled:
     """One signal sent to one process by one stage."""
@@ -179,6 +200,8 @@ class ScriptReport:
     left_running: tuple[ProcessRef, ...] = ()
     stuck: tuple[ProcessRef, ...] = ()  # survived SIGKILL in state D (see GpuProcess)
     resets: tuple[GpuReset, ...] = ()  # what gpu-reset stages did, one per GPU
+    # pid -> owner, for every process a stage matched or signalled (``owner`` records)
+    owners: Mapping[int, Owner] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from fleetclean.commands import slurm_step
 from fleetclean.commands.env import Env, error_line
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
 from fleetclean.commands.steps import inventory_label, render_jobs, select_hosts
+from fleetclean.models import HostResult, HostStatus, RunResult
 from fleetclean.results import records
 from fleetclean.slurm import options as slurm_options
 
@@ -22,7 +23,13 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
                                      check=args.check, force=args.force)
     record = None if args.no_record else _start_record(name, jobs, args, env, argv=argv,
                                                        extra=extra)
-    result = execute(name, jobs, args, env)
+    try:
+        result = execute(name, jobs, args, env)
+    except KeyboardInterrupt:
+        # Ctrl-C before the hosts' loop took over (the transport still loading on a slow
+        # machine): no host was started. Reported, recorded and exited (130) as a run
+        # interrupted before any host's turn; a second Ctrl-C still ends it at once.
+        result = _not_started(name, jobs)
     result = slurm_step.apply(result, args, env, None if record is None else record.data["id"])
     if record is not None:
         try:
@@ -41,6 +48,13 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
 
         table.print_check(env.console(), result)
     return int(result.exit_status)
+
+
+def _not_started(name: str, jobs: list[fleet.Job]) -> RunResult:
+    # The words of fleet.run_jobs for the hosts an interrupted run never reached.
+    why = "not started: the run was interrupted before this host's turn"
+    hosts = tuple(HostResult(j.host.name, HostStatus.ERROR, why) for j in jobs)
+    return RunResult(playbook=name, duration_s=0.0, hosts=hosts, interrupted=True)
 
 
 def _start_record(

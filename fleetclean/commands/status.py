@@ -11,7 +11,6 @@ from fleetclean.commands.env import Env
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
 from fleetclean.commands.steps import options, render_jobs, select_hosts
 from fleetclean.models import ExitStatus
-from fleetclean.results import table
 from fleetclean.results.lastseen import apply_history
 from fleetclean.slurm import options as slurm_options
 

@@ -2,12 +2,12 @@
 package templates, resolves nothing (``fleetclean.engine.variables.resolve`` did).
 
 The script is the stage library (``stages/lib.sh``), the further libraries the playbook's
-stage types call into (``lib-kill.sh`` for those that signal; a status script has none),
-the templates of the stage types the playbook uses, and an ``fc_main`` function that
-assigns each stage's options as shell-quoted variables and calls the stage. Nothing runs
-until the script's last line, ``fc_main </dev/null``: a connection cut while the script
-travels runs nothing, and no command inside can read the rest of the script from standard
-input.
+stage types call into (``lib-kill.sh`` and owner attribution, ``owner.sh``, for those that
+signal or name holders; a status script has none), the templates of the stage types the
+playbook uses, and an ``fc_main`` function that assigns each stage's options as
+shell-quoted variables and calls the stage. Nothing runs until the script's last line,
+``fc_main </dev/null``: a connection cut while the script travels runs nothing, and no
+command inside can read the rest of the script from standard input.
 
 >>> from fleetclean.engine.playbook import load_playbook
 >>> from fleetclean.engine.variables import resolve

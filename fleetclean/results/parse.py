@@ -30,6 +30,7 @@ xid        seconds since boot, the kernel-log line of an NVIDIA Xid
 verify     ok | dirty | unknown | error | skipped, max_used_mib, milliseconds, message,
            rule that ended it: clean | leak | stuck | respawn | deadline | error | skipped
 left       pid, cmdline                  (a parent of killed GPU holders that lives on)
+owner      pid, kind, id, name           (who runs a matched process: engine/stages/owner.py)
 done       0                             (the script reached its end)
 =========  ==========================================================================
 
@@ -225,7 +226,8 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
                         verify_rule=st.verify_rule, faults=tuple(faults),
                         leaks=tuple(sorted(st.bare.items())), xids=_xids(st),
                         left_running=tuple(st.left), resets=tuple(st.resets),
-                        stuck=tuple(ProcessRef(pid, cmd) for pid, cmd in st.stuck.items()))
+                        stuck=tuple(ProcessRef(pid, cmd) for pid, cmd in st.stuck.items()),
+                        owners=dict(st.owners))
 
 
 def _verdict(st: Readings) -> tuple[bool | None, list[str]]:

@@ -37,7 +37,11 @@ KINDS = (
     "persistenced",
     "writer",
     "respawn",
+    "holder",
 )
+# Run by a supervisor inside the node (sim/supervised.py): --run names the workload.
+SUPERVISED = ("service", "container", "pod", "tmux", "screen", "slurm-job")
+SPAWNABLE = KINDS + SUPERVISED
 RAW = argparse.RawDescriptionHelpFormatter
 
 
@@ -116,6 +120,13 @@ def _add_up(sub: Subparsers) -> None:
         help="OpenSSH's own MaxStartups 10:30:100 and MaxSessions 10 on every sshd "
         "(default: lifted to 512, so that big runs measure fleetclean, not sshd's throttle)",
     )
+    up.add_argument(
+        "--cgroup",
+        choices=("auto", "v2", "v1", "none"),
+        default="auto",
+        help="the nodes' cgroups: v2 alone, every v1 hierarchy (and cgroup2 where mounted), "
+        "none; auto: v2 where this machine has it, else v1, else none (default)",
+    )
     _state_dir(up)
 
 
@@ -130,17 +141,24 @@ def _add_spawn(sub: Subparsers) -> None:
         "  fleetclean sim spawn all stubborn --gpu 5\n"
         "  fleetclean sim spawn node01 stuck --gpu 2     # state D once killed\n"
         "  fleetclean sim spawn node01 slow-exit --gpu 4 --delay 3\n"
-        "  fleetclean sim spawn node01 writer --path /dev/shm/sglang_hs\n",
+        "  fleetclean sim spawn node01 writer --path /dev/shm/sglang_hs\n"
+        "under a supervisor (--run: the workload, holder by default):\n"
+        "  fleetclean sim spawn node01 service --unit vllm --run vllm --gpus 0-7\n"
+        "  fleetclean sim spawn node01 container --container sgl --run sglang --restart always\n"
+        "  fleetclean sim spawn node01 pod --pod llm-0 --namespace ml --gpus 3\n"
+        "  fleetclean sim spawn node01 tmux --session train --gpus 4\n"
+        "  fleetclean sim spawn node01 slurm-job --gpus 5   (a fleet with --slurm)\n",
     )
     spawn.add_argument("node", metavar="NODE", help="node name, or 'all'")
-    spawn.add_argument("kind", choices=KINDS, metavar="KIND", help=", ".join(KINDS))
+    spawn.add_argument("kind", choices=SPAWNABLE, metavar="KIND", help=", ".join(SPAWNABLE))
     spawn.add_argument(
         "--gpu", type=int, help="GPU index (stubborn, slow, orphan, stuck, slow-exit, respawn)"
     )
     spawn.add_argument("--gpus", help="GPU set for sglang and the engines, e.g. 0-7 or 0,2,4")
     spawn.add_argument("--mib", type=int, help="GPU memory per process, MiB")
     spawn.add_argument(
-        "--delay", type=float, help="seconds from SIGTERM to exit (slow), in the exit (slow-exit)"
+        "--delay", type=float,
+        help="seconds from SIGTERM to exit (slow), in the exit (slow-exit); respawn: its worker's",
     )
     spawn.add_argument("--name", help="command line to show instead of the default")
     spawn.add_argument("--path", help="directory to write into (writer)")
@@ -149,6 +167,7 @@ def _add_spawn(sub: Subparsers) -> None:
         choices=("ctl", "all"),
         help="persistenced: hold every GPU too (default) or /dev/nvidiactl only",
     )
+    _supervisor_options(spawn)
     _state_dir(spawn)
 
 
@@ -167,6 +186,29 @@ def _add_fault(sub: Subparsers) -> None:
     fault.add_argument("fault", choices=FAULTS, metavar="FAULT", help="see below")
     fault.add_argument("args", nargs="*", metavar="ARG", help="the fault's arguments")
     _state_dir(fault)
+
+
+SUPERVISOR_OPTIONS = (
+    ("run", "KIND", "the workload a supervisor runs (default holder)"),
+    ("unit", "NAME", "service: the unit's name"),
+    ("restart", "POLICY", "service: Restart= (always); container: --restart (no)"),
+    ("user", "UID", "service: a user service of UID"),
+    ("container", "NAME", "container: its name; pod: the container's name"),
+    ("image", "IMAGE", "container, pod: the image shown"),
+    ("pod", "NAME", "pod: its name"),
+    ("namespace", "NS", "pod: its namespace (default)"),
+    ("qos", "CLASS", "pod: besteffort, burstable or guaranteed"),
+    ("driver", "DRIVER", "container, pod: systemd or cgroupfs (default by cgroup mode)"),
+    ("session", "NAME", "tmux, screen: the session's name (train)"),
+)
+
+
+def _supervisor_options(spawn: argparse.ArgumentParser) -> None:
+    group = spawn.add_argument_group("supervisors (service, container, pod, tmux, screen, "
+                                     "slurm-job)")
+    for name, metavar, text in SUPERVISOR_OPTIONS:
+        kind: Any = int if name == "user" else str
+        group.add_argument(f"--{name}", type=kind, metavar=metavar, help=text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -199,12 +241,13 @@ def _up(args: argparse.Namespace) -> int:
 
     fleet = SimFleet.up(args.nodes, args.state_dir, subnet=args.subnet,
                         persistenced=args.persistenced, slurm=args.slurm,
-                        sshd_defaults=args.sshd_defaults)
+                        sshd_defaults=args.sshd_defaults, cgroup=args.cgroup)
     for kind in args.workload:
         for sim_node in fleet.nodes:
             fleet.spawn(sim_node, kind)
     first = fleet.nodes[0].name
     print(f"{len(fleet.nodes)} simulated nodes up in {fleet.state_dir}")
+    print(f"  cgroups:    {fleet.cgroup_description}")
     print(f"  inventory:  {fleet.inventory_path}")
     print(f"  ssh config: {fleet.ssh_config_path}")
     conf = fleet.slurm_conf_path
@@ -237,7 +280,8 @@ def _targets(fleet: SimFleet, node: str) -> list[str]:
 
 def _spawn_opts(args: argparse.Namespace) -> dict[str, Any]:
     opts: dict[str, Any] = {}
-    for key in ("gpu", "mib", "delay", "name", "path", "devices"):
+    keys = ("gpu", "mib", "delay", "name", "path", "devices")
+    for key in keys + tuple(name for name, _, _ in SUPERVISOR_OPTIONS):
         value = getattr(args, key)
         if value is not None:
             opts[key] = value
@@ -253,6 +297,7 @@ def _status(fleet: SimFleet) -> None:
     conf = fleet.slurm_conf_path
     if conf is not None:
         print(f"SLURM_CONF={conf}")
+    print(f"cgroups: {fleet.cgroup_description}")
     rows = [("NODE", "ADDRESS", "SSHD", "PROCS", "GPU MiB USED (0..7)")]
     for sim_node in fleet.nodes:
         mode = fleet.listener_mode(sim_node)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetclean.errors import SimError
-from fleetclean.sim import faults, pids, sshfiles
+from fleetclean.sim import cgroups, faults, pids, sshfiles
 from fleetclean.sim import node as nodes_mod
 from fleetclean.sim import slurm as slurm_mod
 from fleetclean.sim.layout import (
@@ -107,6 +107,7 @@ class SimFleet:
         persistenced: bool = True,
         slurm: bool = False,
         sshd_defaults: bool = False,
+        cgroup: str = "auto",
     ) -> SimFleet:
         """Start ``nodes`` nodes in parallel and return once every sshd listens.
 
@@ -115,9 +116,10 @@ class SimFleet:
         nvidia-persistenced on every node holding every GPU, as on a real datacenter node
         (a node's system daemon: see ``processes``); ``slurm``: also a real Slurm
         (``sim/slurm.py``), returning once every node is idle in it; ``sshd_defaults``: every
-        sshd with OpenSSH's own MaxStartups and MaxSessions (see ``sshfiles``). Raises SimError
-        if the host cannot run a fleet (or Slurm), a fleet is already up in ``state_dir``, or
-        an address is taken.
+        sshd with OpenSSH's own MaxStartups and MaxSessions (see ``sshfiles``); ``cgroup``:
+        ``auto``, ``v2``, ``v1`` or ``none`` (see ``sim/cgroups.py``). Raises SimError if the
+        host cannot run a fleet (or Slurm, or that cgroup mode), a fleet is already up in
+        ``state_dir``, or an address is taken.
         """
         check_host()
         if slurm:
@@ -135,17 +137,19 @@ class SimFleet:
         taken = [a for a in addresses if _is_listening(a)]
         if taken:
             raise SimError(f"port 22 is already in use on {taken[0]}", hint="try another subnet")
+        # A fleet that died without `down` may have left its cgroups: they go with it.
+        cgroups.remove(layout.root)
         shutil.rmtree(layout.root, ignore_errors=True)
         layout.root.mkdir(parents=True)
         fleet = cls(layout, [])
         try:
             if slurm:
                 slurm_mod.prepare(layout.root)
-            fleet._start(names, addresses, subnet, sshd_defaults)
+            fleet._start(names, addresses, subnet, sshd_defaults, cgroup)
             if persistenced:
                 fleet._start_persistenced()
             if slurm:
-                slurm_mod.start(layout.root, fleet.nodes, subnet)
+                slurm_mod.start(layout.root, fleet.nodes, subnet, fleet.cgroup_mode)
         except BaseException:
             fleet.down()
             raise
@@ -170,7 +174,8 @@ class SimFleet:
         return pid if pid in nodes_mod.system_pids(sim_node.dir) else None
 
     def _start(
-        self, names: list[str], addresses: list[str], subnet: int, sshd_defaults: bool
+        self, names: list[str], addresses: list[str], subnet: int, sshd_defaults: bool,
+        cgroup: str,
     ) -> None:
         layout = self.layout
         fleet_id = secrets.token_hex(8)
@@ -185,6 +190,8 @@ class SimFleet:
         # ssh-keygen dominates preparation; a few at a time keep both cores busy.
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(prepare, range(len(names))))
+        cg_plan = cgroups.plan(fleet_id, cgroup)
+        cgroups.create(layout.root, cg_plan, dict(zip(names, dirs, strict=True)))
         for name, address, node_dir in zip(names, addresses, dirs, strict=True):
             proc = nodes_mod.start_init(node_dir, address)
             self._children.append(proc)
@@ -204,6 +211,7 @@ class SimFleet:
         doc = {
             "fleet_id": fleet_id,
             "subnet": subnet,
+            "cgroup": cg_plan.mode,
             "nodes": [
                 {"name": n.name, "address": n.address, "init_pid": n.init_pid, "dir": str(n.dir)}
                 for n in self.nodes
@@ -229,8 +237,9 @@ class SimFleet:
 
     def down(self) -> None:
         """Kill every recorded process by PID (node inits first: the kernel then kills
-        everything inside their namespaces), reap, and remove the state dir. Idempotent.
-        Raises SimError, leaving the state dir, if some process would not die."""
+        everything inside their namespaces), reap, remove the fleet's cgroups and the
+        state dir. Idempotent. Raises SimError, leaving the state dir, if some process
+        would not die or some cgroup of the fleet still holds a process."""
         left = pids.kill_all(pids.load(self.layout.pid_file))
         for child in self._children:
             child.wait()
@@ -238,7 +247,20 @@ class SimFleet:
         if left:
             listed = ", ".join(f"{e.pid} ({e.role})" for e in left)
             raise SimError(f"these simulator processes would not die: {listed}")
+        busy = cgroups.remove(self.layout.root)
+        if busy:
+            raise SimError(f"cgroups of the fleet still hold processes: {', '.join(busy[:3])}")
         shutil.rmtree(self.layout.root, ignore_errors=True)
+
+    @property
+    def cgroup_mode(self) -> str:
+        """``v2``, ``v1`` or ``none``: how the fleet's nodes have cgroups."""
+        return cgroups.load(self.layout.root).mode
+
+    @property
+    def cgroup_description(self) -> str:
+        """The mode and where, in one line (``v2 in /sys/fs/cgroup/unified``)."""
+        return cgroups.describe(cgroups.load(self.layout.root))
 
     @classmethod
     def down_dir(cls, state_dir: Path | None = None) -> Path:
@@ -286,15 +308,21 @@ class SimFleet:
         return nodes_mod.listener_state(sim_node.dir)[1]
 
     def run_in(
-        self, ref: NodeRef, argv: list[str], input: str | None = None, timeout: float = 60
+        self,
+        ref: NodeRef,
+        argv: list[str],
+        input: str | None = None,
+        timeout: float = 60,
+        where: str = "",
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` inside the node (its PID and mount namespaces, no SSH), for test
-        setup and assertions; text output captured, never raises on a non-zero exit."""
+        """Run ``argv`` inside the node (its PID, mount and cgroup namespaces, no SSH), for
+        test setup and assertions; text output captured, never raises on a non-zero exit.
+        It runs at the root of the node's cgroup tree, or in the unit ``where``."""
         sim_node = self.node(ref)
         if not self.is_running(sim_node):
             raise SimError(f"{sim_node.name} is not running")
         return subprocess.run(
-            nodes_mod.nsenter(sim_node, argv),
+            nodes_mod.nsenter(sim_node, argv, where),
             input=input,
             capture_output=True,
             text=True,
@@ -313,9 +341,17 @@ class SimFleet:
         ``stuck`` (gpu, mib, name: state D once killed, until the ``unstick`` fault),
         ``slow-exit`` (gpu, delay, mib, name: once killed, DELAY seconds in its exit),
         ``monitor`` (name), ``persistenced`` (name, devices="ctl"|"all"), ``writer``
-        (path), ``respawn`` (gpu, mib). ``system=True`` marks the processes as the node's
-        own daemons (left out of ``processes``).
+        (path), ``respawn`` (gpu, delay, mib), ``holder`` (gpus, mib, name); and under a
+        supervisor, running kind ``run`` (``holder`` by default): ``service``,
+        ``container``, ``pod``, ``tmux``, ``screen``, ``slurm-job`` (``sim/supervised.py``).
+        ``system=True`` marks the processes as the node's own daemons (left out of
+        ``processes``).
         """
+        if kind == "slurm-job" and "slurm_conf" not in opts:
+            conf = self.slurm_conf_path
+            if conf is None:
+                raise SimError("a slurm-job needs a fleet with Slurm", hint="sim up --slurm")
+            opts["slurm_conf"] = str(conf)
         argv = [node_python(), str(PACKAGE_DIR / "launcher.py"), kind, json.dumps(opts)]
         done = self.run_in(ref, argv)
         if done.returncode != 0:

@@ -22,9 +22,10 @@ import time
 from typing import Any
 
 if __package__:
-    from fleetclean.sim import stuckfs
+    from fleetclean.sim import nodecg, stuckfs
     from fleetclean.sim.engines import DEFAULT_MODEL, DEFAULT_PORT, ENGINES, binary, longest
-else:  # run as a script: the sibling module is found through sys.path[0]
+else:  # run as a script: the sibling modules are found through sys.path[0]
+    import nodecg  # type: ignore[import-not-found,no-redef]
     import stuckfs  # type: ignore[import-not-found,no-redef]
     from engines import DEFAULT_MODEL, DEFAULT_PORT, ENGINES, binary, longest  # type: ignore[import-not-found,no-redef]
 
@@ -36,10 +37,15 @@ STUCKFS_LOCK = "/run/fleetclean-stuckfs.lock"
 READY_FD = "FLEETCLEAN_SIM_READY_FD"
 SYSTEM_PIDS = "/run/fleetclean/system_pids"  # the node dir: the host reads it too
 DEFAULT_MIB = {"sglang": 62000, "stubborn": 20480, "slow": 30720, "orphan": 48000,
-               "stuck": 20480, "slow-exit": 30720}
+               "stuck": 20480, "slow-exit": 30720, "holder": 24576}
 DEFAULT_MIB.update({kind: 62000 for kind in ENGINES})
 DEFAULT_MIB_OTHER = 16384
 READY_TIMEOUT_S = 30.0
+SESSION_SCOPE = "user.slice/user-0.slice/session-1.scope"
+# Kinds run by a supervisor inside the node (supervised.py); their option "run" names the
+# workload kind they run, "holder" by default.
+SYSTEM_UNITS = {"persistenced": "nvidia-persistenced"}  # a system daemon's unit, by kind
+SUPERVISED = ("service", "container", "pod", "tmux", "screen", "slurm-job")
 
 
 def gpu_list(value: Any) -> list[int]:
@@ -147,7 +153,12 @@ def holder_specs(kind: str, opts: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "respawn": {"role": "supervisor", "title": "supervise-worker train_worker.py",
                     "comm": "supervise-worker",
                     "child": {"role": "holder", "gpus": [gpu],
+                              "delay": float(opts.get("delay", 0.1)),
                               "title": f"python3 train_worker.py --gpu {gpu}"}},
+        # A plain GPU job, what the supervisors run by default (sim/supervised.py).
+        "holder": {"role": "holder", "gpus": gpu_list(opts.get("gpus", gpu)),
+                   "title": "python3 /opt/serve/gpu_worker.py --gpus "
+                   + ",".join(map(str, gpu_list(opts.get("gpus", gpu))))},
     }
 
 
@@ -208,7 +219,8 @@ def record_system(started: list[int]) -> None:
         f.write("".join(f"{p}\n" for p in started))
 
 
-def launch(argv: list[str], extra_env: dict[str, str]) -> list[int]:
+def launch(argv: list[str], extra_env: dict[str, str], scope: str = SESSION_SCOPE) -> list[int]:
+    """Start the workload in a new session in cgroup ``scope`` and return its PIDs."""
     read_end, write_end = os.pipe()
     first = os.fork()
     if first == 0:
@@ -222,6 +234,9 @@ def launch(argv: list[str], extra_env: dict[str, str]) -> list[int]:
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
             os.chdir("/")
+            # Started by hand from a login session, as a real node's pam_systemd places it;
+            # a system daemon in its own unit.
+            nodecg.Tree.load().place(0, nodecg.unit_placement(scope))
             env = dict(os.environ, **extra_env)
             env[READY_FD] = str(write_end)
             os.execve(sys.executable, argv, env)
@@ -229,13 +244,22 @@ def launch(argv: list[str], extra_env: dict[str, str]) -> list[int]:
             os._exit(127)
     os.close(write_end)
     os.waitpid(first, 0)
+    try:
+        return read_ready(read_end)
+    finally:
+        os.close(read_end)
+
+
+def read_ready(fd: int) -> list[int]:
+    """The PIDs the workload's processes write to ``fd`` (a pipe or FIFO), once every one
+    of them has closed it; TimeoutError after READY_TIMEOUT_S."""
     buf = b""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([read_end], [], [], left)[0]:
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
             raise TimeoutError(f"workload not ready after {READY_TIMEOUT_S:.0f} s: {buf!r}")
-        chunk = os.read(read_end, 4096)
+        chunk = os.read(fd, 4096)
         if not chunk:
             break
         buf += chunk
@@ -245,6 +269,17 @@ def launch(argv: list[str], extra_env: dict[str, str]) -> list[int]:
 def main(argv: list[str]) -> int:
     kind = argv[1]
     opts: dict[str, Any] = json.loads(argv[2]) if len(argv) > 2 else {}
+    if kind in SUPERVISED:
+        if __package__:
+            from fleetclean.sim import supervised
+        else:
+            import supervised  # type: ignore[import-not-found,no-redef]
+        try:
+            print(json.dumps(supervised.launch(kind, opts)))
+        except (ValueError, supervised.SupervisorError) as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        return 0
     system = bool(opts.pop("system", False))
     try:
         command, env = plan(kind, opts)
@@ -254,7 +289,8 @@ def main(argv: list[str]) -> int:
     if kind in ("stuck", "slow-exit"):
         ensure_stuckfs()
     # Sorted: the workload's root starts first, then its children in rank order.
-    started = sorted(launch(command, env))
+    scope = f"system.slice/{SYSTEM_UNITS.get(kind, kind)}.service" if system else SESSION_SCOPE
+    started = sorted(launch(command, env, scope))
     if system:
         record_system(started)
     print(json.dumps(started))

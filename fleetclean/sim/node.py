@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import signal
 import subprocess
 import time
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetclean.errors import SimError
-from fleetclean.sim import faults, pids, sshfiles
+from fleetclean.sim import cgroups, faults, nodecg, pids, sshfiles
 from fleetclean.sim.layout import IN_NODE_DIR, PACKAGE_DIR, node_python
 from fleetclean.sim.sshfiles import LIFTED
 
@@ -290,6 +291,30 @@ def node_env() -> dict[str, str]:
     return {"PATH": NODE_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root"}
 
 
-def nsenter(node: SimNode, argv: Sequence[str]) -> list[str]:
-    """argv that runs ``argv`` inside the node's PID and mount namespaces."""
-    return ["nsenter", "-t", str(node.init_pid), "-p", "-m", "--", *argv]
+def nsenter(node: SimNode, argv: Sequence[str], where: str = "", *, uts: bool = False) -> list[str]:
+    """argv that runs ``argv`` inside the node's PID and mount namespaces and, when the
+    fleet has cgroups, inside its cgroup namespace and tree: at the node's root, or in the
+    unit ``where`` (``system.slice/slurmd.service``); ``uts``: also its hostname."""
+    roots = cgroup_paths(node.dir, where)
+    flags = ["-p", "-m", *(["-u"] if uts else []), *(["-C"] if roots else [])]
+    inner = ["nsenter", "-t", str(node.init_pid), *flags, "--", *argv]
+    return cgroups.join_argv(roots, inner)
+
+
+def cgroup_paths(node_dir: Path, where: str = "") -> list[str]:
+    """Host paths of the node's cgroups for a process placed as systemd places unit
+    ``where`` (the node's root when empty), made if missing; [] without cgroups."""
+    try:
+        config = nodecg.read_config((node_dir / nodecg.CONFIG_NAME).read_text())
+    except (OSError, ValueError):
+        return []
+    if config is None:
+        return []
+    placement = nodecg.unit_placement(where) if where else nodecg.everywhere("/")
+    paths = []
+    for h in config.get("hierarchies", []):
+        rel = placement[nodecg.role(h["key"])].strip("/")
+        path = os.path.join(h["host"], rel) if rel else h["host"]
+        os.makedirs(path, exist_ok=True)
+        paths.append(path)
+    return paths

@@ -29,8 +29,10 @@ import sys
 import time
 
 if __package__:
+    from fleetclean.sim import nodecg
     from fleetclean.sim.proctitle import set_plain_title
-else:  # run as a script: the sibling module is found through sys.path[0]
+else:  # run as a script: the sibling modules are found through sys.path[0]
+    import nodecg  # type: ignore[import-not-found,no-redef]
     from proctitle import set_plain_title  # type: ignore[import-not-found,no-redef]
 
 IN_NODE_DIR = "/run/fleetclean"
@@ -179,14 +181,25 @@ def _child_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+# The SSH listener is what systemd runs as ssh.service on a real node; with no pam_systemd
+# (UsePAM no), every session and what it starts stays in that cgroup too. Its cgroups'
+# cgroup.procs files, made once at start (none without cgroups).
+SSH_PROCS: list[str] = []
+
+
 def spawn(argv: list[str]) -> int:
-    """fork+exec with a clean signal mask: the init blocks the signals it waits for,
-    and a blocked mask would otherwise be inherited by sshd and every session."""
+    """fork+exec with a clean signal mask (the init blocks the signals it waits for,
+    and a blocked mask would otherwise be inherited by sshd and every session), in the
+    listener's cgroup."""
     pid = os.fork()
     if pid == 0:
         try:
             _child_signals()
+            nodecg.join(SSH_PROCS)
             os.execv(argv[0], argv)
+        except BaseException as exc:
+            # init.log: why the listener could not start (the host reports its tail).
+            print(f"cannot start {argv[0]}: {exc!r}", file=sys.stderr, flush=True)
         finally:
             os._exit(127)
     return pid
@@ -199,6 +212,7 @@ def blackhole(address: str) -> int:
     if pid == 0:
         try:
             _child_signals()
+            nodecg.join(SSH_PROCS)
             server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             server.bind((address, SSH_PORT))
@@ -322,6 +336,8 @@ WAITED = (signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 
 def main(argv: list[str]) -> int:
     node_dir, address, hostname = argv[1], argv[2], argv[3]
+    # First, while the host's cgroup paths are still in view: the node's own cgroup root.
+    cgroups = nodecg.join_and_unshare(node_dir)
     # A handler, not SIG_DFL: the kernel drops default-action signals sent to a
     # namespace's PID 1. Blocked + sigtimedwait makes the loop race-free.
     for sig in WAITED:
@@ -331,6 +347,12 @@ def main(argv: list[str]) -> int:
     set_plain_title("/sbin/init", "init")
     socket.sethostname(hostname)
     make_mounts(node_dir)
+    if cgroups is not None:
+        nodecg.mount_hierarchies(cgroups, mount)
+        tree = nodecg.Tree(cgroups)
+        # Where a real node's PID 1 (systemd) lives.
+        tree.place(0, nodecg.unit_placement("init.scope"))
+        SSH_PROCS.extend(tree.procs_files(nodecg.unit_placement("system.slice/ssh.service")))
     os.chdir("/")
     Init(node_dir, address).run()
     return 0

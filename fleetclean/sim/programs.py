@@ -43,9 +43,35 @@ else:  # run as a script: the sibling module is found through sys.path[0]
     from proctitle import set_plain_title, set_title  # type: ignore[import-not-found,no-redef]
 
 READY_FD = "FLEETCLEAN_SIM_READY_FD"
+READY_PATH = "FLEETCLEAN_SIM_READY_PATH"
 PERSISTENCE = "/run/fleetclean/persistence.json"
 PERSISTENCED_PID = "/run/nvidia-persistenced/nvidia-persistenced.pid"
 STUCKFS = "/run/fleetclean-stuck"  # stuckfs.MOUNTPOINT
+
+
+def node_pid() -> int:
+    """This process's PID as the node sees it: /proc is the node's, so /proc/self names it
+    even inside a container's own PID namespace (where getpid() may be 1)."""
+    try:
+        return int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        return os.getpid()
+
+
+def open_ready_path() -> None:
+    """A supervisor started us (a unit, a container, a tmux pane): readiness goes to the
+    FIFO the launcher named, opened once here so that every process of the workload
+    inherits it. Gone (a restart, long after the launcher): nobody is waiting."""
+    path = os.environ.pop(READY_PATH, None)
+    if path is None or READY_FD in os.environ:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return
+    os.set_blocking(fd, True)
+    os.set_inheritable(fd, True)
+    os.environ[READY_FD] = str(fd)
 
 
 def report_ready() -> None:
@@ -53,7 +79,7 @@ def report_ready() -> None:
     if fd is None:
         return
     try:
-        os.write(int(fd), f"{os.getpid()}\n".encode())
+        os.write(int(fd), f"{node_pid()}\n".encode())
         os.close(int(fd))
     except OSError:
         pass
@@ -126,13 +152,14 @@ def pad(spec: dict[str, Any]) -> str:
 
 def main(argv: list[str]) -> int:
     spec: dict[str, Any] = json.loads(argv[1])
+    open_ready_path()
     apply_title(spec)
     role = spec["role"]
     if role == "supervisor":
         # The supervisor reports itself; its first child reports through the same pipe.
         fd = os.environ.get(READY_FD)
         if fd is not None:
-            os.write(int(fd), f"{os.getpid()}\n".encode())
+            os.write(int(fd), f"{node_pid()}\n".encode())
         supervise(spec)
         return 0
     if role == "persistenced":

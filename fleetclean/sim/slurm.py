@@ -33,6 +33,7 @@ from fleetclean.sim.slurm_conf import (
     FIRST_PORT,
     SlurmLayout,
     SlurmNode,
+    cgroup_conf,
     free_ports,
     gres_conf,
     listening_ports,
@@ -105,7 +106,8 @@ def prepare(state_dir: Path) -> None:
         path.chmod(0o755)
 
 
-def start(state_dir: Path, nodes: Sequence[SimNode], subnet: int = 0) -> None:
+def start(state_dir: Path, nodes: Sequence[SimNode], subnet: int = 0,
+          cgroup_mode: str = "none") -> None:
     """Write the config, start munged, slurmctld and every slurmd, and wait until
     ``sinfo`` shows every node idle. Raises SimError (with the log that says why) when a
     daemon will not start; the caller takes the fleet down."""
@@ -119,7 +121,9 @@ def start(state_dir: Path, nodes: Sequence[SimNode], subnet: int = 0) -> None:
     ]
     host = socket.gethostname().split(".")[0]
     cpus = os.cpu_count() or 1
-    nodes_mod.write_atomic(layout.conf, slurm_conf(layout, host, ports[0], slurm_nodes, cpus))
+    conf = slurm_conf(layout, host, ports[0], slurm_nodes, cpus, cgroup_mode=cgroup_mode)
+    nodes_mod.write_atomic(layout.conf, conf)
+    nodes_mod.write_atomic(layout.dir / "cgroup.conf", cgroup_conf(cgroup_mode))
     nodes_mod.write_atomic(layout.gres, gres_conf(slurm_nodes))
     deadline = time.monotonic() + START_TIMEOUT_S
     _start_munged(layout, pid_file, deadline)
@@ -184,8 +188,8 @@ def _start_slurmd(layout: SlurmLayout, pid_file: Path, sim_node: SimNode) -> Non
     the node's init, inside the node's PID, mount and UTS namespaces (hostname nodeNN)."""
     (sim_node.dir / "slurmd").mkdir(exist_ok=True)
     (sim_node.dir / "slurmd.pid").unlink(missing_ok=True)
-    argv = ["nsenter", "-t", str(sim_node.init_pid), "-p", "-m", "-u", "--"]
-    argv += ["/usr/sbin/slurmd", "-f", str(layout.conf), "-N", sim_node.name]
+    slurmd = ["/usr/sbin/slurmd", "-f", str(layout.conf), "-N", sim_node.name]
+    argv = nodes_mod.nsenter(sim_node, slurmd, "system.slice/slurmd.service", uts=True)
     done = subprocess.run(
         argv, env=nodes_mod.node_env(), capture_output=True, text=True, timeout=30, check=False
     )

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetclean.sim.layout import IN_NODE_DIR
+from fleetclean.sim.layout import IN_NODE_DIR, PACKAGE_DIR
 
 CLUSTER = "fleetclean-sim"
 # Every node is in the default partition ``gpu``; the first node is also in ``debug``, so
@@ -121,14 +121,21 @@ def listening_ports() -> set[int]:
 
 
 def slurm_conf(
-    layout: SlurmLayout, host: str, ctld_port: int, nodes: Sequence[SlurmNode], cpus: int
+    layout: SlurmLayout,
+    host: str,
+    ctld_port: int,
+    nodes: Sequence[SlurmNode],
+    cpus: int,
+    *,
+    cgroup_mode: str = "none",
 ) -> str:
     """``slurm.conf`` for one controller on ``host`` and ``nodes``.
 
-    proctrack/linuxproc and task/none: no cgroups, so a job's orphans outlive it (as on
-    many real clusters, and what fleetclean exists to clean up). ``config_overrides``:
-    the nodes share this machine's CPUs and memory, so the config, not the hardware, says
-    what each node has. No accounting.
+    proctrack/linuxproc: a job's orphans outlive it (as on many real clusters, and what
+    fleetclean exists to clean up). Job steps go into cgroups as on a real node of the
+    fleet's cgroup mode (see :func:`task_settings`). ``config_overrides``: the nodes share
+    this machine's CPUs and memory, so the config, not the hardware, says what each node
+    has. No accounting.
     """
     lines = [
         f"ClusterName={CLUSTER}",
@@ -147,8 +154,7 @@ def slurm_conf(
         f"SlurmdLogFile={IN_NODE_DIR}/slurmd.log",
         "SlurmdParameters=config_overrides",
         "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "JobAcctGatherType=jobacct_gather/none",
+        *task_settings(cgroup_mode),
         "AccountingStorageType=accounting_storage/none",
         "JobCompType=jobcomp/none",
         "SchedulerType=sched/backfill",
@@ -172,6 +178,47 @@ def slurm_conf(
     gpu, debug = PARTITIONS
     lines.append(f"PartitionName={gpu} Nodes={names} Default=YES MaxTime=INFINITE State=UP")
     lines.append(f"PartitionName={debug} Nodes={nodes[0].name} MaxTime=INFINITE State=UP")
+    return "\n".join(lines) + "\n"
+
+
+TASK_PROLOG = PACKAGE_DIR / "slurm_task_prolog.sh"
+
+
+def task_settings(cgroup_mode: str) -> list[str]:
+    """Where job steps' tasks go. On a cgroup-v1 node, Slurm's own cgroup/v1 plugin puts
+    them in ``/slurm_NODE/uid_U/job_J/step_S/task_T`` (task/cgroup with ConstrainCores for
+    cpuset, jobacct_gather/cgroup for memory and cpuacct; no memory limit: the nodes
+    declare none). Slurm 22.05's cgroup/v2 plugin needs systemd and a machine with no v1
+    hierarchy at all, so on a v2 node a TaskProlog places each task where it would, in
+    ``system.slice/slurmstepd.scope/job_J/step_S/user/task_T``.
+
+    >>> task_settings("v1")[:2]
+    ['TaskPlugin=task/cgroup', 'JobAcctGatherType=jobacct_gather/cgroup']
+    >>> task_settings("v2")[2].endswith("slurm_task_prolog.sh")
+    True
+    """
+    if cgroup_mode == "v1":
+        return ["TaskPlugin=task/cgroup", "JobAcctGatherType=jobacct_gather/cgroup"]
+    lines = ["TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none"]
+    if cgroup_mode == "v2":
+        lines.append(f"TaskProlog={TASK_PROLOG}")
+    return lines
+
+
+def cgroup_conf(cgroup_mode: str) -> str:
+    """``cgroup.conf``. Without the v1 plugin at work, it is pointed at an empty directory:
+    slurmd always loads a cgroup plugin, and would otherwise refuse a node whose
+    /sys/fs/cgroup is cgroup2 on a machine that also has v1 ("Hybrid mode is not
+    supported"), or write into this machine's own hierarchies in a fleet without cgroups.
+
+    >>> cgroup_conf("v1").splitlines()[:2]
+    ['CgroupPlugin=cgroup/v1', 'CgroupAutomount=no']
+    """
+    lines = ["CgroupPlugin=cgroup/v1", "CgroupAutomount=no"]
+    if cgroup_mode == "v1":
+        lines += ["ConstrainCores=yes", "ConstrainRAMSpace=no", "ConstrainDevices=no"]
+    else:
+        lines.append(f"CgroupMountpoint={IN_NODE_DIR}/slurmd")
     return "\n".join(lines) + "\n"
 
 

@@ -59,6 +59,7 @@ from fleetclean.engine.stages import (
     signal,
 )
 from fleetclean.engine.stages.base import RecordReader, StageType
+from fleetclean.engine.stages.owner import OWNER
 from fleetclean.engine.stages.verify import VERIFY
 
 GENERIC_RECORDS = ("begin", "lock", "stage", "match", "signal", "stuck", "unstuck", "change",
@@ -102,8 +103,9 @@ def stage_type(name: str) -> StageType:
 
 
 def record_readers() -> dict[str, RecordReader]:
-    """Every stage-specific record kind (the verification's included) with its reader."""
-    readers: dict[str, RecordReader] = dict(VERIFY.records)
+    """Every stage-specific record kind (the verification's and owner attribution's
+    included) with its reader."""
+    readers: dict[str, RecordReader] = {**VERIFY.records, **OWNER.records}
     for stype in STAGE_TYPES.values():
         readers.update(stype.records)
     return readers

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetclean.engine.checks import Check, text
 from fleetclean.engine.model import Location, ResolvedStage
-from fleetclean.models import GpuReset, ProcessRef, Signalled, StageResult
+from fleetclean.models import GpuReset, Owner, ProcessRef, Signalled, StageResult
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable
@@ -94,6 +94,7 @@ class Readings:
     stuck: dict[int, str] = field(default_factory=dict)  # pid -> cmdline, state D after KILL
     left: list[ProcessRef] = field(default_factory=list)  # parents of killed holders, alive
     resets: list[GpuReset] = field(default_factory=list)  # gpu-reset's, one per GPU
+    owners: dict[int, Owner] = field(default_factory=dict)
 
 
 RecordReader = Callable[[Readings, list[str]], None]

@@ -66,6 +66,7 @@ fc_stage_gpu_holders() {
     else
         fc_keep_unprotected "${hits[@]}"
     fi
+    fc_owner_records "${FC_TARGETS[@]}"
     fc_act_on_targets "$opt_signal" "$opt_grace_ms" "$opt_kill_wait_ms"
     FC_MESSAGE="$FC_NVSMI_NOTE$FC_MESSAGE"
 }

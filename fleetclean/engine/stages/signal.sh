@@ -12,5 +12,6 @@ fc_stage_signal() {
     else
         fc_keep_unprotected "${FC_HITS[@]}"
     fi
+    fc_owner_records "${FC_TARGETS[@]}"
     fc_act_on_targets "$opt_signal" "$opt_grace_ms" "$opt_kill_wait_ms"
 }

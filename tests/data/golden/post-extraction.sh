@@ -22,6 +22,8 @@
 
 # [lib-kill.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
+# [owner.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
 # [guard.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [signal.sh: packaged bash, pinned by tests/data/golden/templates.sha256]

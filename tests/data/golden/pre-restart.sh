@@ -17,6 +17,8 @@
 
 # [lib-kill.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
+# [owner.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
 # [signal.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [gpu-holders.sh: packaged bash, pinned by tests/data/golden/templates.sha256]

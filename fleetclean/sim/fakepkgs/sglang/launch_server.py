@@ -38,12 +38,27 @@ def start_worker(programs: str, spec: Mapping[str, object], env: dict[str, str])
     return pid
 
 
+def _open_ready_path() -> None:
+    # As programs.open_ready_path: a supervisor started us, readiness goes to a FIFO.
+    path = os.environ.pop("FLEETCLEAN_SIM_READY_PATH", None)
+    if path is None or "FLEETCLEAN_SIM_READY_FD" in os.environ:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return
+    os.set_blocking(fd, True)
+    os.set_inheritable(fd, True)
+    os.environ["FLEETCLEAN_SIM_READY_FD"] = str(fd)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="sglang.launch_server")
     parser.add_argument("--model-path", default="")
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--port", type=int, default=30000)
     parser.parse_known_args(argv)
+    _open_ready_path()
     gpus = [int(g) for g in os.environ.get("FLEETCLEAN_SIM_GPUS", "0").split(",") if g]
     programs = os.environ["FLEETCLEAN_SIM_PROGRAMS"]
     # Auto-reap: a worker killed on its own must not linger as a zombie child.
@@ -78,7 +93,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_term)
     ready = os.environ.pop("FLEETCLEAN_SIM_READY_FD", None)
     if ready is not None:
-        os.write(int(ready), f"{os.getpid()}\n".encode())
+        os.write(int(ready), f"{os.readlink('/proc/self')}\n".encode())
         os.close(int(ready))
     while True:
         signal.pause()

@@ -1,0 +1,203 @@
+# shellcheck shell=bash disable=SC2034
+# fleetclean owner attribution: who runs a process, from /proc/PID/cgroup and its ancestors.
+#
+# fc_owner PID sets FC_OWNER_KIND, FC_OWNER_ID and FC_OWNER_NAME:
+#
+#   kind        id                                  name
+#   systemd     unit (vllm.service); a user unit:   the unit (jupyter.service)
+#               user@1000.service/jupyter.service
+#   docker      container id (64 hex)               its short form (12 hex)
+#   kubernetes  pod UID (or empty)                  container id (64 hex, or empty)
+#   slurm       job id (4242)                       job.step (4242.0, 4242.batch)
+#   tmux        the tmux server's pid               the session ($0, from $TMUX)
+#   screen      the SCREEN process's pid            the session (12345.train, from $STY)
+#   plain       (empty)                             (empty)
+#
+# From the cgroup (cgroup v2 "0::/..." and v1 "N:controllers:/..." lines): the innermost
+# recognised component of a path wins, except that any kubepods component makes it
+# Kubernetes; components above the node's own root (the parent of PID 1's cgroup, e.g.
+# LXD's /lxc.payload.NAME) are ignored. On v1 the controller lines decide for containers,
+# pods and jobs (with the cgroupfs driver, name=systemd and cgroup2 may still name the
+# service that started them), then cgroup2, then name=systemd. A container, pod or job
+# wins; else an ancestor "slurmstepd: [J.S]", "tmux: server" or SCREEN (the innermost); else
+# a systemd unit; else plain.
+#
+# Pure and cheap: reads /proc/PID/cgroup, /proc/1/cgroup once, /proc/PID/environ only for
+# tmux and screen, and the process table fc_scan filled (FC_PPID, FC_COMM, FC_CMD,
+# FC_ARGV0); builtins only, no fork. ${FC_PROC:-/proc} lets tests read captured texts.
+
+declare -gA FC_CG_ROOT=() FC_OWNER_DONE=()
+FC_CG_ROOTS_READ=0
+FC_OWNER_KIND="" FC_OWNER_ID="" FC_OWNER_NAME=""
+
+# The node's root in each hierarchy (key "v2" for cgroup2): the parent of PID 1's cgroup,
+# from FILE (default /proc/1/cgroup); "" when PID 1 sits at / or in /init.scope.
+fc_owner_roots() {
+    local file=${1:-${FC_PROC:-/proc}/1/cgroup} line key path
+    FC_CG_ROOT=()
+    FC_CG_ROOTS_READ=1
+    [[ -r $file ]] || return 0
+    while IFS= read -r line; do
+        [[ $line == *:*:* ]] || continue
+        key=${line#*:}
+        key=${key%%:*}
+        path=${line#*:*:}
+        FC_CG_ROOT[${key:-v2}]=${path%/*}
+    done <"$file"
+}
+
+# fc_owner_path PATH: the owner one cgroup path names, as O_KIND/O_ID/O_NAME ("" if none).
+fc_owner_path() {
+    local path=$1 c rest uid="" ctr="" kube=0 slurm=0 job="" step="" manager="" prev=""
+    O_KIND="" O_ID="" O_NAME=""
+    local -a parts=()
+    IFS=/ read -r -a parts <<<"${path#/}"
+    for c in "${parts[@]}"; do
+        if [[ $c == *kubepods* ]]; then
+            # kubepods-besteffort-pod<uid>.slice (systemd driver, "_" for "-"), or the
+            # ".slice:cri-containerd:<id>" form of a containerd that mixes both drivers.
+            kube=1
+            rest=${c%%.slice*}
+            [[ $rest == *-pod* ]] && uid=${rest##*-pod} && uid=${uid//_/-}
+            [[ $c == *:*:* ]] && ctr=${c##*:}
+        elif ((kube)) && [[ $c =~ ^pod([0-9a-fA-F-]{32,36})$ ]]; then
+            uid=${BASH_REMATCH[1]}
+        elif ((kube)) && [[ $c =~ ^((cri-containerd|crio|docker)-)?([0-9a-f]{64})(\.scope)?$ ]]; then
+            ctr=${BASH_REMATCH[3]}
+        elif [[ $c =~ ^docker-([0-9a-f]{64})\.scope$ ]] ||
+            [[ $prev == docker && $c =~ ^([0-9a-f]{64})$ ]]; then
+            O_KIND=docker O_ID=${BASH_REMATCH[1]} O_NAME=${BASH_REMATCH[1]:0:12}
+        elif [[ $c == slurm || $c == slurm_* || $c == *slurmstepd.scope ]]; then
+            slurm=1
+        elif ((slurm)) && [[ $c =~ ^job_([0-9]+)$ ]]; then
+            job=${BASH_REMATCH[1]} step=""
+            O_KIND=slurm O_ID=$job O_NAME=$job
+        elif ((slurm)) && [[ -n $job && $c =~ ^step_(.+)$ ]]; then
+            step=${BASH_REMATCH[1]}
+            O_NAME=$job.$step
+        elif [[ $c =~ ^user@([0-9]+)\.service$ ]]; then
+            manager=$c
+            O_KIND=systemd O_ID=$c O_NAME=$c
+        elif [[ $c == ?*.service ]]; then
+            O_KIND=systemd O_ID=${manager:+$manager/}$c O_NAME=$c
+        fi
+        prev=$c
+    done
+    if ((kube)); then
+        O_KIND=kubernetes O_ID=$uid O_NAME=$ctr
+    fi
+}
+
+# fc_owner_cgroup FILE: the owner a /proc/PID/cgroup text names (see the rules above);
+# sets FC_OWNER_*; kind "" when the cgroups name none.
+fc_owner_cgroup() {
+    local file=$1 line key path root k
+    local -A found_kind=() found_id=() found_name=()
+    ((FC_CG_ROOTS_READ)) || fc_owner_roots
+    FC_OWNER_KIND="" FC_OWNER_ID="" FC_OWNER_NAME=""
+    [[ -r $file ]] || return 0
+    while IFS= read -r line; do
+        [[ $line == *:*:* ]] || continue
+        key=${line#*:}
+        key=${key%%:*}
+        path=${line#*:*:}
+        root=${FC_CG_ROOT[${key:-v2}]:-}
+        if [[ -n $root && ($path == "$root" || $path == "$root"/*) ]]; then
+            path=${path#"$root"}
+        fi
+        fc_owner_path "$path"
+        [[ -n $O_KIND ]] || continue
+        case $key in
+            "") k=v2 ;;
+            name=systemd) k=systemd ;;
+            name=*) continue ;;
+            *) k=controller ;;
+        esac
+        # Controllers speak for containers, pods and jobs only: with task/cgroup, Slurm
+        # moves a task into cpuset and memory while devices still reads slurmd.service.
+        [[ $k == controller && $O_KIND == systemd ]] && continue
+        # The first controller line that names something is the controllers' word.
+        [[ -n ${found_kind[$k]:-} ]] && continue
+        found_kind[$k]=$O_KIND found_id[$k]=$O_ID found_name[$k]=$O_NAME
+    done <"$file"
+    for k in controller v2 systemd; do
+        case ${found_kind[$k]:-} in
+            docker | kubernetes | slurm)
+                FC_OWNER_KIND=${found_kind[$k]} FC_OWNER_ID=${found_id[$k]}
+                FC_OWNER_NAME=${found_name[$k]}
+                return 0
+                ;;
+        esac
+    done
+    for k in systemd v2; do
+        if [[ ${found_kind[$k]:-} == systemd ]]; then
+            FC_OWNER_KIND=systemd FC_OWNER_ID=${found_id[$k]} FC_OWNER_NAME=${found_name[$k]}
+            return 0
+        fi
+    done
+}
+
+# fc_owner_ancestry PID: the innermost ancestor that is a slurmstepd, a tmux server or a
+# SCREEN, from the process table; sets FC_OWNER_* and succeeds, or fails.
+fc_owner_ancestry() {
+    local pid=$1 p=${FC_PPID[$1]:-0} n=0 base
+    while [[ -n $p && $p != 0 && $p != 1 ]] && ((n++ < 64)); do
+        if [[ ${FC_CMD[$p]:-} =~ ^slurmstepd:\ \[([0-9]+)(\+[0-9]+)?\.([^]]+)\] ]]; then
+            FC_OWNER_KIND=slurm FC_OWNER_ID=${BASH_REMATCH[1]}
+            FC_OWNER_NAME=${BASH_REMATCH[1]}.${BASH_REMATCH[3]}
+            return 0
+        fi
+        base=${FC_ARGV0[$p]:-}
+        base=${base##*/}
+        if [[ ${FC_COMM[$p]:-} == "tmux: server" ]]; then
+            fc_owner_env "$pid" TMUX
+            REPLY=${REPLY##*,}
+            FC_OWNER_KIND=tmux FC_OWNER_ID=$p FC_OWNER_NAME=${REPLY:+\$$REPLY}
+            return 0
+        fi
+        if [[ $base == SCREEN ]]; then
+            fc_owner_env "$pid" STY
+            FC_OWNER_KIND=screen FC_OWNER_ID=$p FC_OWNER_NAME=$REPLY
+            return 0
+        fi
+        p=${FC_PPID[$p]:-0}
+    done
+    return 1
+}
+
+# fc_owner_env PID NAME: REPLY = the value of NAME in PID's environment ("" if none).
+fc_owner_env() {
+    local -a env=()
+    local e
+    REPLY=""
+    { mapfile -d '' -t env <"${FC_PROC:-/proc}/$1/environ"; } 2>/dev/null || return 0
+    for e in "${env[@]}"; do
+        if [[ $e == "$2="* ]]; then
+            REPLY=${e#*=}
+            return 0
+        fi
+    done
+}
+
+# fc_owner PID: the owner of PID; FC_OWNER_KIND is never empty ("plain" at worst).
+fc_owner() {
+    local pid=$1 kind id name
+    fc_owner_cgroup "${FC_PROC:-/proc}/$pid/cgroup"
+    case $FC_OWNER_KIND in
+        docker | kubernetes | slurm) return 0 ;;
+    esac
+    kind=$FC_OWNER_KIND id=$FC_OWNER_ID name=$FC_OWNER_NAME
+    fc_owner_ancestry "$pid" && return 0
+    FC_OWNER_KIND=${kind:-plain} FC_OWNER_ID=$id FC_OWNER_NAME=$name
+}
+
+# One "owner" record per PID for the processes a stage matches or signals, the first time.
+fc_owner_records() {
+    local p
+    for p in "$@"; do
+        [[ -n ${FC_OWNER_DONE[$p]:-} ]] && continue
+        FC_OWNER_DONE[$p]=1
+        fc_owner "$p"
+        fc_rec owner "$p" "$FC_OWNER_KIND" "$FC_OWNER_ID" "$FC_OWNER_NAME"
+    done
+}

@@ -1,0 +1,199 @@
+"""``docker`` on a simulated node: ``ps``, ``inspect``, ``stop``, ``kill``, ``info``, as the
+docker CLI prints them.
+
+Runs inside a node (installed as ``/usr/local/sbin/docker`` once the node has a Docker
+engine; standard library only). ``ps``: the table (``--no-trunc``, ``-a``, ``-q``,
+``--format`` with docker's Go-template fields and a ``table`` prefix); ``inspect``: the JSON
+array, or ``-f``/``--format``; ``stop [-t|--time GRACE]`` and ``kill [-s SIGNAL]`` print each
+container named; errors as the CLI's (``Error response from daemon: No such container: x``,
+exit 1). Without the engine: ``Cannot connect to the Docker daemon at
+unix:///var/run/docker.sock. Is the docker daemon running?``, exit 1.
+
+>>> table([["A", "LONGER"], ["xx", "y"]])
+['A         LONGER', 'xx        y']
+>>> short_command("python3 -m vllm.entrypoints.openai.api_server", trunc=True)
+'"python3 -m vllm.ent…"'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from typing import Any
+
+if __package__:
+    from fleetclean.sim import daemonkit, gotmpl
+    from fleetclean.sim.dockerd import SOCKET
+else:  # run as a script: the sibling modules are found through sys.path[0]
+    import daemonkit  # type: ignore[import-not-found,no-redef]
+    import gotmpl  # type: ignore[import-not-found,no-redef]
+    from dockerd import SOCKET  # type: ignore[import-not-found,no-redef]
+
+NO_DAEMON = ("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+             "Is the docker daemon running?")
+PS_COLUMNS = [("CONTAINER ID", "ID"), ("IMAGE", "Image"), ("COMMAND", "Command"),
+              ("CREATED", "RunningFor"), ("STATUS", "Status"), ("PORTS", "Ports"),
+              ("NAMES", "Names")]
+HEADERS = {"ID": "CONTAINER ID", "RunningFor": "CREATED", "CreatedAt": "CREATED AT"}
+
+
+def table(rows: list[list[str]], minwidth: int = 10, padding: int = 3) -> list[str]:
+    """Go's tabwriter as the docker CLI sets it up (minimum width 10, padding 3); the last
+    column is not padded. crictl's is the same with a minimum width of 20."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for row in rows:
+        cells = [c.ljust(max(minwidth, w + padding))
+                 for c, w in zip(row[:-1], widths, strict=False)]
+        out.append("".join(cells) + row[-1])
+    return out
+
+
+def short_command(command: str, trunc: bool) -> str:
+    """The COMMAND cell: quoted as Go's strconv.Quote, cut to 20 characters with '…'."""
+    if trunc and len(command) > 20:
+        command = command[:19] + "…"
+    return json.dumps(command, ensure_ascii=False)
+
+
+def _row_view(row: dict[str, Any], trunc: bool) -> dict[str, Any]:
+    view = dict(row)
+    view["ID"] = row["ID"][:12] if trunc else row["ID"]
+    view["Command"] = short_command(row["Command"], trunc)
+    labels = row.get("Labels") or {}
+    view["Labels"] = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    view["Label"] = lambda key: labels.get(key, "")
+    view["Mounts"] = view["Networks"] = view["Size"] = ""
+    return view
+
+
+def ps(args: argparse.Namespace) -> int:
+    rows = daemonkit.call(SOCKET, {"op": "ps", "all": args.all})["containers"]
+    trunc = not args.no_trunc
+    views = [_row_view(r, trunc) for r in rows]
+    if args.quiet:
+        for view in views:
+            print(view["ID"])
+        return 0
+    if args.format:
+        fmt = gotmpl.unescape(args.format)
+        if fmt.startswith("table"):
+            fmt = fmt[5:].strip()
+            head = gotmpl.render(fmt, {k: HEADERS.get(k, k.upper()) for k in views[0]} if views
+                                 else _header_view())
+            lines = [head] + [gotmpl.render(fmt, v) for v in views]
+            print("\n".join(_tabbed(lines)))
+            return 0
+        for view in views:
+            print(gotmpl.render(fmt, view))
+        return 0
+    cells = [[h for h, _ in PS_COLUMNS]] + [[str(v[k]) for _, k in PS_COLUMNS] for v in views]
+    print("\n".join(line.rstrip() for line in table(cells)))
+    return 0
+
+
+def _header_view() -> dict[str, Any]:
+    keys = ["ID", "Image", "Command", "CreatedAt", "RunningFor", "Ports", "State", "Status",
+            "Size", "Names", "Labels", "Mounts", "Networks"]
+    view: dict[str, Any] = {k: HEADERS.get(k, k.upper()) for k in keys}
+    view["Label"] = lambda key: "LABEL"
+    return view
+
+
+def _tabbed(lines: list[str]) -> list[str]:
+    rows = [line.split("\t") for line in lines]
+    width = max(len(r) for r in rows)
+    return table([r + [""] * (width - len(r)) for r in rows])
+
+
+def inspect(args: argparse.Namespace) -> int:
+    objects = daemonkit.call(SOCKET, {"op": "inspect", "refs": args.names})["objects"]
+    found = [o for o in objects if o is not None]
+    missing = [n for n, o in zip(args.names, objects, strict=True) if o is None]
+    for obj in found:
+        obj.pop("CgroupDriver", None)
+    if args.format:
+        fmt = gotmpl.unescape(args.format)
+        for obj in found:
+            print(gotmpl.render(fmt, obj))
+    else:
+        print(json.dumps(found, indent=4))
+    for name in missing:
+        print(f"Error: No such object: {name}", file=sys.stderr)
+    return 1 if missing else 0
+
+
+def stop_or_kill(args: argparse.Namespace) -> int:
+    rc = 0
+    for name in args.names:
+        req: dict[str, Any] = {"op": args.command, "ref": name}
+        if args.command == "stop":
+            req["t"] = args.time
+        else:
+            req["signal"] = _signal_number(args.signal)
+        answer = daemonkit.call(SOCKET, req)
+        if "error" in answer:
+            print(f"Error response from daemon: {answer['error']}", file=sys.stderr)
+            rc = 1
+        else:
+            print(name)
+    return rc
+
+
+def _signal_number(name: str) -> int:
+    if name.isdigit():
+        return int(name)
+    name = name.upper()
+    return int(getattr(signal, name if name.startswith("SIG") else "SIG" + name))
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="docker")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("ps")
+    p.add_argument("-a", "--all", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--no-trunc", action="store_true")
+    p.add_argument("--format", default="")
+    i = sub.add_parser("inspect")
+    i.add_argument("-f", "--format", default="")
+    i.add_argument("--type", default="")
+    i.add_argument("names", nargs="+")
+    s = sub.add_parser("stop")
+    s.add_argument("-t", "--time", "--timeout", type=int, default=10)
+    s.add_argument("names", nargs="+")
+    k = sub.add_parser("kill")
+    k.add_argument("-s", "--signal", default="KILL")
+    k.add_argument("names", nargs="+")
+    sub.add_parser("info").add_argument("-f", "--format", default="")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    # `docker container ls|inspect|stop|kill` are the same commands.
+    if argv[:1] == ["container"]:
+        argv = [{"ls": "ps", "list": "ps"}.get(argv[1], argv[1]), *argv[2:]] if argv[1:] else []
+    args = parse_args(argv)
+    try:
+        if args.command == "ps":
+            return ps(args)
+        if args.command == "inspect":
+            return inspect(args)
+        if args.command == "info":
+            info = daemonkit.call(SOCKET, {"op": "info"})
+            print(gotmpl.render(gotmpl.unescape(args.format), info) if args.format
+                  else f"Cgroup Driver: {info['CgroupDriver']}")
+            return 0
+        return stop_or_kill(args)
+    except daemonkit.Unavailable:
+        print(NO_DAEMON, file=sys.stderr)
+        return 1
+    except gotmpl.TemplateError as exc:
+        print(f"template parsing error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

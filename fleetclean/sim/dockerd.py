@@ -1,0 +1,277 @@
+"""The simulated node's Docker engine: containers with restart policies, as dockerd runs them.
+
+Runs inside a node as the ``docker.service`` unit (``python3 dockerd.py --cgroup-driver
+systemd|cgroupfs``, titled ``/usr/bin/dockerd -H fd:// ...``); the ``docker`` CLI
+(``dockercli.py``) talks to it on ``/run/docker.sock`` (its own JSON requests, not the
+Engine API). Each start is a shim and a container init (``containers.py``) in
+``system.slice/docker-ID.scope`` (systemd driver) or ``/docker/ID`` (cgroupfs driver).
+
+Restart policies as docker's restart manager applies them: ``always`` and
+``unless-stopped`` restart whatever the exit, ``on-failure[:N]`` after a non-zero exit (at
+most N times), ``no`` never; after 100 ms, doubling while the container keeps dying within
+10 s, at most a minute. ``docker stop`` and ``docker kill`` mark the container stopped by
+hand: it is not restarted (moby's killWithSignal: ExitOnNext, HasBeenManuallyStopped). A
+signal sent to its process by anyone else is a crash: it is restarted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import signal
+import sys
+import time
+from typing import Any
+
+if __package__:
+    from fleetclean.sim import containers, daemonkit, nodecg
+    from fleetclean.sim.proctitle import set_plain_title
+else:  # run as a script: the sibling modules are found through sys.path[0]
+    import containers  # type: ignore[import-not-found,no-redef]
+    import daemonkit  # type: ignore[import-not-found,no-redef]
+    import nodecg  # type: ignore[import-not-found,no-redef]
+    from proctitle import set_plain_title  # type: ignore[import-not-found,no-redef]
+
+SOCKET = "/run/docker.sock"
+TITLE = "/usr/bin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock"
+CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_ADJECTIVES = ("admiring", "bold", "eager", "focused", "gifted", "jolly", "quirky", "vibrant")
+_NAMES = ("curie", "hopper", "lovelace", "noether", "ritchie", "shannon", "turing", "wozniak")
+
+
+class Container:
+    """One container and its state (docker inspect's State)."""
+
+    def __init__(self, cid: str, name: str, env: dict[str, str], req: dict[str, Any]) -> None:
+        self.id, self.name, self.env = cid, name, env
+        self.image = str(req.get("image", "ubuntu:22.04"))
+        self.argv, self.labels = list(req["argv"]), dict(req.get("labels", {}))
+        # What docker run was given (Path, Args, Cmd), not the simulator's own program.
+        self.command = list(req.get("command") or []) or self.argv
+        policy, _, retries = str(req.get("restart", "no")).partition(":")
+        self.policy, self.max_retries = policy or "no", int(retries or 0)
+        self.status = "created"
+        self.pid = self.exit_code = self.restart_count = self.failures = 0
+        self.created = time.time()
+        self.started_at = self.finished_at = 0.0
+        self.manual = False
+        self.waiters: list[daemonkit.Reply] = []
+        self.timer: int | None = None
+
+    def inspect(self, driver: str) -> dict[str, Any]:
+        """The part of docker inspect's JSON fleetclean and people read."""
+        image_id = "sha256:" + hashlib.sha256(self.image.encode()).hexdigest()
+        env = [f"{k}={v}" for k, v in self.env.items()]
+        return {
+            "Id": self.id,
+            "Created": containers.iso(self.created),
+            "Path": self.command[0],
+            "Args": self.command[1:],
+            "State": {
+                "Status": self.status,
+                "Running": self.status in ("running", "restarting"),
+                "Paused": False,
+                "Restarting": self.status == "restarting",
+                "OOMKilled": False,
+                "Dead": False,
+                "Pid": self.pid if self.status == "running" else 0,
+                "ExitCode": self.exit_code,
+                "Error": "",
+                "StartedAt": containers.iso(self.started_at),
+                "FinishedAt": containers.iso(self.finished_at),
+            },
+            "Image": image_id,
+            "Name": "/" + self.name,
+            "RestartCount": self.restart_count,
+            "Driver": "overlay2",
+            "Platform": "linux",
+            "HostConfig": {
+                "RestartPolicy": {"Name": self.policy, "MaximumRetryCount": self.max_retries},
+                "CgroupParent": "",
+                "Runtime": "runc",
+            },
+            "Config": {
+                "Hostname": self.id[:12],
+                "Env": env,
+                "Cmd": self.command,
+                "Image": self.image,
+                "Entrypoint": None,
+                "Labels": self.labels,
+            },
+            "CgroupDriver": driver,
+        }
+
+    def ps_row(self) -> dict[str, Any]:
+        now = time.time()
+        if self.status == "running":
+            status = "Up " + containers.human_duration(now - self.started_at)
+        elif self.status == "restarting":
+            ago = containers.human_duration(now - self.finished_at)
+            status = f"Restarting ({self.exit_code}) {ago} ago"
+        elif self.status == "exited":
+            ago = containers.human_duration(now - self.finished_at)
+            status = f"Exited ({self.exit_code}) {ago} ago"
+        else:
+            status = "Created"
+        return {
+            "ID": self.id,
+            "Image": self.image,
+            "Command": " ".join(self.command),
+            "CreatedAt": time.strftime("%Y-%m-%d %H:%M:%S +0000 UTC", time.gmtime(self.created)),
+            "RunningFor": containers.human_duration(now - self.created) + " ago",
+            "Ports": "",
+            "State": self.status,
+            "Status": status,
+            "Names": self.name,
+            "Labels": self.labels,
+        }
+
+
+class Engine:
+    """The daemon's state and its answers to the CLI."""
+
+    def __init__(self, loop: daemonkit.Loop, driver: str) -> None:
+        self.loop, self.driver = loop, driver
+        self.tree = nodecg.Tree.load()
+        self.containers: dict[str, Container] = {}
+
+    def cgroup(self, c: Container) -> str:
+        if self.driver == "systemd":
+            return f"system.slice/docker-{c.id}.scope"
+        return f"docker/{c.id}"
+
+    def find(self, ref: str) -> Container | None:
+        """By id, unique id prefix, or name (with or without its leading slash)."""
+        ref = ref.lstrip("/")
+        if ref in self.containers:
+            return self.containers[ref]
+        by_name = [c for c in self.containers.values() if c.name == ref]
+        if by_name:
+            return by_name[0]
+        prefixed = [c for c in self.containers.values() if c.id.startswith(ref)]
+        return prefixed[0] if len(prefixed) == 1 and len(ref) >= 1 else None
+
+    def handle(self, req: dict[str, Any], reply: daemonkit.Reply) -> None:
+        op = req.get("op")
+        if op == "run":
+            reply(self.run(req))
+        elif op == "ps":
+            shown = [c for c in self.containers.values()
+                     if req.get("all") or c.status in ("running", "restarting")]
+            shown.sort(key=lambda c: -c.created)
+            reply({"ok": True, "containers": [c.ps_row() for c in shown]})
+        elif op == "inspect":
+            found = [self.find(r) for r in req.get("refs", [])]
+            reply({"ok": True, "objects": [c.inspect(self.driver) if c else None for c in found]})
+        elif op == "info":
+            reply({"ok": True, "CgroupDriver": self.driver, "Containers": len(self.containers)})
+        elif op in ("stop", "kill"):
+            self.stop_or_kill(op, req, reply)
+        else:
+            reply({"error": f"unknown operation {op!r}", "status": 400})
+
+    def run(self, req: dict[str, Any]) -> dict[str, Any]:
+        name = str(req.get("name") or f"{random.choice(_ADJECTIVES)}_{random.choice(_NAMES)}")
+        taken = self.find(name)
+        if taken is not None and taken.name == name:
+            return {"error": f'Conflict. The container name "/{name}" is already in use by '
+                    f'container "{taken.id}". You have to remove (or rename) that container '
+                    "to be able to reuse that name.", "status": 409}
+        cid = containers.new_id()
+        env = {"PATH": CONTAINER_PATH, "HOSTNAME": cid[:12], "HOME": "/root", **req.get("env", {})}
+        c = Container(cid, name, env, req)
+        self.containers[cid] = c
+        self._start(c)
+        return {"ok": True, "id": cid}
+
+    def _start(self, c: Container) -> None:
+        c.timer = None
+        title = f"/usr/bin/containerd-shim-runc-v2 -namespace moby -id {c.id} -address " \
+                f"{containers.CONTAINERD_SOCK}"
+        _, c.pid = containers.start(self.loop, argv=c.argv, env=c.env, cgroup=self.cgroup(c),
+                                    shim_title=title, on_exit=lambda code: self._exited(c, code))
+        c.status, c.started_at = "running", time.time()
+
+    def _exited(self, c: Container, code: int) -> None:
+        now = time.time()
+        ran = now - c.started_at
+        c.status, c.exit_code, c.finished_at, c.pid = "exited", code, now, 0
+        self.tree.remove(self.cgroup(c))
+        waiters, c.waiters = c.waiters, []
+        for reply in waiters:
+            reply({"ok": True})
+        if c.manual or not self._restarts(c, code):
+            return
+        c.failures = 0 if ran >= 10 else c.failures + 1
+        c.status = "restarting"
+        c.timer = self.loop.after(containers.backoff(max(0, c.failures - 1)),
+                                  lambda: self._restart(c))
+
+    def _restarts(self, c: Container, code: int) -> bool:
+        if c.policy in ("always", "unless-stopped"):
+            return True
+        if c.policy == "on-failure":
+            return code != 0 and (c.max_retries == 0 or c.restart_count < c.max_retries)
+        return False
+
+    def _restart(self, c: Container) -> None:
+        if c.status != "restarting" or c.manual:
+            return
+        c.restart_count += 1
+        self._start(c)
+
+    def stop_or_kill(self, op: str, req: dict[str, Any], reply: daemonkit.Reply) -> None:
+        ref = str(req.get("ref", ""))
+        c = self.find(ref)
+        if c is None:
+            reply({"error": f"No such container: {ref}", "status": 404})
+            return
+        if c.status == "restarting":
+            # moby: a restarting container counts as running; stop or kill only tell its
+            # restart manager to give up (ExitOnNext), and both succeed.
+            self.loop.cancel(c.timer)
+            c.manual, c.status = True, "exited"
+            reply({"ok": True})
+            return
+        if c.status != "running":
+            if op == "kill":
+                reply({"error": f"cannot kill container: {ref}: container {c.id} is not running",
+                       "status": 409})
+            else:
+                reply({"ok": True})
+            return
+        c.manual = True
+        c.waiters.append(reply)
+        pid = c.pid
+        sig = int(req.get("signal") or signal.SIGKILL) if op == "kill" else signal.SIGTERM
+        nodecg.signal_all([pid], sig)
+        if op == "stop":
+            grace = float(req.get("t", 10))
+            self.loop.after(grace, lambda: self._kill_if_running(c, pid))
+        elif sig != signal.SIGKILL:
+            c.waiters.remove(reply)
+            reply({"ok": True})
+
+
+    def _kill_if_running(self, c: Container, pid: int) -> None:
+        if c.status == "running" and c.pid == pid:
+            nodecg.signal_all([pid], signal.SIGKILL)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="dockerd")
+    parser.add_argument("--cgroup-driver", choices=("systemd", "cgroupfs"), default="cgroupfs")
+    # Only room in the argv area for the title set below (see proctitle.set_plain_title).
+    parser.add_argument("--title-room", default="")
+    args = parser.parse_args(argv)
+    set_plain_title(TITLE, "dockerd")
+    loop = daemonkit.Loop()
+    engine = Engine(loop, args.cgroup_driver)
+    loop.serve(SOCKET, engine.handle)
+    loop.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

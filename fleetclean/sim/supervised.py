@@ -1,0 +1,267 @@
+"""Workloads that a supervisor runs inside a node: a systemd unit, a docker container, a
+Kubernetes pod, a tmux or screen session, a Slurm job. Part of ``launcher.py`` (node side,
+standard library only).
+
+``launch(kind, opts)`` starts the supervisor when the node has none yet (the service
+manager, then ``docker.service`` or ``kubelet.service`` under it: a node with none costs
+nothing), installs its command-line tool in ``/usr/local/sbin``, hands it the workload
+``opts["run"]`` (any plain kind, ``holder`` by default, with its own options), and returns
+the workload's PIDs once every process of it holds its devices: they report on a FIFO
+whose path travels in the environment, as the supervisor passes it on.
+
+Options per kind (all optional): ``service``: ``unit``, ``restart`` (``always``),
+``restart_sec``, ``kill_mode``, ``timeout_stop``, ``user`` (a UID: a user service);
+``container``: ``container`` (its name), ``image``, ``restart`` (``no``), ``driver``
+(``systemd``/``cgroupfs``); ``pod``: ``pod``, ``namespace``, ``container``, ``image``, ``qos``
+(``besteffort``, ``burstable``, ``guaranteed``), ``restart_policy`` (``Always``), ``driver``;
+``tmux``/``screen``: ``session``; ``slurm-job``: ``slurm_conf``, ``node``, ``job_name``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+if __package__:
+    from fleetclean.sim import daemonkit, dockerd, kubelet, launcher, nodecg, svcmgr, unitfile
+else:  # run as a script: the sibling modules are found through sys.path[0]
+    import daemonkit  # type: ignore[import-not-found,no-redef]
+    import dockerd  # type: ignore[import-not-found,no-redef]
+    import kubelet  # type: ignore[import-not-found,no-redef]
+    import launcher  # type: ignore[import-not-found,no-redef]
+    import nodecg  # type: ignore[import-not-found,no-redef]
+    import svcmgr  # type: ignore[import-not-found,no-redef]
+    import unitfile  # type: ignore[import-not-found,no-redef]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = "/usr/local/sbin"  # the node's own bin dir (node.py binds it there)
+READY_PATH = "FLEETCLEAN_SIM_READY_PATH"
+# The options of the workload itself; every other option is the supervisor's.
+WORKLOAD_KEYS = ("gpu", "gpus", "mib", "name", "delay", "model_path", "port", "path", "devices")
+IMAGES = {"vllm": "vllm/vllm-openai:v0.6.3", "sglang": "lmsysorg/sglang:v0.4.1-cu124",
+          "tgi": "ghcr.io/huggingface/text-generation-inference:2.4.0",
+          "triton": "nvcr.io/nvidia/tritonserver:24.08-py3"}
+DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
+# Room in a daemon's argv area for the title it takes (dockerd's, the kubelet's are long).
+TITLE_ROOM = "x" * 40
+
+
+class SupervisorError(Exception):
+    """A supervisor refused the workload (a name in use, a missing tool...)."""
+
+
+def launch(kind: str, opts: dict[str, Any]) -> list[int]:
+    """Start workload ``opts["run"]`` under supervisor ``kind``; its node PIDs, sorted."""
+    run = str(opts.get("run", "holder"))
+    if run in launcher.SUPERVISED:
+        raise ValueError(f"{kind} cannot run {run!r}: name a plain workload kind")
+    argv, env = launcher.plan(run, {k: v for k, v in opts.items() if k in WORKLOAD_KEYS})
+    if "/" not in argv[0]:
+        argv = [shutil.which(argv[0]) or sys.executable, *argv[1:]]
+    opts = {**opts, "run": run, "command": _shown(argv)}
+    starters: dict[str, Callable[[list[str], dict[str, str], dict[str, Any]], None]] = {
+        "service": service, "container": container, "pod": pod, "tmux": tmux,
+        "screen": screen, "slurm-job": slurm_job,
+    }
+    fifo_dir = tempfile.mkdtemp(prefix="ready-", dir="/run/fleetclean")
+    fifo = os.path.join(fifo_dir, "fifo")
+    os.mkfifo(fifo, 0o622)
+    try:
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            starters[kind](argv, {**env, READY_PATH: fifo}, opts)
+            return sorted(launcher.read_ready(reader))
+        finally:
+            os.close(reader)
+    finally:
+        shutil.rmtree(fifo_dir, ignore_errors=True)
+
+
+def _shown(argv: list[str]) -> list[str]:
+    """The command a person would have given the supervisor: the title the simulator's
+    program takes (``python3 -m vllm.entrypoints...``) rather than ``programs.py SPEC``."""
+    if len(argv) > 2 and argv[1].endswith("programs.py"):
+        spec = json.loads(argv[2])
+        return [str(a) for a in spec.get("argv") or str(spec.get("title", "")).split()]
+    return argv
+
+
+def install_cli(name: str, script: str) -> None:
+    """``/usr/local/sbin/NAME`` running our ``script``, as the package would install it."""
+    path = os.path.join(BIN, name)
+    text = f'#!/bin/sh\nexec {sys.executable} -S -E {os.path.join(HERE, script)} "$@"\n'
+    with contextlib.suppress(FileNotFoundError), open(path) as f:
+        if f.read() == text:
+            return
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------- systemd
+
+
+def write_unit(name: str, uid: int | None, argv: list[str], env: dict[str, str],
+               settings: dict[str, str]) -> None:
+    lines = ["[Unit]", f"Description={name} (fleetclean simulator)", "", "[Service]",
+             "Type=simple", f"ExecStart={unitfile.quote(argv)}"]
+    if env:
+        lines.append("Environment=" + unitfile.quote([f"{k}={v}" for k, v in env.items()]))
+    lines += [f"{k}={v}" for k, v in settings.items()]
+    folder = svcmgr.UNIT_DIRS["system" if uid is None else "user"]
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, "." + name)
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(tmp, os.path.join(folder, name))
+
+
+def start_unit(name: str, uid: int | None = None) -> None:
+    daemonkit.call(svcmgr.SOCKET, {"op": "daemon-reload"})
+    answer = daemonkit.call(svcmgr.SOCKET, {"op": "start", "unit": name, "uid": uid})
+    if "error" in answer:
+        raise SupervisorError(f"systemctl start {name}: {answer['error']}")
+
+
+def service(argv: list[str], env: dict[str, str], opts: dict[str, Any]) -> None:
+    svcmgr.ensure()
+    install_cli("systemctl", "systemctl.py")
+    default = {"holder": "gpu-worker"}.get(opts["run"], opts["run"])
+    name = str(opts.get("unit") or default)
+    name = name if name.endswith(".service") else name + ".service"
+    uid = None if opts.get("user") is None else int(opts["user"])
+    settings = {"Restart": str(opts.get("restart", "always"))}
+    keys = {"restart_sec": "RestartSec", "kill_mode": "KillMode", "timeout_stop": "TimeoutStopSec"}
+    settings.update({unit_key: str(opts[k]) for k, unit_key in keys.items() if k in opts})
+    write_unit(name, uid, argv, env, settings)
+    start_unit(name, uid)
+
+
+def _default_driver(opts: dict[str, Any]) -> str:
+    """What a node of this cgroup mode most often runs: systemd's driver on cgroup v2,
+    cgroupfs (docker's default) on v1."""
+    driver = opts.get("driver")
+    if driver:
+        return str(driver)
+    return "systemd" if nodecg.Tree.load().mode == "v2" else "cgroupfs"
+
+
+def ensure_daemon(unit: str, script: str, socket_path: str, driver: str) -> None:
+    """The runtime's unit started (once) with the cgroup driver asked for; a runtime
+    already running with another driver is an error, as one dockerd has one driver."""
+    svcmgr.ensure()
+    install_cli("systemctl", "systemctl.py")
+    try:
+        running = daemonkit.call(socket_path, {"op": "info"}).get("CgroupDriver")
+    except daemonkit.Unavailable:
+        running = None
+    if running is None:
+        argv = [sys.executable, "-S", "-E", os.path.join(HERE, script),
+                f"--cgroup-driver={driver}", f"--title-room={TITLE_ROOM}"]
+        write_unit(unit, None, argv, {}, {"Restart": "always", "RestartSec": "2",
+                                           "KillMode": "process"})
+        start_unit(unit)
+        daemonkit.wait_socket(socket_path)
+    elif running != driver:
+        raise SupervisorError(f"{unit} runs with the {running} cgroup driver, not {driver}")
+
+
+def container(argv: list[str], env: dict[str, str], opts: dict[str, Any]) -> None:
+    ensure_daemon("docker.service", "dockerd.py", dockerd.SOCKET, _default_driver(opts))
+    install_cli("docker", "dockercli.py")
+    request = {"op": "run", "argv": argv, "env": env, "name": opts.get("container", ""),
+               "command": opts["command"],
+               "image": opts.get("image") or IMAGES.get(opts["run"], DEFAULT_IMAGE),
+               "restart": str(opts.get("restart", "no")), "labels": opts.get("labels", {})}
+    answer = daemonkit.call(dockerd.SOCKET, request)
+    if "error" in answer:
+        raise SupervisorError(f"docker run: {answer['error']}")
+
+
+def pod(argv: list[str], env: dict[str, str], opts: dict[str, Any]) -> None:
+    ensure_daemon("kubelet.service", "kubelet.py", kubelet.SOCKET, _default_driver(opts))
+    install_cli("crictl", "crictl.py")
+    name = str(opts.get("pod") or f"{opts['run']}-0")
+    spec = {"name": str(opts.get("container") or opts["run"]), "argv": argv, "env": env,
+            "image": opts.get("image") or IMAGES.get(opts["run"], DEFAULT_IMAGE)}
+    request = {"op": "run_pod", "name": name, "namespace": opts.get("namespace", "default"),
+               "qos": opts.get("qos", "besteffort"),
+               "restart_policy": opts.get("restart_policy", "Always"), "containers": [spec]}
+    answer = daemonkit.call(kubelet.SOCKET, request)
+    if "error" in answer:
+        raise SupervisorError(f"run pod {name}: {answer['error']}")
+
+
+# ------------------------------------------------------------------------- sessions, jobs
+
+
+def _shell_command(argv: list[str], env: dict[str, str]) -> str:
+    exports = " ".join(f"{k}={_sh(v)}" for k, v in env.items())
+    return f"export {exports}; exec {' '.join(_sh(a) for a in argv)}"
+
+
+def _sh(word: str) -> str:
+    return "'" + word.replace("'", "'\\''") + "'"
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise SupervisorError(f"{name} is not installed here (scripts/dev setup installs it)")
+    return path
+
+
+def _session_env() -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/root", "TERM": "xterm",
+            "LANG": "C.UTF-8", "SHELL": "/bin/sh"}
+
+
+def _in_session() -> None:
+    # tmux and screen started by hand from a login session.
+    nodecg.Tree.load().place(0, nodecg.unit_placement(launcher.SESSION_SCOPE))
+
+
+def tmux(argv: list[str], env: dict[str, str], opts: dict[str, Any]) -> None:
+    session = str(opts.get("session", "train"))
+    command = [_tool("tmux"), "new-session", "-d", "-s", session, "-x", "200", "-y", "50",
+               _shell_command(argv, env)]
+    done = subprocess.run(command, env=_session_env(), capture_output=True, text=True,
+                          preexec_fn=_in_session, check=False)
+    if done.returncode != 0:
+        raise SupervisorError(f"tmux new-session: {done.stderr.strip()}")
+
+
+def screen(argv: list[str], env: dict[str, str], opts: dict[str, Any]) -> None:
+    session = str(opts.get("session", "train"))
+    screendir = "/run/screen"
+    os.makedirs(screendir, mode=0o700, exist_ok=True)
+    os.chmod(screendir, 0o700)
+    command = [_tool("screen"), "-dmS", session, "/bin/sh", "-c", _shell_command(argv, env)]
+    done = subprocess.run(command, env={**_session_env(), "SCREENDIR": screendir},
+                          capture_output=True, text=True, preexec_fn=_in_session, check=False)
+    if done.returncode != 0:
+        raise SupervisorError(f"screen -dmS: {done.stderr.strip() or done.stdout.strip()}")
+
+
+def slurm_job(argv: list[str], env: dict[str, str], opts: dict[str, Any]) -> None:
+    conf = opts.get("slurm_conf")
+    if not conf:
+        raise SupervisorError("this fleet has no Slurm (sim up --slurm)")
+    with open("/run/fleetclean/gpus.json") as f:
+        node = str(opts.get("node") or json.load(f)["name"])
+    gpus = len(launcher.gpu_list(opts.get("gpus", opts.get("gpu", 0))))
+    command = [_tool("sbatch"), "--parsable", "-w", node, f"--gres=gpu:{gpus}", "-o", "/dev/null",
+               "-J", str(opts.get("job_name", opts["run"])), "--wrap", _shell_command(argv, env)]
+    done = subprocess.run(command, env={**_session_env(), "SLURM_CONF": str(conf)},
+                          capture_output=True, text=True, cwd="/", check=False)
+    if done.returncode != 0:
+        raise SupervisorError(f"sbatch: {done.stderr.strip()}")

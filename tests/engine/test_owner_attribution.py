@@ -1,0 +1,147 @@
+"""Owner attribution (``owner.sh``) on captured ``/proc/PID/cgroup`` texts of real hosts
+(``tests/data/cgroup/``), and on process trees with tmux, screen and slurmstepd ancestors.
+
+No simulator: one bash runs the library over a fake /proc (``FC_PROC``) per case.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fleetclean.engine.stages import template
+from fleetclean.models import Owner
+from fleetclean.results.parse import parse_script_output
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "cgroup"
+
+
+def _cases() -> list[tuple[str, str, Owner]]:
+    cases = []
+    for line in (DATA / "expected.txt").read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        case, pid1, kind, oid, name = line.split("\t")
+        owner = Owner(kind, "" if oid == "-" else oid, "" if name == "-" else name)
+        cases.append((case, pid1, owner))
+    return cases
+
+
+CASES = _cases()
+
+# Runs fc_owner on PID 100 of each fake /proc given as an argument; prints one line each.
+DRIVER = r"""
+for proc in "$@"; do
+    FC_PROC=$proc FC_CG_ROOTS_READ=0
+    FC_PPID=([100]=1)
+    fc_owner 100
+    printf '%s\t%s\t%s\t%s\n' "${proc##*/}" "$FC_OWNER_KIND" "$FC_OWNER_ID" "$FC_OWNER_NAME"
+done
+"""
+
+
+def run_owner(script: str, *args: str) -> list[list[str]]:
+    done = subprocess.run(
+        ["bash", "-c", template("lib.sh") + template("owner.sh") + script, "bash", *args],
+        capture_output=True, text=True, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr
+    return [line.split("\t") for line in done.stdout.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def attributed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Owner]:
+    root = tmp_path_factory.mktemp("proc")
+    procs = []
+    for case, pid1, _ in CASES:
+        proc = root / f"{case}@{pid1}"
+        for pid, name in (("1", pid1), ("100", case)):
+            (proc / pid).mkdir(parents=True)
+            (proc / pid / "cgroup").write_text((DATA / f"{name}.cgroup").read_text())
+        procs.append(str(proc))
+    rows = run_owner(DRIVER, *procs)
+    return {row[0]: Owner(row[1], row[2], row[3]) for row in rows}
+
+
+def test_every_captured_text_is_listed_in_expected() -> None:
+    listed = {c for c, _, _ in CASES} | {p for _, p, _ in CASES}
+    on_disk = {p.stem for p in DATA.glob("*.cgroup")}
+    assert on_disk == listed
+
+
+@pytest.mark.parametrize(("case", "pid1", "want"), CASES, ids=[f"{c}@{p}" for c, p, _ in CASES])
+def test_owner_of_captured_cgroup(attributed: dict[str, Owner], case: str, pid1: str,
+                                  want: Owner) -> None:
+    assert attributed[f"{case}@{pid1}"] == want
+
+
+# A process table, PID|PPID|COMM|ARGV0|CMD per process; PID 100 is the one attributed.
+TREE = r"""
+declare -A cg=([ssh]=/system.slice/ssh.service [session]=/user.slice/user-0.slice/session-1.scope
+               [docker]=/system.slice/docker-CONTAINER.scope [slurmd]=/system.slice/slurmd.service)
+FC_PROC=$1
+mkdir -p "$FC_PROC/1" "$FC_PROC/100"
+echo 0::/init.scope >"$FC_PROC/1/cgroup"
+attribute() {  # NAME CGROUP ENV, then PID|PPID|COMM|ARGV0|CMD... from PID 100's parent up
+    local name=$1 where=$2 env=$3 spec
+    shift 3
+    FC_PPID=() FC_COMM=() FC_ARGV0=() FC_CMD=() FC_CG_ROOTS_READ=0
+    echo "0::${cg[$where]}" >"$FC_PROC/100/cgroup"
+    printf '%s\0' "PATH=/usr/bin" $env >"$FC_PROC/100/environ"
+    FC_PPID[100]=${1%%|*}
+    for spec in "$@"; do
+        IFS='|' read -r pid ppid comm argv0 cmd <<<"$spec"
+        FC_PPID[$pid]=$ppid FC_COMM[$pid]=$comm FC_ARGV0[$pid]=$argv0 FC_CMD[$pid]=$cmd
+    done
+    fc_owner 100
+    printf '%s\t%s\t%s\t%s\n' "$name" "$FC_OWNER_KIND" "$FC_OWNER_ID" "$FC_OWNER_NAME"
+}
+attribute tmux-in-ssh ssh TMUX=/tmp/tmux-0/default,31,2 \
+    "31|1|tmux: server|/usr/bin/tmux|/usr/bin/tmux new -s train" "1|0|init|/sbin/init|/sbin/init"
+attribute screen-in-session session STY=16.exp \
+    "40|16|sh|/bin/sh|/bin/sh -c train.py" "16|1|screen|/usr/bin/SCREEN|/usr/bin/SCREEN -dmS exp"
+attribute tmux-in-docker docker TMUX=/tmp/tmux-0/default,31,0 \
+    "31|1|tmux: server|/usr/bin/tmux|/usr/bin/tmux" "1|0|init|/sbin/init|/sbin/init"
+attribute job-under-slurmd slurmd "" "12|1|slurmstepd|slurmstepd: [4242.0]|slurmstepd: [4242.0]"
+attribute hetjob-under-slurmd slurmd "" "12|1|slurmstepd|x|slurmstepd: [4242+1.batch]"
+attribute stepd-inside-tmux ssh TMUX=/tmp/tmux-0/default,31,0 \
+    "12|31|slurmstepd|x|slurmstepd: [7.0]" "31|1|tmux: server|/usr/bin/tmux|tmux"
+attribute plain-session session "" "50|1|bash|-bash|-bash"
+attribute tmux-no-environ session "" "31|1|tmux: server|tmux|tmux"
+"""
+
+
+def test_ancestors_name_tmux_screen_and_slurm_steps(tmp_path: Path) -> None:
+    script = TREE.replace("CONTAINER", "ab" * 32)
+    rows = {r[0]: Owner(r[1], r[2], r[3]) for r in run_owner(script, str(tmp_path))}
+    assert rows == {
+        # sessions without pam_systemd live in ssh.service: the tmux server says more
+        "tmux-in-ssh": Owner("tmux", "31", "$2"),
+        "screen-in-session": Owner("screen", "16", "16.exp"),
+        # a container is what restarts it, whatever runs inside
+        "tmux-in-docker": Owner("docker", "ab" * 32, "ab" * 6),
+        "job-under-slurmd": Owner("slurm", "4242", "4242.0"),
+        "hetjob-under-slurmd": Owner("slurm", "4242", "4242.batch"),
+        "stepd-inside-tmux": Owner("slurm", "7", "7.0"),
+        "plain-session": Owner("plain"),
+        "tmux-no-environ": Owner("tmux", "31", ""),
+    }
+
+
+def test_owner_records_are_written_once_per_pid_and_parsed(tmp_path: Path) -> None:
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "cgroup").write_text("0::/init.scope\n")
+    units = {"41": "/system.slice/vllm.service", "42": "/user.slice/x/session-2.scope"}
+    for pid, where in units.items():
+        (tmp_path / pid).mkdir()
+        (tmp_path / pid / "cgroup").write_text(f"0::{where}\n")
+    script = 'FC_PROC=$1; fc_rec begin 1 p h 0; fc_owner_records 41 42 41; fc_rec done 0\n'
+    done = subprocess.run(["bash", "-c", template("lib.sh") + template("owner.sh") + script,
+                           "bash", str(tmp_path)], capture_output=True, text=True, check=True)
+    assert done.stdout.count("\towner\t") == 2
+    report = parse_script_output(done.stdout, "", 0)
+    assert report.owners == {41: Owner("systemd", "vllm.service", "vllm.service"),
+                             42: Owner("plain")}
