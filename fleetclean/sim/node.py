@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetclean.errors import SimError
-from fleetclean.sim import faults, pids, sshfiles
-from fleetclean.sim.layout import IN_NODE_DIR, PACKAGE_DIR, node_python
+from fleetclean.sim import accounts, faults, pids, sshfiles
+from fleetclean.sim.layout import IN_NODE_CODE, IN_NODE_DIR, PACKAGE_DIR, node_python
 
 GPU_COUNT = 8
 # The PCI bus ids of the eight GPUs of a typical HGX H200 board.
@@ -58,10 +58,17 @@ def gpu_uuid(fleet_id: str, node: str, index: int) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def prepare(node_dir: Path, name: str, address: str, fleet_id: str, client_pub: str) -> None:
+def prepare(
+    node_dir: Path, name: str, address: str, fleet_id: str, client_pub: str, password_hash: str
+) -> None:
     """Write everything a node needs before its init starts: host key, sshd_config,
-    authorized_keys, GPU facts, the nvidia-smi wrapper, and the wanted listener."""
+    authorized_keys, accounts and sudo (``accounts``), GPU facts, the nvidia-smi wrapper,
+    and the wanted listener."""
     (node_dir / "bin").mkdir(parents=True, exist_ok=True)
+    # Seen inside the node as /run/fleetclean: sshd's StrictModes checks it for root's
+    # keys, and the login accounts' nvidia-smi reads the GPU facts in it.
+    node_dir.chmod(0o755)
+    accounts.write_etc(node_dir, name, address, password_hash)
     sshfiles.keygen(node_dir / sshfiles.HOST_KEY, f"root@{name}")
     (node_dir / "sshd_config").write_text(sshfiles.sshd_config(address, IN_NODE_DIR))
     # Behind the slow/stalling proxy, sshd listens on an inner port of the same address.
@@ -83,7 +90,8 @@ def prepare(node_dir: Path, name: str, address: str, fleet_id: str, client_pub: 
 
 def install_nvidia_smi(node_dir: Path) -> None:
     wrapper = node_dir / "bin" / "nvidia-smi"
-    script = PACKAGE_DIR / "nvidia_smi.py"
+    # The code as the node binds it: reachable by every account, wherever the checkout is.
+    script = f"{IN_NODE_CODE}/nvidia_smi.py"
     # -E, not -I: the script imports its sibling modules through sys.path[0].
     wrapper.write_text(f'#!/bin/sh\nexec {node_python()} -S -E {script} "$@"\n')
     wrapper.chmod(0o755)
@@ -268,11 +276,20 @@ def processes(node: SimNode, include_system: bool = False) -> list[SimProcess]:
     return sorted(found, key=lambda p: p.pid)
 
 
-def node_env() -> dict[str, str]:
-    """The environment of commands run inside a node: what an SSH session gets."""
-    return {"PATH": NODE_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root"}
+def node_env(user: str = "root") -> dict[str, str]:
+    """The environment of commands run inside a node as ``user``: what an SSH session
+    gets."""
+    home = "/root" if user == "root" else accounts.user(user).home
+    return {"PATH": NODE_PATH, "HOME": home, "LANG": "C.UTF-8", "USER": user, "LOGNAME": user}
 
 
-def nsenter(node: SimNode, argv: Sequence[str]) -> list[str]:
-    """argv that runs ``argv`` inside the node's PID and mount namespaces."""
-    return ["nsenter", "-t", str(node.init_pid), "-p", "-m", "--", *argv]
+def nsenter(node: SimNode, argv: Sequence[str], user: str = "root") -> list[str]:
+    """argv that runs ``argv`` inside the node's PID and mount namespaces, as ``user``
+    (one of ``accounts.USERS``: its uid, gid and groups, as a login would have them)."""
+    enter = ["nsenter", "-t", str(node.init_pid), "-p", "-m", "--"]
+    if user == "root":
+        return [*enter, *argv]
+    uid = accounts.user(user).uid
+    # setpriv runs inside the node, so --init-groups reads the node's /etc/group.
+    drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--init-groups", "--"]
+    return [*enter, *drop, *argv]

@@ -20,6 +20,11 @@ from __future__ import annotations
 import json
 import os
 
+if __package__:
+    from fleetclean.sim import smi_driver
+else:  # inside a node: a script, its siblings found through sys.path[0]
+    import smi_driver  # type: ignore[import-not-found,no-redef]
+
 NODE_DIR = "/run/fleetclean"
 DEFAULT_MIB = 1024
 PERSISTENCED_COMM = "nvidia-persiste"
@@ -140,7 +145,16 @@ def comm(pid: int) -> str:
 
 def device_holders() -> list[tuple[int, int, int]]:
     """(gpu index, pid, MiB) for every live process holding /dev/nvidiaN, sorted; MiB is 0
-    for a handle without a CUDA context (nvidia-persistenced)."""
+    for a handle without a CUDA context (nvidia-persistenced). Whoever asks: an account
+    other than root cannot read other users' /proc/PID/fd, so it asks the node's driver
+    stand-in (``smi_driver``), as the real nvidia-smi asks the kernel driver."""
+    if os.geteuid() != 0:
+        return smi_driver.ask()
+    return scan_device_holders()
+
+
+def scan_device_holders() -> list[tuple[int, int, int]]:
+    """``device_holders`` read from /proc, which needs root."""
     found: list[tuple[int, int, int]] = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():

@@ -30,6 +30,7 @@ class NodeLike(Protocol):
 HOST_KEY = "ssh_host_ed25519_key"
 # Where sshd listens when a slow/stalling proxy (sshproxy.py) holds port 22.
 INNER_PORT = 2222
+USER_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/games:/usr/local/sbin"
 
 
 def keygen(path: Path, comment: str) -> None:
@@ -53,19 +54,21 @@ def public_key(path: Path) -> str:
 
 
 def sshd_config(address: str, in_node_dir: str, port: int = 22) -> str:
-    """sshd_config for one node; paths are as seen inside the node."""
+    """sshd_config for one node; paths are as seen inside the node. The login accounts
+    (``sim/accounts.py``) use ``~/.ssh/authorized_keys`` in their node-private homes under
+    sshd's default StrictModes; root's keys stay in the node's state dir."""
     return f"""\
 # Written by fleetclean.sim for one simulated node.
 ListenAddress {address}:{port}
 HostKey {in_node_dir}/{HOST_KEY}
 PidFile none
-AuthorizedKeysFile {in_node_dir}/authorized_keys
+AuthorizedKeysFile .ssh/authorized_keys
 PermitRootLogin prohibit-password
 PubkeyAuthentication yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no
-StrictModes no
+StrictModes yes
 UseDNS no
 PrintMotd no
 PrintLastLog no
@@ -74,6 +77,11 @@ MaxSessions 512
 LogLevel VERBOSE
 AcceptEnv LANG LC_*
 Subsystem sftp internal-sftp
+Match User root
+    AuthorizedKeysFile {in_node_dir}/authorized_keys
+Match User *,!root
+    # A user's default PATH, plus where the node keeps nvidia-smi (/usr/bin on a real node).
+    SetEnv PATH={USER_PATH}
 """
 
 
