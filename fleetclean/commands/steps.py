@@ -7,7 +7,8 @@ import argparse
 import math
 from typing import TYPE_CHECKING, Any
 
-from fleetclean.commands.env import Env
+from fleetclean.commands import become
+from fleetclean.commands.env import Env, error_line
 from fleetclean.errors import UsageError
 from fleetclean.models import Host
 
@@ -27,21 +28,27 @@ def select_hosts(args: argparse.Namespace, env: Env) -> list[Host]:
         # `-l "$HOSTS"` with HOSTS unset must not mean every host of the fleet.
         raise UsageError("-l/--limit is empty, which would select every host",
                          hint="leave -l out (or write -l all) to mean every host")
+    cli_become = become.defaults(args)
     if args.local:
         if args.inventory or args.connection == "ssh":
             raise UsageError("--local is this machine alone, without SSH or an inventory",
                              hint="drop -i/-c, or use -i SOURCE -c local")
-        inv = local_inventory()
+        inv = local_inventory(cli_become)
     else:
         sources = inventory_sources(args, env)
         if not sources:
             raise UsageError("no inventory given",
                              hint="give -i lab.yml or -i 'gpu01,gpu02,', --local for this "
                              "machine, or set FLEETCLEAN_INVENTORY")
-        inv = load_inventory(sources, ssh_config=ssh_config)
+        inv = load_inventory(sources, ssh_config=ssh_config, defaults=cli_become)
     if args.connection:
         inv = inv.with_connection(args.connection)
-    return inv.select(args.limit)
+    hosts = inv.select(args.limit)
+    for warning in inv.warnings:
+        error_line(env, f"fleetclean: warning: {warning}")
+    if getattr(args, "ask_become_pass", False):
+        hosts = become.with_password(hosts, become.ask_password())
+    return hosts
 
 
 def inventory_sources(args: argparse.Namespace, env: Env) -> list[str]:
@@ -85,6 +92,7 @@ def render_jobs(
 
     book = load_playbook(playbook_ref)
     extra_vars = parse_extra_vars(extra)
+    become.refuse_password_vars(extra_vars)
     jobs = []
     for host in hosts:
         resolved = resolve(book, host.vars, extra_vars)

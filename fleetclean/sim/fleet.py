@@ -172,7 +172,7 @@ class SimFleet:
 
         def prepare(index: int) -> None:
             nodes_mod.prepare(dirs[index], names[index], addresses[index], fleet_id, client_pub,
-                              password_hash)
+                              password_hash=password_hash)
 
         # ssh-keygen dominates preparation; a few at a time keep both cores busy.
         with ThreadPoolExecutor(max_workers=8) as pool:

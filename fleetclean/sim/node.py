@@ -59,7 +59,8 @@ def gpu_uuid(fleet_id: str, node: str, index: int) -> str:
 
 
 def prepare(
-    node_dir: Path, name: str, address: str, fleet_id: str, client_pub: str, password_hash: str
+    node_dir: Path, name: str, address: str, fleet_id: str, client_pub: str, *,
+    password_hash: str,
 ) -> None:
     """Write everything a node needs before its init starts: host key, sshd_config,
     authorized_keys, accounts and sudo (``accounts``), GPU facts, the nvidia-smi wrapper,

@@ -191,7 +191,7 @@ def make_accounts(keeps: list[tuple[str, str]]) -> None:
         key = f.read()
     with open("/etc/passwd") as f:
         people = [line.split(":") for line in f if line.count(":") == 6]
-    for name, _, uid, gid, _, home, _ in people:
+    for _name, _, uid, gid, _, home, _ in people:
         if 1000 <= int(uid) < 60000 and _under(home, "/home"):
             make_home(home, int(uid), int(gid), key)
 

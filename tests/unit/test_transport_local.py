@@ -4,8 +4,8 @@ import time
 
 from fleetclean.models import Host
 from fleetclean.transport import Options, Session
-from fleetclean.transport.classify import Phase, Where, classify
 from fleetclean.transport.become import plan
+from fleetclean.transport.classify import Phase, Where, classify
 
 LOCAL = Host(name="here", address="localhost", connection="local")
 
