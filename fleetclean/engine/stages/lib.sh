@@ -305,8 +305,64 @@ fc_send() {
             fc_rec signal "$FC_IDX" "$p" "$sig" "${cmd[$p]}"
             fc_now_us
             FC_LAST_SIGNAL_US=$REPLY
+        elif fc_alive "$p" "${start[$p]}"; then
+            fc_deny "$p"
         fi
     done
+}
+
+# ---------------------------------------------------------------------------- rights
+# A login without root may signal only its own processes. A kill that fails while its
+# target lives on is that (EPERM): the target is listed with its owner in the stage's
+# message (fc_stage makes the stage "denied", which leaves the host dirty) and is no
+# longer waited for: its grace period could not change anything.
+declare -ga FC_DENIED=()
+declare -gA FC_USER_NAME=()
+FC_DENIED_ANY=0
+
+fc_deny() {
+    local p=$1
+    fc_owner "$p"
+    FC_DENIED+=("$p ${cmd[$p]} ($REPLY)")
+    FC_DENIED_ANY=1
+    start[$p]=denied # fc_alive never matches it again: fc_wait_gone and KILL pass it by
+}
+
+# The user name owning PID (REPLY): its real uid from /proc/PID/status, named through NSS
+# (LDAP users are not in /etc/passwd) once per uid; the number when nothing names it.
+fc_owner() {
+    local key value uid=""
+    while read -r key value _; do
+        if [[ $key == Uid: ]]; then
+            uid=$value
+            break
+        fi
+    done 2>/dev/null <"/proc/$1/status"
+    if [[ -z $uid ]]; then
+        REPLY="?"
+        return 0
+    fi
+    if [[ -z ${FC_USER_NAME[$uid]:-} ]]; then
+        REPLY=$(getent passwd "$uid" 2>/dev/null)
+        REPLY=${REPLY%%:*}
+        FC_USER_NAME[$uid]=${REPLY:-${uid:-?}}
+    fi
+    REPLY=${FC_USER_NAME[$uid]}
+}
+
+# After a stage: what it may not signal makes it "denied" (or is added to its failure).
+fc_report_denied() {
+    local d list=""
+    ((${#FC_DENIED[@]})) || return 0
+    for d in "${FC_DENIED[@]}"; do
+        list+="${list:+, }$d"
+    done
+    if [[ $FC_STATUS == ok ]]; then
+        FC_STATUS=denied
+        FC_MESSAGE="$FC_SIGNALLED signal(s) sent; not permitted: $list"
+    else
+        FC_MESSAGE+="; not permitted: $list"
+    fi
 }
 
 # Poll every 10 ms until every (pid, starttime) is gone or MS pass; FC_LEFT = survivors.
@@ -411,10 +467,12 @@ fc_stage() {
         return 0
     fi
     FC_STATUS=ok FC_MATCHED=0 FC_SIGNALLED=0 FC_REMAINING=0 FC_MESSAGE=""
+    FC_DENIED=()
     fc_now_us
     t0=$REPLY
     fn=fc_stage_${type//-/_}
     "$fn"
+    fc_report_denied
     fc_now_us
     fc_rec end "$FC_IDX" "$FC_STATUS" "$FC_MATCHED" "$FC_SIGNALLED" "$FC_REMAINING" \
         "$(((REPLY - t0) / 1000))" "$FC_MESSAGE"

@@ -78,7 +78,9 @@ fc_verify() {
         fi
         [[ $state == dirty ]] || break
         fc_now_us
-        ((FC_CHECK || (REPLY - t0) / 1000 >= opt_timeout_ms)) && break
+        # A process this login may not signal (fc_deny) leaves the host dirty whatever
+        # the GPUs do next: no point in waiting for them.
+        ((FC_CHECK || FC_DENIED_ANY || (REPLY - t0) / 1000 >= opt_timeout_ms)) && break
         fc_nap "$opt_interval_s"
     done
     fc_now_us
