@@ -17,7 +17,9 @@ if TYPE_CHECKING:
     from fleetclean.transport import Options
 
 
-def select_hosts(args: argparse.Namespace, env: Env) -> list[Host]:
+def select_hosts(args: argparse.Namespace, env: Env, *, warn: bool = False) -> list[Host]:
+    """The hosts ``-i``/``-l`` select, with the command line's become settings; ``warn``:
+    print the inventory's warnings (a readable password) on stderr."""
     from fleetclean.inventory import load_inventory, local_inventory
 
     # -F "" reads no ssh_config at all, like `ssh -F /dev/null`.
@@ -44,11 +46,19 @@ def select_hosts(args: argparse.Namespace, env: Env) -> list[Host]:
     if args.connection:
         inv = inv.with_connection(args.connection)
     hosts = inv.select(args.limit)
-    for warning in inv.warnings:
+    for warning in inv.warnings if warn else ():
         error_line(env, f"fleetclean: warning: {warning}")
-    if getattr(args, "ask_become_pass", False):
-        hosts = become.with_password(hosts, become.ask_password())
     return hosts
+
+
+def ask_become_pass(args: argparse.Namespace, jobs: list[fleet.Job]) -> list[fleet.Job]:
+    """``-K``: asked once, after every input was checked and before any connection."""
+    import dataclasses
+
+    if not args.ask_become_pass:
+        return jobs
+    hosts = become.with_password([j.host for j in jobs], become.ask_password())
+    return [dataclasses.replace(j, host=h) for j, h in zip(jobs, hosts, strict=True)]
 
 
 def inventory_sources(args: argparse.Namespace, env: Env) -> list[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fleetclean.errors import SimError
+from fleetclean.sim.accounts import USERS
 from fleetclean.sim.faults import FAULTS, usage
 from fleetclean.sim.launcher import gpu_list
 from fleetclean.sim.layout import STATE_DIR_ENV
@@ -37,6 +38,7 @@ KINDS = (
     "respawn",
 )
 RAW = argparse.RawDescriptionHelpFormatter
+SUDO_WORDS = {"nopasswd": "sudo NOPASSWD", "password": "sudo with password", "none": "no sudo"}
 
 
 def _state_dir(parser: argparse.ArgumentParser) -> None:
@@ -101,7 +103,8 @@ def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
         "  fleetclean sim spawn node01 sglang\n"
         "  fleetclean sim spawn node02 sglang --gpus 0-3 --mib 40960\n"
         "  fleetclean sim spawn all stubborn --gpu 5\n"
-        "  fleetclean sim spawn node01 writer --path /dev/shm/sglang_hs\n",
+        "  fleetclean sim spawn node01 writer --path /dev/shm/sglang_hs\n"
+        "  fleetclean sim spawn node01 stubborn --gpu 2 --user ops\n",
     )
     spawn.add_argument("node", metavar="NODE", help="node name, or 'all'")
     spawn.add_argument("kind", choices=KINDS, metavar="KIND", help=", ".join(KINDS))
@@ -111,6 +114,8 @@ def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
     spawn.add_argument("--delay", type=float, help="seconds from SIGTERM to exit (slow)")
     spawn.add_argument("--name", help="command line to show instead of the default")
     spawn.add_argument("--path", help="directory to write into (writer)")
+    spawn.add_argument("--user", choices=[u.name for u in USERS],
+                       help="run it as this login account of the node (default root)")
     spawn.add_argument(
         "--devices",
         choices=("ctl", "all"),
@@ -126,6 +131,7 @@ def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
         "  fleetclean sim fault node03 lost 5\n"
         "  fleetclean sim fault node03 leak 5 512\n"
         "  fleetclean sim fault node03 slow-auth 3\n"
+        "  fleetclean sim fault node02 requiretty\n"
         "  fleetclean sim fault node03 none\n",
     )
     fault.add_argument("node", metavar="NODE", help="node name, or 'all'")
@@ -179,6 +185,8 @@ def _up(args: argparse.Namespace) -> int:
     print(f"{len(fleet.nodes)} simulated nodes up in {fleet.state_dir}")
     print(f"  inventory:  {fleet.inventory_path}")
     print(f"  ssh config: {fleet.ssh_config_path}")
+    logins = ", ".join(f"{u.name} ({SUDO_WORDS[u.sudo]})" for u in fleet.users)
+    print(f"  accounts:   root, {logins}; their password: {fleet.layout.sudo_password}")
     conf = fleet.slurm_conf_path
     if conf is not None:
         print(f"  slurm:      export SLURM_CONF={conf}")
@@ -209,7 +217,7 @@ def _targets(fleet: SimFleet, node: str) -> list[str]:
 
 def _spawn_opts(args: argparse.Namespace) -> dict[str, Any]:
     opts: dict[str, Any] = {}
-    for key in ("gpu", "mib", "delay", "name", "path", "devices"):
+    for key in ("gpu", "mib", "delay", "name", "path", "devices", "user"):
         value = getattr(args, key)
         if value is not None:
             opts[key] = value

@@ -15,10 +15,11 @@ import json
 from pathlib import Path
 
 from fleetclean.errors import SimError
+from fleetclean.sim import accounts
 
 # fault -> (argument names, what it does)
 FAULTS: dict[str, tuple[str, str]] = {
-    "none": ("", "healthy again: every nvidia-smi, kernel-log and sshd fault cleared"),
+    "none": ("", "healthy again: every nvidia-smi, kernel-log, sudo and sshd fault cleared"),
     "na": ("", "[N/A] in nvidia-smi's memory fields"),
     "nvml": ("", "nvidia-smi: Failed to initialize NVML (exit 18)"),
     "missing": ("", "no nvidia-smi on the node (exit 127)"),
@@ -32,6 +33,7 @@ FAULTS: dict[str, tuple[str, str]] = {
     "xid": ("CODE [GPU]", "an NVRM Xid line for GPU (default 0) in the node's dmesg"),
     "leak": ("GPU MIB", "MIB allocated on GPU with no process (freed by nvidia-smi -r -i GPU)"),
     "reset-policy": ("strict|lenient", "whether nvidia-persistenced's handles block a reset"),
+    "requiretty": ("", "sudo refuses every caller without a terminal (Defaults requiretty)"),
     "slow-banner": ("SECONDS", "sshd's banner comes SECONDS late"),
     "slow-auth": ("SECONDS", "banner on time, then authentication answers SECONDS late"),
     "stall": ("", "sshd sends its banner, then nothing"),
@@ -98,6 +100,8 @@ def xid_line(code: int, bus_id: str) -> str:
 
 def clear(node_dir: Path) -> None:
     _write(node_dir / "fault", "none\n")
+    if (node_dir / accounts.SUDOERS_D).is_dir():
+        accounts.set_requiretty(node_dir, on=False)
     for name in ("lost", "pages.json", "gpu_count", "kern.log"):
         (node_dir / name).unlink(missing_ok=True)
     (node_dir / "kern.log").touch()
@@ -107,10 +111,12 @@ def apply(node_dir: Path, fault: str, args: list[str]) -> None:
     """Set one non-SSH fault on the node whose state dir is ``node_dir``."""
     if fault not in FAULTS or fault in SSH_FAULTS:
         raise SimError(f"unknown fault {fault!r}", hint=f"choose one of {', '.join(FAULTS)}")
-    if fault in ("none", "na", "nvml", "missing", "driver", "nodevices"):
+    if fault in ("none", "na", "nvml", "missing", "driver", "nodevices", "requiretty"):
         _ints(fault, args, 0, 0)
     if fault == "none":
         clear(node_dir)
+    elif fault == "requiretty":
+        accounts.set_requiretty(node_dir, on=True)
     elif fault in ("na", "nvml", "driver", "nodevices", "missing"):
         _write(node_dir / "fault", f"{'none' if fault == 'missing' else fault}\n")
     elif fault == "inforom":

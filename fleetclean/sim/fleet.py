@@ -366,11 +366,6 @@ class SimFleet:
         if fault == "none" and self.listener_mode(sim_node) in faults.SSH_FAULTS:
             self._listen(sim_node, "sshd")
 
-    def require_tty(self, ref: NodeRef, on: bool = True) -> None:
-        """``Defaults requiretty`` in the node's sudoers (or not): sudo then refuses every
-        caller without a terminal, as some distributions once shipped it."""
-        accounts.set_requiretty(self.node(ref).dir, on=on)
-
     def stop_node(self, ref: NodeRef) -> None:
         """Stop the node's sshd: connections are refused; its processes keep running."""
         self._listen(ref, "off")
