@@ -1,17 +1,20 @@
 """A node's own accounts and sudo: users, passwords, sudoers, PAM, /etc/hosts. Host side.
 
 Every node gets three login accounts besides root, each reached with the fleet's client
-key, and a real ``sudo`` (Debian's package) configured as Debian ships it (``env_reset``,
-``secure_path``, ``use_pty``, ``%sudo ALL=(ALL:ALL) ALL``, lecture off and
-``timestamp_timeout`` 15 minutes, both compiled in):
+key and each with the fleet's one password (``STATE/sudo_password``), and a real ``sudo``
+(Debian's package) configured as Debian ships it (``env_reset``, ``secure_path``,
+``use_pty``, ``%sudo ALL=(ALL:ALL) ALL``; the lecture off and ``timestamp_timeout`` 15
+minutes, both compiled into Debian's build):
 
 ========  =====  ==============================================================
 user      uid    sudo
 ========  =====  ==============================================================
 ops       2601   ``ops ALL=(ALL:ALL) NOPASSWD: ALL`` in /etc/sudoers.d/ops
 alice     2602   member of group ``sudo``: everything, with her password
-bob       2603   none (not in sudoers)
+bob       2603   none (not in sudoers): sudo asks his password, then refuses him
 ========  =====  ==============================================================
+
+``Defaults requiretty`` is the node fault ``requiretty`` (:func:`set_requiretty`).
 
 ``write_etc`` writes the files under ``NODE_DIR/etc``; the node's init bind-mounts them
 over ``/etc/passwd``, ``/etc/shadow``, ``/etc/sudoers`` ... inside the node's own mount
