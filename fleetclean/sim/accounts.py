@@ -4,7 +4,7 @@ Every node gets three login accounts besides root, each reached with the fleet's
 key and each with the fleet's one password (``STATE/sudo_password``), and a real ``sudo``
 (Debian's package) configured as Debian ships it (``env_reset``, ``secure_path``,
 ``use_pty``, ``%sudo ALL=(ALL:ALL) ALL``; the lecture off and ``timestamp_timeout`` 15
-minutes, both compiled into Debian's build):
+minutes, both compiled into Debian's build), only sending no mail:
 
 ========  =====  ==============================================================
 user      uid    sudo
@@ -77,13 +77,16 @@ def has_sudo() -> bool:
     return os.access(SUDO, os.X_OK) and os.path.isfile("/etc/sudoers")
 
 
-# Debian's /etc/sudoers, less its comments: what a freshly installed node has.
+# Debian's /etc/sudoers, less its comments: what a freshly installed node has. One line
+# more: the node runs this machine's binaries, so a refused sudo must not hand a warning
+# mail (mail_badpass, mail_no_user) to this machine's MTA.
 SUDOERS = """\
 # Written by fleetclean.sim: Debian's default sudoers.
 Defaults	env_reset
 Defaults	mail_badpass
 Defaults	secure_path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 Defaults	use_pty
+Defaults	!mailerpath
 root	ALL=(ALL:ALL) ALL
 %sudo	ALL=(ALL:ALL) ALL
 @includedir /etc/sudoers.d

@@ -273,11 +273,12 @@ def test_sudo_refusals_are_one_line_and_nothing_runs(
 # ---- without become: what the login's rights allow -------------------------------------
 
 
-def test_status_as_a_plain_user_sees_every_users_gpu_memory(
+def test_status_as_a_plain_user_sees_every_users_gpu_memory_and_holders(
     fleet: SimFleet, cli: Cli, tmp_path: Path
 ) -> None:
-    roots_job(fleet)
-    fleet.spawn("node01", "stubborn", gpu=5, mib=4096, user="bob")
+    roots = fleet.spawn("node01", "stubborn", gpu=0, mib=62000)
+    bobs = fleet.spawn("node01", "stubborn", gpu=5, mib=4096, user="bob")
+    own = fleet.spawn("node01", "stubborn", gpu=7, mib=1024, user="ops")
     inv = inventory(fleet, tmp_path / "ops.yml", "ops")
 
     res = cli("status", "-i", inv, "-l", "node01", "--json")
@@ -285,7 +286,12 @@ def test_status_as_a_plain_user_sees_every_users_gpu_memory(
     host = res.host("node01")
     assert host["status"] == "dirty"
     used = [g["memory_used_mib"] for g in host["gpus"]]
-    assert used == [62000, 62000, 0, 0, 0, 4096, 0, 0] == fleet.gpu_used_mib("node01")
+    assert used == [62000, 0, 0, 0, 0, 4096, 0, 1024] == fleet.gpu_used_mib("node01")
+    # Root's and bob's holders too, named by nvidia-smi (the program): ops can read only its
+    # own processes' /proc/PID/fd, which give its own command line.
+    assert host["error"].endswith(
+        f"held by {roots[0]} python3, {bobs[0]} python3, {own[0]} python3 stubborn_worker.py "
+        "--gpu 7")
 
 
 def test_plain_user_teardown_of_its_own_gpu_job_is_clean(

@@ -132,7 +132,9 @@ fc_report_holders() {
         fc_rec holder "$pid" "$target" "$REPLY"
         any_holder=1
     done < <(fc_open_fds /dev/nvidia)
-    ((any_holder)) && return 0
+    # A login without root sees only its own processes' descriptors; nvidia-smi names
+    # everyone's (other users', root's) as the driver knows them.
+    ((any_holder && EUID == 0)) && return 0
     if out=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
         --format=csv,noheader,nounits 2>/dev/null); then
         while IFS= read -r line; do
