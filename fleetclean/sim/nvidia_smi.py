@@ -26,11 +26,10 @@ import sys
 import time
 
 if __package__:
-    from fleetclean.sim import smi_admin, smi_driver, smi_state
+    from fleetclean.sim import smi_admin, smi_state
     from fleetclean.sim.smi_state import Usage
 else:  # inside a node: a script, its siblings found through sys.path[0]
     import smi_admin  # type: ignore[import-not-found,no-redef]
-    import smi_driver  # type: ignore[import-not-found,no-redef]
     import smi_state  # type: ignore[import-not-found,no-redef]
     from smi_state import Usage  # type: ignore[no-redef]
 
@@ -347,7 +346,7 @@ def run(argv: list[str]) -> tuple[str, int]:
         return text, status
     except Usage as exc:
         return exc.message + "\n", exc.status
-    except smi_driver.DriverDown:
+    except smi_state.DriverDown:
         return NO_DRIVER, 9
 
 

@@ -59,3 +59,13 @@ def test_nvidia_smi_tells_every_user_every_processs_memory(
     fds = fleet.run_in("node01", ["ls", f"/proc/{roots[0]}/fd"], user="ops")
     assert fds.returncode != 0 and "Permission denied" in fds.stderr
     assert fleet.run_in("node01", ["ls", f"/proc/{bobs[0]}/fd"], user="bob").returncode == 0
+    # With nobody answering for the driver, a user's nvidia-smi fails as with no driver.
+    sock = "/run/fleetclean-gpu-driver.sock"
+    fleet.run_in("node01", ["mv", sock, sock + ".away"])
+    try:
+        down = fleet.run_in("node01", APPS, user="ops")
+    finally:
+        fleet.run_in("node01", ["mv", sock + ".away", sock])
+    assert down.returncode == 9
+    assert down.stdout.startswith("NVIDIA-SMI has failed because it couldn't communicate")
+    assert fleet.run_in("node01", APPS, user="root").returncode == 0, "root reads /proc itself"
