@@ -59,6 +59,21 @@ class Context:
         return float(target.options.get("connecttimeout", self.connect_timeout))
 
 
+class _Connection(fabric.Connection):  # type: ignore[misc]
+    """fabric's Connection with one attribute declared that fabric 3.2 forgets.
+
+    ``Connection.__init__`` ends with ``self.inline_ssh_env = ...``; the class does not
+    declare that name, so invoke's config proxy stores it in the *shared* fabric.Config and
+    re-merges it, emptying and refilling its data: a Connection built or opened meanwhile in
+    another thread reads "No attribute or config key found for 'forward_agent'" (2 of 64
+    hosts under load). Declared here, the assignment stays on the connection and the shared
+    config is never written after it is built. (fabric/connection.py; no upstream issue
+    found.)
+    """
+
+    inline_ssh_env = None
+
+
 def where(target: Target) -> Where:
     return Where(target.address, target.port, target.user, target.key)
 
@@ -89,7 +104,7 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
             kwargs["pkey"] = pkey
         else:
             kwargs["key_filename"] = os.path.expanduser(target.key)
-    conn = fabric.Connection(
+    conn = _Connection(
         target.address,
         user=target.user,
         port=target.port,
