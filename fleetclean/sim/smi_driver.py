@@ -11,10 +11,11 @@ Standard library only; a sibling script of ``nvidia_smi`` and ``node_init`` insi
 Wire format: the client connects and reads one JSON list of ``[gpu, pid, mib]`` until EOF.
 
 >>> import tempfile
->>> path = tempfile.mkdtemp() + "/driver.sock"
->>> _ = serve(path, lambda: [(3, 41, 20480)])
->>> ask(path)
+>>> where = tempfile.mkdtemp()
+>>> _ = serve(where + "/driver.sock", lambda: [(3, 41, 20480)])
+>>> ask(where + "/driver.sock")
 [(3, 41, 20480)]
+>>> os.unlink(where + "/driver.sock"); os.rmdir(where)
 """
 
 from __future__ import annotations

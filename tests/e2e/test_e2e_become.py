@@ -25,7 +25,7 @@ import pytest
 import yaml
 from simhelp import Cli, alive
 
-from fleetclean.sim import SimFleet
+from fleetclean.sim import SimFleet, accounts
 
 pytestmark = pytest.mark.sim
 
@@ -34,6 +34,8 @@ FAST = ("-e", "grace=1", "-e", "verify_timeout=2", "--json")
 
 @pytest.fixture(scope="module")
 def fleet(module_fleet_factory: Callable[..., SimFleet]) -> SimFleet:
+    if not accounts.has_sudo():
+        pytest.fail("sudo is not installed on this machine: run scripts/dev setup")
     fleet = module_fleet_factory(2)
     fleet.set_fault("node02", "requiretty")
     return fleet
