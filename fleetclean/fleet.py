@@ -162,9 +162,9 @@ def _status(output: ScriptOutput, report: ScriptReport) -> tuple[HostStatus, str
     denied = _denied_reason(report)
     if report.verified is False:
         return HostStatus.DIRTY, "; ".join(filter(None, (denied, _dirty_reason(report))))
-    failed = [s for s in report.stages if s.status in ("failed", "denied")]
-    if failed:
-        return HostStatus.DIRTY, "; ".join(f"{s.name}: {s.message or 'failed'}" for s in failed)
+    failed = [f"{s.name}: {s.message or 'failed'}" for s in report.stages if s.status == "failed"]
+    if failed or denied:
+        return HostStatus.DIRTY, "; ".join(filter(None, (denied, *failed)))
     return HostStatus.CLEAN, None
 
 

@@ -371,3 +371,21 @@ def test_plain_users_device_file_fallback_sees_only_its_own_fds(
     assert (stage["matched"], stage["signalled"]) == (1, 2), "TERM, then KILL: stubborn"
     assert {s["pid"] for s in res.host("node01")["signalled"]} == set(own)
     assert alive(fleet, "node01", roots + own) == roots
+
+
+def test_a_target_it_may_not_signal_is_never_a_silent_success(
+    fleet: SimFleet, cli: Cli, tmp_path: Path
+) -> None:
+    """Root's server holds no GPU: the GPUs verify clean, yet the host is dirty, because
+    the teardown could not stop what it was asked to stop."""
+    (server,) = fleet.spawn("node01", "monitor", name="python3 -m sglang.launch_server --tp 1")
+    inv = inventory(fleet, tmp_path / "ops.yml", "ops")
+
+    res = cli("run", "pre-restart", "-i", inv, "-l", "node01", *FAST)
+
+    host = res.host("node01")
+    assert (res.code, host["status"]) == (1, "dirty")
+    assert host["error"] == (
+        f"stop-server: not permitted: {server} python3 -m sglang.launch_server --tp 1 (root)")
+    assert [g["memory_used_mib"] for g in host["gpus"]] == [0] * 8
+    assert alive(fleet, "node01", [server]) == [server]
