@@ -21,14 +21,14 @@ fleetclean.errors.VariableError: -e ansible_become_password: a password on the c
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import getpass
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetclean.errors import UsageError, VariableError
-from fleetclean.models import Host, Secret
+
+if TYPE_CHECKING:  # the parser imports this module: every start-up, kept light
+    from fleetclean.models import Host, Secret
 
 PROMPT = "BECOME password: "  # Ansible's words
 PASSWORD_VARS = ("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass",
@@ -64,6 +64,10 @@ def defaults(args: argparse.Namespace) -> dict[str, Any]:
 def ask_password() -> Secret:
     """sudo's password, asked on the controlling terminal; UsageError when there is none
     (a cron job, CI, ``ssh host fleetclean ...``): a pipe on stdin is never read for it."""
+    import getpass
+
+    from fleetclean.models import Secret
+
     try:
         fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
     except OSError:
@@ -85,6 +89,8 @@ def ask_password() -> Secret:
 
 def with_password(hosts: list[Host], secret: Secret) -> list[Host]:
     """``-K``'s password for every host whose inventory gives none."""
+    import dataclasses
+
     return [h if h.become_password is not None else dataclasses.replace(h, become_password=secret)
             for h in hosts]
 
