@@ -195,9 +195,22 @@ def _status(output: ScriptOutput, report: ScriptReport) -> tuple[HostStatus, str
         return HostStatus.FAULTY, "; ".join([*report.faults, *filter(None, [report.error])])
     if report.error:
         return HostStatus.ERROR, report.error
+    # "denied": a target this login may not signal lives on; the host is dirty even if no
+    # GPU shows it, and the message names every such process first.
+    denied = _denied_reason(report)
     if report.verified is False:
-        return HostStatus.DIRTY, dirty_reason(report)
-    failed = [s for s in report.stages if s.status == "failed"]
-    if failed:
-        return HostStatus.DIRTY, "; ".join(f"{s.name}: {s.message or 'failed'}" for s in failed)
+        return HostStatus.DIRTY, "; ".join(filter(None, (denied, dirty_reason(report))))
+    failed = [f"{s.name}: {s.message or 'failed'}" for s in report.stages if s.status == "failed"]
+    if failed or denied:
+        return HostStatus.DIRTY, "; ".join(filter(None, (denied, *failed)))
     return HostStatus.CLEAN, None
+
+
+def _denied_reason(report: ScriptReport) -> str:
+    """The first denied stage's list (later stages name the same processes again)."""
+    denied = [s for s in report.stages if s.status == "denied"]
+    if not denied:
+        return ""
+    first = denied[0]
+    _, _, listed = first.message.partition("not permitted: ")
+    return f"{first.name}: not permitted: {listed}"

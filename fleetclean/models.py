@@ -15,6 +15,29 @@ from typing import Any, Literal
 Connection = Literal["ssh", "local"]
 
 
+class Secret:
+    """A password held for one run: its text comes out only through ``reveal()``, never in
+    a repr, an f-string, a traceback's values or ``--json``.
+
+    >>> s = Secret("hunter2")
+    >>> (repr(s), f"{s}", s.reveal())
+    ("Secret('***')", "Secret('***')", 'hunter2')
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+
 @dataclass(frozen=True)
 class Host:
     """One selected host with its effective connection settings and playbook variables.
@@ -31,6 +54,8 @@ class Host:
     connection: Connection = "ssh"
     become: bool = False
     become_user: str | None = None
+    # sudo's password (ansible_become_password, or -K); None: sudo must not need one.
+    become_password: Secret | None = None
     groups: tuple[str, ...] = ()
     vars: dict[str, Any] = field(default_factory=dict)
     proxy_jump: str | None = None
@@ -163,7 +188,8 @@ class StageResult:
     """What one stage did on one host.
 
     status: "ok" (done, nothing left), "changed" (--check: would change), "failed"
-    (could not do its job, e.g. processes remain or a backup is missing), "refused" (a
+    (could not do its job, e.g. processes remain or a backup is missing), "denied" (done but
+    for processes this login may not signal: another user's, root's), "refused" (a
     guard stopped the teardown), "skipped" (not run because an earlier stage refused/failed).
     """
 

@@ -10,6 +10,7 @@ import argparse
 from typing import Any, NoReturn
 
 from fleetclean import __version__
+from fleetclean.commands import become as become_options
 from fleetclean.errors import UsageError
 from fleetclean.slurm import options as slurm_options
 
@@ -26,6 +27,7 @@ examples:
   fleetclean run pre-restart -i lab.yml -l 'gpu0*:!gpu05' --check
   fleetclean run ./my-teardown.yaml -i hosts.ini -e @vars.yaml --json > result.json
   fleetclean run post-extraction -i lab.yml --prom /var/lib/node_exporter/fleetclean.prom
+  fleetclean run post-extraction -i lab.yml -b -K        # root through sudo, password asked once
 
 """ + EXIT_STATUS_HELP
 
@@ -111,6 +113,7 @@ def _add_run(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     run.add_argument("--no-record", action="store_true", help="do not write a run record")
     slurm_options.add_options(run)
     conn_opts(run)
+    become_options.add_options(run)
 
 
 def _add_status(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
@@ -126,6 +129,7 @@ def _add_status(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                         "connections kept open between refreshes")
     slurm_options.add_options(status)
     conn_opts(status)
+    become_options.add_options(status)
 
 
 def _add_show(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:

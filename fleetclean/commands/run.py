@@ -9,7 +9,12 @@ from fleetclean import fleet
 from fleetclean.commands import slurm_step
 from fleetclean.commands.env import Env, error_line
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
-from fleetclean.commands.steps import inventory_label, render_jobs, select_hosts
+from fleetclean.commands.steps import (
+    ask_become_pass,
+    inventory_label,
+    render_jobs,
+    select_hosts,
+)
 from fleetclean.models import HostResult, HostStatus, RunResult
 from fleetclean.results import records
 from fleetclean.slurm import options as slurm_options
@@ -18,9 +23,10 @@ from fleetclean.slurm import options as slurm_options
 def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     check_prom(args)
     slurm_options.check(args)
-    hosts = select_hosts(args, env)
+    hosts = select_hosts(args, env, warn=True)
     name, jobs, extra = render_jobs(args.playbook, hosts, args.extra_vars,
                                      check=args.check, force=args.force)
+    jobs = ask_become_pass(args, jobs)
     record = None if args.no_record else _start_record(name, jobs, args, env, argv=argv,
                                                        extra=extra)
     try:

@@ -7,7 +7,8 @@ import argparse
 import math
 from typing import TYPE_CHECKING, Any
 
-from fleetclean.commands.env import Env
+from fleetclean.commands import become
+from fleetclean.commands.env import Env, error_line
 from fleetclean.errors import UsageError
 from fleetclean.models import Host
 
@@ -16,7 +17,9 @@ if TYPE_CHECKING:
     from fleetclean.transport import Options
 
 
-def select_hosts(args: argparse.Namespace, env: Env) -> list[Host]:
+def select_hosts(args: argparse.Namespace, env: Env, *, warn: bool = False) -> list[Host]:
+    """The hosts ``-i``/``-l`` select, with the command line's become settings; ``warn``:
+    print the inventory's warnings (a readable password) on stderr."""
     from fleetclean.inventory import load_inventory, local_inventory
 
     # -F "" reads no ssh_config at all, like `ssh -F /dev/null`.
@@ -27,21 +30,35 @@ def select_hosts(args: argparse.Namespace, env: Env) -> list[Host]:
         # `-l "$HOSTS"` with HOSTS unset must not mean every host of the fleet.
         raise UsageError("-l/--limit is empty, which would select every host",
                          hint="leave -l out (or write -l all) to mean every host")
+    cli_become = become.defaults(args)
     if args.local:
         if args.inventory or args.connection == "ssh":
             raise UsageError("--local is this machine alone, without SSH or an inventory",
                              hint="drop -i/-c, or use -i SOURCE -c local")
-        inv = local_inventory()
+        inv = local_inventory(cli_become)
     else:
         sources = inventory_sources(args, env)
         if not sources:
             raise UsageError("no inventory given",
                              hint="give -i lab.yml or -i 'gpu01,gpu02,', --local for this "
                              "machine, or set FLEETCLEAN_INVENTORY")
-        inv = load_inventory(sources, ssh_config=ssh_config)
+        inv = load_inventory(sources, ssh_config=ssh_config, defaults=cli_become)
     if args.connection:
         inv = inv.with_connection(args.connection)
-    return inv.select(args.limit)
+    hosts = inv.select(args.limit)
+    for warning in inv.warnings if warn else ():
+        error_line(env, f"fleetclean: warning: {warning}")
+    return hosts
+
+
+def ask_become_pass(args: argparse.Namespace, jobs: list[fleet.Job]) -> list[fleet.Job]:
+    """``-K``: asked once, after every input was checked and before any connection."""
+    import dataclasses
+
+    if not args.ask_become_pass:
+        return jobs
+    hosts = become.with_password([j.host for j in jobs], become.ask_password())
+    return [dataclasses.replace(j, host=h) for j, h in zip(jobs, hosts, strict=True)]
 
 
 def inventory_sources(args: argparse.Namespace, env: Env) -> list[str]:
@@ -85,6 +102,7 @@ def render_jobs(
 
     book = load_playbook(playbook_ref)
     extra_vars = parse_extra_vars(extra)
+    become.refuse_password_vars(extra_vars)
     jobs = []
     for host in hosts:
         resolved = resolve(book, host.vars, extra_vars)

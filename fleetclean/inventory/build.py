@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fleetclean.errors import InventoryError
 from fleetclean.inventory import ssh_settings
 from fleetclean.inventory.builder import Builder, Value, canonical, show
 from fleetclean.inventory.limit import select_names
-from fleetclean.models import Connection, Host
+from fleetclean.models import Connection, Host, Secret
 
 if TYPE_CHECKING:
     import paramiko
@@ -108,10 +109,12 @@ def _memberships(builder: Builder) -> dict[str, set[str]]:
 
 
 def _effective(
-    builder: Builder, host: str, groups: set[str], depths: dict[str, int]
+    builder: Builder, host: str, groups: set[str], depths: dict[str, int],
+    defaults: dict[str, Value],
 ) -> dict[str, Value]:
     order = sorted(groups, key=lambda g: (depths[g], _priority(builder, g), g))
-    merged: dict[str, Value] = {}
+    # Command-line options (-b, --become-user) lose to every variable, as in Ansible.
+    merged: dict[str, Value] = dict(defaults)
     for group in order:
         merged.update(canonical(builder.groups[group].vars))
     merged.update(builder.hosts[host])
@@ -128,6 +131,7 @@ class _HostMaker:
         self.path = path
         self.default_config = ssh_config
         self.configs: dict[str, paramiko.SSHConfig] = {}
+        self.warnings: dict[str, str] = {}  # file -> warning about it
 
     def error(self, key: str, values: dict[str, Value], message: str, hint: str) -> InventoryError:
         where = values[key]
@@ -193,6 +197,45 @@ class _HostMaker:
             "e.g. ansible_become: yes",
         )
 
+    def become_method(self, values: dict[str, Value]) -> None:
+        method = self.text("ansible_become_method", values)
+        if method is not None and method.lower() != "sudo":
+            raise self.error(
+                "ansible_become_method",
+                values,
+                f"ansible_become_method '{method}' is not supported",
+                "fleetclean becomes root through sudo only: write sudo or remove the line",
+            )
+
+    def become_password(self, values: dict[str, Value]) -> Secret | None:
+        """The password, never shown in an error; a warning when its file is readable by
+        others than its owner."""
+        key = "ansible_become_password"
+        if key not in values or values[key].value is None:
+            return None
+        value = values[key].value
+        if isinstance(value, Secret):
+            return value
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise self.error(key, values, f"{key} must be text", f"write {key}: 'PASSWORD'")
+        text = str(value)
+        if not text or any(c in text for c in "\n\r\0"):
+            raise self.error(key, values, f"{key} is empty or holds a line break",
+                             "sudo reads one line: give the password on one line")
+        self.check_private(values[key].path or self.path)
+        return Secret(text)
+
+    def check_private(self, path: str) -> None:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:  # an inline host list: no file
+            return
+        if mode & 0o044 and path not in self.warnings:
+            self.warnings[path] = (
+                f"{path} holds ansible_become_password and is readable by others than its "
+                f"owner (mode {mode & 0o777:04o}); chmod 600 {path}"
+            )
+
     def ssh_args(self, values: dict[str, Value]) -> ssh_settings.SshArgs:
         options: dict[str, str] = {}
         proxy_jump: str | None = None
@@ -242,6 +285,7 @@ class _HostMaker:
         args = self.ssh_args(values)
         key = self.text("ansible_ssh_private_key_file", values)
         config, config_path = (None, None) if connection == "local" else self.config(values, args)
+        self.become_method(values)
         settings = ssh_settings.merge(
             name,
             host=self.text("ansible_host", values),
@@ -262,6 +306,7 @@ class _HostMaker:
             connection=connection,
             become=self.become(values),
             become_user=self.text("ansible_become_user", values),
+            become_password=self.become_password(values),
             groups=tuple(sorted(groups - {"all"})),
             vars={
                 # Every ansible_* name is Ansible's (passwords among them): never a
@@ -281,6 +326,7 @@ class Inventory:
     path: str
     hosts: dict[str, Host]
     groups: dict[str, tuple[str, ...]]
+    warnings: tuple[str, ...] = ()
 
     def select(self, limit: str | None) -> list[Host]:
         """Hosts a ``--limit`` pattern selects (see :mod:`.limit`), file order.
@@ -296,16 +342,21 @@ class Inventory:
         return dataclasses.replace(self, hosts=hosts)
 
 
-def resolve(builder: Builder, ssh_config: str | None) -> Inventory:
-    """Every host of ``builder`` with its effective variables; ``ssh_config`` a path or None."""
+def resolve(
+    builder: Builder, ssh_config: str | None, defaults: Mapping[str, Any] | None = None
+) -> Inventory:
+    """Every host of ``builder`` with its effective variables; ``ssh_config`` a path or None;
+    ``defaults``: connection variables from the command line, below every group's."""
     depths = _depths(builder)
     memberships = _memberships(builder)
     maker = _HostMaker(builder.path, ssh_config)
+    low = {k: Value(v, path="the command line") for k, v in (defaults or {}).items()}
     hosts = {
-        name: maker.make(name, _effective(builder, name, groups, depths), groups)
+        name: maker.make(name, _effective(builder, name, groups, depths, low), groups)
         for name, groups in memberships.items()
     }
     names = ["all", *(g for g in builder.groups if g not in ("all", "ungrouped")), "ungrouped"]
     groups = {group: tuple(h for h in hosts if group in memberships[h]) for group in names}
-    return Inventory(path=builder.path, hosts=hosts, groups=groups)
+    return Inventory(path=builder.path, hosts=hosts, groups=groups,
+                     warnings=tuple(maker.warnings.values()))
 

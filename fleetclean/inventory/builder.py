@@ -31,6 +31,7 @@ ALIASES = {
     "ansible_ssh_port": "ansible_port",
     "ansible_ssh_user": "ansible_user",
     "ansible_private_key_file": "ansible_ssh_private_key_file",
+    "ansible_become_pass": "ansible_become_password",
 }
 # Two declarations of one host that disagree on where to connect is a mistake worth stopping
 # for; disagreeing playbook variables follow Ansible (the later one wins).

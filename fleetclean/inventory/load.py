@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fleetclean.errors import InventoryError
 from fleetclean.inventory import inline, slurm, ssh_settings
@@ -38,6 +39,7 @@ def load_inventory(
     sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     ssh_config: str | os.PathLike[str] | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> Inventory:
     """Read inventory sources into one inventory; ``ssh_config`` None means ``~/.ssh/config``
     if present.
@@ -50,6 +52,8 @@ def load_inventory(
     argument) reads no ssh config at all. A given config file that is missing is an error.
     ``.yml``/``.yaml``/``.json`` files are YAML, ``.ini`` files INI, others are told apart
     by their first line. Every problem is one ``InventoryError``: file, line, column, fix.
+    ``defaults`` are connection variables given on the command line (``ansible_become``
+    for ``-b``...): every inventory's own value wins over them, as in Ansible.
     """
     names = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else [
         os.fspath(s) for s in sources
@@ -82,18 +86,22 @@ def load_inventory(
     config = config or None
     if config is not None and not os.path.isfile(config):
         ssh_settings.load_config(config)  # raises the missing-file error with its path
-    return resolve(builder, config)
+    return resolve(builder, config, defaults)
 
 
-def local_inventory() -> Inventory:
-    """``--local``: this machine alone, named after its hostname, reached without SSH.
+def local_inventory(defaults: Mapping[str, Any] | None = None) -> Inventory:
+    """``--local``: this machine alone, named after its hostname, reached without SSH;
+    ``defaults`` as for :func:`load_inventory` (become from the command line).
 
-    >>> inv = local_inventory()
-    >>> [(h.address, h.connection, h.groups) for h in inv.select(None)]
-    [('localhost', 'local', ('ungrouped',))]
+    >>> inv = local_inventory({"ansible_become": True})
+    >>> [(h.address, h.connection, h.groups, h.become) for h in inv.select(None)]
+    [('localhost', 'local', ('ungrouped',), True)]
     """
     name = socket.gethostname() or "localhost"
-    host = Host(name=name, address="localhost", connection="local", groups=("ungrouped",))
+    given = defaults or {}
+    host = Host(name=name, address="localhost", connection="local", groups=("ungrouped",),
+                become=bool(given.get("ansible_become")),
+                become_user=given.get("ansible_become_user"))
     return Inventory(
         path="--local", hosts={name: host}, groups={"all": (name,), "ungrouped": (name,)}
     )

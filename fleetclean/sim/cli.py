@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fleetclean.errors import SimError
+from fleetclean.sim.accounts import USERS
 from fleetclean.sim.faults import FAULTS, usage
 from fleetclean.sim.launcher import gpu_list
 from fleetclean.sim.layout import STATE_DIR_ENV
@@ -43,6 +44,7 @@ KINDS = (
 SUPERVISED = ("service", "container", "pod", "tmux", "screen", "slurm-job")
 SPAWNABLE = KINDS + SUPERVISED
 RAW = argparse.RawDescriptionHelpFormatter
+SUDO_WORDS = {"nopasswd": "sudo NOPASSWD", "password": "sudo with password", "none": "no sudo"}
 
 
 def _state_dir(parser: argparse.ArgumentParser) -> None:
@@ -142,6 +144,7 @@ def _add_spawn(sub: Subparsers) -> None:
         "  fleetclean sim spawn node01 stuck --gpu 2     # state D once killed\n"
         "  fleetclean sim spawn node01 slow-exit --gpu 4 --delay 3\n"
         "  fleetclean sim spawn node01 writer --path /dev/shm/sglang_hs\n"
+        "  fleetclean sim spawn node01 stubborn --gpu 2 --user ops\n"
         "under a supervisor (--run: the workload, holder by default):\n"
         "  fleetclean sim spawn node01 service --unit vllm --run vllm --gpus 0-7\n"
         "  fleetclean sim spawn node01 container --container sgl --run sglang --restart always\n"
@@ -162,6 +165,8 @@ def _add_spawn(sub: Subparsers) -> None:
     )
     spawn.add_argument("--name", help="command line to show instead of the default")
     spawn.add_argument("--path", help="directory to write into (writer)")
+    spawn.add_argument("--user", choices=[u.name for u in USERS],
+                       help="run it as this login account of the node (default root)")
     spawn.add_argument(
         "--devices",
         choices=("ctl", "all"),
@@ -180,6 +185,7 @@ def _add_fault(sub: Subparsers) -> None:
         "  fleetclean sim fault node03 lost 5\n"
         "  fleetclean sim fault node03 leak 5 512\n"
         "  fleetclean sim fault node03 slow-auth 3\n"
+        "  fleetclean sim fault node02 requiretty\n"
         "  fleetclean sim fault node03 none\n",
     )
     fault.add_argument("node", metavar="NODE", help="node name, or 'all'")
@@ -192,7 +198,7 @@ SUPERVISOR_OPTIONS = (
     ("run", "KIND", "the workload a supervisor runs (default holder)"),
     ("unit", "NAME", "service: the unit's name"),
     ("restart", "POLICY", "service: Restart= (always); container: --restart (no)"),
-    ("user", "UID", "service: a user service of UID"),
+    ("uid", "UID", "service: a user service of UID (under user@UID.service)"),
     ("container", "NAME", "container: its name; pod: the container's name"),
     ("image", "IMAGE", "container, pod: the image shown"),
     ("pod", "NAME", "pod: its name"),
@@ -207,7 +213,7 @@ def _supervisor_options(spawn: argparse.ArgumentParser) -> None:
     group = spawn.add_argument_group("supervisors (service, container, pod, tmux, screen, "
                                      "slurm-job)")
     for name, metavar, text in SUPERVISOR_OPTIONS:
-        kind: Any = int if name == "user" else str
+        kind: Any = int if name == "uid" else str
         group.add_argument(f"--{name}", type=kind, metavar=metavar, help=text)
 
 
@@ -250,6 +256,8 @@ def _up(args: argparse.Namespace) -> int:
     print(f"  cgroups:    {fleet.cgroup_description}")
     print(f"  inventory:  {fleet.inventory_path}")
     print(f"  ssh config: {fleet.ssh_config_path}")
+    logins = ", ".join(f"{u.name} ({SUDO_WORDS[u.sudo]})" for u in fleet.users)
+    print(f"  accounts:   root, {logins}; their password: {fleet.layout.sudo_password}")
     conf = fleet.slurm_conf_path
     if conf is not None:
         print(f"  slurm:      export SLURM_CONF={conf}")
@@ -280,7 +288,7 @@ def _targets(fleet: SimFleet, node: str) -> list[str]:
 
 def _spawn_opts(args: argparse.Namespace) -> dict[str, Any]:
     opts: dict[str, Any] = {}
-    keys = ("gpu", "mib", "delay", "name", "path", "devices")
+    keys = ("gpu", "mib", "delay", "name", "path", "devices", "user")
     for key in keys + tuple(name for name, _, _ in SUPERVISOR_OPTIONS):
         value = getattr(args, key)
         if value is not None:

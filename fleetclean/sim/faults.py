@@ -15,10 +15,11 @@ import json
 from pathlib import Path
 
 from fleetclean.errors import SimError
+from fleetclean.sim import accounts
 
 # fault -> (argument names, what it does)
 FAULTS: dict[str, tuple[str, str]] = {
-    "none": ("", "healthy again: every nvidia-smi, kernel-log and sshd fault cleared"),
+    "none": ("", "healthy again: every nvidia-smi, kernel-log, sudo and sshd fault cleared"),
     "na": ("", "[N/A] in nvidia-smi's memory fields"),
     "nvml": ("", "nvidia-smi: Failed to initialize NVML (exit 18)"),
     "missing": ("", "no nvidia-smi on the node (exit 127)"),
@@ -36,6 +37,7 @@ FAULTS: dict[str, tuple[str, str]] = {
     "reset-policy": ("strict|lenient", "whether nvidia-persistenced's handles block a reset"),
     "reset-delay": ("SECONDS", "nvidia-smi -r takes SECONDS before it answers, as real resets do"),
     "unstick": ("", "the node's driver answers at last: stuck processes (state D) go on"),
+    "requiretty": ("", "sudo refuses every caller without a terminal (Defaults requiretty)"),
     "slow-banner": ("SECONDS", "sshd's banner comes SECONDS late"),
     "slow-auth": ("SECONDS", "banner on time, then authentication answers SECONDS late"),
     "stall": ("", "sshd sends its banner, then nothing"),
@@ -103,6 +105,8 @@ def xid_line(code: int, bus_id: str) -> str:
 
 def clear(node_dir: Path) -> None:
     _write(node_dir / "fault", "none\n")
+    if (node_dir / accounts.SUDOERS_D).is_dir():
+        accounts.set_requiretty(node_dir, on=False)
     for name in ("lost", "power", "irq", "pages.json", "gpu_count", "kern.log", "reset_delay"):
         (node_dir / name).unlink(missing_ok=True)
     (node_dir / "kern.log").touch()
@@ -174,6 +178,11 @@ def _reset_delay(node_dir: Path, fault: str, args: list[str]) -> None:
     _write(node_dir / "reset_delay", f"{seconds}\n")
 
 
+def _requiretty(node_dir: Path, fault: str, args: list[str]) -> None:
+    _ints(fault, args, 0, 0)
+    accounts.set_requiretty(node_dir, on=True)
+
+
 def _reset_policy(node_dir: Path, fault: str, args: list[str]) -> None:
     if args not in (["strict"], ["lenient"]):
         raise SimError(f"bad fault arguments {args!r}", hint=usage(fault))
@@ -183,4 +192,5 @@ def _reset_policy(node_dir: Path, fault: str, args: list[str]) -> None:
 _SETTERS = {"none": _none, "inforom": _inforom, "lost": _lost, "power": _lost, "irq": _lost,
             "fewer": _fewer,
             "retired-pending": _pending, "remapped-pending": _pending, "xid": _xid,
-            "leak": _leak, "reset-delay": _reset_delay, "reset-policy": _reset_policy}
+            "leak": _leak, "reset-delay": _reset_delay, "reset-policy": _reset_policy,
+            "requiretty": _requiretty}

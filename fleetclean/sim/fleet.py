@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from fleetclean.errors import SimError
-from fleetclean.sim import cgroups, faults, pids, sshfiles
+from fleetclean.sim import accounts, cgroups, faults, pids, sshfiles
 from fleetclean.sim import node as nodes_mod
 from fleetclean.sim import slurm as slurm_mod
 from fleetclean.sim.layout import (
+    IN_NODE_CODE,
     PACKAGE_DIR,
     StateLayout,
     default_state_dir,
@@ -87,6 +88,17 @@ class SimFleet:
     @property
     def client_key_path(self) -> Path:
         return self.layout.client_key
+
+    @property
+    def sudo_password(self) -> str:
+        """The password of the nodes' login accounts (``users``): what sudo asks alice
+        (and bob, before it tells him he may not)."""
+        return self.layout.sudo_password.read_text().strip()
+
+    @property
+    def users(self) -> tuple[accounts.SimUser, ...]:
+        """The nodes' login accounts besides root (see ``accounts``)."""
+        return accounts.USERS
 
     @property
     def slurm_conf_path(self) -> Path | None:
@@ -181,11 +193,16 @@ class SimFleet:
         fleet_id = secrets.token_hex(8)
         sshfiles.keygen(layout.client_key, "fleetclean-sim-client")
         client_pub = sshfiles.public_key(layout.client_key)
+        password = accounts.new_password()
+        fd = os.open(layout.sudo_password, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(password + "\n")
+        password_hash = accounts.crypt_sha512(password)
         dirs = [layout.node_dir(n) for n in names]
 
         def prepare(index: int) -> None:
             nodes_mod.prepare(dirs[index], names[index], addresses[index], fleet_id, client_pub,
-                              sshd_defaults=sshd_defaults)
+                              password_hash=password_hash, sshd_defaults=sshd_defaults)
 
         # ssh-keygen dominates preparation; a few at a time keep both cores busy.
         with ThreadPoolExecutor(max_workers=8) as pool:
@@ -314,26 +331,34 @@ class SimFleet:
         input: str | None = None,
         timeout: float = 60,
         where: str = "",
+        *,
+        user: str = "root",
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` inside the node (its PID, mount and cgroup namespaces, no SSH), for
-        test setup and assertions; text output captured, never raises on a non-zero exit.
-        It runs at the root of the node's cgroup tree, or in the unit ``where``."""
+        """Run ``argv`` inside the node (its PID, mount and cgroup namespaces, no SSH) as
+        ``user`` (root or one of ``users``), for test setup and assertions; text output
+        captured, never raises on a non-zero exit. It runs at the root of the node's cgroup
+        tree, or in the unit ``where``."""
         sim_node = self.node(ref)
         if not self.is_running(sim_node):
             raise SimError(f"{sim_node.name} is not running")
+        try:
+            argv = nodes_mod.nsenter(sim_node, argv, where, user=user)
+        except KeyError as exc:
+            raise SimError(f"no account {user!r} on the simulated nodes") from exc
         return subprocess.run(
-            nodes_mod.nsenter(sim_node, argv, where),
+            argv,
             input=input,
             capture_output=True,
             text=True,
-            env=nodes_mod.node_env(),
+            env=nodes_mod.node_env(user),
+            cwd="/",
             timeout=timeout,
             check=False,
         )
 
-    def spawn(self, ref: NodeRef, kind: str, **opts: Any) -> list[int]:
-        """Start workload ``kind`` in the node and return its node PIDs, root first, once
-        every one of its processes holds its devices.
+    def spawn(self, ref: NodeRef, kind: str, *, user: str = "root", **opts: Any) -> list[int]:
+        """Start workload ``kind`` in the node as ``user`` and return its node PIDs, root
+        first, once every one of its processes holds its devices.
 
         Kinds: ``sglang``, ``vllm``, ``trtllm``, ``triton``, ``tgi``, ``ray`` (gpus="0-7",
         mib, model_path, port), ``zombie-parent`` (gpus="0-1", mib), ``stubborn`` (gpu,
@@ -352,8 +377,10 @@ class SimFleet:
             if conf is None:
                 raise SimError("a slurm-job needs a fleet with Slurm", hint="sim up --slurm")
             opts["slurm_conf"] = str(conf)
-        argv = [node_python(), str(PACKAGE_DIR / "launcher.py"), kind, json.dumps(opts)]
-        done = self.run_in(ref, argv)
+        # The code as the node binds it, which every account can read.
+        code = PACKAGE_DIR if user == "root" else IN_NODE_CODE
+        argv = [node_python(), f"{code}/launcher.py", kind, json.dumps(opts)]
+        done = self.run_in(ref, argv, where=_session_scope(user), user=user)
         if done.returncode != 0:
             raise SimError(f"spawn {kind} in {self.node(ref).name} failed: {done.stderr.strip()}")
         started: list[int] = json.loads(done.stdout)
@@ -443,3 +470,15 @@ def _is_listening(address: str, port: int = 22) -> bool:
     want = "{:08X}:{:04X}".format(int.from_bytes(bytes(octets), "little"), port)
     with open("/proc/net/tcp") as f:
         return any(line.split()[1] == want and line.split()[3] == "0A" for line in list(f)[1:])
+
+
+def _session_scope(user: str) -> str:
+    """Where another account's processes live: its own login session, as pam_systemd puts
+    them (root's launcher moves itself to root's); SimError for an unknown account."""
+    if user == "root":
+        return ""
+    try:
+        uid = accounts.user(user).uid
+    except KeyError as exc:
+        raise SimError(f"no account {user!r} on the simulated nodes") from exc
+    return f"user.slice/user-{uid}.slice/session-2.scope"

@@ -235,8 +235,10 @@ def launch(argv: list[str], extra_env: dict[str, str], scope: str = SESSION_SCOP
                 os.dup2(devnull, fd)
             os.chdir("/")
             # Started by hand from a login session, as a real node's pam_systemd places it;
-            # a system daemon in its own unit.
-            nodecg.Tree.load().place(0, nodecg.unit_placement(scope))
+            # a system daemon in its own unit. Another account's launcher may not move
+            # itself: SimFleet.spawn started it in that user's session scope already.
+            if os.geteuid() == 0:
+                nodecg.Tree.load().place(0, nodecg.unit_placement(scope))
             env = dict(os.environ, **extra_env)
             env[READY_FD] = str(write_end)
             os.execve(sys.executable, argv, env)

@@ -18,6 +18,8 @@ NODES_PER_OCTET = 250
 PACKAGE_DIR = Path(__file__).resolve().parent
 # Inside a node, the node's own state dir is bind-mounted here (see node_init.py).
 IN_NODE_DIR = "/run/fleetclean"
+# ... and this package's directory here, readable by every account of the node.
+IN_NODE_CODE = "/run/fleetclean-code"
 
 
 def default_state_dir() -> Path:
@@ -65,6 +67,10 @@ class StateLayout:
     @property
     def client_key(self) -> Path:
         return self.root / "id_ed25519"
+
+    @property
+    def sudo_password(self) -> Path:
+        return self.root / "sudo_password"
 
     @property
     def known_hosts(self) -> Path:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetclean.errors import SimError
-from fleetclean.sim import cgroups, faults, nodecg, pids, sshfiles
-from fleetclean.sim.layout import IN_NODE_DIR, PACKAGE_DIR, node_python
+from fleetclean.sim import accounts, cgroups, faults, nodecg, pids, sshfiles
+from fleetclean.sim.layout import IN_NODE_CODE, IN_NODE_DIR, PACKAGE_DIR, node_python
 from fleetclean.sim.sshfiles import LIFTED
 
 GPU_COUNT = 8
@@ -60,11 +60,18 @@ def gpu_uuid(fleet_id: str, node: str, index: int) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def prepare(node_dir: Path, name: str, address: str, fleet_id: str, client_pub: str,
-            *, sshd_defaults: bool = False) -> None:
+def prepare(
+    node_dir: Path, name: str, address: str, fleet_id: str, client_pub: str, *,
+    password_hash: str, sshd_defaults: bool = False,
+) -> None:
     """Write everything a node needs before its init starts: host key, sshd_config,
-    authorized_keys, GPU facts, the nvidia-smi wrapper, and the wanted listener."""
+    authorized_keys, accounts and sudo (``accounts``), GPU facts, the nvidia-smi wrapper,
+    and the wanted listener."""
     (node_dir / "bin").mkdir(parents=True, exist_ok=True)
+    # Seen inside the node as /run/fleetclean: sshd's StrictModes checks it for root's
+    # keys, and the login accounts' nvidia-smi reads the GPU facts in it.
+    node_dir.chmod(0o755)
+    accounts.write_etc(node_dir, name, address, password_hash)
     sshfiles.keygen(node_dir / sshfiles.HOST_KEY, f"root@{name}")
     write_sshd_configs(node_dir, address, *((None, None) if sshd_defaults else LIFTED))
     (node_dir / "authorized_keys").write_text(client_pub + " fleetclean-sim\n")
@@ -91,7 +98,8 @@ def write_sshd_configs(node_dir: Path, address: str, max_startups: str | None = 
 
 def install_nvidia_smi(node_dir: Path) -> None:
     wrapper = node_dir / "bin" / "nvidia-smi"
-    script = PACKAGE_DIR / "nvidia_smi.py"
+    # The code as the node binds it: reachable by every account, wherever the checkout is.
+    script = f"{IN_NODE_CODE}/nvidia_smi.py"
     # -E, not -I: the script imports its sibling modules through sys.path[0].
     wrapper.write_text(f'#!/bin/sh\nexec {node_python()} -S -E {script} "$@"\n')
     wrapper.chmod(0o755)
@@ -286,18 +294,28 @@ def processes(node: SimNode, include_system: bool = False) -> list[SimProcess]:
     return sorted(found, key=lambda p: p.pid)
 
 
-def node_env() -> dict[str, str]:
-    """The environment of commands run inside a node: what an SSH session gets."""
-    return {"PATH": NODE_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root"}
+def node_env(user: str = "root") -> dict[str, str]:
+    """The environment of commands run inside a node as ``user``: what an SSH session
+    gets."""
+    home = "/root" if user == "root" else accounts.user(user).home
+    return {"PATH": NODE_PATH, "HOME": home, "LANG": "C.UTF-8", "USER": user, "LOGNAME": user}
 
 
-def nsenter(node: SimNode, argv: Sequence[str], where: str = "", *, uts: bool = False) -> list[str]:
+def nsenter(node: SimNode, argv: Sequence[str], where: str = "", *, uts: bool = False,
+            user: str = "root") -> list[str]:
     """argv that runs ``argv`` inside the node's PID and mount namespaces and, when the
     fleet has cgroups, inside its cgroup namespace and tree: at the node's root, or in the
-    unit ``where`` (``system.slice/slurmd.service``); ``uts``: also its hostname."""
+    unit ``where`` (``system.slice/slurmd.service``); ``uts``: also its hostname; as
+    ``user`` (one of ``accounts.USERS``: its uid, gid and groups, as a login would have
+    them; KeyError for another)."""
     roots = cgroup_paths(node.dir, where)
     flags = ["-p", "-m", *(["-u"] if uts else []), *(["-C"] if roots else [])]
-    inner = ["nsenter", "-t", str(node.init_pid), *flags, "--", *argv]
+    drop: list[str] = []
+    if user != "root":
+        uid = accounts.user(user).uid
+        # setpriv runs inside the node, so --init-groups reads the node's /etc/group.
+        drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--init-groups", "--"]
+    inner = ["nsenter", "-t", str(node.init_pid), *flags, "--", *drop, *argv]
     return cgroups.join_argv(roots, inner)
 
 

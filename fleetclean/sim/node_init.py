@@ -14,6 +14,8 @@ bind-mounted at ``/run/fleetclean`` inside the node:
   ``listener.state`` = ``GEN MODE PID [SSHD_PID]`` (``GEN error 0`` when it would not start).
 - SIGTERM: stop the listener and exit; the kernel then kills everything in the namespace.
   SIGKILL from the host does the same without the courtesy.
+- It also mounts the node's own accounts and sudo configuration (``make_accounts``) and
+  answers GPU queries of accounts other than root on ``smi_driver.SOCKET`` (one thread).
 
 Example: ``echo "2 off" > listener.want; kill -USR1 INIT`` makes the node refuse SSH
 connections while its workloads keep running.
@@ -29,10 +31,12 @@ import sys
 import time
 
 if __package__:
-    from fleetclean.sim import nodecg
+    from fleetclean.sim import nodecg, smi_driver, smi_state
     from fleetclean.sim.proctitle import set_plain_title
 else:  # run as a script: the sibling modules are found through sys.path[0]
     import nodecg  # type: ignore[import-not-found,no-redef]
+    import smi_driver  # type: ignore[import-not-found,no-redef]
+    import smi_state  # type: ignore[import-not-found,no-redef]
     from proctitle import set_plain_title  # type: ignore[import-not-found,no-redef]
 
 IN_NODE_DIR = "/run/fleetclean"
@@ -140,10 +144,70 @@ def make_mounts(node_dir: str) -> None:
     home = os.path.expanduser("~root")
     if not _under(os.path.realpath(sys.executable), home):
         cover(home, "mode=0700", keeps)
+    make_accounts(keeps)
 
 
-CODE_KEEP = "/run/fleetclean-code"
+CODE_KEEP = "/run/fleetclean-code"  # layout.IN_NODE_CODE
 SHARED_KEEP = "/run/fleetclean-shared"
+PYTHON_KEEP = "/run/fleetclean-python"
+SUDO = "/usr/bin/sudo"
+# Node file (under IN_NODE_DIR/etc, written by sim/accounts.py) -> the path it covers.
+ACCOUNT_FILES = (
+    ("passwd", "/etc/passwd"),
+    ("group", "/etc/group"),
+    ("shadow", "/etc/shadow"),
+    ("hosts", "/etc/hosts"),
+)
+SUDO_FILES = (
+    ("sudoers", "/etc/sudoers"),
+    ("sudoers.d", "/etc/sudoers.d"),
+    ("pam.d-sudo", "/etc/pam.d/sudo"),
+    ("sudo-lib", "/var/lib/sudo"),
+)
+
+
+def make_accounts(keeps: list[tuple[str, str]]) -> None:
+    """The node's own accounts, sudo configuration and home directories.
+
+    Each file is bind-mounted over this machine's inside the node's mount namespace only
+    (propagation is private), so nothing of the host's is read or changed; sudo's state
+    (/run/sudo/ts) lands in the node's /run, its lecture marks in the node's /var/lib/sudo.
+    /home becomes the node's own tmpfs with a home per login account, owned as sshd's
+    StrictModes wants: home and ~/.ssh the user's and 0700, authorized_keys 0600 holding
+    the fleet's client key.
+    """
+    etc = os.path.join(IN_NODE_DIR, "etc")
+    if not os.path.isdir(etc):
+        return
+    pairs = list(ACCOUNT_FILES)
+    if os.access(SUDO, os.X_OK):
+        pairs += [p for p in SUDO_FILES if os.path.exists(p[1])]
+    for name, target in pairs:
+        mount(os.path.join(etc, name), target, "", MS_BIND)
+    python = os.path.realpath(sys.base_prefix)
+    if _under(python, "/home"):
+        os.mkdir(PYTHON_KEEP, 0o755)
+        mount(python, PYTHON_KEEP, "", MS_BIND)
+        keeps = [*keeps, (PYTHON_KEEP, python)]
+    cover("/home", "mode=0755", keeps)
+    with open(os.path.join(IN_NODE_DIR, "authorized_keys")) as f:
+        key = f.read()
+    with open("/etc/passwd") as f:
+        people = [line.split(":") for line in f if line.count(":") == 6]
+    for _name, _, uid, gid, _, home, _ in people:
+        if 1000 <= int(uid) < 60000 and _under(home, "/home"):
+            make_home(home, int(uid), int(gid), key)
+
+
+def make_home(home: str, uid: int, gid: int, key: str) -> None:
+    ssh = os.path.join(home, ".ssh")
+    keys = os.path.join(ssh, "authorized_keys")
+    os.makedirs(ssh, 0o700, exist_ok=True)
+    with open(keys, "w") as f:
+        f.write(key)
+    for path, mode in ((home, 0o700), (ssh, 0o700), (keys, 0o600)):
+        os.chown(path, uid, gid)
+        os.chmod(path, mode)
 
 
 def _under(path: str, top: str) -> bool:
@@ -354,6 +418,9 @@ def main(argv: list[str]) -> int:
         tree.place(0, nodecg.unit_placement("init.scope"))
         SSH_PROCS.extend(tree.procs_files(nodecg.unit_placement("system.slice/ssh.service")))
     os.chdir("/")
+    # After the signals are blocked: the driver's thread inherits the mask, so every signal
+    # still reaches the loop's sigtimedwait. Its fork()s only ever exec (see spawn).
+    smi_driver.serve(smi_driver.SOCKET, smi_state.scan_device_holders)
     Init(node_dir, address).run()
     return 0
 

@@ -346,6 +346,8 @@ def run(argv: list[str]) -> tuple[str, int]:
         return text, status
     except Usage as exc:
         return exc.message + "\n", exc.status
+    except smi_state.DriverDown:
+        return NO_DRIVER, 9
 
 
 def main() -> int:

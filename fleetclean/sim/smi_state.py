@@ -20,10 +20,25 @@ from __future__ import annotations
 
 import json
 import os
+from types import ModuleType
 
 NODE_DIR = "/run/fleetclean"
 DEFAULT_MIB = 1024
 PERSISTENCED_COMM = "nvidia-persiste"
+
+
+class DriverDown(Exception):
+    """The node's driver stand-in does not answer: as a driver that is not loaded."""
+
+
+def _driver() -> ModuleType:
+    # Imported by the accounts that need it only: root's queries (every monitoring loop's)
+    # do without the socket module's import time.
+    if __package__:
+        from fleetclean.sim import smi_driver
+    else:  # inside a node: a script, its siblings found through sys.path[0]
+        import smi_driver  # type: ignore[import-not-found,no-redef]
+    return smi_driver
 
 
 class Usage(Exception):
@@ -159,7 +174,20 @@ def comm(pid: int) -> str:
 
 def device_holders() -> list[tuple[int, int, int]]:
     """(gpu index, pid, MiB) for every live process holding /dev/nvidiaN, sorted; MiB is 0
-    for a handle without a CUDA context (nvidia-persistenced)."""
+    for a handle without a CUDA context (nvidia-persistenced). Whoever asks: an account
+    other than root cannot read other users' /proc/PID/fd, so it asks the node's driver
+    stand-in (``smi_driver``), as the real nvidia-smi asks the kernel driver."""
+    if os.geteuid() != 0:
+        try:
+            holders: list[tuple[int, int, int]] = _driver().ask()
+        except (OSError, ValueError) as exc:
+            raise DriverDown(str(exc)) from exc
+        return holders
+    return scan_device_holders()
+
+
+def scan_device_holders() -> list[tuple[int, int, int]]:
+    """``device_holders`` read from /proc, which needs root."""
     found: list[tuple[int, int, int]] = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():

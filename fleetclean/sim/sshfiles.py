@@ -30,6 +30,7 @@ class NodeLike(Protocol):
 HOST_KEY = "ssh_host_ed25519_key"
 # Where sshd listens when a slow/stalling proxy (sshproxy.py) holds port 22.
 INNER_PORT = 2222
+USER_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/games:/usr/local/sbin"
 
 
 def keygen(path: Path, comment: str) -> None:
@@ -65,7 +66,9 @@ def sshd_config(address: str, in_node_dir: str, port: int = 22, *,
                 max_startups: str | None = LIFTED[0],
                 max_sessions: int | None = LIFTED[1]) -> str:
     """sshd_config for one node; paths are as seen inside the node; a limit of None is
-    left to OpenSSH's default.
+    left to OpenSSH's default. The login accounts (``sim/accounts.py``) use
+    ``~/.ssh/authorized_keys`` in their node-private homes under sshd's default
+    StrictModes; root's keys stay in the node's state dir.
 
     >>> "MaxStartups" in sshd_config("127.0.1.1", "/run/fleetclean", max_startups=None)
     False
@@ -77,19 +80,24 @@ def sshd_config(address: str, in_node_dir: str, port: int = 22, *,
 ListenAddress {address}:{port}
 HostKey {in_node_dir}/{HOST_KEY}
 PidFile none
-AuthorizedKeysFile {in_node_dir}/authorized_keys
+AuthorizedKeysFile .ssh/authorized_keys
 PermitRootLogin prohibit-password
 PubkeyAuthentication yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no
-StrictModes no
+StrictModes yes
 UseDNS no
 PrintMotd no
 PrintLastLog no
 {limits}LogLevel VERBOSE
 AcceptEnv LANG LC_*
 Subsystem sftp internal-sftp
+Match User root
+    AuthorizedKeysFile {in_node_dir}/authorized_keys
+Match User *,!root
+    # A user's default PATH, plus where the node keeps nvidia-smi (/usr/bin on a real node).
+    SetEnv PATH={USER_PATH}
 """
 
 

@@ -138,7 +138,7 @@ def service(argv: list[str], env: dict[str, str], opts: dict[str, Any]) -> None:
     default = {"holder": "gpu-worker"}.get(opts["run"], opts["run"])
     name = str(opts.get("unit") or default)
     name = name if name.endswith(".service") else name + ".service"
-    uid = None if opts.get("user") is None else int(opts["user"])
+    uid = None if opts.get("uid") is None else int(opts["uid"])
     settings = {"Restart": str(opts.get("restart", "always"))}
     keys = {"restart_sec": "RestartSec", "kill_mode": "KillMode", "timeout_stop": "TimeoutStopSec"}
     settings.update({unit_key: str(opts[k]) for k, unit_key in keys.items() if k in opts})

@@ -9,6 +9,8 @@ per job:
 - ``hops``: jump hosts and ProxyCommand resolved through ssh_config;
 - ``pool``: one connection per hop chain, and fabric's gateway weak spots worked around;
 - ``connect``: one ``fabric.Connection``, phase by phase; ``classify``: its failures;
+- ``become``: sudo's dialogue before the script starts (its prompt, the password, its
+  refusals);
 - ``stream``: the select() loop that streams a script's output; ``local``: the local runner;
 - ``session``: ``Session``, which ties them together for one fleet run.
 

@@ -15,14 +15,58 @@ import threading
 import time
 
 from fleetclean.models import Host
+from fleetclean.transport import become
 from fleetclean.transport.base import LineCallback, Options, ScriptOutput, TransportFailure
-from fleetclean.transport.stream import LineSplitter, remote_command, sudo_failure
+from fleetclean.transport.stream import LineSplitter
+
+
+class _ProcessPipe:
+    """The local ``sudo`` process as ``become.converse`` drives it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout and proc.stderr
+        self.proc = proc
+        self.err_fd = proc.stderr.fileno()
+        self.open = [proc.stdout.fileno(), self.err_fd]
+        self.err = bytearray()
+
+    @property
+    def stderr(self) -> str:
+        return self.err.decode("utf-8", "replace")
+
+    def wait(self, timeout: float) -> None:
+        if self.open:
+            select.select(self.open, [], [], timeout)
+
+    def drain(self) -> None:
+        while self.open:
+            ready, _, _ = select.select(self.open, [], [], 0)
+            if not ready:
+                return
+            for fd in ready:
+                data = os.read(fd, 65536)
+                if not data:
+                    self.open.remove(fd)
+                elif fd == self.err_fd:
+                    self.err += data
+
+    def send(self, data: bytes) -> None:
+        assert self.proc.stdin
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def ended(self) -> bool:
+        return self.proc.poll() is not None or not self.open
+
+    def exit_code(self) -> int | None:
+        return self.proc.poll()
 
 
 def run_local(
     host: Host, script: str, opts: Options, on_line: LineCallback | None
 ) -> ScriptOutput:
-    argv = shlex.split(remote_command(host))
+    how = become.plan(host)
+    argv = shlex.split(how.command)
     try:
         proc = subprocess.Popen(
             argv,
@@ -33,6 +77,12 @@ def run_local(
         )
     except OSError as exc:
         return ScriptOutput(failure=TransportFailure("error", f"cannot run {argv[0]}: {exc}"))
+    if how.becomes:
+        failure = become.converse(_ProcessPipe(proc), host, how, "local", opts.connect_timeout)
+        if failure is not None:
+            proc.kill()  # our own child, by PID
+            proc.wait()
+            return ScriptOutput(failure=failure)
     lines = LineSplitter(on_line)
     out = bytearray()
     err_chunks: list[bytes] = []
@@ -70,7 +120,5 @@ def run_local(
     code = proc.wait()
     reader.join()
     stderr = b"".join(err_chunks).decode("utf-8", "replace")
-    return ScriptOutput(
-        out.decode("utf-8", "replace"), stderr, code, sudo_failure(stderr, host), started=True
-    )
+    return ScriptOutput(out.decode("utf-8", "replace"), stderr, code, None, started=True)
 

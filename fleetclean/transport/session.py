@@ -185,6 +185,8 @@ class Session:
         started = time.monotonic()
         try:
             chan = open_script_channel(conn.client.get_transport(), host, script, limit)
+        except Failed as exc:  # sudo did not start the script: nothing ran
+            return ScriptOutput(failure=exc.failure)
         except NoSession as exc:
             if "timeout" in str(exc).lower() or time.monotonic() - started >= limit * 0.9:
                 return ScriptOutput(failure=timed_out(

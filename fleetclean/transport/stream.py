@@ -6,8 +6,6 @@ spends its CPU waking threads. One blocking ``recv`` per host on the channel of 
 connection's transport (``conn.client.get_transport()``) wakes when bytes arrive (or every
 ``WAKE_S`` to see the exit status), and needs no thread beyond the host's own worker.
 
->>> remote_command(Host("h", "h", become=True))
-'sudo -n -u root -- bash -s'
 >>> seen = []
 >>> lines = LineSplitter(seen.append)
 >>> lines.feed(b"one\\ntw"); lines.feed(b"o\\n"); seen
@@ -16,40 +14,18 @@ connection's transport (``conn.client.get_transport()``) wakes when bytes arrive
 
 from __future__ import annotations
 
-import shlex
 import time
 
 import paramiko
 
 from fleetclean.models import Host
-from fleetclean.transport.base import LineCallback, ScriptOutput, TransportFailure
+from fleetclean.transport import become
+from fleetclean.transport.base import Failed, LineCallback, ScriptOutput, TransportFailure
 
 # How long a finished script's channel may stay open (a background process holding it)
 # before the run stops reading.
 EOF_GRACE_S = 2.0
 WAKE_S = 0.25  # the longest the loop sleeps without data: to see the exit status, the end
-
-
-def remote_command(host: Host) -> str:
-    """The one command run on the host; the script itself comes on stdin, so no pattern of
-    it is ever in a process's argv (the seeds' pkill killed its own shell that way)."""
-    if host.become:
-        user = shlex.quote(host.become_user or "root")
-        return f"sudo -n -u {user} -- bash -s"
-    return "bash -s"
-
-
-_SUDO_PASSWORD = ("a password is required", "a terminal is required")
-
-
-def sudo_failure(stderr: str, host: Host) -> TransportFailure | None:
-    if host.become and any(s in stderr for s in _SUDO_PASSWORD):
-        return TransportFailure(
-            "auth_failed",
-            f"sudo on {host.name} wants a password; allow passwordless sudo for bash "
-            "(NOPASSWD) or connect as root (ansible_user: root, ansible_become: false)",
-        )
-    return None
 
 
 class LineSplitter:
@@ -75,18 +51,61 @@ class NoSession(Exception):
 def open_script_channel(
     transport: paramiko.Transport, host: Host, script: str, limit: float
 ) -> paramiko.Channel:
-    """The session channel (opened within ``limit``) with ``bash -s`` reading the script.
+    """The session channel (opened within ``limit``) with ``bash -s`` reading the script:
+    the one command run on the host (``become.plan``: the script itself comes on stdin, so
+    no pattern of it is ever in a process's argv; the seeds' pkill killed its own shell that
+    way). With become, sudo's dialogue comes first, within ``limit`` too.
 
     Raises ``NoSession`` (its cause the transport's error) when the channel itself cannot be
-    opened, so a caller knows nothing ran; any later error may leave the script started."""
+    opened, and ``Failed`` when sudo does not start the script: nothing has run then. Any
+    later error may leave the script started."""
     try:
         chan = transport.open_session(timeout=limit)
     except (paramiko.SSHException, EOFError, OSError) as exc:
         raise NoSession(str(exc)) from exc
-    chan.exec_command(remote_command(host))
+    how = become.plan(host)
+    chan.exec_command(how.command)
+    if how.becomes:
+        where = f"{host.address}:{host.port or 22}"
+        failure = become.converse(_ChannelPipe(chan), host, how, where, limit)
+        if failure is not None:
+            chan.close()
+            raise Failed(failure)
     chan.sendall(script.encode())
     chan.shutdown_write()
     return chan
+
+
+class _ChannelPipe:
+    """An SSH channel as ``become.converse`` drives it."""
+
+    def __init__(self, chan: paramiko.Channel) -> None:
+        self.chan = chan
+        self.err = bytearray()
+
+    @property
+    def stderr(self) -> str:
+        return self.err.decode("utf-8", "replace")
+
+    def wait(self, timeout: float) -> None:
+        # A short poll rather than select(): select() on a paramiko channel makes it open a
+        # pipe (two descriptors) and write to it on every packet for the channel's life.
+        time.sleep(min(timeout, 0.01))
+
+    def drain(self) -> None:
+        while self.chan.recv_ready():
+            self.chan.recv(65536)  # a login shell's chatter: the script has not started
+        while self.chan.recv_stderr_ready():
+            self.err += self.chan.recv_stderr(65536)
+
+    def send(self, data: bytes) -> None:
+        self.chan.sendall(data)
+
+    def ended(self) -> bool:
+        return bool(self.chan.exit_status_ready() or self.chan.closed or self.chan.eof_received)
+
+    def exit_code(self) -> int | None:
+        return self.chan.recv_exit_status() if self.chan.exit_status_ready() else None
 
 
 class _Reader:
@@ -166,8 +185,8 @@ def _finish(chan: paramiko.Channel, reader: _Reader, host: Host) -> ScriptOutput
     # dropped); the parser then says which stage the output ended in.
     code = chan.recv_exit_status() if chan.exit_status_ready() else None
     stdout, stderr = reader.text()
-    failure = sudo_failure(stderr, host)
-    if code is None and failure is None:
+    failure = None
+    if code is None:
         failure = TransportFailure(
             "error", f"connection to {host.name} was cut while the script ran"
         )

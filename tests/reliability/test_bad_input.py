@@ -67,6 +67,8 @@ CASES: list[Case] = [
          inv("    ansible_connection: winrm\n")),
     Case("inv-become-perhaps", ("run", "post-extraction", "-i", "{f}"), "{f}:7",
          inv("    ansible_become: perhaps\n")),
+    Case("inv-become-method-su", ("run", "post-extraction", "-i", "{f}"), "{f}:7",
+         inv("    ansible_become_method: su\n")),
     Case("inv-bad-var-name", ("run", "post-extraction", "-i", "{f}"), "{f}:7",
          inv("    grace-period: 3\n")),
     Case("inv-children-typo", ("run", "post-extraction", "-i", "{f}"), "{f}:7",
@@ -202,6 +204,10 @@ CASES: list[Case] = [
          "max_used_mib"),
     Case("opt-status-watch-text", ("status", "-i", "{inv}", "--watch", "often"), "--watch"),
     Case("opt-status-forks-negative", ("status", "-i", "{inv}", "-f", "-2"), "--forks"),
+    Case("opt-become-method-su", (*RUN, "-b", "--become-method", "su"), "--become-method"),
+    Case("opt-become-user-empty", (*RUN, "-b", "--become-user", ""), "--become-user is empty"),
+    Case("e-become-password", (*RUN, "-b", "-e", "ansible_become_password=hunter2"),
+         "-e ansible_become_password: a password on the command line"),
 ]
 
 

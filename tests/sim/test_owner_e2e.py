@@ -83,7 +83,7 @@ def spawn_each_kind(fleet: SimFleet) -> dict[str, tuple[list[int], Owner]]:
     want: dict[str, tuple[list[int], Owner]] = {}
     vllm = fleet.spawn("node01", "service", unit="vllm", run="vllm", gpus="0")
     want["service"] = (vllm, Owner("systemd", "vllm.service", "vllm.service"))
-    (note,) = fleet.spawn("node01", "service", unit="notebook", user=0, gpus="1")
+    (note,) = fleet.spawn("node01", "service", unit="notebook", uid=0, gpus="1")
     want["user service"] = (
         [note], Owner("systemd", "user@0.service/notebook.service", "notebook.service"))
     (ctr,) = fleet.spawn("node01", "container", container="sgl", restart="always", gpus="2")

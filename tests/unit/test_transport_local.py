@@ -4,8 +4,8 @@ import time
 
 from fleetclean.models import Host
 from fleetclean.transport import Options, Session
+from fleetclean.transport.become import plan
 from fleetclean.transport.classify import Phase, Where, classify
-from fleetclean.transport.stream import remote_command
 
 LOCAL = Host(name="here", address="localhost", connection="local")
 
@@ -45,8 +45,10 @@ def test_a_script_past_its_timeout_is_stopped_and_reported() -> None:
 
 
 def test_become_goes_through_sudo_without_a_password_prompt() -> None:
-    assert remote_command(Host("h", "h", become=True)) == "sudo -n -u root -- bash -s"
-    assert remote_command(Host("h", "h")) == "bash -s"
+    command = plan(Host("h", "h", become=True), "abc").command
+    assert command == ("env LC_ALL=C sudo -n -u root -- "
+                       "bash -c 'echo @@fleetclean-become:abc >&2; exec bash -s'")
+    assert plan(Host("h", "h")).command == "bash -s"
 
 
 def test_connection_refused_is_unreachable() -> None:

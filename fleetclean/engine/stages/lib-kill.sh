@@ -168,8 +168,20 @@ fc_send() {
             fc_rec signal "$FC_IDX" "$p" "$sig" "${cmd[$p]}"
             fc_now_us
             FC_LAST_SIGNAL_US=$REPLY
+        elif fc_alive "$p" "${start[$p]}" "${cmd[$p]}"; then
+            fc_deny "$p"
         fi
     done
+}
+
+# Not permitted to signal PID (see "rights" in lib.sh): list it with its user, and make
+# fc_alive never match it again, so that fc_wait_gone and the KILL pass it by.
+fc_deny() {
+    local p=$1
+    fc_proc_user "$p"
+    FC_DENIED+=("$p ${cmd[$p]} ($REPLY)")
+    FC_DENIED_ANY=1
+    start[$p]=denied
 }
 
 # Poll every 10 ms until every (pid, starttime) is gone or MS pass; FC_LEFT = survivors.

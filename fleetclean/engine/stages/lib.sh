@@ -221,6 +221,45 @@ fc_protected() {
     [[ -n $REPLY ]]
 }
 
+# ---------------------------------------------------------------------------- rights
+# A login without root may signal only its own processes. A kill that fails while its
+# target lives on is that (EPERM): fc_deny (lib-kill.sh) lists the target with its user in
+# FC_DENIED, fc_stage makes the stage "denied" (which leaves the host dirty), and it is no
+# longer waited for: its grace period could not change anything.
+declare -ga FC_DENIED=()
+FC_DENIED_ANY=0
+
+# The user name of PID's real uid (REPLY), from /proc/PID/status; "?" when unreadable.
+fc_proc_user() {
+    local key value uid=""
+    while read -r key value _; do
+        if [[ $key == Uid: ]]; then
+            uid=$value
+            break
+        fi
+    done 2>/dev/null <"/proc/$1/status"
+    if [[ -z $uid ]]; then
+        REPLY="?"
+        return 0
+    fi
+    fc_user_name "$uid"
+}
+
+# After a stage: what it may not signal makes it "denied" (or is added to its failure).
+fc_report_denied() {
+    local d list=""
+    ((${#FC_DENIED[@]})) || return 0
+    for d in "${FC_DENIED[@]}"; do
+        list+="${list:+, }$d"
+    done
+    if [[ $FC_STATUS == ok ]]; then
+        FC_STATUS=denied
+        FC_MESSAGE="$FC_SIGNALLED signal(s) sent; not permitted: $list"
+    else
+        FC_MESSAGE+="; not permitted: $list"
+    fi
+}
+
 # ---------------------------------------------------------------------------- open files
 # "PID FD TARGET" for every open descriptor whose target starts with $1, from one
 # `ls -l` over /proc/*/fd (bash has no readlink builtin; one fork, not one per fd).
@@ -281,10 +320,12 @@ fc_stage() {
         return 0
     fi
     FC_STATUS=ok FC_MATCHED=0 FC_SIGNALLED=0 FC_REMAINING=0 FC_MESSAGE=""
+    FC_DENIED=()
     fc_now_us
     t0=$REPLY
     fn=fc_stage_${type//-/_}
     "$fn"
+    fc_report_denied
     fc_now_us
     fc_rec end "$FC_IDX" "$FC_STATUS" "$FC_MATCHED" "$FC_SIGNALLED" "$FC_REMAINING" \
         "$(((REPLY - t0) / 1000))" "$FC_MESSAGE"

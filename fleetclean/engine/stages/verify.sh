@@ -58,7 +58,9 @@ fc_verify() {
             state=$REPLY
             break
         fi
-        ((FC_CHECK || (now - t0) / 1000 >= opt_timeout_ms)) && break
+        # A process this login may not signal (fc_deny) leaves the host dirty whatever
+        # the GPUs do next: no point in waiting for them.
+        ((FC_CHECK || FC_DENIED_ANY || (now - t0) / 1000 >= opt_timeout_ms)) && break
         fc_nap "$opt_interval_s"
     done
     fc_now_us
