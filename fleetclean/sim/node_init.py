@@ -129,7 +129,14 @@ def make_mounts(node_dir: str) -> None:
     code = os.path.dirname(os.path.realpath(__file__))
     os.mkdir(CODE_KEEP, 0o755)
     mount(code, CODE_KEEP, "", MS_BIND)
-    keeps = [(CODE_KEEP, code)]
+    # The whole checkout (or site-packages) the simulator runs from stays visible where it
+    # is, with a virtual environment inside it: a controller run inside a node (the -c local
+    # tests) imports fleetclean and its packages from there. Binding only fleetclean/sim
+    # made "fleetclean" a namespace package without __main__ in a checkout under /tmp.
+    checkout = os.path.dirname(os.path.dirname(code))
+    os.mkdir(CHECKOUT_KEEP, 0o755)
+    mount(checkout, CHECKOUT_KEEP, "", MS_BIND)
+    keeps = [(CHECKOUT_KEEP, checkout)]
     # The fleet's shared dir (munge socket, slurm.conf: see sim/slurm.py), when there is
     # one, is seen by every node at its host path, so one config serves host and nodes.
     shared = os.path.realpath(os.path.join(node_dir, "..", "..", "shared"))
@@ -148,6 +155,7 @@ def make_mounts(node_dir: str) -> None:
 
 
 CODE_KEEP = "/run/fleetclean-code"  # layout.IN_NODE_CODE
+CHECKOUT_KEEP = "/run/fleetclean-checkout"
 SHARED_KEEP = "/run/fleetclean-shared"
 PYTHON_KEEP = "/run/fleetclean-python"
 SUDO = "/usr/bin/sudo"
