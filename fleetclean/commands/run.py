@@ -9,14 +9,19 @@ from fleetclean import fleet
 from fleetclean.commands import slurm_step
 from fleetclean.commands.env import Env, error_line
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
-from fleetclean.commands.steps import inventory_label, render_jobs, select_hosts
+from fleetclean.commands.steps import (
+    inventory_label,
+    inventory_sources,
+    render_jobs,
+    select_hosts,
+)
 from fleetclean.results import records
 from fleetclean.slurm import options as slurm_options
 
 
 def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     check_prom(args)
-    slurm_options.check(args)
+    slurm_options.check(args, inventory_sources(args, env))
     hosts = select_hosts(args, env)
     name, jobs, extra = render_jobs(args.playbook, hosts, args.extra_vars,
                                      check=args.check, force=args.force)

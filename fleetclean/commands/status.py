@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from fleetclean.commands import slurm_step
 from fleetclean.commands.env import Env
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
-from fleetclean.commands.steps import options, render_jobs, select_hosts
+from fleetclean.commands.steps import inventory_sources, options, render_jobs, select_hosts
 from fleetclean.models import ExitStatus
 from fleetclean.results import table
 from fleetclean.slurm import options as slurm_options
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     check_prom(args)
-    slurm_options.check(args)
+    slurm_options.check(args, inventory_sources(args, env))
     hosts = select_hosts(args, env)
     name, jobs, _ = render_jobs("status", hosts, args.extra_vars, check=False, force=False)
     if args.watch is None:

@@ -13,16 +13,14 @@ from fleetclean.models import Host
 
 if TYPE_CHECKING:
     from fleetclean import fleet
+    from fleetclean.slurm.nodes import Runner
     from fleetclean.transport import Options
 
 
 def select_hosts(args: argparse.Namespace, env: Env) -> list[Host]:
     from fleetclean.inventory import load_inventory, local_inventory
 
-    # -F "" reads no ssh_config at all, like `ssh -F /dev/null`.
-    ssh_config = args.ssh_config
-    if ssh_config is None:
-        ssh_config = env.environ.get("FLEETCLEAN_SSH_CONFIG")
+    ssh_config = ssh_config_of(args, env)
     if args.limit is not None and not args.limit.strip():
         # `-l "$HOSTS"` with HOSTS unset must not mean every host of the fleet.
         raise UsageError("-l/--limit is empty, which would select every host",
@@ -38,10 +36,40 @@ def select_hosts(args: argparse.Namespace, env: Env) -> list[Host]:
             raise UsageError("no inventory given",
                              hint="give -i lab.yml or -i 'gpu01,gpu02,', --local for this "
                              "machine, or set FLEETCLEAN_INVENTORY")
-        inv = load_inventory(sources, ssh_config=ssh_config)
+        inv = load_inventory(sources, ssh_config=ssh_config,
+                             login=lambda source: login_runner(args, env, source))
     if args.connection:
         inv = inv.with_connection(args.connection)
     return inv.select(args.limit)
+
+
+def ssh_config_of(args: argparse.Namespace, env: Env) -> str | None:
+    """-F, else $FLEETCLEAN_SSH_CONFIG, else None (~/.ssh/config); -F "" reads no
+    ssh_config at all, like `ssh -F /dev/null`."""
+    ssh_config: str | None = args.ssh_config
+    if ssh_config is None:
+        ssh_config = env.environ.get("FLEETCLEAN_SSH_CONFIG")
+    return ssh_config
+
+
+def login_runner(args: argparse.Namespace, env: Env, source: str) -> Runner:
+    """Slurm's commands over SSH on the login node ``source`` (``slurm://LOGINHOST``)."""
+    from fleetclean.slurm import login
+
+    return login.runner(source, ssh_config_of(args, env), login_options(args))
+
+
+def login_options(args: argparse.Namespace) -> Options:
+    """Connection options for a Slurm login node: those of the command when it has them
+    (``run``, ``status``), the defaults otherwise (``inventory``, ``show``)."""
+    from fleetclean.transport import Options
+
+    return Options(
+        connect_timeout=getattr(args, "connect_timeout", None) or 10.0,
+        timeout=min(getattr(args, "timeout", None) or 60.0, 60.0),
+        known_hosts=tuple(getattr(args, "known_hosts", None) or ()),
+        accept_new_host_keys=bool(getattr(args, "accept_new_host_keys", False)),
+    )
 
 
 def inventory_sources(args: argparse.Namespace, env: Env) -> list[str]:

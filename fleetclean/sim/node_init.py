@@ -108,7 +108,8 @@ def make_dev() -> None:
 
 def make_mounts(node_dir: str) -> None:
     """Private /run (sshd's privilege-separation dir and our control files), /dev, /tmp,
-    an empty home for root, and the node's bin dir over /usr/local/sbin, which is on root's
+    /var/log, an empty home for root, and the node's bin dir over /usr/local/sbin, which is
+    on root's
     sshd PATH. The simulator's own code stays visible where it is, even when it lives
     under /tmp or /root (a checkout in /tmp, as CI makes)."""
     mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
@@ -129,7 +130,13 @@ def make_mounts(node_dir: str) -> None:
         os.mkdir(SHARED_KEEP, 0o755)
         mount(shared, SHARED_KEEP, "", MS_BIND)
         keeps.append((SHARED_KEEP, shared))
+        # Slurm's clients in the node (a login node's sinfo, an epilog's tools) find the
+        # fleet's slurm.conf where Debian's build looks for it, as on a real cluster.
+        if os.path.isdir(os.path.join(shared, "slurm")) and os.path.isdir("/etc/slurm"):
+            mount(os.path.join(shared, "slurm"), "/etc/slurm", "", MS_BIND)
     cover("/tmp", "mode=1777", keeps)
+    # A node's logs are its own (an epilog writes /var/log/fleetclean/), never this host's.
+    cover("/var/log", "mode=0755", keeps)
     # A node is another machine: root's home there must not be this host's, whose dotfiles
     # (a pyenv init in .bashrc, say) would run in every SSH session. Left alone when the
     # Python running this init lives there.
