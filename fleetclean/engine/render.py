@@ -43,13 +43,22 @@ def render_script(resolved: ResolvedPlaybook, *, check: bool = False, force: boo
     renders in check mode, and ``force`` set in the variables counts as ``--force``."""
     check = check or resolved.read_only
     force = force or resolved.force
-    used = dict.fromkeys(s.type for s in resolved.stages)
-    parts = [_header(resolved, check, force, host_name), template("lib.sh")]
-    parts += [stage_type(t).template.read_text(encoding="utf-8") for t in used]
-    if resolved.verify is not None:
-        parts.append(VERIFY.template.read_text(encoding="utf-8"))
-    parts.append("\n".join(_main(resolved, check, force, host_name)))
+    parts = [_header(resolved, check, force, host_name), *library([resolved])]
+    parts.append("\n".join([*main_function(resolved, check=check, force=force,
+                                            host=q(host_name)),
+                            "", "fc_main </dev/null", ""]))
     return "\n".join(parts)
+
+
+def library(books: list[ResolvedPlaybook]) -> list[str]:
+    """The bash every script of these playbooks needs: ``lib.sh``, then the template of
+    each stage type they use (once each, in order of first use), then the verification's."""
+    used = dict.fromkeys(s.type for book in books for s in book.stages)
+    parts = [template("lib.sh")]
+    parts += [stage_type(t).template.read_text(encoding="utf-8") for t in used]
+    if any(book.verify is not None for book in books):
+        parts.append(VERIFY.template.read_text(encoding="utf-8"))
+    return parts
 
 
 def _header(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str) -> str:
@@ -63,18 +72,26 @@ def _header(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str
         "# Runs as `bash -s` with this text on standard input. Records go to stdout as",
         "# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded.",
         "# variables:",
-        *(f"#   {k} = {_comment_value(variables[k])}" for k in sorted(variables)),
+        *variable_comments(variables),
         "",
     ])
 
 
-def _main(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str) -> list[str]:
+def variable_comments(variables: dict[str, Any]) -> list[str]:
+    """``#   name = value`` lines, one a variable, values as JSON (one line each)."""
+    return [f"#   {k} = {_comment_value(variables[k])}" for k in sorted(variables)]
+
+
+def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host: str,
+                  name: str = "fc_main") -> list[str]:
+    """The lines of the function that runs the stages and the verification; ``host`` is
+    the shell word ``FC_HOST`` gets (a quoted name, or a variable set at run time)."""
     main = [
-        "fc_main() {",
+        f"{name}() {{",
         "    export LC_ALL=C",
         f'    PATH="$PATH:{_PATH_TAIL}"',
         f"    FC_PLAYBOOK={q(resolved.name)}",
-        f"    FC_HOST={q(host_name)}",
+        f"    FC_HOST={host}",
         f"    FC_CHECK={int(check)}",
         f"    FC_FORCE={int(force)}",
         f"    FC_LOCK_WAIT={resolved.lock_wait:g}",
@@ -96,5 +113,5 @@ def _main(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str) 
                  "    fc_reset_opts"]
         main += [f"    {line}" for line in VERIFY.assignments(resolved.verify)]
         main.append("    fc_verify")
-    main += ["    fc_finish", "}", "", "fc_main </dev/null", ""]
+    main += ["    fc_finish", "}"]
     return main

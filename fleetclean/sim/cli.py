@@ -83,6 +83,13 @@ def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also a real Slurm: munged, slurmctld here, a slurmd in every node",
     )
+    up.add_argument(
+        "--gpu-minors",
+        type=_minors,
+        metavar="M,...",
+        help="device minor of GPU 0,1,..7 (its /dev/nvidiaM), e.g. 1,0,3,2,5,4,7,6: a driver "
+        "whose probe order differs from the bus order (default: each GPU's index)",
+    )
     _state_dir(up)
 
     status = sub.add_parser(
@@ -167,11 +174,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _minors(text: str) -> list[int]:
+    words = [w.strip() for w in text.split(",")]
+    if not all(w.isdigit() for w in words):
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}")
+    return [int(w) for w in words]
+
+
 def _up(args: argparse.Namespace) -> int:
     from fleetclean.sim.fleet import SimFleet
 
     fleet = SimFleet.up(args.nodes, args.state_dir, subnet=args.subnet,
-                        persistenced=args.persistenced, slurm=args.slurm)
+                        persistenced=args.persistenced, slurm=args.slurm,
+                        gpu_minors=args.gpu_minors)
     for kind in args.workload:
         for sim_node in fleet.nodes:
             fleet.spawn(sim_node, kind)

@@ -20,6 +20,7 @@ import platform
 import secrets
 import shutil
 import subprocess
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -104,13 +105,16 @@ class SimFleet:
         subnet: int = 0,
         persistenced: bool = False,
         slurm: bool = False,
+        gpu_minors: Sequence[int] | None = None,
     ) -> SimFleet:
         """Start ``nodes`` nodes in parallel and return once every sshd listens.
 
         ``subnet`` is the second octet of the addresses (127.SUBNET.x.y), so that two
         fleets can run side by side; ``persistenced`` starts nvidia-persistenced on every
         node, as on a real datacenter node; ``slurm``: also a real Slurm (``sim/slurm.py``),
-        returning once every node is idle in it. Raises SimError if the host cannot run a
+        returning once every node is idle in it; ``gpu_minors``: GPU index i's device file
+        is ``/dev/nvidia{gpu_minors[i]}`` on every node (default: i), as when a driver's
+        probe order differs from the bus order. Raises SimError if the host cannot run a
         fleet (or Slurm), a fleet is already up in ``state_dir``, or an address is taken.
         """
         check_host()
@@ -135,7 +139,7 @@ class SimFleet:
         try:
             if slurm:
                 slurm_mod.prepare(layout.root)
-            fleet._start(names, addresses, subnet)
+            fleet._start(names, addresses, subnet, gpu_minors)
             if persistenced:
                 for sim_node in fleet.nodes:
                     fleet.spawn(sim_node, "persistenced", devices="all")
@@ -146,7 +150,8 @@ class SimFleet:
             raise
         return fleet
 
-    def _start(self, names: list[str], addresses: list[str], subnet: int) -> None:
+    def _start(self, names: list[str], addresses: list[str], subnet: int,
+               minors: Sequence[int] | None) -> None:
         layout = self.layout
         fleet_id = secrets.token_hex(8)
         sshfiles.keygen(layout.client_key, "fleetclean-sim-client")
@@ -154,7 +159,8 @@ class SimFleet:
         dirs = [layout.node_dir(n) for n in names]
 
         def prepare(index: int) -> None:
-            nodes_mod.prepare(dirs[index], names[index], addresses[index], fleet_id, client_pub)
+            nodes_mod.prepare(dirs[index], names[index], addresses[index], fleet_id, client_pub,
+                              minors=minors)
 
         # ssh-keygen dominates preparation; a few at a time keep both cores busy.
         with ThreadPoolExecutor(max_workers=8) as pool:

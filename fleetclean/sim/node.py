@@ -58,9 +58,14 @@ def gpu_uuid(fleet_id: str, node: str, index: int) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def prepare(node_dir: Path, name: str, address: str, fleet_id: str, client_pub: str) -> None:
+def prepare(node_dir: Path, name: str, address: str, fleet_id: str, client_pub: str, *,
+            minors: Sequence[int] | None = None) -> None:
     """Write everything a node needs before its init starts: host key, sshd_config,
-    authorized_keys, GPU facts, the nvidia-smi wrapper, and the wanted listener."""
+    authorized_keys, GPU facts, the nvidia-smi wrapper, and the wanted listener.
+
+    nvidia-smi numbers GPUs in PCI bus order; the driver names each one's device file by
+    its minor number, in the order it probed them, which need not be the same. ``minors``
+    gives GPU index i the file ``/dev/nvidia{minors[i]}`` (default: the index itself)."""
     (node_dir / "bin").mkdir(parents=True, exist_ok=True)
     sshfiles.keygen(node_dir / sshfiles.HOST_KEY, f"root@{name}")
     (node_dir / "sshd_config").write_text(sshfiles.sshd_config(address, IN_NODE_DIR))
@@ -69,8 +74,12 @@ def prepare(node_dir: Path, name: str, address: str, fleet_id: str, client_pub: 
         sshfiles.sshd_config(address, IN_NODE_DIR, sshfiles.INNER_PORT)
     )
     (node_dir / "authorized_keys").write_text(client_pub + " fleetclean-sim\n")
+    order = list(minors) if minors is not None else list(range(GPU_COUNT))
+    if sorted(order) != list(range(GPU_COUNT)):
+        raise SimError(f"GPU minors must be 0-{GPU_COUNT - 1} in some order, not {order}")
     gpus = [
-        {"index": i, "uuid": gpu_uuid(fleet_id, name, i), "bus_id": f"00000000:{bus}:00.0"}
+        {"index": i, "uuid": gpu_uuid(fleet_id, name, i), "bus_id": f"00000000:{bus}:00.0",
+         "minor": order[i]}
         for i, bus in enumerate(BUS_IDS)
     ]
     (node_dir / "gpus.json").write_text(json.dumps({"name": name, "gpus": gpus}))

@@ -13,7 +13,8 @@ Spec keys (all optional but ``role``):
   ``children`` specs, see ``tree``), ``persistenced`` (see ``persistenced``).
 - ``setproctitle``: the title is NUL-padded as setproctitle leaves it; ``argv``: a list
   written NUL-separated instead of ``title`` (a binary's command line).
-- ``gpus``: GPU indexes whose ``/dev/nvidiaN`` to hold; ``ctl``: also hold
+- ``gpus``: GPU indexes whose ``/dev/nvidiaN`` to hold (N the GPU's minor number, from
+  the node's gpus.json); ``ctl``: also hold
   ``/dev/nvidiactl`` and ``/dev/nvidia-uvm`` (``ctl_only`` holds nvidiactl alone).
 - ``on_term``: ``exit`` after ``delay`` seconds (default 0.1, a CUDA teardown), or
   ``ignore``.
@@ -39,6 +40,7 @@ else:  # run as a script: the sibling module is found through sys.path[0]
 
 READY_FD = "FLEETCLEAN_SIM_READY_FD"
 PERSISTENCE = "/run/fleetclean/persistence.json"
+GPUS = "/run/fleetclean/gpus.json"
 PERSISTENCED_PID = "/run/nvidia-persistenced/nvidia-persistenced.pid"
 
 
@@ -65,8 +67,19 @@ def apply_title(spec: dict[str, Any]) -> None:
         set_plain_title(spec.get("title", "python3"), comm)
 
 
+def device_path(index: int) -> str:
+    """The device file of GPU ``index``: ``/dev/nvidiaN``, N its minor number."""
+    try:
+        with open(GPUS) as f:
+            gpus = json.load(f)["gpus"]
+    except (OSError, ValueError, KeyError):
+        gpus = []
+    minor = next((g.get("minor", index) for g in gpus if g["index"] == index), index)
+    return f"/dev/nvidia{minor}"
+
+
 def open_devices(spec: dict[str, Any]) -> list[int]:
-    paths = [f"/dev/nvidia{i}" for i in spec.get("gpus", [])]
+    paths = [device_path(int(i)) for i in spec.get("gpus", [])]
     if spec.get("ctl") or spec.get("gpus"):
         paths += ["/dev/nvidiactl", "/dev/nvidia-uvm"]
     if spec.get("ctl_only"):
@@ -146,7 +159,11 @@ def persistence_enabled() -> list[int]:
             modes: dict[str, bool] = json.load(f)
     except (OSError, ValueError):
         modes = {}
-    gpus = sorted(int(n[6:]) for n in os.listdir("/dev") if n[6:].isdigit() and n[:6] == "nvidia")
+    try:
+        with open(GPUS) as f:
+            gpus = sorted(int(g["index"]) for g in json.load(f)["gpus"])
+    except (OSError, ValueError, KeyError):
+        gpus = []
     return [g for g in gpus if modes.get(str(g), True)]
 
 
@@ -165,7 +182,7 @@ def persistenced(ctl_only: bool = False) -> None:
         for gpu in [g for g in held if g not in want]:
             os.close(held.pop(gpu))
         for gpu in sorted(want - set(held)):
-            held[gpu] = os.open(f"/dev/nvidia{gpu}", os.O_RDWR)
+            held[gpu] = os.open(device_path(gpu), os.O_RDWR)
 
     signal.signal(signal.SIGHUP, sync)
     sync()
