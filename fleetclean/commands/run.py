@@ -13,6 +13,7 @@ from fleetclean.commands.steps import (
     inventory_label,
     inventory_sources,
     render_jobs,
+    scope_of,
     select_hosts,
 )
 from fleetclean.results import records
@@ -23,8 +24,9 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     check_prom(args)
     slurm_options.check(args, inventory_sources(args, env))
     hosts = select_hosts(args, env)
+    scope = scope_of(args)
     name, jobs, extra = render_jobs(args.playbook, hosts, args.extra_vars,
-                                     check=args.check, force=args.force)
+                                     check=args.check, force=args.force, scope=scope)
     record = None if args.no_record else _start_record(name, jobs, args, env, argv=argv,
                                                        extra=extra)
     result = execute(name, jobs, args, env)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 from fleetclean.commands.env import Env
@@ -13,6 +14,7 @@ from fleetclean.models import Host
 
 if TYPE_CHECKING:
     from fleetclean import fleet
+    from fleetclean.engine.model import Scope
     from fleetclean.slurm.nodes import Runner
     from fleetclean.transport import Options
 
@@ -102,8 +104,25 @@ def options(args: argparse.Namespace) -> Options:
     )
 
 
+_USER = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9._-]{0,31}\$?|[0-9]{1,10})$")
+
+
+def scope_of(args: argparse.Namespace) -> Scope | None:
+    """The scope --user (and the like) ask for, None for none; UsageError for a bad one."""
+    from fleetclean.engine.model import Scope
+
+    user = getattr(args, "user", None)
+    if user is None:
+        return None
+    if not _USER.match(user):
+        raise UsageError(f"--user {user!r} is not a user name or a UID",
+                         hint="e.g. --user alice or --user 1000")
+    return Scope(user=user)
+
+
 def render_jobs(
-    playbook_ref: str, hosts: list[Host], extra: list[str], *, check: bool, force: bool
+    playbook_ref: str, hosts: list[Host], extra: list[str], *, check: bool, force: bool,
+    scope: Scope | None = None,
 ) -> tuple[str, list[fleet.Job], dict[str, Any]]:
     """Render every host's script before any connection: bad input never reaches a host."""
     from fleetclean import fleet
@@ -116,6 +135,7 @@ def render_jobs(
     jobs = []
     for host in hosts:
         resolved = resolve(book, host.vars, extra_vars)
-        script = render_script(resolved, check=check, force=force, host_name=host.name)
+        script = render_script(resolved, check=check, force=force, host_name=host.name,
+                               scope=scope)
         jobs.append(fleet.Job(host, script))
     return book.name, jobs, extra_vars

@@ -93,3 +93,36 @@ class ResolvedPlaybook:
     lock_wait: float
     force: bool
     variables: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a run may touch on a shared node.
+
+    ``user``: only that user's processes are signalled (``--user``, a name or a UID);
+    ``slurm_job``: an epilog's, the job ``SLURM_JOB_ID`` names when the script runs: its
+    leftovers are targets, any other job's processes are never touched.
+
+    >>> Scope(user="alice").describe(), Scope().active
+    ('user alice', False)
+    """
+
+    user: str | None = None
+    slurm_job: bool = False
+
+    @property
+    def active(self) -> bool:
+        return bool(self.user or self.slurm_job)
+
+    def describe(self) -> str:
+        parts = []
+        if self.user:
+            parts.append(f"user {self.user}")
+        if self.slurm_job:
+            parts.append("the finished Slurm job (SLURM_JOB_ID)")
+        return ", ".join(parts) or "everything"
+
+    def as_json(self) -> dict[str, object]:
+        """What a run record keeps of it."""
+        return {"user": self.user, "slurm_job": self.slurm_job}
+

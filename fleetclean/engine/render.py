@@ -23,7 +23,7 @@ import json
 from typing import Any
 
 from fleetclean import __version__
-from fleetclean.engine.model import ResolvedPlaybook
+from fleetclean.engine.model import ResolvedPlaybook, Scope
 from fleetclean.engine.stages import stage_type, template
 from fleetclean.engine.stages.base import q
 from fleetclean.engine.stages.verify import VERIFY
@@ -38,23 +38,26 @@ def _comment_value(value: Any) -> str:
 
 
 def render_script(resolved: ResolvedPlaybook, *, check: bool = False, force: bool = False,
-                  host_name: str = "") -> str:
+                  host_name: str = "", scope: Scope | None = None) -> str:
     """Render the bash script for one host; a read-only playbook (``status``) always
     renders in check mode, and ``force`` set in the variables counts as ``--force``."""
     check = check or resolved.read_only
     force = force or resolved.force
-    parts = [_header(resolved, check, force, host_name), *library([resolved])]
+    parts = [_header(resolved, check, force, host_name), *library([resolved], scope)]
     parts.append("\n".join([*main_function(resolved, check=check, force=force,
-                                            host=q(host_name)),
+                                            host=q(host_name), scope=scope),
                             "", "fc_main </dev/null", ""]))
     return "\n".join(parts)
 
 
-def library(books: list[ResolvedPlaybook]) -> list[str]:
-    """The bash every script of these playbooks needs: ``lib.sh``, then the template of
-    each stage type they use (once each, in order of first use), then the verification's."""
+def library(books: list[ResolvedPlaybook], scope: Scope | None = None) -> list[str]:
+    """The bash every script of these playbooks needs: ``lib.sh``, the scope's functions
+    when there is a scope (or a stage that finds a Slurm job's processes), then the template
+    of each stage type they use (once each, in order of first use), then the verification's."""
     used = dict.fromkeys(s.type for book in books for s in book.stages)
     parts = [template("lib.sh")]
+    if (scope is not None and scope.active) or "slurm-job" in used:
+        parts.append(template("scope.sh"))
     parts += [stage_type(t).template.read_text(encoding="utf-8") for t in used]
     if any(book.verify is not None for book in books):
         parts.append(VERIFY.template.read_text(encoding="utf-8"))
@@ -83,7 +86,7 @@ def variable_comments(variables: dict[str, Any]) -> list[str]:
 
 
 def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host: str,
-                  name: str = "fc_main") -> list[str]:
+                  name: str = "fc_main", scope: Scope | None = None) -> list[str]:
     """The lines of the function that runs the stages and the verification; ``host`` is
     the shell word ``FC_HOST`` gets (a quoted name, or a variable set at run time)."""
     main = [
@@ -102,6 +105,11 @@ def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host:
         "        return 0",
         "    fi",
     ]
+    if scope is not None and scope.active:
+        main += ["", f"    # scope: {scope.describe()}",
+                 f"    FC_SCOPE_USER={q(scope.user or '')}",
+                 f"    FC_SCOPE_JOB={'${SLURM_JOB_ID:-}' if scope.slurm_job else q('')}",
+                 "    fc_scope_begin"]
     total = len(resolved.stages)
     for i, stage in enumerate(resolved.stages, start=1):
         main += ["", f"    # stage {i}/{total}: {_comment_value(stage.name)} ({stage.type})",

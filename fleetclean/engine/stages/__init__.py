@@ -6,7 +6,7 @@ parser (records only a type writes) all loop over :data:`STAGE_TYPES`; none of t
 names a stage type.
 
 >>> sorted(STAGE_TYPES)
-['gpu-holders', 'guard', 'remove', 'restore', 'shell', 'signal']
+['gpu-holders', 'guard', 'remove', 'restore', 'shell', 'signal', 'slurm-job']
 >>> stage_type("signal").defaults()["grace"]
 10
 >>> stage_type("sleep")
@@ -56,6 +56,7 @@ from fleetclean.engine.stages import (
     restore,
     shell,
     signal,
+    slurm_job,
 )
 from fleetclean.engine.stages.base import RecordReader, StageType
 from fleetclean.engine.stages.verify import VERIFY
@@ -64,7 +65,7 @@ GENERIC_RECORDS = ("begin", "lock", "stage", "match", "signal", "change", "end",
                    "done")
 """Record kinds ``lib.sh`` writes for every stage; the parser reads them itself."""
 
-_BUILT_IN = (signal, gpu_holders, restore, remove, guard, shell)
+_BUILT_IN = (signal, gpu_holders, restore, remove, guard, shell, slurm_job)
 
 STAGE_TYPES: dict[str, StageType] = {}
 """Every registered stage type by the name a playbook gives as ``type:``."""

@@ -24,7 +24,13 @@ fc_rec() {
         out+=$'\t'$REPLY
     done
     printf '%s\n' "$out"
+    # A script no controller reads (fleetclean export: standalone.sh) logs and judges
+    # its own records as they are written.
+    if ((FC_TAP)); then
+        fc_tap "$out" "$@"
+    fi
 }
+FC_TAP=0
 
 # ---------------------------------------------------------------------------- time
 # Microseconds since the epoch, from a builtin (no date(1) fork per poll).
@@ -141,8 +147,13 @@ fc_protected() {
             REPLY="protected name"
         fi
     fi
+    # --user, --gpus, an epilog's job (scope.sh): outside the scope is as good as protected.
+    if [[ -z $REPLY ]] && ((FC_SCOPED)); then
+        fc_out_of_scope "$pid"
+    fi
     [[ -n $REPLY ]]
 }
+FC_SCOPED=0
 
 # ---------------------------------------------------------------------------- matching
 # PIDs whose full command line matches ERE $1 (and, if set, ERE $2); sets FC_HITS.
@@ -468,7 +479,9 @@ fc_lock() {
 }
 
 fc_begin() {
-    exec {FC_NAP_FD}<> <(:) 2>/dev/null || FC_NAP_FD=""
+    # In braces: a bare `exec ... 2>/dev/null` would send the script's stderr to /dev/null
+    # for good, and with it every later error message of bash and of the tools it runs.
+    { exec {FC_NAP_FD}<> <(:); } 2>/dev/null || FC_NAP_FD=""
     fc_rec begin 1 "$FC_PLAYBOOK" "$FC_HOST" "$FC_CHECK"
     fc_self_init
     # A read-only run (status, --check) changes nothing, so it races with nobody: it must
