@@ -84,6 +84,14 @@ def add_subparsers(sim_parser: argparse.ArgumentParser) -> None:
         help="also a real Slurm: munged, slurmctld here, a slurmd in every node",
     )
     up.add_argument(
+        "--epilog",
+        type=Path,
+        metavar="PATH",
+        help="with --slurm: slurm.conf's Epilog=, a path under STATE/shared (which every "
+        "node sees), e.g. epilog/fleetclean; write the script there (fleetclean export "
+        "slurm-epilog ...)",
+    )
+    up.add_argument(
         "--gpu-minors",
         type=_minors,
         metavar="M,...",
@@ -186,7 +194,7 @@ def _up(args: argparse.Namespace) -> int:
 
     fleet = SimFleet.up(args.nodes, args.state_dir, subnet=args.subnet,
                         persistenced=args.persistenced, slurm=args.slurm,
-                        gpu_minors=args.gpu_minors)
+                        gpu_minors=args.gpu_minors, slurm_epilog=args.epilog)
     for kind in args.workload:
         for sim_node in fleet.nodes:
             fleet.spawn(sim_node, kind)

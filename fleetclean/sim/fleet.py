@@ -94,6 +94,11 @@ class SimFleet:
             return None
         return slurm_mod.slurm_layout(self.layout.root).conf
 
+    @property
+    def shared_dir(self) -> Path:
+        """A directory every node sees at this same path (made with ``slurm``)."""
+        return self.layout.root / "shared"
+
     # -- life cycle ----------------------------------------------------------------
 
     @classmethod
@@ -106,6 +111,7 @@ class SimFleet:
         persistenced: bool = False,
         slurm: bool = False,
         gpu_minors: Sequence[int] | None = None,
+        slurm_epilog: Path | None = None,
     ) -> SimFleet:
         """Start ``nodes`` nodes in parallel and return once every sshd listens.
 
@@ -114,7 +120,9 @@ class SimFleet:
         node, as on a real datacenter node; ``slurm``: also a real Slurm (``sim/slurm.py``),
         returning once every node is idle in it; ``gpu_minors``: GPU index i's device file
         is ``/dev/nvidia{gpu_minors[i]}`` on every node (default: i), as when a driver's
-        probe order differs from the bus order. Raises SimError if the host cannot run a
+        probe order differs from the bus order; ``slurm_epilog``: slurm.conf's ``Epilog=``,
+        relative to the fleet's shared dir (``shared_dir``). Raises SimError if the
+        host cannot run a
         fleet (or Slurm), a fleet is already up in ``state_dir``, or an address is taken.
         """
         check_host()
@@ -144,7 +152,7 @@ class SimFleet:
                 for sim_node in fleet.nodes:
                     fleet.spawn(sim_node, "persistenced", devices="all")
             if slurm:
-                slurm_mod.start(layout.root, fleet.nodes, subnet)
+                slurm_mod.start(layout.root, fleet.nodes, subnet, slurm_epilog)
         except BaseException:
             fleet.down()
             raise

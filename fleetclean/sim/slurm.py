@@ -105,10 +105,13 @@ def prepare(state_dir: Path) -> None:
         path.chmod(0o755)
 
 
-def start(state_dir: Path, nodes: Sequence[SimNode], subnet: int = 0) -> None:
+def start(state_dir: Path, nodes: Sequence[SimNode], subnet: int = 0,
+          epilog: Path | None = None) -> None:
     """Write the config, start munged, slurmctld and every slurmd, and wait until
     ``sinfo`` shows every node idle. Raises SimError (with the log that says why) when a
-    daemon will not start; the caller takes the fleet down."""
+    daemon will not start; the caller takes the fleet down. ``epilog``: slurm.conf's
+    ``Epilog=``, a path under the fleet's shared dir (so every node sees it); a no-op
+    script is put there until the caller writes its own."""
     layout = slurm_layout(state_dir)
     pid_file = StateLayout(state_dir).pid_file
     # Fleets on other subnets start their search elsewhere, so two coming up at once
@@ -119,7 +122,14 @@ def start(state_dir: Path, nodes: Sequence[SimNode], subnet: int = 0) -> None:
     ]
     host = socket.gethostname().split(".")[0]
     cpus = os.cpu_count() or 1
-    nodes_mod.write_atomic(layout.conf, slurm_conf(layout, host, ports[0], slurm_nodes, cpus))
+    if epilog is not None:
+        epilog = _shared_path(layout, epilog)
+        if not epilog.exists():
+            epilog.parent.mkdir(parents=True, exist_ok=True)
+            epilog.write_text("#!/bin/sh\nexit 0\n")
+            epilog.chmod(0o755)
+    nodes_mod.write_atomic(layout.conf, slurm_conf(layout, host, ports[0], slurm_nodes, cpus,
+                                                   str(epilog) if epilog else None))
     nodes_mod.write_atomic(layout.gres, gres_conf(slurm_nodes))
     deadline = time.monotonic() + START_TIMEOUT_S
     _start_munged(layout, pid_file, deadline)
@@ -129,6 +139,15 @@ def start(state_dir: Path, nodes: Sequence[SimNode], subnet: int = 0) -> None:
     for sim_node in nodes:
         _record_slurmd(pid_file, sim_node, deadline)
     _wait_idle(state_dir, [n.name for n in nodes], deadline)
+
+
+def _shared_path(layout: SlurmLayout, path: Path) -> Path:
+    """``path`` (relative: under the shared dir), refused outside it, where no node sees it."""
+    full = (layout.shared / path).resolve()
+    if not full.is_relative_to(layout.shared.resolve()):
+        raise SimError(f"the epilog must live under {layout.shared}, where every node sees it",
+                       hint="give a path relative to it, e.g. --epilog epilog/fleetclean")
+    return full
 
 
 def _daemon(argv: list[str], log: Path, pid_file: Path, role: str) -> int:

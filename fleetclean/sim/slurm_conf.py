@@ -121,14 +121,16 @@ def listening_ports() -> set[int]:
 
 
 def slurm_conf(
-    layout: SlurmLayout, host: str, ctld_port: int, nodes: Sequence[SlurmNode], cpus: int
+    layout: SlurmLayout, host: str, ctld_port: int, nodes: Sequence[SlurmNode], cpus: int,
+    epilog: str | None = None,
 ) -> str:
     """``slurm.conf`` for one controller on ``host`` and ``nodes``.
 
     proctrack/linuxproc and task/none: no cgroups, so a job's orphans outlive it (as on
     many real clusters, and what fleetclean exists to clean up). ``config_overrides``:
     the nodes share this machine's CPUs and memory, so the config, not the hardware, says
-    what each node has. No accounting.
+    what each node has. No accounting. ``epilog``: the ``Epilog=`` every slurmd runs as
+    root after each job (a path every node sees).
     """
     lines = [
         f"ClusterName={CLUSTER}",
@@ -163,6 +165,8 @@ def slurm_conf(
         "MinJobAge=30",
         "MailProg=/bin/true",
     ]
+    if epilog:
+        lines.append(f"Epilog={epilog}")
     for node in nodes:
         lines.append(
             f"NodeName={node.name} NodeAddr={node.address} NodeHostname={node.name} "

@@ -13,7 +13,7 @@ FC_T_LOG_FD=""
 fc_tap_begin() {
     local log=$1
     FC_T_HOST="" FC_T_VERIFY="" FC_T_VMSG="" FC_T_ERR="" FC_T_DONE=0
-    FC_T_HELD=()
+    FC_T_HELD=() FC_T_GPUS=()
     declare -gA FC_T_STAGE=()
     fc_now_us
     FC_T_START=$REPLY
@@ -38,21 +38,32 @@ fc_tap() {
         stage) FC_T_STAGE[$3]=$4 ;;
         end) [[ $4 == failed && -z $FC_T_ERR ]] && FC_T_ERR="stage '${FC_T_STAGE[$3]:-$3}' failed: $9" ;;
         error) [[ -n $FC_T_ERR ]] || FC_T_ERR=$3 ;;
-        verify) FC_T_VERIFY=$3 FC_T_VMSG=$6 ;;
+        gpu) fc_tap_gpu "$3" ;;
+        verify) FC_T_VERIFY=$3 FC_T_VMAX=$4 FC_T_VMSG=$6 ;;
         holder) ((${#FC_T_HELD[@]} < 3)) && FC_T_HELD+=("pid $3 ($5)") ;;
         "done") FC_T_DONE=1 ;;
     esac
 }
 
+# Keep "INDEX USED" of one nvidia-smi row (index, uuid, name, used, total).
+fc_tap_gpu() {
+    local used=${1%,*}
+    used=${used##*,}
+    FC_T_GPUS+=("${1%%,*} ${used//[[:space:]]/}")
+}
+
 # The verdict on the records seen: FC_JUDGED (the exit status) and FC_JUDGED_WHY.
 fc_judge() {
-    local held
+    local held gpu busy=""
     if [[ -n $FC_T_ERR ]]; then
         FC_JUDGED=2 FC_JUDGED_WHY="error: $FC_T_ERR"
     elif ((!FC_T_DONE)); then
         FC_JUDGED=2 FC_JUDGED_WHY="error: the script stopped before its end"
     elif [[ $FC_T_VERIFY == dirty || $FC_T_VERIFY == faulty ]]; then
-        FC_JUDGED=1 FC_JUDGED_WHY="$FC_T_VERIFY: $FC_T_VMSG"
+        for gpu in "${FC_T_GPUS[@]}"; do
+            [[ ${gpu#* } =~ ^[0-9]+$ ]] && ((${gpu#* } > FC_T_VMAX)) && busy+="GPU${gpu% *} ${gpu#* } MiB, "
+        done
+        FC_JUDGED=1 FC_JUDGED_WHY="$FC_T_VERIFY: ${busy:+${busy%, } (}$FC_T_VMSG${busy:+)}"
         if ((${#FC_T_HELD[@]})); then
             printf -v held '%s, ' "${FC_T_HELD[@]}"
             FC_JUDGED_WHY+="; held by ${held%, }"
@@ -68,17 +79,18 @@ fc_judge() {
 # exit status is the verdict. The last record, "clock", says when it ran and the verdict
 # (the controller never sees one: it times runs itself).
 fc_standalone() {
-    local log=$1 fn=$2 line
+    local log=$1 fn=$2 line end
     fc_tap_begin "$log"
     "$fn" </dev/null
     fc_judge
     FC_TAP=0
     fc_now_us
-    fc_rec clock "$FC_T_START" "$REPLY" "$FC_JUDGED"
+    end=$REPLY
+    fc_rec clock "$FC_T_START" "$end" "$FC_JUDGED"
     line="fleetclean: ${FC_T_HOST:-$HOSTNAME}${FC_T_JOB:+ job $FC_T_JOB}: $FC_JUDGED_WHY"
     printf '%s\n' "$line" >&2
     if [[ -n $FC_T_LOG_FD ]]; then
-        fc_rec clock "$FC_T_START" "$REPLY" "$FC_JUDGED" >&"$FC_T_LOG_FD"
+        fc_rec clock "$FC_T_START" "$end" "$FC_JUDGED" >&"$FC_T_LOG_FD"
         printf '%s\n' "$line" >&"$FC_T_LOG_FD"
         exec {FC_T_LOG_FD}>&-
     fi
