@@ -27,7 +27,10 @@ def cmd_report(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     result = saved_result(list(outputs.values()))
     write_prom(result, args, env)
     emit(result, args, env)
-    if any(_checked(o) for o in outputs.values()) and not (args.json or args.csv):
+    # A --check run lists what it would have done; a read-only playbook with no stage
+    # (status) has nothing to list, as `fleetclean status` prints none.
+    if (any(_checked(o) for o in outputs.values()) and any(h.stages for h in result.hosts)
+            and not (args.json or args.csv)):
         from fleetclean.results import table
 
         table.print_check(env.console(), result)

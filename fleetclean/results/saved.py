@@ -181,11 +181,17 @@ def _by_begin(lines: list[str]) -> list[HostOutput]:
 
 def _last_run(out: HostOutput) -> HostOutput:
     """Only the last run of a host whose lines hold several (an epilog's log), under the
-    name its begin record gives (the inventory's, where the tool knew a shorter one)."""
+    inventory's name where the tool knew the host by a shorter one (gpu01 of gpu01.lab).
+
+    >>> run = ["x", MARKER + "begin\\t1\\tstatus\\tgpu01.lab\\t1", MARKER + "done\\t0"]
+    >>> _last_run(HostOutput("gpu01", run)).host
+    'gpu01.lab'
+    """
     starts = [i for i, line in enumerate(out.records) if line.startswith(MARKER + "begin\t")]
     records = out.records[starts[-1]:] if starts else out.records
     fields = records[0].split("\t") if starts else []
-    host = unquote(fields[4]) if len(fields) > 4 and fields[4] else out.host
+    named = unquote(fields[4]) if len(fields) > 4 else ""
+    host = named if named.startswith(out.host + ".") else out.host
     return HostOutput(host, records, out.notes)
 
 

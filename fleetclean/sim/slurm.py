@@ -129,7 +129,7 @@ def start(state_dir: Path, nodes: Sequence[SimNode], subnet: int = 0,
             epilog.write_text("#!/bin/sh\nexit 0\n")
             epilog.chmod(0o755)
     nodes_mod.write_atomic(layout.conf, slurm_conf(layout, host, ports[0], slurm_nodes, cpus,
-                                                   str(epilog) if epilog else None))
+                                                   epilog=str(epilog) if epilog else None))
     nodes_mod.write_atomic(layout.gres, gres_conf(slurm_nodes))
     deadline = time.monotonic() + START_TIMEOUT_S
     _start_munged(layout, pid_file, deadline)

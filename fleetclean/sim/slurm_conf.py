@@ -122,7 +122,7 @@ def listening_ports() -> set[int]:
 
 def slurm_conf(
     layout: SlurmLayout, host: str, ctld_port: int, nodes: Sequence[SlurmNode], cpus: int,
-    epilog: str | None = None,
+    *, epilog: str | None = None,
 ) -> str:
     """``slurm.conf`` for one controller on ``host`` and ``nodes``.
 
