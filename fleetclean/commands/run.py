@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetclean import fleet
 from fleetclean.commands import slurm_step
@@ -19,6 +19,9 @@ from fleetclean.commands.steps import (
 from fleetclean.results import records
 from fleetclean.slurm import options as slurm_options
 
+if TYPE_CHECKING:
+    from fleetclean.engine.model import Scope
+
 
 def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     check_prom(args)
@@ -28,7 +31,7 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     name, jobs, extra = render_jobs(args.playbook, hosts, args.extra_vars,
                                      check=args.check, force=args.force, scope=scope)
     record = None if args.no_record else _start_record(name, jobs, args, env, argv=argv,
-                                                       extra=extra)
+                                                       extra=extra, scope=scope)
     result = execute(name, jobs, args, env)
     result = slurm_step.apply(result, args, env, None if record is None else record.data["id"])
     if record is not None:
@@ -47,6 +50,9 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
         from fleetclean.results import table
 
         table.print_check(env.console(), result)
+        if scope is not None:
+            env.console().print(f"scope: only {scope.describe()}'s processes are signalled",
+                                markup=False, soft_wrap=True)
     return int(result.exit_status)
 
 
@@ -58,6 +64,7 @@ def _start_record(
     *,
     argv: list[str],
     extra: dict[str, Any],
+    scope: Scope | None,
 ) -> records.RunRecord | None:
     """Write the record before the first connection, so that a controller killed mid-run
     still leaves a trace of what it was doing and where."""
@@ -65,6 +72,7 @@ def _start_record(
         return records.RunRecord.start(
             playbook=name, hosts=[j.host.name for j in jobs], argv=argv,
             inventory=inventory_label(args, env), variables=extra, check=args.check,
+            scope=scope.as_json() if scope else None,
         )
     except OSError as exc:
         error_line(env, f"fleetclean: warning: no run record: {exc}")
