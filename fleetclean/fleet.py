@@ -145,6 +145,7 @@ def host_result(name: str, output: ScriptOutput, duration_s: float) -> HostResul
         gpus=report.gpus,
         processes=report.processes,
         signalled=report.signalled,
+        judged_gpus=report.judged_gpus,
     )
 
 
@@ -170,14 +171,17 @@ def _short(text: str, width: int = 60) -> str:
 
 
 def _dirty_reason(report: ScriptReport) -> str:
-    busy = [g for g in report.gpus if g.memory_used_mib]
+    judged = report.judged_gpus
+    busy = [g for g in report.gpus if g.memory_used_mib and (judged is None or g.index in judged)]
     if len(busy) > 2:
         gpus = f"{len(busy)} GPUs in use ({sum(g.memory_used_mib or 0 for g in busy)} MiB)"
     else:
         gpus = ", ".join(f"GPU{g.index} {g.memory_used_mib} MiB" for g in busy) or "above limit"
-    shown = sorted(report.processes, key=lambda p: p.pid)[:3]
+    uuids = {g.uuid for g in report.gpus if judged is None or g.index in judged}
+    held = [p for p in report.processes if judged is None or p.gpu_uuid in uuids]
+    shown = sorted(held, key=lambda p: p.pid)[:3]
     holders = ", ".join(f"{p.pid} {_short(p.name)}" for p in shown)
-    more = len(report.processes) - len(shown)
+    more = len(held) - len(shown)
     if more > 0:
         holders += f" (+{more} more)"
     reason = f"{gpus}" + (f"; held by {holders}" if holders else "")

@@ -134,6 +134,7 @@ class ScriptReport:
     error: str | None = None  # a host-level error a person can act on (nvidia-smi, lock, ...)
     busy: bool = False
     verify_message: str = ""  # the verification's own words ("respawned after it was ...")
+    judged_gpus: tuple[int, ...] | None = None  # a scope's GPUs; None: every GPU
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,9 @@ class HostResult:
     processes: tuple[GpuProcess, ...] = ()
     signalled: tuple[Signalled, ...] = ()
     slurm: SlurmAction | None = None  # only with --drain-dirty/--resume-clean
+    # --gpus or an epilog's job: the only GPUs whose memory decided the status (the
+    # others are shown, not judged); None: every GPU.
+    judged_gpus: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

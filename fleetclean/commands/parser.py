@@ -73,10 +73,14 @@ def hosts_opts(sp: argparse.ArgumentParser) -> None:
                     "$FLEETCLEAN_SSH_CONFIG)")
 
 
-def scope_opts(sp: argparse.ArgumentParser) -> None:
+def scope_opts(sp: argparse.ArgumentParser, *, signals: bool = True) -> None:
     """What a run may touch on a node other people use too."""
-    sp.add_argument("--user", metavar="USER",
-                    help="signal only USER's processes (a name or a UID), on every host")
+    sp.add_argument("--gpus", metavar="LIST",
+                    help="only these GPUs (nvidia-smi's indexes: 0,3 or 2-5): their holders "
+                    "alone are killed, they alone are judged (the others are shown)")
+    if signals:
+        sp.add_argument("--user", metavar="USER",
+                        help="signal only USER's processes (a name or a UID), on every host")
 
 
 def out_opts(sp: argparse.ArgumentParser) -> None:
@@ -134,6 +138,7 @@ def _add_status(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                         help="set a variable of the status playbook (e.g. max_used_mib=512)")
     status.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="S",
                         help="refresh the table in place every S seconds (default 2)")
+    scope_opts(status, signals=False)
     slurm_options.add_options(status)
     conn_opts(status)
 

@@ -51,8 +51,8 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
 
         table.print_check(env.console(), result)
         if scope is not None:
-            env.console().print(f"scope: only {scope.describe()}'s processes are signalled",
-                                markup=False, soft_wrap=True)
+            env.console().print(f"scope: only {scope.describe()}", markup=False,
+                                soft_wrap=True)
     return int(result.exit_status)
 
 

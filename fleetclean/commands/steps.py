@@ -108,16 +108,36 @@ _USER = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9._-]{0,31}\$?|[0-9]{1,10})$")
 
 
 def scope_of(args: argparse.Namespace) -> Scope | None:
-    """The scope --user (and the like) ask for, None for none; UsageError for a bad one."""
+    """The scope --user and --gpus ask for, None for none; UsageError for a bad one."""
     from fleetclean.engine.model import Scope
 
     user = getattr(args, "user", None)
-    if user is None:
+    gpus_text = getattr(args, "gpus", None)
+    if user is None and gpus_text is None:
         return None
-    if not _USER.match(user):
+    if user is not None and not _USER.match(user):
         raise UsageError(f"--user {user!r} is not a user name or a UID",
                          hint="e.g. --user alice or --user 1000")
-    return Scope(user=user)
+    return Scope(user=user, gpus=None if gpus_text is None else gpu_list(gpus_text))
+
+
+def gpu_list(text: str) -> tuple[int, ...]:
+    """``--gpus 0,3`` or ``--gpus 2-5``: nvidia-smi's indexes, each once, ascending.
+
+    >>> gpu_list("3,0,1-2")
+    (0, 1, 2, 3)
+    >>> gpu_list("gpu0")
+    Traceback (most recent call last):
+    fleetclean.errors.UsageError: --gpus 'gpu0': expected GPU indexes such as 0,3 or 2-5 (as nvidia-smi numbers them)
+    """  # noqa: E501
+    found: set[int] = set()
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()) or int(last or first) < int(first):
+            raise UsageError(f"--gpus {text!r}: expected GPU indexes such as 0,3 or 2-5",
+                             hint="as nvidia-smi numbers them")
+        found.update(range(int(first), int(last or first) + 1))
+    return tuple(sorted(found))
 
 
 def render_jobs(

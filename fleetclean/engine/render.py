@@ -106,9 +106,12 @@ def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host:
         "    fi",
     ]
     if scope is not None and scope.active:
+        gpu_ids = "slurm" if scope.slurm_job else "" if scope.gpus is None else "list"
         main += ["", f"    # scope: {scope.describe()}",
                  f"    FC_SCOPE_USER={q(scope.user or '')}",
                  f"    FC_SCOPE_JOB={'${SLURM_JOB_ID:-}' if scope.slurm_job else q('')}",
+                 f"    FC_SCOPE_GPU_IDS={gpu_ids}",
+                 f"    FC_SCOPE_GPUS=({' '.join(map(str, scope.gpus or ()))})",
                  "    fc_scope_begin"]
     total = len(resolved.stages)
     for i, stage in enumerate(resolved.stages, start=1):

@@ -58,6 +58,8 @@ def to_json(result: RunResult) -> dict[str, Any]:
 
 def host_json(h: HostResult) -> dict[str, Any]:
     data = _host_json(h)
+    if h.judged_gpus is not None:
+        data["gpus_judged"] = list(h.judged_gpus)
     if h.slurm is not None:
         data["slurm"] = {
             "action": h.slurm.action,
@@ -142,6 +144,7 @@ def _host(h: dict[str, Any]) -> HostResult:
             Signalled(s["pid"], s["cmdline"], s["signal"]) for s in h.get("signalled", ())
         ),
         slurm=_slurm(h.get("slurm")),
+        judged_gpus=None if h.get("gpus_judged") is None else tuple(h["gpus_judged"]),
     )
 
 

@@ -19,7 +19,9 @@ gpu        one --query-gpu CSV line (index, uuid, name, memory.used, memory.tota
 app        one --query-compute-apps CSV line (pid, process_name, used_memory, gpu_uuid)
 holder     pid, device file, cmdline     (a process with /dev/nvidiaN open)
 verify     ok | dirty | unknown | error | skipped, max_used_mib, milliseconds, message
+scope      user, uid, job, GPUs judged, how they were given ("" | list | slurm)
 done       0                             (the script reached its end)
+clock      start µs, end µs, exit status (a standalone script's: fleetclean report)
 =========  ==========================================================================
 
 The parser reads the generic kinds (begin, lock, stage, match, signal, change, end,
@@ -134,9 +136,20 @@ def _done(st: Readings, a: list[str]) -> None:
     st.done = True
 
 
+def _clock(st: Readings, a: list[str]) -> None:
+    """When a standalone script ran (fleetclean report reads it): nothing for a run."""
+
+
+def _scope(st: Readings, a: list[str]) -> None:
+    """Only the GPUs of a --gpus or epilog scope are judged; the others are shown."""
+    if a[4]:
+        st.judged_gpus = [int(i) for i in a[3].split(",") if i.isdigit()]
+
+
 _GENERIC: dict[str, Callable[[Readings, list[str]], None]] = {
     "begin": _begin, "lock": _lock, "stage": _stage, "match": _match, "signal": _signal,
-    "change": _change, "end": _end, "error": _error, "done": _done,
+    "change": _change, "end": _end, "error": _error, "done": _done, "scope": _scope,
+    "clock": _clock,
 }
 
 def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> ScriptReport:
@@ -193,7 +206,8 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
     error = "; ".join(dict.fromkeys(st.errors)) or None
     return ScriptReport(stages=tuple(stages), gpus=gpus, processes=processes,
                         signalled=tuple(st.signalled), verified=verified, error=error,
-                        busy=st.busy, verify_message=st.verify_message)
+                        busy=st.busy, verify_message=st.verify_message,
+                        judged_gpus=None if st.judged_gpus is None else tuple(st.judged_gpus))
 
 
 def _truncated(st: Readings) -> str:

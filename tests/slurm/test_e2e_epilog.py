@@ -89,6 +89,12 @@ def settled(fleet: SimFleet, node: str) -> bool:
     return state(fleet, node) == "idle" or state(fleet, node).startswith("drain")
 
 
+def epilog_ran(fleet: SimFleet, node: str, job: int) -> bool:
+    """The epilog of ``job`` has written its last line on ``node``."""
+    log = fleet.node(node).dir / "epilog.log"
+    return log.exists() and f"fleetclean: {node} job {job}: " in log.read_text()
+
+
 def essentials(host: dict[str, Any], stages: set[str]) -> dict[str, Any]:
     return {
         "status": host["status"],
@@ -173,3 +179,48 @@ def test_a_node_whose_gpu_stays_dirty_is_drained_by_slurm_with_fleetclean_s_reas
         fleet.set_fault("node02", "leak", job.index, 0)
         slurm_cmd(fleet, "scontrol", "update", "NodeName=node02", "State=RESUME")
     assert wait_for(lambda: node_idle(fleet, "node02"))
+
+
+def test_on_a_shared_node_it_touches_only_the_finished_jobs_gpus_and_processes(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    install(fleet, cli)
+    node = fleet.node("node03")
+    done = Job(fleet, "node03", orphan=True)
+    # The other job, still running on the same node: its GPU holder (called like a worker
+    # the playbook's pattern stages stop) and its GPU must be left alone.
+    other = slurm_cmd(fleet, "sbatch", "--parsable", "-w", "node03", "--gres=gpu:1",
+                      "-o", "/dev/null", "--wrap",
+                      "echo \"$SLURM_JOB_GPUS\" > /run/fleetclean/job-$SLURM_JOB_ID.gpus; "
+                      "FLEETCLEAN_SIM_GPU_MIB=8192 exec python3 -c 'import os, time; "
+                      "f = open(\"/dev/nvidia\" + os.environ[\"SLURM_JOB_GPUS\"]); "
+                      "time.sleep(3600)' sglang-worker-of-the-other-job")
+    assert other.returncode == 0, other.stderr
+    other_id = int(other.stdout.strip().split(";")[0])
+    gpus = node.dir / f"job-{other_id}.gpus"
+    try:
+        assert wait_for(lambda: gpus.exists() and gpus.read_text().strip() != "")
+        other_index = MINORS.index(int(gpus.read_text()))
+        assert other_index != done.index
+        assert wait_for(lambda: fleet.gpu_used_mib("node03")[other_index] == 8192)
+        keep = [p.pid for p in fleet.processes("node03")
+                if p.cmdline.endswith("sglang-worker-of-the-other-job")]
+        assert len(keep) == 1
+
+        done.end()
+        assert wait_for(lambda: epilog_ran(fleet, "node03", done.id))
+        assert orphans(fleet, "node03") == []
+        used = fleet.gpu_used_mib("node03")
+        assert (used[done.index], used[other_index]) == (0, 8192)
+        assert [p.pid for p in fleet.processes("node03") if p.pid in keep] == keep
+        # Clean, so not drained: the other job's GPU was shown, not judged.
+        assert wait_for(lambda: state(fleet, "node03") in ("mixed", "allocated"))
+        res = cli("report", "--json", node.dir / "epilog.log")
+        host = res.host("node03")
+        assert (res.code, host["status"], host["gpus_judged"]) == (0, "clean", [done.index])
+        assert host["gpus"][other_index]["memory_used_mib"] == 8192
+        assert all(s["pid"] not in keep for s in host["signalled"])
+    finally:
+        slurm_cmd(fleet, "scancel", str(other_id))
+    assert wait_for(lambda: settled(fleet, "node03"))
+    assert state(fleet, "node03") == "idle"  # after the other job's own epilog, clean too

@@ -62,8 +62,9 @@ from fleetclean.engine.stages.base import RecordReader, StageType
 from fleetclean.engine.stages.verify import VERIFY
 
 GENERIC_RECORDS = ("begin", "lock", "stage", "match", "signal", "change", "end", "error",
-                   "done")
-"""Record kinds ``lib.sh`` writes for every stage; the parser reads them itself."""
+                   "done", "scope", "clock")
+"""Record kinds the runtime writes whatever the stages (``lib.sh``; ``scope.sh``'s scope,
+``standalone.sh``'s clock); the parser reads them itself."""
 
 _BUILT_IN = (signal, gpu_holders, restore, remove, guard, shell, slurm_job)
 

@@ -82,6 +82,7 @@ class Readings:
     verify: str | None = None
     verify_message: str = ""
     nvsmi: str | None = None
+    judged_gpus: list[int] | None = None  # --gpus / an epilog's job: the GPUs judged
 
 
 RecordReader = Callable[[Readings, list[str]], None]

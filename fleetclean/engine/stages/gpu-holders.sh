@@ -5,19 +5,23 @@
 # minus protected ones; optionally only those whose command line matches opt_filter.
 # Options: opt_filter, opt_signal, opt_grace_ms, opt_kill_wait_ms, opt_tree (0/1).
 
-# Sets FC_HOLDERS (pid list, may repeat) and FC_HOLDER_DEV[pid] (device files held).
+# Sets FC_HOLDERS (pid list, may repeat), FC_HOLDER_DEV[pid] (device files held) and
+# FC_HOLDER_UUID[pid] (GPUs nvidia-smi says it computes on).
 fc_gpu_holders() {
     local out rc pid dev line target
-    declare -gA FC_HOLDER_DEV=()
+    declare -gA FC_HOLDER_DEV=() FC_HOLDER_UUID=()
     FC_HOLDERS=()
     FC_NVSMI_NOTE=""
     if command -v nvidia-smi >/dev/null 2>&1; then
-        out=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader,nounits 2>&1)
+        out=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader,nounits 2>&1)
         rc=$?
         if ((rc == 0)); then
             while IFS= read -r line; do
                 line=${line//[[:space:]]/}
-                [[ $line =~ ^[0-9]+$ ]] && FC_HOLDERS+=("$line")
+                pid=${line%%,*}
+                [[ $pid =~ ^[0-9]+$ ]] || continue
+                FC_HOLDERS+=("$pid")
+                FC_HOLDER_UUID[$pid]+=" ${line#*,}"
             done <<<"$out"
         else
             FC_NVSMI_NOTE="nvidia-smi exit $rc: ${out%%$'\n'*}; "
@@ -42,6 +46,10 @@ fc_stage_gpu_holders() {
     fc_gpu_holders
     for p in "${FC_HOLDERS[@]}"; do
         [[ -n ${FC_CMD[$p]:-} ]] || continue
+        # --gpus, an epilog's job: only holders of the scope's GPUs (scope.sh).
+        if ((FC_SCOPE_GPUS_ON)) && ! fc_holder_in_scope "$p"; then
+            continue
+        fi
         if [[ -n $opt_filter ]]; then
             [[ ${FC_CMD[$p]} =~ $opt_filter ]] || continue
         fi
@@ -54,4 +62,15 @@ fc_stage_gpu_holders() {
     fi
     fc_act_on_targets "$opt_signal" "$opt_grace_ms" "$opt_kill_wait_ms"
     FC_MESSAGE="$FC_NVSMI_NOTE$FC_MESSAGE"
+}
+
+# True when holder PID holds a GPU of the scope: by a device file, or as nvidia-smi says.
+fc_holder_in_scope() {
+    local gpu
+    local -a held=()
+    read -r -a held <<<"${FC_HOLDER_DEV[$1]:-} ${FC_HOLDER_UUID[$1]:-}"
+    for gpu in "${held[@]}"; do
+        fc_gpu_in_scope "$gpu" && return 0
+    done
+    return 1
 }

@@ -35,6 +35,10 @@ fc_verify() {
             [[ -n ${line//[[:space:]]/} ]] || continue
             rows+=("$line")
             n=$((n + 1))
+            # Outside the scope (--gpus, an epilog's job), a GPU is shown but not judged.
+            if ((FC_SCOPE_GPUS_ON)) && [[ -z ${FC_SCOPE_GPU[${line%%,*}]:-} ]]; then
+                continue
+            fi
             # Fields: index, uuid, name, used, total; the name is never split on.
             used=${line%,*}
             used=${used##*,}
