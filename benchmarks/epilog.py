@@ -57,7 +57,7 @@ def job_script(go: str) -> str:
     """The job: start the server (it daemonizes: reparented away from the step, it outlives
     the job), then wait until told to end."""
     launch = f"{node_python()} {PACKAGE_DIR / 'launcher.py'} sglang '{{\"gpus\": \"0-7\"}}'"
-    return f"#!/bin/sh\n{launch} >/dev/null\nwhile [ ! -e {go} ]; do sleep 0.02; done\n"
+    return f"#!/bin/sh\n{launch}\nwhile [ ! -e '{go}' ]; do sleep 0.02; done\n"
 
 
 def state(fleet: SimFleet) -> str:
@@ -69,14 +69,17 @@ def one_job(fleet: SimFleet, rep: str) -> float:
     node_dir = fleet.node(NODE).dir
     go = f"/run/fleetclean/go-{rep}"
     env = sim_slurm.slurm_env(fleet.state_dir)
-    done = subprocess.run(["sbatch", "--parsable", "-w", NODE, "--gres=gpu:8", "-o", "/dev/null",
-                           "--wrap", job_script(go)], env=env, capture_output=True, text=True,
-                          check=True, cwd="/")
+    out = node_dir / f"job-{rep}.out"
+    done = subprocess.run(["sbatch", "--parsable", "-w", NODE, "--gres=gpu:8", "-o",
+                           f"/run/fleetclean/{out.name}", "--wrap", job_script(go)], env=env,
+                          capture_output=True, text=True, check=True, cwd="/")
     job = done.stdout.strip()
     deadline = time.monotonic() + 60
     while not all(fleet.gpu_used_mib(NODE) or [0]):  # the server holds all 8
         if time.monotonic() > deadline:
-            raise RuntimeError(f"job {job}'s server never held the GPUs")
+            said = out.read_text() if out.exists() else "no output"
+            raise RuntimeError(f"job {job}'s server never held the GPUs ({state(fleet)}; "
+                               f"{fleet.gpu_used_mib(NODE)}): {said[-500:]}")
         time.sleep(0.05)
     t0 = time.perf_counter()
     (node_dir / f"go-{rep}").touch()
@@ -112,7 +115,7 @@ def measure(fleet: SimFleet, epilogs: dict[str, str],
                 continue
             path.write_text(text)
             path.chmod(0o755)
-            samples[name].wall.append(one_job(fleet, f"{name}-{rep}"))
+            samples[name].wall.append(one_job(fleet, f"{name.replace(' ', '')}-{rep}"))
             left = sum(fleet.gpu_used_mib(NODE))
             most_left[name] = max(most_left[name], left)
             print(f"  {name} rep {rep}: {samples[name].wall[-1]:.2f} s, left {left} MiB",
