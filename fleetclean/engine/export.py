@@ -66,8 +66,11 @@ def render_epilog(resolved: ResolvedPlaybook, *, log: str) -> str:
         "",
     ]
     parts = ["\n".join(header), *library([resolved], scope), template("standalone.sh")]
-    parts.append("\n".join([*main_function(resolved, check=False, force=resolved.force,
-                                           host=_RUNTIME_HOST, scope=scope),
+    # A read-only playbook (status) makes an epilog that judges and signals nothing: it
+    # drains a node its job left dirty without touching anything.
+    parts.append("\n".join([*main_function(resolved, check=resolved.read_only,
+                                           force=resolved.force, host=_RUNTIME_HOST,
+                                           scope=scope),
                             "", "fc_epilog_run </dev/null", ""]))
     return "\n".join(parts)
 
