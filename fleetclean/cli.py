@@ -35,6 +35,8 @@ _HANDLERS: dict[str, tuple[str, str]] = {
     "playbooks": ("fleetclean.commands.info", "cmd_playbooks"),
     "inventory": ("fleetclean.commands.info", "cmd_inventory"),
     "history": ("fleetclean.commands.history", "cmd_history"),
+    "export": ("fleetclean.commands.export", "cmd_export"),
+    "report": ("fleetclean.commands.report", "cmd_report"),
     "completion": ("fleetclean.commands.completion", "cmd_completion"),
     "__complete": ("fleetclean.commands.completion", "cmd_complete_names"),
     "demo": ("fleetclean.commands.info", "cmd_demo"),

@@ -180,6 +180,7 @@ def host_result(name: str, output: ScriptOutput, duration_s: float) -> HostResul
         left_running=report.left_running,
         stuck=report.stuck,
         resets=report.resets,
+        judged_gpus=report.judged_gpus,
     )
 
 

@@ -228,6 +228,7 @@ class ScriptReport:
     resets: tuple[GpuReset, ...] = ()  # what gpu-reset stages did, one per GPU
     # pid -> owner, for every process a stage matched or signalled (``owner`` records)
     owners: Mapping[int, Owner] = field(default_factory=dict)
+    judged_gpus: tuple[int, ...] | None = None  # a scope's GPUs; None: every GPU
 
 
 @dataclass(frozen=True)
@@ -257,6 +258,9 @@ class HostResult:
     left_running: tuple[ProcessRef, ...] = ()  # see ScriptReport.left_running
     stuck: tuple[ProcessRef, ...] = ()  # see ScriptReport.stuck
     resets: tuple[GpuReset, ...] = ()  # see ScriptReport.resets
+    # --gpus or an epilog's job: the only GPUs whose memory decided the status (the
+    # others are shown, not judged); None: every GPU.
+    judged_gpus: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

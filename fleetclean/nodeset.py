@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["NodeGroup", "fold", "fold_groups"]
+__all__ = ["NodeGroup", "expand", "fold", "fold_groups"]
 
 _LAST_NUMBER = re.compile(r"^(.*?)(\d+)(\D*)$")
 
@@ -54,6 +54,57 @@ def fold(names: Iterable[str]) -> str:
             body = ",".join(first if first == last else f"{first}-{last}" for first, last in runs)
             parts.append(f"{group.prefix}[{body}]{group.suffix}")
     return ",".join(parts)
+
+
+def expand(nodeset: str) -> list[str]:
+    """The names a node set stands for, as clush and pdsh print them (the inverse of
+    :func:`fold`); ValueError for one that is not a node set.
+
+    >>> expand("gpu[01-03,05],login")
+    ['gpu01', 'gpu02', 'gpu03', 'gpu05', 'login']
+    >>> expand("rack[1-2]-gpu[7-8]")
+    ['rack1-gpu7', 'rack1-gpu8', 'rack2-gpu7', 'rack2-gpu8']
+    >>> expand("gpu[3-1]")
+    Traceback (most recent call last):
+    ValueError: not a node set: 'gpu[3-1]'
+    """
+    names: list[str] = []
+    for part in _top_level(nodeset):
+        names += _expand_one(part, nodeset)
+    return names
+
+
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+
+
+def _top_level(nodeset: str) -> list[str]:
+    """Split at the commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(nodeset):
+        depth += (c == "[") - (c == "]")
+        if c == "," and depth == 0:
+            parts.append(nodeset[start:i])
+            start = i + 1
+    parts.append(nodeset[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _expand_one(part: str, whole: str) -> list[str]:
+    m = _BRACKET.search(part)
+    if m is None:
+        if "[" in part or "]" in part or not part:
+            raise ValueError(f"not a node set: {whole!r}")
+        return [part]
+    values: list[str] = []
+    for item in m.group(1).split(","):
+        first, _, last = item.strip().partition("-")
+        last = last or first
+        if not (first.isdigit() and last.isdigit() and int(first) <= int(last)):
+            raise ValueError(f"not a node set: {whole!r}")
+        width = len(first) if first.startswith("0") else 0
+        values += [f"{n:0{width}d}" for n in range(int(first), int(last) + 1)]
+    head, tail = part[: m.start()], part[m.end():]
+    return [name for v in values for name in _expand_one(head + v + tail, whole)]
 
 
 def fold_groups(names: Iterable[str]) -> list[NodeGroup]:

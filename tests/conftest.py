@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from simhelp import Cli, CliResult, down_checked, listening, module_subnet
@@ -55,12 +56,13 @@ def free_subnet() -> int:
 def _fleets(
     tmp_path_factory: pytest.TempPathFactory, prefix: str, subnet: Callable[[], int]
 ) -> Iterator[Callable[..., SimFleet]]:
-    """``make(n)`` -> a running SimFleet of n nodes in its own state dir and subnet; every
-    fleet made is taken down afterwards, failed test or not, and checked to leave nothing."""
+    """``make(n, **opts)`` -> a running SimFleet of n nodes (``opts`` as ``SimFleet.up``
+    takes them) in its own state dir and subnet; every fleet made is taken down afterwards,
+    failed test or not, and checked to leave nothing."""
     made: list[SimFleet] = []
 
-    def make(n: int = 2) -> SimFleet:
-        fleet = SimFleet.up(n, tmp_path_factory.mktemp(prefix), subnet=subnet())
+    def make(n: int = 2, **opts: Any) -> SimFleet:
+        fleet = SimFleet.up(n, tmp_path_factory.mktemp(prefix), subnet=subnet(), **opts)
         made.append(fleet)
         return fleet
 

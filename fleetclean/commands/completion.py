@@ -39,7 +39,17 @@ _fleetclean() {
     for ((i = 1; i < COMP_CWORD; i++)); do
         case ${COMP_WORDS[i]} in
             -*) ;;
-            *) cmd=${COMP_WORDS[i]}; break ;;
+            *)
+                # A command with commands of its own (export script): both words name it.
+                case $cmd in
+                    GROUPS) cmd+="-${COMP_WORDS[i]}"; break ;;
+                    "") cmd=${COMP_WORDS[i]} ;;
+                esac
+                case $cmd in
+                    GROUPS) ;;
+                    *) break ;;
+                esac
+                ;;
         esac
     done
     COMPREPLY=()
@@ -67,10 +77,13 @@ OPTIONS
             return 0 ;;
     esac
     case $cmd in
-        run | show)
+        PLAYBOOK_CMDS)
             COMPREPLY=($(compgen -W "PLAYBOOKS" -- "$cur"))
             local IFS=$'\n'
             COMPREPLY+=($(compgen -f -- "$cur")) ;;
+        report)
+            local IFS=$'\n'
+            COMPREPLY=($(compgen -f -- "$cur")) ;;
 POSITIONALS
     esac
     return 0
@@ -96,11 +109,29 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
     return [o for a in parser._actions if a.help != argparse.SUPPRESS for o in a.option_strings]
 
 
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser by the name the script gives it: ``run``, and for a command
+    with commands of its own, each of those too (``export-script``)."""
+    out: dict[str, argparse.ArgumentParser] = {}
+    for name, sp in _subparsers(parser).items():
+        if name.startswith("_"):
+            continue
+        out[name] = sp
+        for sub, ssp in _subparsers(sp).items():
+            out[f"{name}-{sub}"] = ssp
+    return out
+
+
+def _takes_playbook(sp: argparse.ArgumentParser) -> bool:
+    return any(a.dest == "playbook" for a in sp._actions)
+
+
 def bash_script() -> str:
     from fleetclean.engine.playbook import list_playbooks
 
     parser = build_parser()
-    subs = {name: sp for name, sp in _subparsers(parser).items() if not name.startswith("_")}
+    subs = _commands(parser)
+    groups = [name for name, sp in subs.items() if _subparsers(sp)]
     options = "\n".join(f"                {name}) COMPREPLY=($(compgen -W "
                         f"\"{' '.join(_options(sp))}\" -- \"$cur\")) ;;"
                         for name, sp in subs.items())
@@ -113,7 +144,11 @@ def bash_script() -> str:
                                "-- \"$cur\")) ;;")
     return (_BASH.replace("FILE_OPTS", " | ".join(_FILE_OPTS))
             .replace("HOST_OPTS", " | ".join(_HOST_OPTS))
-            .replace("COMMANDS", " ".join([*subs, *_options(parser)]))
+            .replace("COMMANDS", " ".join([*(n for n in subs if "-" not in n),
+                                           *_options(parser)]))
+            .replace("GROUPS", " | ".join(groups))
+            .replace("PLAYBOOK_CMDS", " | ".join(n for n, sp in subs.items()
+                                                 if _takes_playbook(sp)))
             .replace("OPTIONS", options)
             .replace("PLAYBOOKS", " ".join(name for name, _ in list_playbooks()))
             .replace("POSITIONALS", "\n".join(positionals)))

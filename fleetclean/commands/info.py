@@ -7,7 +7,13 @@ import argparse
 import json
 
 from fleetclean.commands.env import Env
-from fleetclean.commands.steps import inventory_label, inventory_sources, render_jobs, select_hosts
+from fleetclean.commands.steps import (
+    inventory_label,
+    inventory_sources,
+    render_jobs,
+    scope_of,
+    select_hosts,
+)
 from fleetclean.errors import UsageError
 from fleetclean.models import ExitStatus, Host
 
@@ -28,7 +34,7 @@ def cmd_show(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
             raise UsageError("--host needs -i INVENTORY")
         hosts = [Host(name="HOST", address="HOST")]
     _, jobs, _ = render_jobs(args.playbook, hosts, args.extra_vars, check=args.check,
-                              force=False)
+                              force=False, scope=scope_of(args))
     env.stdout.write(jobs[0].script)
     return int(ExitStatus.OK)
 

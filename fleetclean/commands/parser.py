@@ -75,6 +75,28 @@ def hosts_opts(sp: argparse.ArgumentParser) -> None:
                     "$FLEETCLEAN_SSH_CONFIG)")
 
 
+def scope_opts(sp: argparse.ArgumentParser, *, signals: bool = True) -> None:
+    """What a run may touch on a node other people use too."""
+    sp.add_argument("--gpus", metavar="LIST",
+                    help="only these GPUs (nvidia-smi's indexes: 0,3 or 2-5): their holders "
+                    "alone are killed, they alone are judged (the others are shown)")
+    if signals:
+        sp.add_argument("--user", metavar="USER",
+                        help="signal only USER's processes (a name or a UID), on every host")
+
+
+def out_opts(sp: argparse.ArgumentParser) -> None:
+    out = sp.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print one JSON object")
+    out.add_argument("--csv", action="store_true", help="print one CSV row per host and GPU")
+    sp.add_argument("--all", action="store_true",
+                    help="list every host in the table; by default, past a screenful of "
+                    "hosts, one line per status leads and only hosts not clean are listed")
+    sp.add_argument("--prom", metavar="FILE",
+                    help="also write the results in Prometheus text format (atomically), "
+                    "e.g. for node_exporter's textfile collector")
+
+
 def conn_opts(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("-f", "--forks", type=int, default=64, metavar="N",
                     help="hosts at once (default 64)")
@@ -87,15 +109,7 @@ def conn_opts(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--accept-new-host-keys", action="store_true",
                     help="record unknown host keys (never changed ones), like "
                     "StrictHostKeyChecking=accept-new")
-    out = sp.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="print one JSON object")
-    out.add_argument("--csv", action="store_true", help="print one CSV row per host and GPU")
-    sp.add_argument("--all", action="store_true",
-                    help="list every host in the table; by default, past a screenful of "
-                    "hosts, one line per status leads and only hosts not clean are listed")
-    sp.add_argument("--prom", metavar="FILE",
-                    help="also write the results in Prometheus text format (atomically), "
-                    "e.g. for node_exporter's textfile collector")
+    out_opts(sp)
 
 
 def _add_run(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
@@ -111,6 +125,7 @@ def _add_run(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                      help="list what each stage would signal, restore or remove; change nothing")
     run.add_argument("--force", action="store_true", help="override guard stages")
     run.add_argument("--no-record", action="store_true", help="do not write a run record")
+    scope_opts(run)
     slurm_options.add_options(run)
     conn_opts(run)
     become_options.add_options(run)
@@ -127,6 +142,7 @@ def _add_status(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     status.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="S",
                         help="refresh the table in place every S seconds (default 2), on "
                         "connections kept open between refreshes")
+    scope_opts(status, signals=False)
     slurm_options.add_options(status)
     conn_opts(status)
     become_options.add_options(status)
@@ -142,6 +158,69 @@ def _add_show(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     show.add_argument("--host", metavar="HOST", help="render with this host's variables")
     show.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE")
     show.add_argument("--check", action="store_true", help="render the --check variant")
+    scope_opts(show)
+
+
+EPILOG_EXPORT = """\
+examples:
+  fleetclean export slurm-epilog post-extraction > /etc/slurm/epilog.d/50-fleetclean
+  fleetclean export slurm-epilog pre-restart -e epilog_log=/var/log/slurm/fleetclean.log
+  fleetclean export script post-extraction -i lab.yml > fc.sh
+  clush -b -w gpu[01-16] 'bash -s' < fc.sh > out.txt 2>&1; fleetclean report out.txt
+  fleetclean export script post-extraction -i lab.yml --pdsh > fc.pdsh
+  pdsh -R ssh -w gpu[01-16] "$(cat fc.pdsh)" > out.txt 2>&1; fleetclean report out.txt
+"""
+
+EPILOG_REPORT = """\
+examples:
+  clush -b -w gpu[01-16] 'bash -s' < fc.sh > out.txt 2>&1; fleetclean report out.txt
+  pdsh -R ssh -w gpu[01-16] "$(cat fc.pdsh)" 2>&1 | fleetclean report --from pdsh -
+  srun -N16 -l bash fc.sh > out.txt 2>&1; fleetclean report --from srun --json out.txt
+  fleetclean report node*/var/log/fleetclean/epilog.log    (each node's last epilog)
+
+""" + EXIT_STATUS_HELP
+
+
+def _add_fanout(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
+    export = sub.add_parser("export", help="print a script that runs without fleetclean: "
+                            "Slurm's epilog, or a bundle for clush, pdsh or srun",
+                            epilog=EPILOG_EXPORT, formatter_class=fmt)
+    what = export.add_subparsers(dest="what", metavar="WHAT", parser_class=_Parser,
+                                 required=True)
+    epilog = what.add_parser(
+        "slurm-epilog", help="a script for slurm.conf's Epilog=: after every job it cleans "
+        "what the job left, verifies, and exits non-zero (Slurm drains) if still dirty",
+        epilog=EPILOG_EXPORT, formatter_class=fmt)
+    epilog.add_argument("playbook", metavar="PLAYBOOK", help="built-in name or a YAML file")
+    epilog.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE",
+                        help="set a variable; epilog_log=PATH is where the records go on "
+                        "the node (default /var/log/fleetclean/epilog.log)")
+    script = what.add_parser(
+        "script", help="one bundle for every host of the inventory, each running its own "
+        "variables: for clush -b, pdsh or srun", epilog=EPILOG_EXPORT, formatter_class=fmt)
+    script.add_argument("playbook", metavar="PLAYBOOK", help="built-in name or a YAML file")
+    hosts_opts(script)
+    script.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE",
+                        help="set a variable; @file.yaml reads a file; repeatable")
+    script.add_argument("--check", action="store_true",
+                        help="the hosts list what they would do, and change nothing")
+    script.add_argument("--force", action="store_true", help="override guard stages")
+    script.add_argument("--pdsh", action="store_true",
+                        help="for pdsh's command line: every %% doubled, since pdsh turns %%%% "
+                        "into %% and %%h into the host's name in the command it runs")
+    scope_opts(script)
+    for sp in (epilog, script):
+        _global_opts(sp, top=False)
+
+    report = sub.add_parser("report", help="what clush, pdsh, srun or an epilog printed -> "
+                            "the table, --json and exit status of a run",
+                            epilog=EPILOG_REPORT, formatter_class=fmt)
+    report.add_argument("files", nargs="+", metavar="FILE",
+                        help="saved output (stdout and stderr together); - for stdin")
+    report.add_argument("--from", dest="source", default="auto",
+                        choices=("auto", "clush", "pdsh", "srun", "raw"),
+                        help="the tool that printed it (default: told from the text)")
+    out_opts(report)
 
 
 def _add_others(sub: Any, fmt: type[argparse.HelpFormatter], *, with_sim: bool) -> None:
@@ -195,7 +274,7 @@ def build_parser(*, with_sim: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"fleetclean {__version__}")
     _global_opts(p, top=True)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for add in (_add_run, _add_status, _add_show):
+    for add in (_add_run, _add_status, _add_show, _add_fanout):
         add(sub, fmt)
     _add_others(sub, fmt, with_sim=with_sim)
     for sp in sub.choices.values():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetclean import fleet
 from fleetclean.commands import slurm_step
@@ -12,23 +12,29 @@ from fleetclean.commands.output import check_prom, emit, execute, write_prom
 from fleetclean.commands.steps import (
     ask_become_pass,
     inventory_label,
+    inventory_sources,
     render_jobs,
+    scope_of,
     select_hosts,
 )
 from fleetclean.models import HostResult, HostStatus, RunResult
 from fleetclean.results import records
 from fleetclean.slurm import options as slurm_options
 
+if TYPE_CHECKING:
+    from fleetclean.engine.model import Scope
+
 
 def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     check_prom(args)
-    slurm_options.check(args)
+    slurm_options.check(args, inventory_sources(args, env))
     hosts = select_hosts(args, env, warn=True)
+    scope = scope_of(args)
     name, jobs, extra = render_jobs(args.playbook, hosts, args.extra_vars,
-                                     check=args.check, force=args.force)
+                                     check=args.check, force=args.force, scope=scope)
     jobs = ask_become_pass(args, jobs)
     record = None if args.no_record else _start_record(name, jobs, args, env, argv=argv,
-                                                       extra=extra)
+                                                       extra=extra, scope=scope)
     try:
         result = execute(name, jobs, args, env)
     except KeyboardInterrupt:
@@ -53,6 +59,9 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
         from fleetclean.results import table
 
         table.print_check(env.console(), result)
+        if scope is not None:
+            env.console().print(f"scope: only {scope.describe()}", markup=False,
+                                soft_wrap=True)
     return int(result.exit_status)
 
 
@@ -71,6 +80,7 @@ def _start_record(
     *,
     argv: list[str],
     extra: dict[str, Any],
+    scope: Scope | None,
 ) -> records.RunRecord | None:
     """Write the record before the first connection, so that a controller killed mid-run
     still leaves a trace of what it was doing and where."""
@@ -78,6 +88,7 @@ def _start_record(
         return records.RunRecord.start(
             playbook=name, hosts=[j.host.name for j in jobs], argv=argv,
             inventory=inventory_label(args, env), variables=extra, check=args.check,
+            scope=scope.as_json() if scope else None,
         )
     except OSError as exc:
         error_line(env, f"fleetclean: warning: no run record: {exc}")

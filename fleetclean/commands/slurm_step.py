@@ -7,9 +7,10 @@ import argparse
 import time
 
 from fleetclean.commands.env import Env, error_line
+from fleetclean.commands.steps import inventory_sources, login_runner
 from fleetclean.models import RunResult
 from fleetclean.slurm import drain, options
-from fleetclean.slurm.nodes import SlurmUnavailable
+from fleetclean.slurm.nodes import Runner, SlurmUnavailable
 
 
 def apply(result: RunResult, args: argparse.Namespace, env: Env, run_id: str | None) -> RunResult:
@@ -19,10 +20,19 @@ def apply(result: RunResult, args: argparse.Namespace, env: Env, run_id: str | N
         return result
     rid = run_id or time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     try:
-        return drain.apply(result, drain=args.drain_dirty, resume=args.resume_clean, run_id=rid)
+        return drain.apply(result, drain=args.drain_dirty, resume=args.resume_clean, run_id=rid,
+                           runner=_runner(args, env))
     except SlurmUnavailable as exc:
         error_line(env, f"fleetclean: warning: no Slurm node drained or resumed: {exc}")
         return result
+
+
+def _runner(args: argparse.Namespace, env: Env) -> Runner | None:
+    """Slurm's commands on the login node of a ``slurm://LOGINHOST`` inventory; else here."""
+    source = options.login_source(inventory_sources(args, env))
+    if source is None:
+        return None
+    return login_runner(args, env, source)
 
 
 def print_lines(result: RunResult, args: argparse.Namespace, env: Env) -> None:

@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING
 from fleetclean.commands import slurm_step
 from fleetclean.commands.env import Env
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
-from fleetclean.commands.steps import ask_become_pass, options, render_jobs, select_hosts
+from fleetclean.commands.steps import (
+    ask_become_pass,
+    inventory_sources,
+    options,
+    render_jobs,
+    scope_of,
+    select_hosts,
+)
 from fleetclean.models import ExitStatus
 from fleetclean.results.lastseen import apply_history
 from fleetclean.slurm import options as slurm_options
@@ -20,9 +27,10 @@ if TYPE_CHECKING:
 
 def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     check_prom(args)
-    slurm_options.check(args)
+    slurm_options.check(args, inventory_sources(args, env))
     hosts = select_hosts(args, env, warn=True)
-    name, jobs, _ = render_jobs("status", hosts, args.extra_vars, check=False, force=False)
+    name, jobs, _ = render_jobs("status", hosts, args.extra_vars, check=False, force=False,
+                                scope=scope_of(args))
     jobs = ask_become_pass(args, jobs)
     if args.watch is None:
         result = execute(name, jobs, args, env)

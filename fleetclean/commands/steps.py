@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 from fleetclean.commands import become
@@ -14,6 +15,8 @@ from fleetclean.models import Host
 
 if TYPE_CHECKING:
     from fleetclean import fleet
+    from fleetclean.engine.model import Scope
+    from fleetclean.slurm.nodes import Runner
     from fleetclean.transport import Options
 
 
@@ -22,10 +25,7 @@ def select_hosts(args: argparse.Namespace, env: Env, *, warn: bool = False) -> l
     print the inventory's warnings (a readable password) on stderr."""
     from fleetclean.inventory import load_inventory, local_inventory
 
-    # -F "" reads no ssh_config at all, like `ssh -F /dev/null`.
-    ssh_config = args.ssh_config
-    if ssh_config is None:
-        ssh_config = env.environ.get("FLEETCLEAN_SSH_CONFIG")
+    ssh_config = ssh_config_of(args, env)
     if args.limit is not None and not args.limit.strip():
         # `-l "$HOSTS"` with HOSTS unset must not mean every host of the fleet.
         raise UsageError("-l/--limit is empty, which would select every host",
@@ -42,7 +42,8 @@ def select_hosts(args: argparse.Namespace, env: Env, *, warn: bool = False) -> l
             raise UsageError("no inventory given",
                              hint="give -i lab.yml or -i 'gpu01,gpu02,', --local for this "
                              "machine, or set FLEETCLEAN_INVENTORY")
-        inv = load_inventory(sources, ssh_config=ssh_config, defaults=cli_become)
+        inv = load_inventory(sources, ssh_config=ssh_config, defaults=cli_become,
+                             login=lambda source: login_runner(args, env, source))
     if args.connection:
         inv = inv.with_connection(args.connection)
     hosts = inv.select(args.limit)
@@ -59,6 +60,35 @@ def ask_become_pass(args: argparse.Namespace, jobs: list[fleet.Job]) -> list[fle
         return jobs
     hosts = become.with_password([j.host for j in jobs], become.ask_password())
     return [dataclasses.replace(j, host=h) for j, h in zip(jobs, hosts, strict=True)]
+
+
+def ssh_config_of(args: argparse.Namespace, env: Env) -> str | None:
+    """-F, else $FLEETCLEAN_SSH_CONFIG, else None (~/.ssh/config); -F "" reads no
+    ssh_config at all, like `ssh -F /dev/null`."""
+    ssh_config: str | None = args.ssh_config
+    if ssh_config is None:
+        ssh_config = env.environ.get("FLEETCLEAN_SSH_CONFIG")
+    return ssh_config
+
+
+def login_runner(args: argparse.Namespace, env: Env, source: str) -> Runner:
+    """Slurm's commands over SSH on the login node ``source`` (``slurm://LOGINHOST``)."""
+    from fleetclean.slurm import login
+
+    return login.runner(source, ssh_config_of(args, env), login_options(args))
+
+
+def login_options(args: argparse.Namespace) -> Options:
+    """Connection options for a Slurm login node: those of the command when it has them
+    (``run``, ``status``), the defaults otherwise (``inventory``, ``show``)."""
+    from fleetclean.transport import Options
+
+    return Options(
+        connect_timeout=getattr(args, "connect_timeout", None) or 10.0,
+        timeout=min(getattr(args, "timeout", None) or 60.0, 60.0),
+        known_hosts=tuple(getattr(args, "known_hosts", None) or ()),
+        accept_new_host_keys=bool(getattr(args, "accept_new_host_keys", False)),
+    )
 
 
 def inventory_sources(args: argparse.Namespace, env: Env) -> list[str]:
@@ -91,8 +121,45 @@ def options(args: argparse.Namespace) -> Options:
     )
 
 
+_USER = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9._-]{0,31}\$?|[0-9]{1,10})$")
+
+
+def scope_of(args: argparse.Namespace) -> Scope | None:
+    """The scope --user and --gpus ask for, None for none; UsageError for a bad one."""
+    from fleetclean.engine.model import Scope
+
+    user = getattr(args, "user", None)
+    gpus_text = getattr(args, "gpus", None)
+    if user is None and gpus_text is None:
+        return None
+    if user is not None and not _USER.match(user):
+        raise UsageError(f"--user {user!r} is not a user name or a UID",
+                         hint="e.g. --user alice or --user 1000")
+    return Scope(user=user, gpus=None if gpus_text is None else gpu_list(gpus_text))
+
+
+def gpu_list(text: str) -> tuple[int, ...]:
+    """``--gpus 0,3`` or ``--gpus 2-5``: nvidia-smi's indexes, each once, ascending.
+
+    >>> gpu_list("3,0,1-2")
+    (0, 1, 2, 3)
+    >>> gpu_list("gpu0")
+    Traceback (most recent call last):
+    fleetclean.errors.UsageError: --gpus 'gpu0': expected GPU indexes such as 0,3 or 2-5 (as nvidia-smi numbers them)
+    """  # noqa: E501
+    found: set[int] = set()
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()) or int(last or first) < int(first):
+            raise UsageError(f"--gpus {text!r}: expected GPU indexes such as 0,3 or 2-5",
+                             hint="as nvidia-smi numbers them")
+        found.update(range(int(first), int(last or first) + 1))
+    return tuple(sorted(found))
+
+
 def render_jobs(
-    playbook_ref: str, hosts: list[Host], extra: list[str], *, check: bool, force: bool
+    playbook_ref: str, hosts: list[Host], extra: list[str], *, check: bool, force: bool,
+    scope: Scope | None = None,
 ) -> tuple[str, list[fleet.Job], dict[str, Any]]:
     """Render every host's script before any connection: bad input never reaches a host."""
     from fleetclean import fleet
@@ -106,6 +173,7 @@ def render_jobs(
     jobs = []
     for host in hosts:
         resolved = resolve(book, host.vars, extra_vars)
-        script = render_script(resolved, check=check, force=force, host_name=host.name)
+        script = render_script(resolved, check=check, force=force, host_name=host.name,
+                               scope=scope)
         jobs.append(fleet.Job(host, script))
     return book.name, jobs, extra_vars

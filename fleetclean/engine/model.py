@@ -93,3 +93,40 @@ class ResolvedPlaybook:
     lock_wait: float
     force: bool
     variables: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a run may touch on a shared node.
+
+    ``user``: only that user's processes are signalled (``--user``, a name or a UID);
+    ``gpus``: nvidia-smi indexes (``--gpus``): gpu-holders kills only their holders, the
+    verification judges only them (the others are shown), and no stage signals a process
+    that holds other GPUs and none of these; ``slurm_job``: an epilog's, the job that
+    ``SLURM_JOB_ID`` names when the script runs: its leftovers are targets, any other job's
+    processes are never touched, and its GPUs (``SLURM_JOB_GPUS``) are the ``gpus``.
+
+    >>> Scope(user="alice", gpus=(0, 3)).describe(), Scope().active
+    ("user alice's processes, on GPUs 0,3", False)
+    """
+
+    user: str | None = None
+    gpus: tuple[int, ...] | None = None
+    slurm_job: bool = False
+
+    @property
+    def active(self) -> bool:
+        return bool(self.user or self.gpus is not None or self.slurm_job)
+
+    def describe(self) -> str:
+        who = f"user {self.user}'s processes" if self.user else "processes"
+        if self.slurm_job:
+            return "the finished Slurm job's GPUs (SLURM_JOB_GPUS), no other job's " + who
+        if self.gpus is not None:
+            return f"{who}, on GPUs {','.join(map(str, self.gpus))}"
+        return who
+
+    def as_json(self) -> dict[str, object]:
+        """What a run record keeps of it."""
+        return {"user": self.user, "gpus": None if self.gpus is None else list(self.gpus),
+                "slurm_job": self.slurm_job}

@@ -25,7 +25,7 @@ import json
 from typing import Any
 
 from fleetclean import __version__
-from fleetclean.engine.model import ResolvedPlaybook
+from fleetclean.engine.model import ResolvedPlaybook, Scope
 from fleetclean.engine.stages import stage_type, template
 from fleetclean.engine.stages.base import q
 from fleetclean.engine.stages.verify import VERIFY
@@ -40,20 +40,33 @@ def _comment_value(value: Any) -> str:
 
 
 def render_script(resolved: ResolvedPlaybook, *, check: bool = False, force: bool = False,
-                  host_name: str = "") -> str:
+                  host_name: str = "", scope: Scope | None = None) -> str:
     """Render the bash script for one host; a read-only playbook (``status``) always
     renders in check mode, and ``force`` set in the variables counts as ``--force``."""
     check = check or resolved.read_only
     force = force or resolved.force
-    used = dict.fromkeys(s.type for s in resolved.stages)
+    parts = [_header(resolved, check, force, host_name), *library([resolved], scope)]
+    parts.append("\n".join([*main_function(resolved, check=check, force=force,
+                                            host=q(host_name), scope=scope),
+                            "", "fc_main </dev/null", ""]))
+    return "\n".join(parts)
+
+
+def library(books: list[ResolvedPlaybook], scope: Scope | None = None) -> list[str]:
+    """The bash every script of these playbooks needs: ``lib.sh``, the scope's functions
+    when there is a scope (or a stage that finds a Slurm job's processes), the libraries
+    their stage types call into (once each), then the template of each stage type they use
+    (once each, in order of first use), then the verification's."""
+    used = dict.fromkeys(s.type for book in books for s in book.stages)
     libraries = dict.fromkeys(lib for t in used for lib in stage_type(t).libraries)
-    parts = [_header(resolved, check, force, host_name), template("lib.sh")]
+    parts = [template("lib.sh")]
+    if (scope is not None and scope.active) or "slurm-job" in used:
+        parts.append(template("scope.sh"))
     parts += [template(lib) for lib in libraries]
     parts += [stage_type(t).template.read_text(encoding="utf-8") for t in used]
-    if resolved.verify is not None:
+    if any(book.verify is not None for book in books):
         parts.append(VERIFY.template.read_text(encoding="utf-8"))
-    parts.append("\n".join(_main(resolved, check, force, host_name)))
-    return "\n".join(parts)
+    return parts
 
 
 def _header(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str) -> str:
@@ -67,18 +80,26 @@ def _header(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str
         "# Runs as `bash -s` with this text on standard input. Records go to stdout as",
         "# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded.",
         "# variables:",
-        *(f"#   {k} = {_comment_value(variables[k])}" for k in sorted(variables)),
+        *variable_comments(variables),
         "",
     ])
 
 
-def _main(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str) -> list[str]:
+def variable_comments(variables: dict[str, Any]) -> list[str]:
+    """``#   name = value`` lines, one a variable, values as JSON (one line each)."""
+    return [f"#   {k} = {_comment_value(variables[k])}" for k in sorted(variables)]
+
+
+def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host: str,
+                  name: str = "fc_main", scope: Scope | None = None) -> list[str]:
+    """The lines of the function that runs the stages and the verification; ``host`` is
+    the shell word ``FC_HOST`` gets (a quoted name, or a variable set at run time)."""
     main = [
-        "fc_main() {",
+        f"{name}() {{",
         "    export LC_ALL=C",
         f'    PATH="$PATH:{_PATH_TAIL}"',
         f"    FC_PLAYBOOK={q(resolved.name)}",
-        f"    FC_HOST={q(host_name)}",
+        f"    FC_HOST={host}",
         f"    FC_CHECK={int(check)}",
         f"    FC_FORCE={int(force)}",
         f"    FC_LOCK_WAIT={resolved.lock_wait:g}",
@@ -89,6 +110,14 @@ def _main(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str) 
         "        return 0",
         "    fi",
     ]
+    if scope is not None and scope.active:
+        gpu_ids = "slurm" if scope.slurm_job else "" if scope.gpus is None else "list"
+        main += ["", f"    # scope: {scope.describe()}",
+                 f"    FC_SCOPE_USER={q(scope.user or '')}",
+                 f"    FC_SCOPE_JOB={'${SLURM_JOB_ID:-}' if scope.slurm_job else q('')}",
+                 f"    FC_SCOPE_GPU_IDS={gpu_ids}",
+                 f"    FC_SCOPE_GPUS=({' '.join(map(str, scope.gpus or ()))})",
+                 "    fc_scope_begin"]
     total = len(resolved.stages)
     for i, stage in enumerate(resolved.stages, start=1):
         main += ["", f"    # stage {i}/{total}: {_comment_value(stage.name)} ({stage.type})",
@@ -100,5 +129,5 @@ def _main(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str) 
                  "    fc_reset_opts"]
         main += [f"    {line}" for line in VERIFY.assignments(resolved.verify)]
         main.append("    fc_verify")
-    main += ["    fc_finish", "}", "", "fc_main </dev/null", ""]
+    main += ["    fc_finish", "}"]
     return main

@@ -40,12 +40,14 @@ def load_inventory(
     *,
     ssh_config: str | os.PathLike[str] | None = None,
     defaults: Mapping[str, Any] | None = None,
+    login: slurm.LoginRunners | None = None,
 ) -> Inventory:
     """Read inventory sources into one inventory; ``ssh_config`` None means ``~/.ssh/config``
     if present.
 
     A source is a YAML or INI file, a host list (``'gpu01,gpu02,'``, see :mod:`.inline`),
-    or ``slurm:``, the nodes ``sinfo`` lists (see :mod:`.slurm`).
+    or ``slurm:``, the nodes ``sinfo`` lists (see :mod:`.slurm`), or ``slurm://LOGINHOST``,
+    the nodes sinfo lists on a login node, which ``login(source)`` runs it on.
     Several sources merge as in Ansible: groups are united, and where two sources set one
     variable of a group or host, the later source wins.
     ``$FLEETCLEAN_SSH_CONFIG`` replaces the ssh config default; an empty value (env or
@@ -65,7 +67,7 @@ def load_inventory(
     for source in names:
         if slurm.is_slurm(source):
             builder.path = slurm.label(source)
-            slurm.read_slurm(source, builder)
+            slurm.read_slurm(source, builder, login)
         elif inline.is_inline(source):
             builder.path = inline.label(source)
             inline.read_inline(source, builder)

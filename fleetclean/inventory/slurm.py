@@ -1,4 +1,6 @@
-"""Hosts from Slurm: ``-i slurm:`` reads the nodes ``sinfo`` lists on this machine.
+"""Hosts from Slurm: ``-i slurm:`` reads the nodes ``sinfo`` lists on this machine,
+``-i slurm://LOGINHOST`` those it lists on a login node (over SSH, see
+:mod:`fleetclean.slurm.login`).
 
 Each node becomes a host in group ``slurm``, in ``partition_NAME`` for each of its
 partitions (the default partition's ``*`` dropped) and in ``state_STATE`` for its state, so
@@ -24,16 +26,19 @@ ValueError: line 1: expected NODE|PARTITION|STATE, got 'node01 gpu idle'
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fleetclean.inventory.builder import Builder
+from fleetclean.slurm.nodes import Runner, SlurmUnavailable, run_here
 
-__all__ = ["SINFO_ARGV", "is_slurm", "label", "parse_sinfo", "read_slurm", "state_groups"]
+__all__ = ["SINFO_ARGV", "LoginRunners", "is_slurm", "label", "parse_sinfo", "read_slurm",
+           "state_groups"]
 
 SINFO_ARGV = ("sinfo", "--noheader", "--Node", "--format=%N|%P|%T")
-SINFO_TIMEOUT_S = 30.0
+LoginRunners = Callable[[str], Runner]
+"""``login(source) -> Runner`` for a ``slurm://LOGINHOST`` source (the command layer makes
+it, with the transport: this package opens no connection itself)."""
 _FLAGS = "*~#!%$@^-"
 # sinfo's long state names -> the group a cleanup selects on.
 _FOLD = {
@@ -101,16 +106,24 @@ def state_groups(state: str) -> list[str]:
     return groups
 
 
-def read_slurm(source: str, builder: Builder) -> None:
-    """Add every node ``sinfo`` lists to ``builder``; InventoryError when sinfo cannot run."""
+def read_slurm(source: str, builder: Builder, login: LoginRunners | None = None) -> None:
+    """Add every node ``sinfo`` lists to ``builder``: this machine's sinfo for ``slurm:``,
+    the login node's (through ``login``) for ``slurm://LOGINHOST``. InventoryError when
+    sinfo cannot run."""
+    run: Runner = run_here
     if source != "slurm:":
-        raise builder.error(
-            "reading Slurm over SSH (slurm://LOGINHOST) is not supported yet",
-            None,
-            None,
-            hint="run fleetclean on the login node with -i slurm:, or list the nodes in a file",
-        )
-    text = _run_sinfo(builder)
+        if login is None:
+            raise builder.error("slurm://LOGINHOST is not readable here", None, None,
+                                hint="give the nodes with -i slurm: on the login node")
+        run = login(source)
+    try:
+        text = run(SINFO_ARGV)
+    except SlurmUnavailable as err:
+        hint = "check SLURM_CONF" if source == "slurm:" else "check the login node"
+        if "not found" in str(err):
+            hint = ("install Slurm's client (slurm-client) or give the nodes in an inventory "
+                    "file")
+        raise builder.error(str(err), None, None, hint=hint) from None
     try:
         rows = parse_sinfo(text)
     except ValueError as err:
@@ -126,31 +139,3 @@ def read_slurm(source: str, builder: Builder) -> None:
 
 def _group_name(prefix: str, name: str) -> str:
     return f"{prefix}_{re.sub(r'[^A-Za-z0-9_]', '_', name)}"
-
-
-def _run_sinfo(builder: Builder) -> str:
-    path = shutil.which(SINFO_ARGV[0])
-    if path is None:
-        raise builder.error(
-            "sinfo not found on this machine",
-            None,
-            None,
-            hint="install Slurm's client (slurm-client) or give the nodes in an inventory file",
-        )
-    try:
-        done = subprocess.run(
-            [path, *SINFO_ARGV[1:]],
-            capture_output=True,
-            text=True,
-            timeout=SINFO_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise builder.error(
-            f"sinfo did not answer in {SINFO_TIMEOUT_S:.0f} s", None, None, hint="is slurmctld up?"
-        ) from None
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines()
-        why = lines[-1] if lines else f"exit status {done.returncode}"
-        raise builder.error(f"sinfo failed: {why}", None, None, hint="check SLURM_CONF")
-    return done.stdout

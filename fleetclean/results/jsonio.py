@@ -72,6 +72,8 @@ def to_json(result: RunResult) -> dict[str, Any]:
 
 def host_json(h: HostResult) -> dict[str, Any]:
     data = _host_json(h)
+    if h.judged_gpus is not None:
+        data["gpus_judged"] = list(h.judged_gpus)
     if h.slurm is not None:
         data["slurm"] = {
             "action": h.slurm.action,
@@ -178,6 +180,7 @@ def _host(h: dict[str, Any]) -> HostResult:
         stuck=_refs(h.get("stuck")),
         resets=tuple(GpuReset(int(r["gpu"]), str(r["result"]), str(r.get("detail", "")))
                      for r in h.get("resets") or ()),
+        judged_gpus=None if h.get("gpus_judged") is None else tuple(h["gpus_judged"]),
     )
 
 

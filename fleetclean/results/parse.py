@@ -31,7 +31,9 @@ verify     ok | dirty | unknown | error | skipped, max_used_mib, milliseconds, m
            rule that ended it: clean | leak | stuck | respawn | deadline | error | skipped
 left       pid, cmdline                  (a parent of killed GPU holders that lives on)
 owner      pid, kind, id, name           (who runs a matched process: engine/stages/owner.py)
+scope      user, uid, job, GPUs judged, how they were given ("" | list | slurm)
 done       0                             (the script reached its end)
+clock      start µs, end µs, exit status (a standalone script's: fleetclean report)
 =========  ==========================================================================
 
 The parser reads the generic kinds (begin, lock, stage, match, signal, stuck, unstuck,
@@ -168,10 +170,20 @@ def _done(st: Readings, a: list[str]) -> None:
     st.done = True
 
 
+def _clock(st: Readings, a: list[str]) -> None:
+    """When a standalone script ran (fleetclean report reads it): nothing for a run."""
+
+
+def _scope(st: Readings, a: list[str]) -> None:
+    """Only the GPUs of a --gpus or epilog scope are judged; the others are shown."""
+    if a[4]:
+        st.judged_gpus = [int(i) for i in a[3].split(",") if i.isdigit()]
+
+
 _GENERIC: dict[str, Callable[[Readings, list[str]], None]] = {
     "begin": _begin, "lock": _lock, "stage": _stage, "match": _match, "signal": _signal,
     "stuck": _stuck, "unstuck": _unstuck, "change": _change, "end": _end, "error": _error,
-    "left": _left, "done": _done,
+    "left": _left, "done": _done, "scope": _scope, "clock": _clock,
 }
 
 def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> ScriptReport:
@@ -227,7 +239,8 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
                         leaks=tuple(sorted(st.bare.items())), xids=_xids(st),
                         left_running=tuple(st.left), resets=tuple(st.resets),
                         stuck=tuple(ProcessRef(pid, cmd) for pid, cmd in st.stuck.items()),
-                        owners=dict(st.owners))
+                        owners=dict(st.owners),
+                        judged_gpus=None if st.judged_gpus is None else tuple(st.judged_gpus))
 
 
 def _verdict(st: Readings) -> tuple[bool | None, list[str]]:

@@ -42,12 +42,20 @@ def _name(cmdline: str) -> str:
     return _short(cmdline) if cmdline else "(exiting)"
 
 
+def _judged(report: ScriptReport, index: int) -> bool:
+    """Whether GPU ``index`` decides the status: every GPU, or only a scope's (--gpus, an
+    epilog's job); the others are shown, not judged, and their holders not named."""
+    return report.judged_gpus is None or index in report.judged_gpus
+
+
 def _holders(report: ScriptReport) -> str:
     index_by_uuid = {g.uuid: g.index for g in report.gpus}
     by_pid: dict[int, tuple[GpuProcess, list[int]]] = {}
     for p in report.processes:
         if p.device_only and p.protected:
             continue  # named with the leak it sits beside, never as a holder
+        if p.gpu_uuid in index_by_uuid and not _judged(report, index_by_uuid[p.gpu_uuid]):
+            continue
         entry = by_pid.setdefault(p.pid, (p, []))
         index = index_by_uuid.get(p.gpu_uuid)
         if index is not None and index not in entry[1]:
@@ -82,14 +90,14 @@ def _leak(report: ScriptReport, index: int, mib: int) -> str:
 
 def dirty_reason(report: ScriptReport) -> str:
     """Which GPUs are in use, who holds them, which are leaks, what respawned."""
-    busy = [g for g in report.gpus if g.memory_used_mib]
+    busy = [g for g in report.gpus if g.memory_used_mib and _judged(report, g.index)]
     if len(busy) > 2:
         gpus = f"{len(busy)} GPUs in use ({sum(g.memory_used_mib or 0 for g in busy)} MiB)"
     else:
         gpus = ", ".join(f"GPU{g.index} {g.memory_used_mib} MiB" for g in busy) or "above limit"
     holders = _holders(report)
     parts = [gpus + (f"; held by {holders}" if holders else "")]
-    parts += [_leak(report, index, mib) for index, mib in report.leaks]
+    parts += [_leak(report, index, mib) for index, mib in report.leaks if _judged(report, index)]
     if report.verify_message.startswith("respawned"):
         parts.append(report.verify_message)
     return "; ".join(parts)

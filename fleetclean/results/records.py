@@ -66,6 +66,7 @@ class RunRecord:
         inventory: str | None,
         variables: Mapping[str, Any],
         check: bool,
+        scope: Mapping[str, Any] | None = None,
     ) -> RunRecord:
         now = time.time()
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"-{os.getpid()}"
@@ -80,6 +81,8 @@ class RunRecord:
             "hosts": list(hosts),
             "check": check,
             "variables": dict(variables),
+            # What the run was limited to on shared nodes (--user): None for everything.
+            "scope": dict(scope) if scope else None,
             "interrupted": False,
             "exit_status": None,
             "result": None,

@@ -37,9 +37,11 @@ _STATUS_STYLE = {
 }
 
 
-def _cell(g: GpuRow | None) -> Text:
+def _cell(g: GpuRow | None, *, judged: bool = True) -> Text:
     if g is None:
         return Text("-", style="dim")
+    if not judged:  # outside --gpus or an epilog's job: shown, not judged
+        return Text("N/A" if g.memory_used_mib is None else str(g.memory_used_mib), style="dim")
     used = g.memory_used_mib
     if used is None:
         return Text("N/A", style="magenta")
@@ -79,7 +81,9 @@ def gpu_table(result: RunResult) -> Table:
     for name, h in rows:
         label = name or fold(x.host for x in folded[_fold_key(h) or ()])
         by_index = {g.index: g for g in h.gpus}
-        cells = [_cell(by_index.get(i)) for i in range(ncols)]
+        judged = h.judged_gpus
+        cells = [_cell(by_index.get(i), judged=judged is None or i in judged)
+                 for i in range(ncols)]
         status = Text(h.status.value, style=_STATUS_STYLE.get(h.status, "bold red"))
         table.add_row(Text(label), *cells, status)
     return table

@@ -129,6 +129,21 @@ def _add_up(sub: Subparsers) -> None:
         help="the nodes' cgroups: v2 alone, every v1 hierarchy (and cgroup2 where mounted), "
         "none; auto: v2 where this machine has it, else v1, else none (default)",
     )
+    up.add_argument(
+        "--epilog",
+        type=Path,
+        metavar="PATH",
+        help="with --slurm: slurm.conf's Epilog=, a path under STATE/shared (which every "
+        "node sees), e.g. epilog/fleetclean; write the script there (fleetclean export "
+        "slurm-epilog ...)",
+    )
+    up.add_argument(
+        "--gpu-minors",
+        type=_minors,
+        metavar="M,...",
+        help="device minor of GPU 0,1,..7 (its /dev/nvidiaM), e.g. 1,0,3,2,5,4,7,6: a driver "
+        "whose probe order differs from the bus order (default: each GPU's index)",
+    )
     _state_dir(up)
 
 
@@ -242,12 +257,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _minors(text: str) -> list[int]:
+    words = [w.strip() for w in text.split(",")]
+    if not all(w.isdigit() for w in words):
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}")
+    return [int(w) for w in words]
+
+
 def _up(args: argparse.Namespace) -> int:
     from fleetclean.sim.fleet import SimFleet
 
     fleet = SimFleet.up(args.nodes, args.state_dir, subnet=args.subnet,
                         persistenced=args.persistenced, slurm=args.slurm,
-                        sshd_defaults=args.sshd_defaults, cgroup=args.cgroup)
+                        sshd_defaults=args.sshd_defaults, cgroup=args.cgroup,
+                        gpu_minors=args.gpu_minors, slurm_epilog=args.epilog)
     for kind in args.workload:
         for sim_node in fleet.nodes:
             fleet.spawn(sim_node, kind)

@@ -20,6 +20,7 @@ import platform
 import secrets
 import shutil
 import subprocess
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,11 @@ class SimFleet:
             return None
         return slurm_mod.slurm_layout(self.layout.root).conf
 
+    @property
+    def shared_dir(self) -> Path:
+        """A directory every node sees at this same path (made with ``slurm``)."""
+        return self.layout.root / "shared"
+
     # -- life cycle ----------------------------------------------------------------
 
     @classmethod
@@ -120,6 +126,8 @@ class SimFleet:
         slurm: bool = False,
         sshd_defaults: bool = False,
         cgroup: str = "auto",
+        gpu_minors: Sequence[int] | None = None,
+        slurm_epilog: Path | None = None,
     ) -> SimFleet:
         """Start ``nodes`` nodes in parallel and return once every sshd listens.
 
@@ -129,9 +137,12 @@ class SimFleet:
         (a node's system daemon: see ``processes``); ``slurm``: also a real Slurm
         (``sim/slurm.py``), returning once every node is idle in it; ``sshd_defaults``: every
         sshd with OpenSSH's own MaxStartups and MaxSessions (see ``sshfiles``); ``cgroup``:
-        ``auto``, ``v2``, ``v1`` or ``none`` (see ``sim/cgroups.py``). Raises SimError if the
-        host cannot run a fleet (or Slurm, or that cgroup mode), a fleet is already up in
-        ``state_dir``, or an address is taken.
+        ``auto``, ``v2``, ``v1`` or ``none`` (see ``sim/cgroups.py``); ``gpu_minors``: GPU
+        index i's device file is ``/dev/nvidia{gpu_minors[i]}`` on every node (default: i),
+        as when a driver's probe order differs from the bus order; ``slurm_epilog``:
+        slurm.conf's ``Epilog=``, relative to the fleet's shared dir (``shared_dir``). Raises
+        SimError if the host cannot run a fleet (or Slurm, or that cgroup mode), a fleet is
+        already up in ``state_dir``, or an address is taken.
         """
         check_host()
         if slurm:
@@ -157,11 +168,13 @@ class SimFleet:
         try:
             if slurm:
                 slurm_mod.prepare(layout.root)
-            fleet._start(names, addresses, subnet, sshd_defaults, cgroup)
+            fleet._start(names, addresses, subnet, sshd_defaults=sshd_defaults, cgroup=cgroup,
+                         minors=gpu_minors)
             if persistenced:
                 fleet._start_persistenced()
             if slurm:
-                slurm_mod.start(layout.root, fleet.nodes, subnet, fleet.cgroup_mode)
+                slurm_mod.start(layout.root, fleet.nodes, subnet, fleet.cgroup_mode,
+                                slurm_epilog)
         except BaseException:
             fleet.down()
             raise
@@ -186,8 +199,8 @@ class SimFleet:
         return pid if pid in nodes_mod.system_pids(sim_node.dir) else None
 
     def _start(
-        self, names: list[str], addresses: list[str], subnet: int, sshd_defaults: bool,
-        cgroup: str,
+        self, names: list[str], addresses: list[str], subnet: int, *, sshd_defaults: bool,
+        cgroup: str, minors: Sequence[int] | None,
     ) -> None:
         layout = self.layout
         fleet_id = secrets.token_hex(8)
@@ -202,7 +215,8 @@ class SimFleet:
 
         def prepare(index: int) -> None:
             nodes_mod.prepare(dirs[index], names[index], addresses[index], fleet_id, client_pub,
-                              password_hash=password_hash, sshd_defaults=sshd_defaults)
+                              password_hash=password_hash, sshd_defaults=sshd_defaults,
+                              minors=minors)
 
         # ssh-keygen dominates preparation; a few at a time keep both cores busy.
         with ThreadPoolExecutor(max_workers=8) as pool:

@@ -62,11 +62,15 @@ def gpu_uuid(fleet_id: str, node: str, index: int) -> str:
 
 def prepare(
     node_dir: Path, name: str, address: str, fleet_id: str, client_pub: str, *,
-    password_hash: str, sshd_defaults: bool = False,
+    password_hash: str, sshd_defaults: bool = False, minors: Sequence[int] | None = None,
 ) -> None:
     """Write everything a node needs before its init starts: host key, sshd_config,
     authorized_keys, accounts and sudo (``accounts``), GPU facts, the nvidia-smi wrapper,
-    and the wanted listener."""
+    and the wanted listener.
+
+    nvidia-smi numbers GPUs in PCI bus order; the driver names each one's device file by
+    its minor number, in the order it probed them, which need not be the same. ``minors``
+    gives GPU index i the file ``/dev/nvidia{minors[i]}`` (default: the index itself)."""
     (node_dir / "bin").mkdir(parents=True, exist_ok=True)
     # Seen inside the node as /run/fleetclean: sshd's StrictModes checks it for root's
     # keys, and the login accounts' nvidia-smi reads the GPU facts in it.
@@ -75,8 +79,12 @@ def prepare(
     sshfiles.keygen(node_dir / sshfiles.HOST_KEY, f"root@{name}")
     write_sshd_configs(node_dir, address, *((None, None) if sshd_defaults else LIFTED))
     (node_dir / "authorized_keys").write_text(client_pub + " fleetclean-sim\n")
+    order = list(minors) if minors is not None else list(range(GPU_COUNT))
+    if sorted(order) != list(range(GPU_COUNT)):
+        raise SimError(f"GPU minors must be 0-{GPU_COUNT - 1} in some order, not {order}")
     gpus = [
-        {"index": i, "uuid": gpu_uuid(fleet_id, name, i), "bus_id": f"00000000:{bus}:00.0"}
+        {"index": i, "uuid": gpu_uuid(fleet_id, name, i), "bus_id": f"00000000:{bus}:00.0",
+         "minor": order[i]}
         for i, bus in enumerate(BUS_IDS)
     ]
     (node_dir / "gpus.json").write_text(json.dumps({"name": name, "gpus": gpus}))

@@ -24,6 +24,7 @@ connections while its workloads keep running.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import socket
@@ -42,7 +43,7 @@ else:  # run as a script: the sibling modules are found through sys.path[0]
 IN_NODE_DIR = "/run/fleetclean"
 SSH_PORT = 22
 INNER_PORT = 2222  # sshd's port behind sshproxy.py (sshfiles.INNER_PORT)
-NVIDIA_GPUS = 8
+NULL_DEVICE = (1, 3)
 
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
@@ -75,9 +76,11 @@ def make_dev() -> None:
     """Give the node its own /dev: the basics sshd and shells need, a private pty
     instance, a private /dev/shm, and fake GPU device files.
 
-    The GPU files are regular files on purpose: fuser, lsof and /proc/PID/fd see a
-    process holding them exactly as they would a character device, and no driver is
-    needed. /dev/nvidia-caps is a directory, as on a real host, so that scripts globbing
+    The GPU files are character devices, as Slurm's gres plugin requires of a ``File=``;
+    with no NVIDIA driver here they are /dev/null's (1:3), harmless to open, and fuser, lsof
+    and /proc/PID/fd see a process holding one exactly as a real one. Each GPU's file is
+    named by its minor number, which need not be its index (see ``node.prepare``).
+    /dev/nvidia-caps is a directory, as on a real host, so that scripts globbing
     /dev/nvidia* meet one.
     """
     mount("tmpfs", "/dev", "tmpfs", MS_NOSUID, "mode=0755,size=64k")
@@ -105,18 +108,53 @@ def make_dev() -> None:
     mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666")
     os.mkdir("/dev/shm")
     mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
-    names = [f"nvidia{i}" for i in range(NVIDIA_GPUS)]
+    gpus = read_gpus()
+    names = [f"nvidia{gpu['minor']}" for gpu in gpus]
     names += ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]
     for name in names:
-        with open(f"/dev/{name}", "w"):
-            pass
+        os.mknod(f"/dev/{name}", 0o20666, os.makedev(*NULL_DEVICE))
         os.chmod(f"/dev/{name}", 0o666)
     os.mkdir("/dev/nvidia-caps", 0o755)
+    make_driver_info(gpus)
+
+
+def read_gpus() -> list[dict[str, object]]:
+    """The node's GPUs as ``node.prepare`` wrote them: index, uuid, bus_id, minor."""
+    with open(os.path.join(IN_NODE_DIR, "gpus.json")) as f:
+        gpus: list[dict[str, object]] = json.load(f)["gpus"]
+    for gpu in gpus:
+        gpu.setdefault("minor", gpu["index"])
+    return gpus
+
+
+def make_driver_info(gpus: list[dict[str, object]]) -> None:
+    """``/proc/driver/nvidia/gpus/BUS/information`` as the driver writes it: where a tool
+    learns which ``/dev/nvidiaN`` (the minor number) is which GPU of nvidia-smi's (bus
+    order); Slurm's GPU ids are those minors. A tmpfs over the node's own /proc/driver."""
+    mount("tmpfs", "/proc/driver", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0555")
+    for gpu in gpus:
+        bus = str(gpu["bus_id"])[4:].lower()  # 00000000:18:00.0 -> 0000:18:00.0
+        directory = f"/proc/driver/nvidia/gpus/{bus}"
+        os.makedirs(directory, 0o555)
+        with open(f"{directory}/information", "w") as f:
+            f.write(
+                "Model: \t\t NVIDIA H200\n"
+                "IRQ:   \t\t 0\n"
+                f"GPU UUID: \t {gpu['uuid']}\n"
+                "Video BIOS: \t 96.00.af.00.01\n"
+                "Bus Type: \t PCIe\n"
+                "DMA Size: \t 52 bits\n"
+                "DMA Mask: \t 0xfffffffffffff\n"
+                f"Bus Location: \t {bus}\n"
+                f"Device Minor: \t {gpu['minor']}\n"
+                "GPU Excluded:\t No\n"
+            )
 
 
 def make_mounts(node_dir: str) -> None:
     """Private /run (sshd's privilege-separation dir and our control files), /dev, /tmp,
-    an empty home for root, and the node's bin dir over /usr/local/sbin, which is on root's
+    /var/log, an empty home for root, and the node's bin dir over /usr/local/sbin, which is
+    on root's
     sshd PATH. The simulator's own code stays visible where it is, even when it lives
     under /tmp or /root (a checkout in /tmp, as CI makes)."""
     mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
@@ -144,7 +182,13 @@ def make_mounts(node_dir: str) -> None:
         os.mkdir(SHARED_KEEP, 0o755)
         mount(shared, SHARED_KEEP, "", MS_BIND)
         keeps.append((SHARED_KEEP, shared))
+        # Slurm's clients in the node (a login node's sinfo, an epilog's tools) find the
+        # fleet's slurm.conf where Debian's build looks for it, as on a real cluster.
+        if os.path.isdir(os.path.join(shared, "slurm")) and os.path.isdir("/etc/slurm"):
+            mount(os.path.join(shared, "slurm"), "/etc/slurm", "", MS_BIND)
     cover("/tmp", "mode=1777", keeps)
+    # A node's logs are its own (an epilog writes /var/log/fleetclean/), never this host's.
+    cover("/var/log", "mode=0755", keeps)
     # A node is another machine: root's home there must not be this host's, whose dotfiles
     # (a pyenv init in .bashrc, say) would run in every SSH session. Left alone when the
     # Python running this init lives there.

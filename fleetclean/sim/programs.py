@@ -13,9 +13,10 @@ Spec keys (all optional but ``role``):
   ``children`` specs, see ``tree``), ``persistenced`` (see ``persistenced``).
 - ``setproctitle``: the title is NUL-padded as setproctitle leaves it; ``argv``: a list
   written NUL-separated instead of ``title`` (a binary's command line).
-- ``gpus``: GPU indexes whose ``/dev/nvidiaN`` to hold; ``ctl``: also hold
-  ``/dev/nvidiactl`` and ``/dev/nvidia-uvm`` (``ctl_only`` holds nvidiactl alone);
-  ``nvml``: /dev/nvidiactl and every GPU, no /dev/nvidia-uvm (a monitoring agent).
+- ``gpus``: GPU indexes whose ``/dev/nvidiaN`` to hold (N the GPU's minor number, from
+  the node's gpus.json); ``ctl``: also hold ``/dev/nvidiactl`` and ``/dev/nvidia-uvm``
+  (``ctl_only`` holds nvidiactl alone); ``nvml``: /dev/nvidiactl and every GPU, no
+  /dev/nvidia-uvm (a monitoring agent).
 - ``on_term``: ``exit`` after ``delay`` seconds (default 0.1, a CUDA teardown), or
   ``ignore``.
 - ``driver_wait: hang``: once ready, wait in a driver request that is never answered
@@ -45,6 +46,7 @@ else:  # run as a script: the sibling module is found through sys.path[0]
 READY_FD = "FLEETCLEAN_SIM_READY_FD"
 READY_PATH = "FLEETCLEAN_SIM_READY_PATH"
 PERSISTENCE = "/run/fleetclean/persistence.json"
+GPUS = "/run/fleetclean/gpus.json"
 PERSISTENCED_PID = "/run/nvidia-persistenced/nvidia-persistenced.pid"
 STUCKFS = "/run/fleetclean-stuck"  # stuckfs.MOUNTPOINT
 
@@ -97,21 +99,37 @@ def apply_title(spec: dict[str, Any]) -> None:
         set_plain_title(spec.get("title", "python3"), comm)
 
 
+def device_path(index: int) -> str:
+    """The device file of GPU ``index``: ``/dev/nvidiaN``, N its minor number."""
+    try:
+        with open(GPUS) as f:
+            gpus = json.load(f)["gpus"]
+    except (OSError, ValueError, KeyError):
+        gpus = []
+    minor = next((g.get("minor", index) for g in gpus if g["index"] == index), index)
+    return f"/dev/nvidia{minor}"
+
+
 def open_devices(spec: dict[str, Any]) -> list[int]:
     """A CUDA process's files: its GPUs, /dev/nvidiactl and /dev/nvidia-uvm; an NVML
     user's (``nvml``): /dev/nvidiactl and every GPU, no /dev/nvidia-uvm."""
-    paths = [f"/dev/nvidia{i}" for i in spec.get("gpus", [])]
+    paths = [device_path(int(i)) for i in spec.get("gpus", [])]
     if spec.get("ctl") or spec.get("gpus"):
         paths += ["/dev/nvidiactl", "/dev/nvidia-uvm"]
     if spec.get("nvml"):
-        paths = ["/dev/nvidiactl", *(f"/dev/nvidia{i}" for i in all_gpus())]
+        paths = ["/dev/nvidiactl", *(device_path(i) for i in all_gpus())]
     if spec.get("ctl_only"):
         paths = ["/dev/nvidiactl"]
     return [os.open(p, os.O_RDWR) for p in paths]
 
 
 def all_gpus() -> list[int]:
-    return sorted(int(n[6:]) for n in os.listdir("/dev") if n[6:].isdigit() and n[:6] == "nvidia")
+    """The node's GPU indexes (nvidia-smi's), from its gpus.json."""
+    try:
+        with open(GPUS) as f:
+            return sorted(int(g["index"]) for g in json.load(f)["gpus"])
+    except (OSError, ValueError, KeyError):
+        return []
 
 
 def install_term(spec: dict[str, Any]) -> None:
@@ -211,7 +229,7 @@ def persistenced(ctl_only: bool = False) -> None:
         for gpu in [g for g in held if g not in want]:
             os.close(held.pop(gpu))
         for gpu in sorted(want - set(held)):
-            held[gpu] = os.open(f"/dev/nvidia{gpu}", os.O_RDWR)
+            held[gpu] = os.open(device_path(gpu), os.O_RDWR)
 
     signal.signal(signal.SIGHUP, sync)
     sync()

@@ -107,10 +107,12 @@ def prepare(state_dir: Path) -> None:
 
 
 def start(state_dir: Path, nodes: Sequence[SimNode], subnet: int = 0,
-          cgroup_mode: str = "none") -> None:
+          cgroup_mode: str = "none", epilog: Path | None = None) -> None:
     """Write the config, start munged, slurmctld and every slurmd, and wait until
     ``sinfo`` shows every node idle. Raises SimError (with the log that says why) when a
-    daemon will not start; the caller takes the fleet down."""
+    daemon will not start; the caller takes the fleet down. ``epilog``: slurm.conf's
+    ``Epilog=``, a path under the fleet's shared dir (so every node sees it); a no-op
+    script is put there until the caller writes its own."""
     layout = slurm_layout(state_dir)
     pid_file = StateLayout(state_dir).pid_file
     # Fleets on other subnets start their search elsewhere, so two coming up at once
@@ -121,7 +123,14 @@ def start(state_dir: Path, nodes: Sequence[SimNode], subnet: int = 0,
     ]
     host = socket.gethostname().split(".")[0]
     cpus = os.cpu_count() or 1
-    conf = slurm_conf(layout, host, ports[0], slurm_nodes, cpus, cgroup_mode=cgroup_mode)
+    if epilog is not None:
+        epilog = _shared_path(layout, epilog)
+        if not epilog.exists():
+            epilog.parent.mkdir(parents=True, exist_ok=True)
+            epilog.write_text("#!/bin/sh\nexit 0\n")
+            epilog.chmod(0o755)
+    conf = slurm_conf(layout, host, ports[0], slurm_nodes, cpus, cgroup_mode=cgroup_mode,
+                      epilog=str(epilog) if epilog else None)
     nodes_mod.write_atomic(layout.conf, conf)
     nodes_mod.write_atomic(layout.dir / "cgroup.conf", cgroup_conf(cgroup_mode))
     nodes_mod.write_atomic(layout.gres, gres_conf(slurm_nodes))
@@ -133,6 +142,15 @@ def start(state_dir: Path, nodes: Sequence[SimNode], subnet: int = 0,
     for sim_node in nodes:
         _record_slurmd(pid_file, sim_node, deadline)
     _wait_idle(state_dir, [n.name for n in nodes], deadline)
+
+
+def _shared_path(layout: SlurmLayout, path: Path) -> Path:
+    """``path`` (relative: under the shared dir), refused outside it, where no node sees it."""
+    full = (layout.shared / path).resolve()
+    if not full.is_relative_to(layout.shared.resolve()):
+        raise SimError(f"the epilog must live under {layout.shared}, where every node sees it",
+                       hint="give a path relative to it, e.g. --epilog epilog/fleetclean")
+    return full
 
 
 def _daemon(argv: list[str], log: Path, pid_file: Path, role: str) -> int:

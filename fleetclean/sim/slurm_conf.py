@@ -128,6 +128,7 @@ def slurm_conf(
     cpus: int,
     *,
     cgroup_mode: str = "none",
+    epilog: str | None = None,
 ) -> str:
     """``slurm.conf`` for one controller on ``host`` and ``nodes``.
 
@@ -135,7 +136,8 @@ def slurm_conf(
     fleetclean exists to clean up). Job steps go into cgroups as on a real node of the
     fleet's cgroup mode (see :func:`task_settings`). ``config_overrides``: the nodes share
     this machine's CPUs and memory, so the config, not the hardware, says what each node
-    has. No accounting.
+    has. No accounting. ``epilog``: the ``Epilog=`` every slurmd runs as root after each
+    job (a path every node sees).
     """
     lines = [
         f"ClusterName={CLUSTER}",
@@ -169,6 +171,8 @@ def slurm_conf(
         "MinJobAge=30",
         "MailProg=/bin/true",
     ]
+    if epilog:
+        lines.append(f"Epilog={epilog}")
     for node in nodes:
         lines.append(
             f"NodeName={node.name} NodeAddr={node.address} NodeHostname={node.name} "

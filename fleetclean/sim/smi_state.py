@@ -3,7 +3,8 @@
 Standard library only; imported by ``nvidia_smi`` (as a sibling module inside nodes, through
 the package in tests). Files in ``NODE_DIR`` (the node's state dir, ``/run/fleetclean``):
 
-- ``gpus.json``: {"gpus": [{"index", "uuid", "bus_id"}]}; ``gpu_count`` (``7``) hides the
+- ``gpus.json``: {"gpus": [{"index", "uuid", "bus_id", "minor"}]} (``minor``: the N of the
+  GPU's ``/dev/nvidiaN``); ``gpu_count`` (``7``) hides the
   last GPUs, as a board whose GPU the driver did not enumerate.
 - ``fault``: one word for the whole tool: ``none``, ``na``, ``nvml``, ``driver``,
   ``inforom``, ``nodevices``.
@@ -172,11 +173,19 @@ def comm(pid: int) -> str:
         return ""
 
 
+def index_by_minor() -> dict[int, int]:
+    """Device minor -> GPU index (``/dev/nvidiaN`` is the GPU whose minor is N)."""
+    with open(path("gpus.json")) as f:
+        gpus = json.load(f)["gpus"]
+    return {int(g.get("minor", g["index"])): int(g["index"]) for g in gpus}
+
+
 def device_holders() -> list[tuple[int, int, int]]:
-    """(gpu index, pid, MiB) for every live process holding /dev/nvidiaN, sorted; MiB is 0
-    for a handle without a CUDA context (nvidia-persistenced). Whoever asks: an account
-    other than root cannot read other users' /proc/PID/fd, so it asks the node's driver
-    stand-in (``smi_driver``), as the real nvidia-smi asks the kernel driver."""
+    """(gpu index, pid, MiB) for every live process holding a GPU's /dev/nvidiaN (N its
+    minor number), sorted; MiB is 0 for a handle without a CUDA context
+    (nvidia-persistenced). Whoever asks: an account other than root cannot read other
+    users' /proc/PID/fd, so it asks the node's driver stand-in (``smi_driver``), as the
+    real nvidia-smi asks the kernel driver."""
     if os.geteuid() != 0:
         try:
             holders: list[tuple[int, int, int]] = _driver().ask()
@@ -188,6 +197,7 @@ def device_holders() -> list[tuple[int, int, int]]:
 
 def scan_device_holders() -> list[tuple[int, int, int]]:
     """``device_holders`` read from /proc, which needs root."""
+    by_minor = index_by_minor()
     found: list[tuple[int, int, int]] = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -202,8 +212,9 @@ def scan_device_holders() -> list[tuple[int, int, int]]:
                 target = os.readlink(f"/proc/{pid}/fd/{fd}")
             except OSError:
                 continue
-            if target.startswith("/dev/nvidia") and target[11:].isdigit():
-                gpus.add(int(target[11:]))
+            minor = target[11:]
+            if target.startswith("/dev/nvidia") and minor.isdigit() and int(minor) in by_minor:
+                gpus.add(by_minor[int(minor)])
         if gpus:
             mib = process_mib(pid)
             found.extend((gpu, int(pid), mib) for gpu in gpus)

@@ -25,12 +25,13 @@ someone else drained (its reason is kept).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 from fleetclean.inventory.slurm import state_groups
 from fleetclean.models import HostResult, HostStatus, RunResult, SlurmAction
 from fleetclean.slurm import nodes as slurm_nodes
-from fleetclean.slurm.nodes import NodeState, SlurmUnavailable
+from fleetclean.slurm.nodes import NodeState, Runner, SlurmUnavailable
 
 PREFIX = "fleetclean "
 REASON_MAX = 120  # Slurm keeps longer reasons, but sinfo -R and squeue cut them
@@ -88,11 +89,16 @@ def apply(
     drain: bool,
     resume: bool,
     run_id: str,
-    query: Callable[[], dict[str, NodeState]] = slurm_nodes.query,
-    update: Callable[..., None] = slurm_nodes.update,
+    runner: Runner | None = None,
+    query: Callable[[], dict[str, NodeState]] | None = None,
+    update: Callable[..., None] | None = None,
 ) -> RunResult:
     """Drain/resume each host's node as :func:`plan` says; every host whose node Slurm
-    knows gets its ``slurm`` record. Raises SlurmUnavailable when sinfo cannot be read."""
+    knows gets its ``slurm`` record. Slurm's commands go through ``runner`` (this machine
+    by default; a login node's for ``slurm://LOGINHOST``); tests pass ``query`` and
+    ``update`` themselves. Raises SlurmUnavailable when sinfo cannot be read."""
+    query = query or functools.partial(slurm_nodes.query, runner)
+    update = update or functools.partial(slurm_nodes.update, runner=runner)
     before = query()
     planned: dict[str, tuple[str, str, str]] = {}
     for host in result.hosts:

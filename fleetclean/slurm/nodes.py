@@ -1,7 +1,10 @@
-"""Slurm nodes as this machine's ``sinfo`` sees them, and ``scontrol update`` on them.
+"""Slurm's client commands, run here or on a login node, and what they say about nodes.
 
-Every command runs here, with this process's environment (``SLURM_CONF``); a Slurm that
-cannot be reached is a :class:`SlurmUnavailable` carrying the command's own words.
+A :data:`Runner` runs one Slurm client command (``sinfo``, ``scontrol``) and returns its
+stdout: :func:`run_here` on this machine, with this process's environment (``SLURM_CONF``),
+or one from :mod:`fleetclean.slurm.login` over SSH on a login node (``slurm://LOGINHOST``).
+A Slurm that cannot be reached is a :class:`SlurmUnavailable` carrying the command's own
+words.
 
 >>> nodes = parse_nodes("node01|idle|none\\nnode01|idle|none\\n"
 ...                     "node02|drained|fleetclean 20261201T1: dirty: GPU2 4096 MiB\\n")
@@ -15,10 +18,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 SINFO_ARGV = ("sinfo", "--noheader", "--Node", "--format=%N|%T|%E")
 TIMEOUT_S = 30.0
+
+Runner = Callable[[Sequence[str]], str]
+"""``runner(argv) -> stdout`` of one Slurm client command; SlurmUnavailable when it cannot
+run or fails."""
 
 
 class SlurmUnavailable(Exception):
@@ -45,18 +53,19 @@ def parse_nodes(text: str) -> dict[str, NodeState]:
     return nodes
 
 
-def query() -> dict[str, NodeState]:
+def query(runner: Runner | None = None) -> dict[str, NodeState]:
     """Every node's state and reason now."""
-    return parse_nodes(_run(list(SINFO_ARGV)))
+    return parse_nodes((runner or run_here)(SINFO_ARGV))
 
 
-def update(node: str, *settings: str) -> None:
+def update(node: str, *settings: str, runner: Runner | None = None) -> None:
     """``scontrol update NodeName=NODE SETTING...``, e.g. ``State=DRAIN``, ``Reason=...``
-    (argv, no shell: a reason needs no quoting)."""
-    _run(["scontrol", "update", f"NodeName={node}", *settings])
+    (argv, never a shell line of ours: a reason needs no quoting here)."""
+    (runner or run_here)(["scontrol", "update", f"NodeName={node}", *settings])
 
 
-def _run(argv: list[str]) -> str:
+def run_here(argv: Sequence[str]) -> str:
+    """Run one Slurm client command on this machine."""
     path = shutil.which(argv[0])
     if path is None:
         raise SlurmUnavailable(f"{argv[0]} not found on this machine")
@@ -66,8 +75,15 @@ def _run(argv: list[str]) -> str:
     except subprocess.TimeoutExpired:
         raise SlurmUnavailable(f"{argv[0]} did not answer in {TIMEOUT_S:.0f} s") from None
     if done.returncode != 0:
-        lines = done.stderr.strip().splitlines()
-        raise SlurmUnavailable(
-            f"{argv[0]} failed: {lines[-1] if lines else f'exit status {done.returncode}'}"
-        )
+        raise SlurmUnavailable(failed(argv[0], done.stderr, done.returncode))
     return done.stdout
+
+
+def failed(tool: str, stderr: str, code: int | None) -> str:
+    """The message for a Slurm command that failed: its last stderr line.
+
+    >>> failed("sinfo", "sinfo: error: Unable to contact slurm controller\\n", 1)
+    'sinfo failed: sinfo: error: Unable to contact slurm controller'
+    """
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    return f"{tool} failed: {lines[-1].strip() if lines else f'exit status {code}'}"

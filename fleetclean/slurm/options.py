@@ -21,7 +21,17 @@ def wanted(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "drain_dirty", False) or getattr(args, "resume_clean", False))
 
 
-def check(args: argparse.Namespace) -> None:
+def login_source(sources: list[str]) -> str | None:
+    """The ``slurm://LOGINHOST`` source among the inventory sources, if any: where Slurm's
+    commands then run.
+
+    >>> login_source(["lab.yml", "slurm://login01"]), login_source(["slurm:"])
+    ('slurm://login01', None)
+    """
+    return next((s for s in sources if s.startswith("slurm://")), None)
+
+
+def check(args: argparse.Namespace, sources: list[str]) -> None:
     """Refuse the options before anything is sent when they cannot work here."""
     if not wanted(args):
         return
@@ -31,6 +41,8 @@ def check(args: argparse.Namespace) -> None:
                          hint=f"drop {flag} or --check")
     if getattr(args, "watch", None) is not None:
         raise UsageError(f"{flag} does not go with --watch", hint="run status once with it")
-    if shutil.which("scontrol") is None or shutil.which("sinfo") is None:
+    if login_source(sources) is None and (shutil.which("scontrol") is None
+                                          or shutil.which("sinfo") is None):
         raise UsageError(f"{flag}: scontrol/sinfo not found on this machine",
-                         hint="run fleetclean where Slurm's client is installed (slurm-client)")
+                         hint="run fleetclean where Slurm's client is installed (slurm-client), "
+                         "or name the login node: -i slurm://LOGINHOST")

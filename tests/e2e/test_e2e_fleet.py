@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from simhelp import Cli, edit_inventory, spawn_cli
+from simhelp import Cli, edit_inventory, spawn_cli, ssh_log_count
 
 pytestmark = pytest.mark.sim
 
@@ -111,15 +111,27 @@ def test_unknown_host_key_refused_then_accepted_and_recorded(
     assert again.code == 0
 
 
+def started(fleet, before: int, proc: subprocess.Popen[str]) -> None:
+    """Until every node's sshd has let the run in: its hosts are then in flight, in
+    their first stage's grace (3 s and 120 s long)."""
+    deadline = time.monotonic() + 60
+    while ssh_log_count(fleet, "Accepted publickey") < before + len(fleet.nodes):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run never started"
+        time.sleep(0.05)
+
+
 def test_interrupted_run_writes_a_record_and_exits_130(
     sim_fleet_factory, tmp_path: Path
 ) -> None:
     fleet = sim_fleet_factory(2)
     for node in fleet.nodes:
         fleet.spawn(node.name, "stubborn", gpu=1)
+    before = ssh_log_count(fleet, "Accepted publickey")
     proc = spawn_cli(tmp_path, "run", "post-extraction", "-i", str(fleet.inventory_path),
                      "-e", "grace=3", "--json")
-    time.sleep(1.5)
+    # Ctrl-C once both hosts run their script (on a loaded machine, a fixed sleep could
+    # land in the interpreter's start-up, where Python itself dies of SIGINT).
+    started(fleet, before, proc)
     proc.send_signal(signal.SIGINT)  # our own child, by PID
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -146,10 +158,11 @@ def test_a_second_ctrl_c_stops_waiting_for_running_hosts(
 ) -> None:
     fleet = sim_fleet_factory(1)
     fleet.spawn("node01", "stubborn", gpu=1)
+    before = ssh_log_count(fleet, "Accepted publickey")
     proc = spawn_cli(tmp_path, "run", "post-extraction", "-i", str(fleet.inventory_path),
                      "-e", "grace=120", "--timeout", "200", "--json")
     try:
-        time.sleep(1.5)
+        started(fleet, before, proc)
         proc.send_signal(signal.SIGINT)  # our own child, by PID
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)

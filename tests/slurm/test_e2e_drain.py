@@ -107,3 +107,28 @@ def test_drain_dirty_with_check_is_refused_before_anything_is_sent(
                  "--check", "--drain-dirty")
     assert result.code == 4
     assert "--check" in result.err
+
+
+def test_through_a_login_node_a_leaking_node_is_drained_and_resumed_there(
+    slurm_fleet: SimFleet, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sinfo and scontrol run on the login node (node01): this process has no SLURM_CONF.
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    fleet = slurm_fleet
+    login = ("-i", "slurm://node01", "-F", str(fleet.ssh_config_path))
+    fleet.set_fault("node03", "leak", 6, 3000)
+    try:
+        drained = cli("status", *login, "-l", "node03", "--drain-dirty", "--json")
+        assert drained.code == 1, drained.err
+        node03 = drained.host("node03")
+        assert node03["status"] == "dirty"
+        assert node03["slurm"]["action"] == "drain"
+        reasons = slurm_cmd(fleet, "sinfo", "-R", "-h", "-o", "%n|%E").stdout.split("\n")
+        (reason,) = [r for r in reasons if r.startswith("node03|")]
+        assert "dirty: GPU6 3000 MiB" in reason
+    finally:
+        fleet.set_fault("node03", "leak", 6, 0)
+    resumed = cli("status", *login, "-l", "node03", "--resume-clean", "--json")
+    assert resumed.code == 0, resumed.err
+    assert resumed.host("node03")["slurm"]["action"] == "resume"
+    assert wait_for(lambda: node_idle(fleet, "node03"))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from simhelp import Cli, down_checked, module_subnet
+from simhelp import Cli, down_checked, module_subnet, ssh_log_count
 from slurmhelp import needs_slurm, node_idle, slurm_cmd, wait_for
 
 from fleetclean.sim import SimFleet
@@ -53,3 +54,48 @@ def test_the_sim_inventory_given_as_well_supplies_the_ssh_settings(
     (host,) = result.json()["hosts"]
     assert (host["name"], host["address"]) == ("node01", slurm_fleet.node("node01").address)
     assert {"partition_gpu", "partition_debug", "state_idle", "slurm"} <= set(host["groups"])
+
+
+def test_a_login_node_lists_the_nodes_over_ssh_with_the_same_groups(
+    slurm_fleet: SimFleet, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No SLURM_CONF here: sinfo runs on the login node (node01, whose /etc/slurm is the
+    # fleet's), reached through the sim's ssh_config like any host.
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    remote = cli("inventory", "-i", "slurm://node01", "-F", slurm_fleet.ssh_config_path,
+                 "--json")
+    assert remote.code == 0, remote.err
+    monkeypatch.setenv("SLURM_CONF", str(slurm_fleet.slurm_conf_path))
+    local = cli("inventory", "-i", "slurm:", "-F", slurm_fleet.ssh_config_path, "--json")
+    assert remote.json() == local.json()
+    status = cli("status", "-i", "slurm://root@node01:22", "-F", slurm_fleet.ssh_config_path,
+                 "-l", "partition_debug:&state_idle", "--json")
+    assert status.code == 0, status.err
+    assert [h["host"] for h in status.json()["hosts"]] == ["node01"]
+
+
+def test_a_login_node_with_an_unknown_host_key_is_refused_before_any_node_is_reached(
+    slurm_fleet: SimFleet, cli: Cli, tmp_path: Path
+) -> None:
+    login = slurm_fleet.node("node01")
+    config = tmp_path / "ssh_config"
+    known = tmp_path / "known_hosts"
+    # The login node under another name, its key unknown; the nodes as the sim writes them.
+    config.write_text(
+        f"Host login\n  HostName {login.address}\n  User root\n"
+        f"  IdentityFile {slurm_fleet.client_key_path}\n  UserKnownHostsFile {known}\n\n"
+        f"Include {slurm_fleet.ssh_config_path}\n"
+    )
+    before = ssh_log_count(slurm_fleet, "Accepted publickey")
+    refused = cli("status", "-i", "slurm://login", "-F", config)
+    assert refused.code == 4
+    assert refused.err.count("\n") == 1
+    assert "-i 'slurm://login': sinfo on login:" in refused.err
+    assert "SHA256:" in refused.err  # the fingerprint to check, as for any host
+    assert ssh_log_count(slurm_fleet, "Accepted publickey") == before
+    # Recorded once asked to, like any host's, and then the nodes are read through it.
+    accepted = cli("status", "-i", "slurm://login", "-F", config, "--accept-new-host-keys",
+                   "-l", "partition_debug", "--json")
+    assert accepted.code == 0, accepted.err
+    assert [h["host"] for h in accepted.json()["hosts"]] == ["node01"]
+    assert login.address in known.read_text()

@@ -99,3 +99,12 @@ def test_the_zsh_script_wraps_the_same_function() -> None:
     zsh = shutil.which("zsh")
     if zsh:
         subprocess.run([zsh, "-n", "-c", text], check=True)
+
+
+def test_export_and_report_complete_their_commands_options_and_playbooks(script: Path) -> None:
+    assert complete(script, "fleetclean export ") == ["slurm-epilog", "script"]
+    options = set(complete(script, "fleetclean export script --"))
+    assert {"--inventory", "--user", "--check"} <= options
+    assert "--user" not in complete(script, "fleetclean export slurm-epilog --")
+    assert complete(script, "fleetclean export slurm-epilog post") == ["post-extraction"]
+    assert complete(script, "fleetclean report --f") == ["--from"]

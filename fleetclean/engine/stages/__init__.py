@@ -6,7 +6,7 @@ parser (records only a type writes) all loop over :data:`STAGE_TYPES`; none of t
 names a stage type.
 
 >>> sorted(STAGE_TYPES)
-['gpu-holders', 'gpu-reset', 'guard', 'remove', 'restore', 'shell', 'signal']
+['gpu-holders', 'gpu-reset', 'guard', 'remove', 'restore', 'shell', 'signal', 'slurm-job']
 >>> stage_type("signal").defaults()["grace"]
 10
 >>> stage_type("sleep")
@@ -57,16 +57,18 @@ from fleetclean.engine.stages import (
     restore,
     shell,
     signal,
+    slurm_job,
 )
 from fleetclean.engine.stages.base import RecordReader, StageType
 from fleetclean.engine.stages.owner import OWNER
 from fleetclean.engine.stages.verify import VERIFY
 
 GENERIC_RECORDS = ("begin", "lock", "stage", "match", "signal", "stuck", "unstuck", "change",
-                   "end", "error", "left", "done")
-"""Record kinds ``lib.sh`` writes for every stage; the parser reads them itself."""
+                   "end", "error", "left", "done", "scope", "clock")
+"""Record kinds the runtime writes whatever the stages (``lib.sh``; ``scope.sh``'s scope,
+``standalone.sh``'s clock); the parser reads them itself."""
 
-_BUILT_IN = (signal, gpu_holders, gpu_reset, restore, remove, guard, shell)
+_BUILT_IN = (signal, gpu_holders, gpu_reset, restore, remove, guard, shell, slurm_job)
 
 STAGE_TYPES: dict[str, StageType] = {}
 """Every registered stage type by the name a playbook gives as ``type:``."""

@@ -95,6 +95,7 @@ class Readings:
     left: list[ProcessRef] = field(default_factory=list)  # parents of killed holders, alive
     resets: list[GpuReset] = field(default_factory=list)  # gpu-reset's, one per GPU
     owners: dict[int, Owner] = field(default_factory=dict)
+    judged_gpus: list[int] | None = None  # --gpus / an epilog's job: the GPUs judged
 
 
 RecordReader = Callable[[Readings, list[str]], None]

@@ -8,11 +8,13 @@
 # device files open too, uses no GPU memory, and is never a target.
 # Options: opt_filter, opt_signal, opt_grace_ms, opt_kill_wait_ms, opt_tree (0/1).
 
-# Sets FC_HOLDERS (pid list, may repeat) and FC_NVSMI_NOTE (why device files were read
-# for every GPU, or empty).
+# Sets FC_HOLDERS (pid list, may repeat), FC_NVSMI_NOTE (why device files were read for
+# every GPU, or empty), and for a scope (scope.sh) the GPUs each holder is on:
+# FC_HOLDER_UUID[pid] (as nvidia-smi says) and FC_HOLDER_DEV[pid] (device files).
 fc_gpu_holders() {
     local out rc line uuid idx used pid all=0
     local -A explained=() need=()
+    declare -gA FC_HOLDER_DEV=() FC_HOLDER_UUID=()
     FC_HOLDERS=()
     FC_NVSMI_NOTE=""
     if command -v nvidia-smi >/dev/null 2>&1; then
@@ -23,6 +25,7 @@ fc_gpu_holders() {
         while IFS=', ' read -r line uuid; do
             [[ $line =~ ^[0-9]+$ ]] || continue
             FC_HOLDERS+=("$line")
+            FC_HOLDER_UUID[$line]+=" $uuid"
             explained[$uuid]=1
         done <&"$FC_GH_APPFD"
         exec {FC_GH_APPFD}<&-
@@ -44,9 +47,22 @@ fc_gpu_holders() {
     for idx in "${!FC_GF[@]}"; do
         ((all)) || [[ -n ${need[$idx]:-} ]] || continue
         for pid in ${FC_GF[$idx]}; do
-            [[ -n ${FC_GF_CUDA[$pid]:-} ]] && FC_HOLDERS+=("$pid")
+            [[ -n ${FC_GF_CUDA[$pid]:-} ]] || continue
+            FC_HOLDERS+=("$pid")
+            FC_HOLDER_DEV[$pid]+=" /dev/nvidia$idx"
         done
     done
+}
+
+# True when holder PID holds a GPU of the scope: by a device file, or as nvidia-smi says.
+fc_holder_in_scope() {
+    local gpu
+    local -a held=()
+    read -r -a held <<<"${FC_HOLDER_DEV[$1]:-} ${FC_HOLDER_UUID[$1]:-}"
+    for gpu in "${held[@]}"; do
+        fc_gpu_in_scope "$gpu" && return 0
+    done
+    return 1
 }
 
 fc_stage_gpu_holders() {
@@ -56,6 +72,10 @@ fc_stage_gpu_holders() {
     fc_gpu_holders
     for p in "${FC_HOLDERS[@]}"; do
         [[ -n ${FC_CMD[$p]:-} ]] || continue
+        # --gpus, an epilog's job: only holders of the scope's GPUs (scope.sh).
+        if ((FC_SCOPE_GPUS_ON)) && ! fc_holder_in_scope "$p"; then
+            continue
+        fi
         if [[ -n $opt_filter ]]; then
             [[ ${FC_CMD[$p]} =~ $opt_filter ]] || continue
         fi

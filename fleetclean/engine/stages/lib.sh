@@ -26,7 +26,13 @@ fc_rec() {
         out+=$'\t'$REPLY
     done
     printf '%s\n' "$out"
+    # A script no controller reads (fleetclean export: standalone.sh) logs and judges
+    # its own records as they are written.
+    if ((FC_TAP)); then
+        fc_tap "$out" "$@"
+    fi
 }
+FC_TAP=0
 
 # ---------------------------------------------------------------------------- time
 # Microseconds since the epoch, from a builtin (no date(1) fork per poll).
@@ -218,8 +224,13 @@ fc_protected() {
             REPLY="protected name"
         fi
     fi
+    # --user, --gpus, an epilog's job (scope.sh): outside the scope is as good as protected.
+    if [[ -z $REPLY ]] && ((FC_SCOPED)); then
+        fc_out_of_scope "$pid"
+    fi
     [[ -n $REPLY ]]
 }
+FC_SCOPED=0
 
 # ---------------------------------------------------------------------------- rights
 # A login without root may signal only its own processes. A kill that fails while its

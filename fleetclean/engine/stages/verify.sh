@@ -99,6 +99,10 @@ fc_verify_state() {
     local i used unknown=0
     FC_VOVER=() FC_VNONUM=""
     for i in "${!FC_VROWS[@]}"; do
+        # Outside the scope (--gpus, an epilog's job: scope.sh), a GPU is shown, not judged.
+        if ((FC_SCOPE_GPUS_ON)) && [[ -z ${FC_SCOPE_GPU[${FC_VIDX[$i]}]:-} ]]; then
+            continue
+        fi
         used=${FC_VUSED[$i]}
         if [[ $used =~ ^[0-9]+$ ]]; then
             ((used > $1)) && FC_VOVER+=("$i")

@@ -1,0 +1,154 @@
+"""Scripts that run with no fleetclean controller: a bundle for fan-out tools, an epilog.
+
+``render_bundle``: one script for every host of an inventory (``fleetclean export script``),
+which ``clush -b``, ``pdsh`` or ``srun`` run everywhere; each host runs the part rendered
+with its own variables, picked by its hostname. ``render_epilog``: one script for Slurm's
+``Epilog=`` (``fleetclean export slurm-epilog``), run by slurmd after every job on its node.
+Both carry ``standalone.sh``: records to stdout as over SSH (and to a log), judged into the
+exit status. Pure, like :mod:`.render`.
+
+>>> from fleetclean.engine.playbook import load_playbook
+>>> from fleetclean.engine.variables import resolve
+>>> book = resolve(load_playbook("post-extraction"), {}, {})
+>>> epilog = render_epilog(book, log="/var/log/fleetclean/epilog.log")
+>>> epilog.splitlines()[-1], "fc_stage 1 job-leftovers slurm-job" in epilog
+('fc_epilog_run </dev/null', True)
+>>> bundle = render_bundle([("gpu01.lab", book), ("gpu02.lab", book)], playbook="post-extraction")
+>>> bundle.count("fc_main_1() {"), "FC_BUNDLE_FN[gpu02]=1" in bundle
+(1, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from fleetclean import __version__
+from fleetclean.engine.model import ResolvedPlaybook, ResolvedStage, Scope
+from fleetclean.engine.render import library, main_function, variable_comments
+from fleetclean.engine.stages import template
+from fleetclean.engine.stages.base import q
+from fleetclean.nodeset import fold
+
+# slurmd runs an epilog with no PATH at all; a bundle's login shell may have a short one.
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+DEFAULT_EPILOG_LOG = "/var/log/fleetclean/epilog.log"
+# What a job left behind is signalled first: the leftovers of one job, not a fleet's server
+# stopped by hand, so a short grace (the node is COMPLETING, taking no job, meanwhile).
+JOB_STAGE = ResolvedStage("job-leftovers", "slurm-job",
+                          {"signal": "TERM", "grace": 3.0, "kill_wait": 3.0, "tree": True})
+_RUNTIME_HOST = '"$FC_TARGET_HOST"'
+
+
+def render_epilog(resolved: ResolvedPlaybook, *, log: str) -> str:
+    """The epilog: a ``slurm-job`` stage first (unless the playbook has one), then the
+    playbook's stages and verification, scoped to the finished job."""
+    if not any(s.type == "slurm-job" for s in resolved.stages):
+        resolved = dataclasses.replace(resolved, stages=(JOB_STAGE, *resolved.stages))
+    scope = Scope(slurm_job=True)
+    where = "built-in" if resolved.builtin else resolved.path
+    header = [
+        "#!/bin/bash",
+        f"# fleetclean {__version__}: Slurm epilog, playbook {resolved.name} ({where})",
+        "# Install on every node (e.g. as /etc/slurm/epilog.d/50-fleetclean, mode 0755) and",
+        "# name it in slurm.conf: Epilog=/etc/slurm/epilog.d/50-fleetclean; then",
+        "# `scontrol reconfigure`. After every job it signals what the job left behind, runs",
+        "# the stages and verifies, touching no other job's processes, and exits 0 only when",
+        "# the node is clean: a non-zero exit makes Slurm drain the node ('Epilog error').",
+        f"# Why, and every record, is in {log}: read it with `fleetclean report FILE`.",
+        "# It needs bash, coreutils, procps and nvidia-smi; it calls no Slurm command.",
+        "# variables:",
+        *variable_comments(resolved.variables),
+        "",
+        f"PATH={PATH}",
+        "export PATH",
+        f"FC_EPILOG_LOG={q(log)}",
+        "",
+    ]
+    parts = ["\n".join(header), *library([resolved], scope), template("standalone.sh")]
+    # A read-only playbook (status) makes an epilog that judges and signals nothing: it
+    # drains a node its job left dirty without touching anything.
+    parts.append("\n".join([*main_function(resolved, check=resolved.read_only,
+                                           force=resolved.force, host=_RUNTIME_HOST,
+                                           scope=scope),
+                            "", "fc_epilog_run </dev/null", ""]))
+    return "\n".join(parts)
+
+
+def render_bundle(
+    books: Sequence[tuple[str, ResolvedPlaybook]],
+    *,
+    playbook: str,
+    check: bool = False,
+    force: bool = False,
+    scope: Scope | None = None,
+) -> str:
+    """One script for every ``(host name, resolved playbook)``; hosts whose scripts would be
+    the same (same variables) share one ``fc_main_N``."""
+    variants: dict[str, int] = {}
+    functions: list[str] = []
+    comments: list[list[str]] = []
+    members: dict[int, list[str]] = {}
+    variant_of: dict[str, int] = {}
+    for name, book in books:
+        chk = check or book.read_only
+        lines = main_function(book, check=chk, force=force or book.force, host=_RUNTIME_HOST,
+                              scope=scope)
+        key = "\n".join(lines)
+        if key not in variants:
+            n = variants[key] = len(variants) + 1
+            functions.append("\n".join(main_function(
+                book, check=chk, force=force or book.force, host=_RUNTIME_HOST,
+                name=f"fc_main_{n}", scope=scope)))
+            comments.append(variable_comments(book.variables))
+        members.setdefault(variants[key], []).append(name)
+        variant_of[name] = variants[key]
+    names = [name for name, _ in books]
+    keys = {name: name for name in names} | _short_names(names)
+    table = [line for key, name in keys.items()
+             for line in (f"FC_BUNDLE_FN[{q(key)}]={variant_of[name]}",
+                          f"FC_BUNDLE_NAME[{q(key)}]={q(name)}")]
+    listed = fold(names)
+    header = [
+        "#!/usr/bin/env bash",
+        f"# fleetclean {__version__}: bundle of playbook {playbook} for {len(names)} "
+        f"host{'s' if len(names) != 1 else ''}: {listed}",
+        "# Every host runs the part made for it, found by its hostname. Run it with one of",
+        "#   clush -b -w NODES 'bash -s' < THIS_FILE > out.txt 2>&1",
+        "#   pdsh -R ssh -w NODES \"$(cat THIS_FILE)\" > out.txt 2>&1   (root's shell: bash)",
+        "#   srun -N COUNT -w NODES -l bash THIS_FILE > out.txt 2>&1    (on a shared filesystem)",
+        "# then read what they printed: fleetclean report out.txt",
+    ]
+    for n, hosts in members.items():
+        header += [f"# variables of {fold(hosts)}:", *comments[n - 1]]
+    header.append("")
+    body = [
+        "declare -A FC_BUNDLE_FN=() FC_BUNDLE_NAME=()",
+        *table,
+        f"FC_BUNDLE_PLAYBOOK={q(playbook)}",
+        f"FC_BUNDLE_CHECK={int(check)}",
+        f"FC_BUNDLE_HOSTS={q(listed)}",
+        "",
+        "fc_bundle_run </dev/null",
+        "",
+    ]
+    parts = ["\n".join(header), f"PATH=\"$PATH:{PATH}\"",
+             *library([book for _, book in books], scope), template("standalone.sh"),
+             *functions, "\n".join(body)]
+    return "\n".join(parts)
+
+
+def _short_names(names: Sequence[str]) -> dict[str, str]:
+    """Short name -> host, for ``gpu01`` of ``gpu01.lab`` (a node's hostname is often the
+    short one), where no other host has that short name and no host is called that.
+
+    >>> _short_names(["gpu01.lab", "gpu02.lab", "gpu02.dev", "gpu03"])
+    {'gpu01': 'gpu01.lab'}
+    """
+    full = set(names)
+    owners: dict[str, list[str]] = {}
+    for name in names:
+        short = name.split(".", 1)[0]
+        if short != name and short not in full:
+            owners.setdefault(short, []).append(name)
+    return {short: hosts[0] for short, hosts in owners.items() if len(hosts) == 1}

@@ -1,0 +1,201 @@
+# shellcheck shell=bash disable=SC2034,SC2154
+# (FC_SCOPE_* are assigned by the rendered script around this template.)
+# The scope of a run on a shared node. With FC_SCOPED set, fc_protected asks
+# fc_out_of_scope about every process a stage would signal:
+#   FC_SCOPE_USER  --user: a name or a UID; only that user's processes are signalled;
+#   FC_SCOPE_JOB   an epilog's Slurm job (SLURM_JOB_ID): the processes of any *other* job
+#                  are never touched (its own leftovers are the slurm-job stage's targets);
+#   FC_SCOPE_GPUS  --gpus: nvidia-smi indexes; FC_SCOPE_GPU_IDS=slurm: an epilog's, the
+#                  minors in SLURM_JOB_GPUS mapped to indexes here. gpu-holders kills only
+#                  holders of those GPUs, the verification judges only those, and no stage
+#                  signals a process that holds other GPUs and none of those.
+
+declare -gA FC_UID_OF=() FC_JOB_OF=() FC_SCOPE_GPU=() FC_GPU_INDEX_OF_MINOR=()
+declare -gA FC_GPU_INDEX_OF_UUID=() FC_OTHER_GPUS_OF=()
+FC_SCOPE_UID=""
+FC_SCOPE_GPUS_ON=0
+
+# Resolve the scope on this host and say it in a "scope" record (user, UID, job, the GPUs
+# judged); a user this host does not know, or GPUs it cannot tell apart, halt the stages.
+fc_scope_begin() {
+    FC_SCOPED=1
+    if [[ $FC_SCOPE_USER =~ ^[0-9]+$ ]]; then
+        FC_SCOPE_UID=$FC_SCOPE_USER
+    elif [[ -n $FC_SCOPE_USER ]] && ! FC_SCOPE_UID=$(id -u -- "$FC_SCOPE_USER" 2>/dev/null); then
+        FC_SCOPE_UID=""
+        fc_scope_halt "--user $FC_SCOPE_USER: no such user on this host"
+    fi
+    if [[ -n ${FC_SCOPE_GPU_IDS:-} ]] && ! fc_scope_gpus; then
+        fc_scope_halt "$REPLY"
+    fi
+    local IFS=,
+    fc_rec scope "$FC_SCOPE_USER" "$FC_SCOPE_UID" "$FC_SCOPE_JOB" "${FC_SCOPE_GPUS[*]}" \
+        "$FC_SCOPE_GPU_IDS"
+}
+
+fc_scope_halt() {
+    FC_HALT=1
+    FC_HALT_REASON=$1
+    fc_rec error "$1"
+}
+
+# FC_SCOPE_GPU[index] for every GPU of the scope; REPLY says why when they cannot be known.
+# --gpus names indexes; SLURM_JOB_GPUS names device minors (the N of /dev/nvidiaN in
+# gres.conf's File=), which need not be the indexes nvidia-smi shows.
+fc_scope_gpus() {
+    local minor index
+    local -a minors=()
+    FC_SCOPE_GPUS_ON=1
+    fc_gpu_map || return 1
+    if [[ $FC_SCOPE_GPU_IDS == slurm ]]; then
+        FC_SCOPE_GPUS=()
+        IFS=, read -r -a minors <<<"${SLURM_JOB_GPUS:-}"
+        for minor in "${minors[@]}"; do
+            index=${FC_GPU_INDEX_OF_MINOR[$minor]:-}
+            if [[ -z $index ]]; then
+                REPLY="SLURM_JOB_GPUS=$SLURM_JOB_GPUS: no GPU here has device minor $minor"
+                return 1
+            fi
+            FC_SCOPE_GPUS+=("$index")
+        done
+    fi
+    for index in "${FC_SCOPE_GPUS[@]}"; do
+        if [[ -z ${FC_GPU_UUID_OF[$index]:-} ]]; then
+            REPLY="--gpus: this host has no GPU $index (nvidia-smi: ${!FC_GPU_UUID_OF[*]})"
+            return 1
+        fi
+        FC_SCOPE_GPU[$index]=1
+    done
+}
+
+# Each GPU's index by its device minor and by its UUID, from nvidia-smi's bus ids and the
+# driver's /proc/driver/nvidia/gpus/BUS/information ("Device Minor: N").
+fc_gpu_map() {
+    local out index uuid bus k v minor
+    declare -gA FC_GPU_UUID_OF=()
+    if ! out=$(nvidia-smi --query-gpu=index,uuid,pci.bus_id --format=csv,noheader 2>&1); then
+        REPLY="cannot tell this host's GPUs apart: nvidia-smi: ${out%%$'\n'*}"
+        return 1
+    fi
+    while IFS=', ' read -r index uuid bus; do
+        [[ $index =~ ^[0-9]+$ ]] || continue
+        bus=${bus,,}
+        minor=""
+        while IFS=: read -r k v; do
+            [[ $k == "Device Minor" ]] && minor=${v//[[:space:]]/}
+        done <"/proc/driver/nvidia/gpus/${bus#0000}/information" 2>/dev/null
+        if [[ -z $minor ]]; then
+            REPLY="cannot tell which /dev/nvidiaN is GPU $index: no Device Minor in /proc/driver/nvidia/gpus/${bus#0000}/information"
+            return 1
+        fi
+        FC_GPU_INDEX_OF_MINOR[$minor]=$index
+        FC_GPU_INDEX_OF_UUID[$uuid]=$index
+        FC_GPU_UUID_OF[$index]=$uuid
+    done <<<"$out"
+}
+
+# True when device file $1 (/dev/nvidiaN) or GPU UUID $1 is a GPU of the scope.
+fc_gpu_in_scope() {
+    local index
+    if [[ $1 == /dev/nvidia* ]]; then
+        index=${FC_GPU_INDEX_OF_MINOR[${1#/dev/nvidia}]:-}
+    else
+        index=${FC_GPU_INDEX_OF_UUID[$1]:-}
+    fi
+    [[ -n $index && -n ${FC_SCOPE_GPU[$index]:-} ]]
+}
+
+# REPLY: why PID is outside the scope, or "" when it is inside.
+fc_out_of_scope() {
+    local pid=$1
+    if [[ -n $FC_SCOPE_USER ]]; then
+        fc_uid_of "$pid"
+        if [[ -z $FC_SCOPE_UID || $REPLY != "$FC_SCOPE_UID" ]]; then
+            REPLY="not user $FC_SCOPE_USER's"
+            return 0
+        fi
+    fi
+    if [[ -n $FC_SCOPE_JOB ]]; then
+        fc_job_of "$pid"
+        if [[ -n $REPLY && $REPLY != "$FC_SCOPE_JOB" ]]; then
+            REPLY="belongs to Slurm job $REPLY"
+            return 0
+        fi
+    fi
+    if ((FC_SCOPE_GPUS_ON)) && fc_holds_only_other_gpus "$pid"; then
+        REPLY="holds only GPUs outside the scope"
+        return 0
+    fi
+    REPLY=""
+}
+
+# True when PID has some /dev/nvidiaN open and none of them is a GPU of the scope (read
+# once per process: asked of each candidate target only, one `ls` each).
+fc_holds_only_other_gpus() {
+    local key="$1:${FC_START[$1]:-}" line other=0
+    if [[ -z ${FC_OTHER_GPUS_OF[$key]+set} ]]; then
+        while IFS= read -r line; do
+            [[ $line == *" -> /dev/nvidia"[0-9]* ]] || continue
+            if fc_gpu_in_scope "${line##* -> }"; then
+                other=0
+                break
+            fi
+            other=1
+        done < <(LC_ALL=C ls -l "/proc/$1/fd" 2>/dev/null)
+        FC_OTHER_GPUS_OF[$key]=$other
+    fi
+    ((FC_OTHER_GPUS_OF[$key]))
+}
+
+# REPLY: the real UID of PID ("" when it is gone), read once per process.
+fc_uid_of() {
+    local pid=$1 key k uid
+    key="$pid:${FC_START[$pid]:-}"
+    if [[ -n ${FC_UID_OF[$key]+set} ]]; then
+        REPLY=${FC_UID_OF[$key]}
+        return 0
+    fi
+    REPLY=""
+    while IFS=$'\t' read -r k uid _; do
+        if [[ $k == Uid: ]]; then
+            REPLY=$uid
+            break
+        fi
+    done <"/proc/$pid/status" 2>/dev/null
+    FC_UID_OF[$key]=$REPLY
+}
+
+# REPLY: the Slurm job PID belongs to ("" for none), read once per process: its cgroup
+# (proctrack/cgroup: .../job_N/...), else a slurmstepd ancestor ("slurmstepd: [N.S]"), else
+# the SLURM_JOB_ID it inherited (an orphan reparented away from its step keeps that one).
+fc_job_of() {
+    local pid=$1 key line p hops=0 step='^slurmstepd: \[([0-9]+)\.'
+    local -a env=()
+    key="$pid:${FC_START[$pid]:-}"
+    if [[ -n ${FC_JOB_OF[$key]+set} ]]; then
+        REPLY=${FC_JOB_OF[$key]}
+        return 0
+    fi
+    REPLY=""
+    while IFS= read -r line; do
+        if [[ $line =~ /job_([0-9]+)(/|$) ]]; then
+            REPLY=${BASH_REMATCH[1]}
+            break
+        fi
+    done <"/proc/$pid/cgroup" 2>/dev/null
+    p=$pid
+    while [[ -z $REPLY && -n $p && $p != 0 && $p != 1 ]] && ((hops++ < 64)); do
+        [[ ${FC_CMD[$p]:-} =~ $step ]] && REPLY=${BASH_REMATCH[1]}
+        p=${FC_PPID[$p]:-}
+    done
+    if [[ -z $REPLY ]]; then
+        { mapfile -d '' -t env <"/proc/$pid/environ"; } 2>/dev/null || :
+        for line in "${env[@]}"; do
+            if [[ $line == SLURM_JOB_ID=* ]]; then
+                REPLY=${line#SLURM_JOB_ID=}
+                break
+            fi
+        done
+    fi
+    FC_JOB_OF[$key]=$REPLY
+}

@@ -1,0 +1,129 @@
+"""Scope filters for nodes that several people use, on the simulated fleet with processes
+of two users, root's and nobody's (started with setpriv inside the node): ``--user`` signals
+only that user's processes; ``--gpus`` kills only the holders of those GPUs and judges only
+them (the others are shown). The node's GPU minors differ from nvidia-smi's order, so a GPU
+is never taken for the /dev/nvidiaN of the same number."""
+
+from __future__ import annotations
+
+import json
+import pwd
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from simhelp import Cli, alive
+
+from fleetclean.results import records
+from fleetclean.sim import SimFleet
+
+pytestmark = pytest.mark.sim
+FAST = ("-e", "grace=1", "-e", "verify_timeout=1")
+
+
+def spawn_as(fleet: SimFleet, node: str, user: str, *, gpu: int, mib: int, name: str) -> int:
+    """A holder of GPU ``gpu`` (nvidia-smi's index) run by ``user`` and called ``name``,
+    detached (setsid -f), once it holds the GPU."""
+    gpus = json.loads((fleet.node(node).dir / "gpus.json").read_text())["gpus"]
+    code = f"import time; f = open('/dev/nvidia{gpus[gpu]['minor']}'); time.sleep(3600)"
+    account = pwd.getpwnam(user)  # the nodes share this machine's /etc/passwd
+    # Its streams away from ours, or run_in would wait for it to end.
+    detach = 'setsid -f "$@" </dev/null >/dev/null 2>&1'
+    done = fleet.run_in(node, ["sh", "-c", detach, "sh", "setpriv", f"--reuid={account.pw_uid}",
+                               f"--regid={account.pw_gid}",
+                               "--clear-groups", "env", f"FLEETCLEAN_SIM_GPU_MIB={mib}",
+                               "python3", "-c", code, name])
+    assert done.returncode == 0, done.stderr
+    for _ in range(300):
+        found = [p.pid for p in fleet.processes(node) if p.cmdline.endswith(f" {name}")]
+        if found and fleet.gpu_used_mib(node)[gpu] >= mib:
+            return found[0]
+        fleet.run_in(node, ["sleep", "0.05"])
+    raise AssertionError(f"{name} did not start")
+
+
+def test_user_signals_only_that_users_processes(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(1)
+    # Both match the worker pattern (sglang) and hold a GPU: only the owner tells them apart.
+    theirs = spawn_as(fleet, "node01", "nobody", gpu=2, mib=2048, name="sglang-worker-of-nobody")
+    roots = spawn_as(fleet, "node01", "root", gpu=5, mib=4096, name="sglang-worker-of-root")
+
+    check = cli("run", "post-extraction", "-i", fleet.inventory_path, "--user", "nobody",
+                "--check")
+    assert "scope: only user nobody's processes" in check.out
+    assert "sglang-worker-of-nobody" in check.out
+    assert "sglang-worker-of-root" not in check.out
+    assert alive(fleet, "node01", [theirs, roots]) == [theirs, roots]
+
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--user", "nobody", *FAST,
+              "--json")
+    assert alive(fleet, "node01", [theirs, roots]) == [roots]
+    host = res.host("node01")
+    assert [s["pid"] for s in host["signalled"]] == [theirs]
+    # root's GPU is still in use: the verification still judges every GPU.
+    assert host["status"] == "dirty"
+    assert fleet.gpu_used_mib("node01") == [0, 0, 0, 0, 0, 4096, 0, 0]
+    assert records.load_record("-1")["scope"] == {"user": "nobody", "gpus": None,
+                                                  "slurm_job": False}
+
+    # A UID works as well as a name; a user the host does not know is refused there.
+    unknown = cli("run", "post-extraction", "-i", fleet.inventory_path, "--user",
+                  "no-such-user", *FAST, "--json")
+    assert unknown.code == 2
+    assert "--user no-such-user: no such user on this host" in unknown.host("node01")["error"]
+    assert alive(fleet, "node01", [roots]) == [roots]
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--user", "0", *FAST,
+              "--json")
+    assert res.code == 0, res.out
+    assert alive(fleet, "node01", [roots]) == []
+
+
+def test_a_bad_user_is_refused_before_anything_is_sent(cli: Cli, tmp_path: Path) -> None:
+    res = cli("run", "post-extraction", "-i", "gpu01,", "--user", "alice; rm -rf /")
+    assert res.code == 4
+    assert "--user 'alice; rm -rf /' is not a user name or a UID" in res.err
+
+
+def test_gpus_limits_kills_and_verification_to_those_gpus(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli
+) -> None:
+    fleet = sim_fleet_factory(1, gpu_minors=[7, 6, 5, 4, 3, 2, 1, 0])
+    mine = spawn_as(fleet, "node01", "root", gpu=0, mib=1000, name="trainer-on-0")
+    theirs = spawn_as(fleet, "node01", "nobody", gpu=3, mib=3000, name="trainer-on-3")
+    # Another GPU's process whose name the playbook's worker pattern matches (sglang).
+    other = spawn_as(fleet, "node01", "root", gpu=5, mib=5000, name="sglang-on-5")
+    status = cli("status", "-i", fleet.inventory_path, "--gpus", "5", "--json")
+    assert (status.code, status.host("node01")["gpus_judged"]) == (1, [5])
+    # GPU0 and GPU3 are not judged: neither their memory nor their holders are named.
+    reason = status.host("node01")["error"]
+    assert reason.startswith(f"GPU5 5000 MiB; held by {other} ") and reason.endswith(
+        "(root; GPU5)"), reason
+    assert str(mine) not in reason and str(theirs) not in reason
+
+    check = cli("run", "post-extraction", "-i", fleet.inventory_path, "--gpus", "0,3",
+                "--check")
+    assert "scope: only processes, on GPUs 0,3" in check.out
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--gpus", "0,3", *FAST,
+              "--json")
+    host = res.host("node01")
+    assert alive(fleet, "node01", [mine, theirs, other]) == [other]
+    assert sorted(s["pid"] for s in host["signalled"]) == sorted([mine, theirs])
+    # GPU5 is still busy, shown but not judged: clean.
+    assert (res.code, host["status"], host["gpus_judged"]) == (0, "clean", [0, 3])
+    assert [g["memory_used_mib"] for g in host["gpus"]] == [0, 0, 0, 0, 0, 5000, 0, 0]
+    assert records.load_record("-1")["scope"]["gpus"] == [0, 3]
+
+    # With --user too: both filters hold.
+    again = spawn_as(fleet, "node01", "root", gpu=3, mib=3000, name="trainer-on-3-of-root")
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--gpus", "3",
+              "--user", "nobody", *FAST, "--json")
+    assert alive(fleet, "node01", [again, other]) == [again, other]
+    assert res.host("node01")["status"] == "dirty"
+    assert res.host("node01")["error"].startswith("GPU3 3000 MiB")
+    bad = cli("run", "post-extraction", "-i", fleet.inventory_path, "--gpus", "9", *FAST,
+              "--json")
+    assert bad.code == 2
+    assert "this host has no GPU 9" in bad.host("node01")["error"]
+

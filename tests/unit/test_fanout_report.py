@@ -1,0 +1,144 @@
+"""``fleetclean report`` on what real fan-out tools printed (tests/data/fanout), and the
+exported bundle's and epilog's bash, without any SSH."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from simhelp import Cli
+
+from fleetclean.engine.export import render_bundle, render_epilog
+from fleetclean.engine.playbook import load_playbook
+from fleetclean.engine.stages import template
+from fleetclean.engine.variables import resolve
+from fleetclean.results import saved
+
+DATA = Path(__file__).parent.parent / "data" / "fanout"
+MARKER = "@@fleetclean"
+
+
+@pytest.mark.parametrize(("name", "tool"), [("clush-b.txt", "clush"), ("pdsh.txt", "pdsh"),
+                                            ("srun.txt", "srun")])
+def test_each_tools_saved_output_reads_as_the_run_it_was(cli: Cli, name: str, tool: str) -> None:
+    text = (DATA / name).read_text()
+    assert saved.detect(text) == tool
+    res = cli("report", "--json", DATA / name)
+    hosts = {h["host"]: h for h in res.json()["hosts"]}
+    assert hosts["node01"]["status"] == "dirty"
+    assert [g["memory_used_mib"] for g in hosts["node01"]["gpus"]] == [0, 0, 20480, 0, 0, 0, 0, 0]
+    assert hosts["node01"]["error"].startswith("GPU2 20480 MiB; held by")
+    assert hosts["node02"]["status"] == "clean"
+    if tool == "pdsh":  # node09 did not resolve: the table says so, exit status 2
+        assert hosts["node09"]["status"] == "unreachable"
+        assert "Could not resolve hostname node09" in hosts["node09"]["error"]
+        assert res.code == 2
+    else:
+        assert sorted(hosts) == ["node01", "node02"]
+        assert res.code == 1
+    table = cli("report", DATA / name)
+    assert "node01: dirty: GPU2 20480 MiB" in table.out
+    assert "--check" not in table.out  # status is read-only: nothing to list
+
+
+def test_a_clush_block_shared_by_several_hosts_gives_each_its_records() -> None:
+    lines = ["@@fleetclean\tbegin\t1\tstatus\tnode\t1", "@@fleetclean\tdone\t0"]
+    text = "\n".join(["---------------", "node[01-02,05] (3)", "---------------", *lines, ""])
+    outs = saved.split(text, saved.detect(text))
+    assert [(o.host, o.records) for o in outs] == [(n, lines) for n in
+                                                  ("node01", "node02", "node05")]
+
+
+def test_an_epilog_log_of_many_jobs_reports_each_hosts_last_run(cli: Cli, tmp_path: Path) -> None:
+    def run(host: str, verdict: str) -> str:
+        return (f"{MARKER}\tbegin\t1\tpost-extraction\t{host}\t0\n"
+                f"{MARKER}\tverify\t{verdict}\t0\t12\twhatever\n{MARKER}\tdone\t0\n"
+                f"fleetclean: {host} job 7: {verdict}\n")
+    log = tmp_path / "epilog.log"
+    log.write_text(run("node01", "dirty") + run("node02", "dirty") + run("node01", "ok"))
+    res = cli("report", "--json", log)
+    assert {h["host"]: h["status"] for h in res.json()["hosts"]} == {"node01": "clean",
+                                                                     "node02": "dirty"}
+    assert res.code == 1
+    assert cli("report", "--from", "raw", "--json", log).json() == res.json()
+
+
+def test_a_run_cut_short_is_an_error_and_nothing_at_all_is_bad_input(cli: Cli,
+                                                                      tmp_path: Path) -> None:
+    cut = tmp_path / "cut.txt"
+    cut.write_text(f"node01: {MARKER}\tbegin\t1\tstatus\tnode01\t1\n"
+                   f"node01: {MARKER}\tstage\tverify\tverify\tverify\n")
+    res = cli("report", "--json", cut)
+    assert res.code == 2
+    assert "output ended during verification" in res.host("node01")["error"]
+    empty = tmp_path / "empty.txt"
+    empty.write_text("nothing here\n")
+    for bad in (empty, tmp_path / "missing.txt"):
+        res = cli("report", bad)
+        assert res.code == 4
+        assert res.err.count("\n") == 1 and "Traceback" not in res.err
+
+
+def _bash_without_comments(script: str) -> str:
+    return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+
+
+def test_the_epilog_calls_no_slurm_command_and_sets_its_own_path() -> None:
+    script = render_epilog(resolve(load_playbook("post-extraction"), {}, {}),
+                           log="/var/log/fleetclean/epilog.log")
+    code = _bash_without_comments(script)
+    for command in ("scontrol", "sinfo", "squeue", "srun", "sbatch", "scancel", "sacct"):
+        assert not re.search(rf"\b{command}\b", code), command
+    assert "\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n" in script
+    assert "FC_EPILOG_LOG=/var/log/fleetclean/epilog.log" in script
+
+
+def _shellcheck() -> str | None:
+    local = Path(sys.executable).parent / "shellcheck"
+    return str(local) if local.exists() else shutil.which("shellcheck")
+
+
+@pytest.mark.skipif(_shellcheck() is None, reason="shellcheck not installed")
+def test_the_exported_scripts_pass_shellcheck(tmp_path: Path) -> None:
+    book = resolve(load_playbook("post-extraction"), {}, {"protect": "jupyter"})
+    other = resolve(load_playbook("post-extraction"), {"grace": 3}, {})
+    files = {"epilog.sh": render_epilog(book, log="/var/log/fleetclean/epilog.log"),
+             "bundle.sh": render_bundle([("gpu01.lab", book), ("gpu02.lab", other)],
+                                        playbook="post-extraction")}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    out = subprocess.run([str(_shellcheck()), "-s", "bash", *(str(tmp_path / n) for n in files)],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout
+
+
+def _pick(bundle_tail: str, host: str) -> subprocess.CompletedProcess[str]:
+    """The bundle's host lookup alone: lib.sh and standalone.sh with fc_main_N stubs that
+    only say who they are (nothing is looked at or signalled on this machine)."""
+    script = "\n".join([template("lib.sh"), template("standalone.sh"),
+                        'fc_main_1() { echo "one for $FC_TARGET_HOST"; }',
+                        'fc_main_2() { echo "two for $FC_TARGET_HOST"; }', bundle_tail])
+    env = {"PATH": os.environ["PATH"], "FLEETCLEAN_HOST": host}
+    return subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True,
+                          env=env, check=False, timeout=30)
+
+
+def test_the_bundle_picks_each_hosts_part_by_full_or_short_name() -> None:
+    book = resolve(load_playbook("status"), {}, {})
+    slow = resolve(load_playbook("status"), {"max_used_mib": 512}, {})
+    bundle = render_bundle([("gpu01.lab", book), ("gpu02.lab", slow), ("login", book)],
+                           playbook="status")
+    assert bundle.count("() {\n") >= 2 and "fc_main_3" not in bundle  # two variants
+    tail = bundle[bundle.index("declare -A FC_BUNDLE_FN"):]
+    assert "one for gpu01.lab" in _pick(tail, "gpu01").stdout
+    assert "two for gpu02.lab" in _pick(tail, "gpu02.lab").stdout
+    assert "one for login" in _pick(tail, "login.cluster").stdout
+    stranger = _pick(tail, "gpu99")
+    assert stranger.returncode == 2
+    assert f"{MARKER}\terror\thost gpu99 is not in this bundle" in stranger.stdout
+    assert "gpu[01-02].lab,login" in stranger.stdout
