@@ -27,6 +27,7 @@ from fleetclean.results.reasons import dirty_reason
 from fleetclean.transport import Options, ScriptOutput
 
 if TYPE_CHECKING:
+    from fleetclean.transport.local import LocalSession
     from fleetclean.transport.session import Session
 
 
@@ -70,11 +71,7 @@ def run_fleet(
         return _run_all(jobs, playbook, session, forks=forks, on_event=on_event,
                         cancel=cancel, started=started)
     try:
-        # fabric, paramiko and invoke (~70 ms of imports) load only when a run starts:
-        # `--help`, `show`, `inventory` and a run of local hosts alone never need them.
-        from fleetclean.transport.session import Session
-
-        own = Session(opts)
+        own = _session(jobs, opts)
     except KeyboardInterrupt:  # during that import: nothing has started anywhere
         return _result(jobs, playbook, {}, started, interrupted=True)
     with own:
@@ -82,8 +79,20 @@ def run_fleet(
                         started=started)
 
 
+def _session(jobs: Sequence[Job], opts: Options) -> Session | LocalSession:
+    # fabric, paramiko and invoke (~70 ms of imports) load only when a run needs SSH:
+    # `--help`, `show`, `inventory` and a run of local hosts alone never load them.
+    if all(job.host.connection == "local" for job in jobs):
+        from fleetclean.transport.local import LocalSession
+
+        return LocalSession(opts)
+    from fleetclean.transport.session import Session
+
+    return Session(opts)
+
+
 def _run_all(
-    jobs: Sequence[Job], playbook: str, session: Session, *, forks: int,
+    jobs: Sequence[Job], playbook: str, session: Session | LocalSession, *, forks: int,
     on_event: EventCallback | None, cancel: threading.Event, started: float,
 ) -> RunResult:
     emit = on_event or (lambda _e: None)
@@ -139,7 +148,7 @@ def _result(jobs: Sequence[Job], playbook: str, results: dict[str, HostResult],
 
 
 def _run_one(
-    session: Session, job: Job, emit: EventCallback, cancel: threading.Event
+    session: Session | LocalSession, job: Job, emit: EventCallback, cancel: threading.Event
 ) -> HostResult | None:
     if cancel.is_set():
         return None

@@ -8,6 +8,10 @@ any host needs SSH.
 (False, False, 'timeout')
 >>> ScriptOutput("hi\\n", exit_code=0).ok
 True
+>>> seen = []
+>>> lines = LineSplitter(seen.append)
+>>> lines.feed(b"one\\ntw"); lines.feed(b"o\\n"); seen
+['one', 'two']
 """
 
 from __future__ import annotations
@@ -59,3 +63,19 @@ class Failed(Exception):
     def __init__(self, failure: TransportFailure) -> None:
         super().__init__(failure.message)
         self.failure = failure
+
+
+class LineSplitter:
+    """Feeds complete stdout lines to a callback as bytes arrive."""
+
+    def __init__(self, cb: LineCallback | None) -> None:
+        self._cb = cb
+        self._buf = b""
+
+    def feed(self, data: bytes) -> None:
+        if self._cb is None:
+            return
+        self._buf += data
+        *lines, self._buf = self._buf.split(b"\n")
+        for line in lines:
+            self._cb(line.decode("utf-8", "replace"))

@@ -16,8 +16,13 @@ import time
 
 from fleetclean.models import Host
 from fleetclean.transport import become
-from fleetclean.transport.base import LineCallback, Options, ScriptOutput, TransportFailure
-from fleetclean.transport.stream import LineSplitter
+from fleetclean.transport.base import (
+    LineCallback,
+    LineSplitter,
+    Options,
+    ScriptOutput,
+    TransportFailure,
+)
 
 
 class _ProcessPipe:
@@ -122,3 +127,23 @@ def run_local(
     stderr = b"".join(err_chunks).decode("utf-8", "replace")
     return ScriptOutput(out.decode("utf-8", "replace"), stderr, code, None, started=True)
 
+
+class LocalSession:
+    """What ``fleet.run_fleet`` needs of a ``transport.session.Session`` when every host runs
+    here (``-c local``, ``--local``): no fabric, paramiko or invoke is loaded (70 ms of
+    imports, and a GPU machine with no sshd may not have them at all)."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+
+    def run(self, host: Host, script: str, on_line: LineCallback | None = None) -> ScriptOutput:
+        return run_local(host, script, self.opts, on_line)
+
+    def abort(self) -> None:
+        """Nothing to cut: a local script ends by its own --timeout."""
+
+    def __enter__(self) -> LocalSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None

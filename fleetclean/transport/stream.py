@@ -5,11 +5,6 @@ three IO threads per command that poll every 10 ms, so at a few hundred hosts th
 spends its CPU waking threads. One blocking ``recv`` per host on the channel of the fabric
 connection's transport (``conn.client.get_transport()``) wakes when bytes arrive (or every
 ``WAKE_S`` to see the exit status), and needs no thread beyond the host's own worker.
-
->>> seen = []
->>> lines = LineSplitter(seen.append)
->>> lines.feed(b"one\\ntw"); lines.feed(b"o\\n"); seen
-['one', 'two']
 """
 
 from __future__ import annotations
@@ -20,28 +15,18 @@ import paramiko
 
 from fleetclean.models import Host
 from fleetclean.transport import become
-from fleetclean.transport.base import Failed, LineCallback, ScriptOutput, TransportFailure
+from fleetclean.transport.base import (
+    Failed,
+    LineCallback,
+    LineSplitter,
+    ScriptOutput,
+    TransportFailure,
+)
 
 # How long a finished script's channel may stay open (a background process holding it)
 # before the run stops reading.
 EOF_GRACE_S = 2.0
 WAKE_S = 0.25  # the longest the loop sleeps without data: to see the exit status, the end
-
-
-class LineSplitter:
-    """Feeds complete stdout lines to a callback as bytes arrive."""
-
-    def __init__(self, cb: LineCallback | None) -> None:
-        self._cb = cb
-        self._buf = b""
-
-    def feed(self, data: bytes) -> None:
-        if self._cb is None:
-            return
-        self._buf += data
-        *lines, self._buf = self._buf.split(b"\n")
-        for line in lines:
-            self._cb(line.decode("utf-8", "replace"))
 
 
 class NoSession(Exception):

@@ -1,5 +1,8 @@
 """The local connection: the same bash -s path as SSH, without a network."""
 
+import json
+import subprocess
+import sys
 import time
 
 from fleetclean.models import Host
@@ -94,3 +97,24 @@ def test_known_hosts_lines_paramiko_cannot_read_do_not_hide_the_others(tmp_path)
     keys = KnownHosts((str(known),)).keys
     assert keys.lookup("127.0.1.2") is not None
     assert keys.lookup("127.0.1.1") is None
+
+
+BLOCK_SSH = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("paramiko", "fabric", "invoke"):
+            raise ImportError("not on this machine: " + name)
+sys.meta_path.insert(0, Block())
+from fleetclean.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_local_run_needs_no_ssh_library() -> None:
+    # A GPU machine with no sshd may have none of them (the real H200 had neither paramiko
+    # nor fabric): `status --local` is read-only, and must run there.
+    done = subprocess.run([sys.executable, "-c", BLOCK_SSH, "status", "--local", "--json"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert "not on this machine" not in done.stderr, done.stderr
+    assert json.loads(done.stdout)["hosts"][0]["status"] in ("clean", "dirty", "error")
