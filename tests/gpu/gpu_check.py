@@ -129,23 +129,36 @@ class Run:
                           "-e", f"max_used_mib={self.limit}")
 
 
-def start_holder(run: Run, gib: float, child_gib: float) -> tuple[subprocess.Popen[bytes], Path]:
-    """The marked fake server (and its child), started in their own session; waits until
-    both hold their memory."""
+# Starts argv in its own session and exits at once, printing its PID: the server's parent is
+# then gone (it is reparented to init), as for a server started with nohup or by a launcher
+# that has exited. No parent lives on to restart it, so the verification needs no settle.
+DETACH = ("import os, subprocess, sys; "
+          "p = subprocess.Popen(sys.argv[1:], start_new_session=True); print(p.pid)")
+
+
+def start_holder(run: Run, gib: float, child_gib: float, *,
+                 detached: bool = False) -> tuple[subprocess.Popen[bytes], Path]:
+    """The marked fake server (and its child), started in their own session (``detached``:
+    by a launcher that exits at once); waits until both hold their memory."""
     tmp = run.out / "run"
     tmp.mkdir(exist_ok=True)
     ready, siglog = tmp / "ready", tmp / "signals"
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(run.gpu))
-    server = subprocess.Popen(
-        [sys.executable, str(HERE / "holder.py"), "sglang.launch_server", "--marker", run.marker,
-         "--gib", str(gib), "--child-gib", str(child_gib), "--ready", str(ready),
-         "--signal-log", str(siglog)],
-        env=env, start_new_session=True,
-    )
-    run.started.append(server.pid)
+    argv = [sys.executable, str(HERE / "holder.py"), "sglang.launch_server", "--marker",
+            run.marker, "--gib", str(gib), "--child-gib", str(child_gib), "--ready", str(ready),
+            "--signal-log", str(siglog)]
+    if detached:
+        server = subprocess.Popen([sys.executable, "-c", DETACH, *argv], env=env,
+                                  stdout=subprocess.PIPE)
+        out, _ = server.communicate(timeout=60)
+        pid = int(out.split()[0])
+    else:
+        server = subprocess.Popen(argv, env=env, start_new_session=True)
+        pid = server.pid
+    run.started.append(pid)
     deadline = time.monotonic() + 180
     while not ready.exists():
-        if time.monotonic() > deadline or server.poll() is not None:
+        if time.monotonic() > deadline or not _alive(pid):
             raise RuntimeError("holder did not become ready")
         time.sleep(0.1)
     if child_gib:
@@ -176,9 +189,9 @@ def check_before(run: Run, gib: float) -> None:
     )
 
 
-def teardown(run: Run, siglog: Path) -> None:
-    """The teardown, timed from the first signal to idle memory by a fast poller."""
-    poller = Poller(run.gpu)
+def teardown(run: Run, siglog: Path, poller: Poller) -> None:
+    """The teardown, timed from the first signal to idle memory by ``poller`` (made, and
+    its idle level read, before the holder started)."""
     poller.start()
     code, result, t_run = run.fleetclean("teardown.json", "run", str(PLAYBOOK),
                                          "-e", f"marker={run.marker}")
@@ -234,6 +247,8 @@ def main() -> int:
     ap.add_argument("--gib", type=float, default=40.0)
     ap.add_argument("--child-gib", type=float, default=8.0)
     ap.add_argument("--gpu", type=int, default=0)
+    ap.add_argument("--detached", action="store_true",
+                    help="the server's launcher exits at once (no parent lives on)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     run = Run(args.out, args.gpu)
@@ -243,10 +258,12 @@ def main() -> int:
     # An idle H200 reads 0 MiB; allow what was already used before we started.
     run.limit = max(idle)
     server = None
+    poller = Poller(args.gpu)  # its idle reading: before anything holds memory
+    run.summary["detached"] = args.detached
     try:
-        server, siglog = start_holder(run, args.gib, args.child_gib)
+        server, siglog = start_holder(run, args.gib, args.child_gib, detached=args.detached)
         check_before(run, args.gib)
-        teardown(run, siglog)
+        teardown(run, siglog, poller)
         check_after(run)
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
