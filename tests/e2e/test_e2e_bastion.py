@@ -9,7 +9,8 @@ while a ``ProxyCommand ssh -W`` per host is a new bastion connection each (paced
 MaxStartups threshold), and a bastion whose MaxStartups is full drops fleetclean's own
 connection until the others give up their slots (retried).
 
-24 hosts at once keep CI lean; ``benchmarks/bastion.py`` runs 256 behind one bastion.
+24 hosts at once keep CI lean; ``benchmarks/scale.py --bastion`` runs 256 behind one
+bastion with OpenSSH's own limits.
 """
 
 from __future__ import annotations
