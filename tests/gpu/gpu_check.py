@@ -132,8 +132,8 @@ class Run:
 # Starts argv in its own session and exits at once, printing its PID: the server's parent is
 # then gone (it is reparented to init), as for a server started with nohup or by a launcher
 # that has exited. No parent lives on to restart it, so the verification needs no settle.
-DETACH = ("import os, subprocess, sys; "
-          "p = subprocess.Popen(sys.argv[1:], start_new_session=True); print(p.pid)")
+DETACH = ("import subprocess, sys; p = subprocess.Popen(sys.argv[1:], start_new_session=True, "
+          "stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL); print(p.pid)")
 
 
 def start_holder(run: Run, gib: float, child_gib: float, *,
