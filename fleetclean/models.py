@@ -72,6 +72,26 @@ class ExitStatus(enum.IntEnum):
     INTERRUPTED = 130
 
 
+OwnerKind = Literal["systemd", "docker", "kubernetes", "slurm", "tmux", "screen", "plain"]
+OWNER_KINDS: tuple[OwnerKind, ...] = ("systemd", "docker", "kubernetes", "slurm", "tmux",
+                                     "screen", "plain")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who runs a process, as the node's cgroups and process tree tell it (``owner.sh``).
+
+    ``id`` names it to its manager, ``name`` to a person: a unit (``vllm.service``; a user
+    unit's id is ``user@1000.service/x.service``), a container (64 hex, short form 12), a
+    pod (UID; name the container id), a job (``4242``; ``4242.0``), a tmux/screen session
+    (server pid; session). ``plain``: none of those, both empty.
+    """
+
+    kind: OwnerKind
+    id: str = ""
+    name: str = ""
+
+
 @dataclass(frozen=True)
 class GpuRow:
     """One GPU as nvidia-smi reported it; ``None`` for a field it could not give ([N/A])."""
@@ -97,6 +117,7 @@ class GpuProcess:
     device_only: bool = False
     # In state D since fleetclean's SIGKILL: stuck in the kernel, no signal reaches it.
     stuck: bool = False
+    owner: Owner | None = None  # None: the node could not say (not in its PID namespace)
 
 
 @dataclass(frozen=True)
@@ -128,34 +149,29 @@ class Xid:
     text: str
 
 
-OwnerKind = Literal["systemd", "docker", "kubernetes", "slurm", "tmux", "screen", "plain"]
-OWNER_KINDS: tuple[OwnerKind, ...] = ("systemd", "docker", "kubernetes", "slurm", "tmux",
-                                     "screen", "plain")
-
-
-@dataclass(frozen=True)
-class Owner:
-    """Who runs a process, as the node's cgroups and process tree tell it (``owner.sh``).
-
-    ``id`` names it to its manager, ``name`` to a person: a unit (``vllm.service``; a user
-    unit's id is ``user@1000.service/x.service``), a container (64 hex, short form 12), a
-    pod (UID; name the container id), a job (``4242``; ``4242.0``), a tmux/screen session
-    (server pid; session). ``plain``: none of those, both empty.
-    """
-
-    kind: OwnerKind
-    id: str = ""
-    name: str = ""
-
-
 @dataclass(frozen=True)
 class Signalled:
     """One signal sent to one process by one stage."""
 
     pid: int
     cmdline: str
-    signal: str  # "TERM" or "KILL"
+    # "TERM", "KILL", ...; "stop": stopped through its owner (systemctl stop, docker stop)
+    signal: str
     stage: str = ""
+    owner: Owner | None = None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A target left to its owner (a pod, a Slurm job): never signalled. ``who`` names the
+    owner to a person (``pod ml/llm-0``, ``Slurm job 4242 (user alice)``), ``fix`` is what
+    to do (``kubectl delete pod -n ml llm-0``, ``scancel 4242``)."""
+
+    pid: int
+    cmdline: str
+    who: str
+    fix: str
+    owner: Owner | None = None
 
 
 @dataclass(frozen=True)
@@ -202,6 +218,8 @@ class ScriptReport:
     resets: tuple[GpuReset, ...] = ()  # what gpu-reset stages did, one per GPU
     # pid -> owner, for every process a stage matched or signalled (``owner`` records)
     owners: Mapping[int, Owner] = field(default_factory=dict)
+    refused: tuple[Refusal, ...] = ()  # targets left to their owner, one per PID
+    warnings: tuple[str, ...] = ()  # e.g. an owner that may restart what was signalled
 
 
 @dataclass(frozen=True)
@@ -231,6 +249,8 @@ class HostResult:
     left_running: tuple[ProcessRef, ...] = ()  # see ScriptReport.left_running
     stuck: tuple[ProcessRef, ...] = ()  # see ScriptReport.stuck
     resets: tuple[GpuReset, ...] = ()  # see ScriptReport.resets
+    refused: tuple[Refusal, ...] = ()  # see ScriptReport.refused
+    warnings: tuple[str, ...] = ()  # see ScriptReport.warnings
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,11 @@
 package templates, resolves nothing (``fleetclean.engine.variables.resolve`` did).
 
 The script is the stage library (``stages/lib.sh``), the further libraries the playbook's
-stage types call into (``lib-kill.sh`` and owner attribution, ``owner.sh``, for those that
-signal or name holders; a status script has none), the templates of the stage types the
-playbook uses, and an ``fc_main`` function that assigns each stage's options as
-shell-quoted variables and calls the stage. Nothing runs until the script's last line,
+stage types call into (``lib-kill.sh``, owner attribution ``owner.sh`` and acting through
+the owner ``owner-act.sh`` for those that signal; ``owner.sh`` for the verification too,
+which names the owner of each GPU holder), the templates of the stage types the playbook
+uses, and an ``fc_main`` function that assigns each stage's options as shell-quoted
+variables and calls the stage. Nothing runs until the script's last line,
 ``fc_main </dev/null``: a connection cut while the script travels runs nothing, and no
 command inside can read the rest of the script from standard input.
 
@@ -47,12 +48,15 @@ def render_script(resolved: ResolvedPlaybook, *, check: bool = False, force: boo
     force = force or resolved.force
     used = dict.fromkeys(s.type for s in resolved.stages)
     libraries = dict.fromkeys(lib for t in used for lib in stage_type(t).libraries)
+    if resolved.verify is not None:
+        libraries.update(dict.fromkeys(VERIFY.libraries))
     parts = [_header(resolved, check, force, host_name), template("lib.sh")]
     parts += [template(lib) for lib in libraries]
     parts += [stage_type(t).template.read_text(encoding="utf-8") for t in used]
     if resolved.verify is not None:
         parts.append(VERIFY.template.read_text(encoding="utf-8"))
-    parts.append("\n".join(_main(resolved, check, force, host_name)))
+    parts.append("\n".join(_main(resolved, check, force, host_name,
+                                  acts="owner-act.sh" in libraries)))
     return "\n".join(parts)
 
 
@@ -72,7 +76,14 @@ def _header(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str
     ])
 
 
-def _main(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str) -> list[str]:
+def _owner_lines(resolved: ResolvedPlaybook) -> list[str]:
+    acts = " ".join(f"[{kind}]={q(act)}" for kind, act in resolved.owner_actions.items())
+    return [f"    FC_OWNER_ACT=({acts})",
+            f"    FC_NEVER_STOP=({' '.join(q(u) for u in resolved.never_stop_units)})"]
+
+
+def _main(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str,
+          acts: bool) -> list[str]:
     main = [
         "fc_main() {",
         "    export LC_ALL=C",
@@ -83,6 +94,7 @@ def _main(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str) 
         f"    FC_FORCE={int(force)}",
         f"    FC_LOCK_WAIT={resolved.lock_wait:g}",
         f"    FC_PROTECT=({' '.join(q(n) for n in resolved.protect)})",
+        *(_owner_lines(resolved) if acts else []),
         "    if ! fc_begin; then",
         '        fc_rec error "host busy: another fleetclean run holds $FC_LOCK_PATH"',
         "        fc_finish",

@@ -95,6 +95,8 @@ class Readings:
     left: list[ProcessRef] = field(default_factory=list)  # parents of killed holders, alive
     resets: list[GpuReset] = field(default_factory=list)  # gpu-reset's, one per GPU
     owners: dict[int, Owner] = field(default_factory=dict)
+    refused: dict[int, tuple[str, str, str]] = field(default_factory=dict)  # cmd, who, fix
+    warnings: list[str] = field(default_factory=list)
 
 
 RecordReader = Callable[[Readings, list[str]], None]
