@@ -8,6 +8,7 @@ machine has real ones, which a test must never reach), and nothing is signalled:
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +22,10 @@ from fleetclean.results.parse import parse_script_output
 DRIVER = r"""
 fc_rec begin 1 p h 0
 fc_self_init
-fc_scan
-FC_OWNER_ACT=([systemd]=stop [docker]=stop [slurm]=refuse [kubernetes]=refuse [plain]=signal)
 pid=$1 FC_IDX=1
+fc_proc_load "$pid"  # the one process of the table it needs: a scan of this machine is slow
+FC_PIDS=("$pid")
+FC_OWNER_ACT=([systemd]=stop [docker]=stop [slurm]=refuse [kubernetes]=refuse [plain]=signal)
 FC_OK[$pid]=$2 FC_OI[$pid]=$3 FC_ON[$pid]=$4
 FC_TARGETS=("$pid")
 PATH=$5
@@ -110,3 +112,31 @@ def test_a_bad_owner_variable_in_a_playbook_names_its_line(cli: Cli, tmp_path: P
     done = cli("run", book, "-i", "gpu01,")
     assert done.code == 4
     assert f"{book}:5:" in done.err and "owner_kubernetes must be one of" in done.err
+
+
+WATCH = r"""
+fc_proc_load "$1"
+FC_PIDS=("$1")
+fc_holds_gpu() { return 0; }  # the holder's /dev/nvidiaN, which this machine has none of
+FC_OK[$1]=$2 FC_OI[$1]=$3 FC_PPID[$1]=$4
+fc_note_respawn_risk "$1"
+printf '%s %s\n' "$FC_RESPAWN_RISK" "${!FC_WATCH_OWNER[*]}"
+"""
+
+
+@pytest.mark.parametrize(("kind", "oid", "parent", "want"), [
+    ("plain", "", "1", "0 "),  # an orphan: init reaps it, nothing restarts it, no settle
+    ("plain", "", "PARENT", "1 "),  # its parent lives on and may start it again
+    ("tmux", "31", "1", "0 "),
+    ("docker", "3f" * 32, "1", f"1 docker {'3f' * 32}"),  # watched in its container
+    ("systemd", "vllm.service", "1", "1 systemd vllm.service"),
+])
+def test_the_respawn_watch_follows_the_owner(sleeper: int, kind: str, oid: str, parent: str,
+                                             want: str) -> None:
+    parent = str(os.getpid()) if parent == "PARENT" else parent
+    script = "".join(template(t) for t in ("lib.sh", "lib-kill.sh", "owner.sh",
+                                           "owner-act.sh")) + WATCH
+    done = subprocess.run(["bash", "-c", script, "bash", str(sleeper), kind, oid, parent],
+                          capture_output=True, text=True, check=False, timeout=30)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout == want + "\n"
