@@ -206,7 +206,7 @@ class ScriptReport:
     error: str | None = None  # a host-level error a person can act on (nvidia-smi, lock, ...)
     busy: bool = False
     verify_message: str = ""  # the verification's own words ("respawned after it was ...")
-    # Which rule ended the verification: clean, leak, stuck, respawn, deadline, error,
+    # Which rule ended the verification: clean, leak, stuck, refused, respawn, deadline, error,
     # skipped.
     verify_rule: str | None = None
     faults: tuple[str, ...] = ()  # why a GPU is faulty (no kill fixes it), one line each

@@ -10,7 +10,8 @@ Each GPU lists its processes as gpustat users know them (``pid``, ``user``, ``cm
 ``source`` (``compute-app``: nvidia-smi counts its memory; ``device-file``: it only has
 ``/dev/nvidiaN`` open) and ``stuck`` (true: in state D since fleetclean's SIGKILL). Each
 host has ``verify``: {``rule``} naming what ended the verification (``clean``, ``leak``,
-``stuck``, ``respawn``, ``deadline``, ``error``, ``skipped``; null when there was none),
+``stuck``, ``refused``, ``respawn``, ``deadline``, ``error``, ``skipped``; null when there
+was none),
 ``left_running`` (the parents of killed GPU holders that live on, with their
 process-group ancestors: [{``pid``, ``cmdline``}]) and ``stuck`` (processes in state D
 after SIGKILL: [{``pid``, ``cmdline``}]) and ``resets`` (what a ``gpu-reset`` stage did:

@@ -83,7 +83,7 @@ class Readings:
     verify_message: str = ""
     nvsmi: str | None = None
     nvsmi_exit: int | None = None
-    verify_rule: str | None = None  # clean | leak | stuck | respawn | deadline | error | skipped
+    verify_rule: str | None = None  # clean|leak|stuck|refused|respawn|deadline|error|skipped
     # pid -> (user, command line, why protected, "stuck" or "")
     procs: dict[int, tuple[str, str, str, str]] = field(default_factory=dict)
     protected: dict[int, str] = field(default_factory=dict)  # holder pid -> why protected

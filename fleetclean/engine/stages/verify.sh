@@ -5,7 +5,8 @@
 # leak (memory no unprotected process holds, not fallen for opt_leak_quiet_ms) or is held
 # only by processes stuck in the kernel since SIGKILL. Then report the GPU rows and, where
 # some GPU is in use, who uses it. The "verify" record names the rule that ended it:
-# clean, leak, stuck, respawn, deadline, or error (nvidia-smi failed).
+# clean, leak, stuck, refused (held only by targets left to their owner), respawn,
+# deadline, or error (nvidia-smi failed).
 
 # Ask for the pending-remap fields too; a driver that does not know them gets the basic
 # query from then on (fc_verify_read).
