@@ -42,12 +42,17 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
         down_checked(made)
 
 
+UNITS = "ls /run/systemd/system 2>/dev/null | grep '^t-' || true"
+
+
 @pytest.fixture
 def fleet(shared: SimFleet) -> Iterator[SimFleet]:
+    before = set(sh(shared, UNITS).split())
     yield shared
     # Through each owner first: a unit or container killed by PID would come back.
-    sh(shared, "for u in $(ls /run/systemd/system 2>/dev/null | grep '^t-'); do "
-               "systemctl stop $u; done; if command -v docker >/dev/null; then "
+    for unit in set(sh(shared, UNITS).split()) - before:
+        sh(shared, f"systemctl stop {unit}")
+    sh(shared, "if command -v docker >/dev/null; then "
                "docker ps -q | xargs -r docker stop -t 0 >/dev/null; fi")
     if HAS_SLURM:
         slurm_cmd(shared, "scancel", "-u", "root")
