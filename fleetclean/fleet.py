@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from fleetclean.models import Host, HostResult, HostStatus, RunResult, ScriptReport
 from fleetclean.results import parse
-from fleetclean.results.reasons import dirty_reason
+from fleetclean.results.reasons import dirty_reason, refused_reason
 from fleetclean.transport import Options, ScriptOutput
 
 if TYPE_CHECKING:
@@ -190,6 +190,8 @@ def host_result(name: str, output: ScriptOutput, duration_s: float) -> HostResul
         stuck=report.stuck,
         resets=report.resets,
         judged_gpus=report.judged_gpus,
+        refused=report.refused,
+        warnings=report.warnings,
     )
 
 
@@ -213,6 +215,9 @@ def _status(output: ScriptOutput, report: ScriptReport) -> tuple[HostStatus, str
     failed = [f"{s.name}: {s.message or 'failed'}" for s in report.stages if s.status == "failed"]
     if failed or denied:
         return HostStatus.DIRTY, "; ".join(filter(None, (denied, *failed)))
+    if report.refused:
+        # Left to their owner: the teardown did not do what was asked, GPUs or not.
+        return HostStatus.DIRTY, refused_reason(report.refused)
     return HostStatus.CLEAN, None
 
 

@@ -97,6 +97,26 @@ class ExitStatus(enum.IntEnum):
     INTERRUPTED = 130
 
 
+OwnerKind = Literal["systemd", "docker", "kubernetes", "slurm", "tmux", "screen", "plain"]
+OWNER_KINDS: tuple[OwnerKind, ...] = ("systemd", "docker", "kubernetes", "slurm", "tmux",
+                                     "screen", "plain")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who runs a process, as the node's cgroups and process tree tell it (``owner.sh``).
+
+    ``id`` names it to its manager, ``name`` to a person: a unit (``vllm.service``; a user
+    unit's id is ``user@1000.service/x.service``), a container (64 hex, short form 12), a
+    pod (UID; name the container id), a job (``4242``; ``4242.0``), a tmux/screen session
+    (server pid; session). ``plain``: none of those, both empty.
+    """
+
+    kind: OwnerKind
+    id: str = ""
+    name: str = ""
+
+
 @dataclass(frozen=True)
 class GpuRow:
     """One GPU as nvidia-smi reported it; ``None`` for a field it could not give ([N/A])."""
@@ -122,6 +142,7 @@ class GpuProcess:
     device_only: bool = False
     # In state D since fleetclean's SIGKILL: stuck in the kernel, no signal reaches it.
     stuck: bool = False
+    owner: Owner | None = None  # None: the node could not say (not in its PID namespace)
 
 
 @dataclass(frozen=True)
@@ -153,34 +174,29 @@ class Xid:
     text: str
 
 
-OwnerKind = Literal["systemd", "docker", "kubernetes", "slurm", "tmux", "screen", "plain"]
-OWNER_KINDS: tuple[OwnerKind, ...] = ("systemd", "docker", "kubernetes", "slurm", "tmux",
-                                     "screen", "plain")
-
-
-@dataclass(frozen=True)
-class Owner:
-    """Who runs a process, as the node's cgroups and process tree tell it (``owner.sh``).
-
-    ``id`` names it to its manager, ``name`` to a person: a unit (``vllm.service``; a user
-    unit's id is ``user@1000.service/x.service``), a container (64 hex, short form 12), a
-    pod (UID; name the container id), a job (``4242``; ``4242.0``), a tmux/screen session
-    (server pid; session). ``plain``: none of those, both empty.
-    """
-
-    kind: OwnerKind
-    id: str = ""
-    name: str = ""
-
-
 @dataclass(frozen=True)
 class Signalled:
     """One signal sent to one process by one stage."""
 
     pid: int
     cmdline: str
-    signal: str  # "TERM" or "KILL"
+    # "TERM", "KILL", ...; "stop": stopped through its owner (systemctl stop, docker stop)
+    signal: str
     stage: str = ""
+    owner: Owner | None = None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A target left to its owner (a pod, a Slurm job): never signalled. ``who`` names the
+    owner to a person (``pod ml/llm-0``, ``Slurm job 4242 (user alice)``), ``fix`` is what
+    to do (``kubectl delete pod -n ml llm-0``, ``scancel 4242``)."""
+
+    pid: int
+    cmdline: str
+    who: str
+    fix: str
+    owner: Owner | None = None
 
 
 @dataclass(frozen=True)
@@ -216,7 +232,7 @@ class ScriptReport:
     error: str | None = None  # a host-level error a person can act on (nvidia-smi, lock, ...)
     busy: bool = False
     verify_message: str = ""  # the verification's own words ("respawned after it was ...")
-    # Which rule ended the verification: clean, leak, stuck, respawn, deadline, error,
+    # Which rule ended the verification: clean, leak, stuck, refused, respawn, deadline, error,
     # skipped.
     verify_rule: str | None = None
     faults: tuple[str, ...] = ()  # why a GPU is faulty (no kill fixes it), one line each
@@ -229,6 +245,8 @@ class ScriptReport:
     # pid -> owner, for every process a stage matched or signalled (``owner`` records)
     owners: Mapping[int, Owner] = field(default_factory=dict)
     judged_gpus: tuple[int, ...] | None = None  # a scope's GPUs; None: every GPU
+    refused: tuple[Refusal, ...] = ()  # targets left to their owner, one per PID
+    warnings: tuple[str, ...] = ()  # e.g. an owner that may restart what was signalled
 
 
 @dataclass(frozen=True)
@@ -261,6 +279,8 @@ class HostResult:
     # --gpus or an epilog's job: the only GPUs whose memory decided the status (the
     # others are shown, not judged); None: every GPU.
     judged_gpus: tuple[int, ...] | None = None
+    refused: tuple[Refusal, ...] = ()  # see ScriptReport.refused
+    warnings: tuple[str, ...] = ()  # see ScriptReport.warnings
 
 
 @dataclass(frozen=True)

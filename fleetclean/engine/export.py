@@ -45,6 +45,11 @@ def render_epilog(resolved: ResolvedPlaybook, *, log: str) -> str:
     playbook's stages and verification, scoped to the finished job."""
     if not any(s.type == "slurm-job" for s in resolved.stages):
         resolved = dataclasses.replace(resolved, stages=(JOB_STAGE, *resolved.stages))
+    # The finished job's leftovers are what the epilog is for: a Slurm job owns them (its
+    # cgroup outlives it under proctrack/linuxproc), so refusing them as a running job's would
+    # leave them; any other job's processes are outside the epilog's scope and never touched.
+    resolved = dataclasses.replace(
+        resolved, owner_actions={**resolved.owner_actions, "slurm": "signal"})
     scope = Scope(slurm_job=True)
     where = "built-in" if resolved.builtin else resolved.path
     header = [

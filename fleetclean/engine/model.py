@@ -93,6 +93,10 @@ class ResolvedPlaybook:
     lock_wait: float
     force: bool
     variables: dict[str, Any] = field(default_factory=dict)
+    # What a stage does to a target, per owner kind, and the units never stopped
+    # (fleetclean.engine.owners).
+    owner_actions: dict[str, str] = field(default_factory=dict)
+    never_stop_units: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

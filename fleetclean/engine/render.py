@@ -2,10 +2,11 @@
 package templates, resolves nothing (``fleetclean.engine.variables.resolve`` did).
 
 The script is the stage library (``stages/lib.sh``), the further libraries the playbook's
-stage types call into (``lib-kill.sh`` and owner attribution, ``owner.sh``, for those that
-signal or name holders; a status script has none), the templates of the stage types the
-playbook uses, and an ``fc_main`` function that assigns each stage's options as
-shell-quoted variables and calls the stage. Nothing runs until the script's last line,
+stage types call into (``lib-kill.sh``, owner attribution ``owner.sh`` and acting through
+the owner ``owner-act.sh`` for those that signal; ``owner.sh`` for the verification too,
+which names the owner of each GPU holder), the templates of the stage types the playbook
+uses, and an ``fc_main`` function that assigns each stage's options as shell-quoted
+variables and calls the stage. Nothing runs until the script's last line,
 ``fc_main </dev/null``: a connection cut while the script travels runs nothing, and no
 command inside can read the rest of the script from standard input.
 
@@ -58,15 +59,24 @@ def library(books: list[ResolvedPlaybook], scope: Scope | None = None) -> list[s
     their stage types call into (once each), then the template of each stage type they use
     (once each, in order of first use), then the verification's."""
     used = dict.fromkeys(s.type for book in books for s in book.stages)
-    libraries = dict.fromkeys(lib for t in used for lib in stage_type(t).libraries)
     parts = [template("lib.sh")]
     if (scope is not None and scope.active) or "slurm-job" in used:
         parts.append(template("scope.sh"))
-    parts += [template(lib) for lib in libraries]
+    parts += [template(lib) for lib in libraries_of(books)]
     parts += [stage_type(t).template.read_text(encoding="utf-8") for t in used]
     if any(book.verify is not None for book in books):
         parts.append(VERIFY.template.read_text(encoding="utf-8"))
     return parts
+
+
+def libraries_of(books: list[ResolvedPlaybook]) -> list[str]:
+    """The packaged libraries the stage types and the verification of these playbooks call
+    into, once each, in order of first use."""
+    used = dict.fromkeys(s.type for book in books for s in book.stages)
+    libraries = dict.fromkeys(lib for t in used for lib in stage_type(t).libraries)
+    if any(book.verify is not None for book in books):
+        libraries.update(dict.fromkeys(VERIFY.libraries))
+    return list(libraries)
 
 
 def _header(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str) -> str:
@@ -83,6 +93,12 @@ def _header(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str
         *variable_comments(variables),
         "",
     ])
+
+
+def _owner_lines(resolved: ResolvedPlaybook) -> list[str]:
+    acts = " ".join(f"[{kind}]={q(act)}" for kind, act in resolved.owner_actions.items())
+    return [f"    FC_OWNER_ACT=({acts})",
+            f"    FC_NEVER_STOP=({' '.join(q(u) for u in resolved.never_stop_units)})"]
 
 
 def variable_comments(variables: dict[str, Any]) -> list[str]:
@@ -104,6 +120,7 @@ def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host:
         f"    FC_FORCE={int(force)}",
         f"    FC_LOCK_WAIT={resolved.lock_wait:g}",
         f"    FC_PROTECT=({' '.join(q(n) for n in resolved.protect)})",
+        *(_owner_lines(resolved) if "owner-act.sh" in libraries_of([resolved]) else []),
         "    if ! fc_begin; then",
         '        fc_rec error "host busy: another fleetclean run holds $FC_LOCK_PATH"',
         "        fc_finish",

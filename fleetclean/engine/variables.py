@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from fleetclean.engine import owners
 from fleetclean.engine.checks import boolean, names, number
 from fleetclean.engine.model import (
     VAR_NAME,
@@ -32,8 +33,10 @@ from fleetclean.engine.stages.verify import VERIFY
 from fleetclean.engine.substitute import substitute
 from fleetclean.errors import VariableError
 
-BUILTIN_VARS: dict[str, Any] = {"protect": [], "lock_wait": 5, "force": False}
-"""Variables every playbook has; a playbook or inventory may override them."""
+BUILTIN_VARS: dict[str, Any] = {"protect": [], "lock_wait": 5, "force": False,
+                                **owners.VARIABLES}
+"""Variables every playbook has; a playbook or inventory may override them (``owner_*``
+and ``never_stop_units``: :mod:`fleetclean.engine.owners`)."""
 
 DEFAULT_PROTECT = (
     "sshd", "systemd", "init", "nvidia-persistenced", "nv-hostengine", "dcgm-exporter",
@@ -115,12 +118,14 @@ def resolve(playbook: Playbook, host_vars: Mapping[str, Any],
     fleetclean.errors.VariableError: post-extraction.yaml:...: stage 'stop-server': grace ...
     """
     merged: dict[str, Any] = {**BUILTIN_VARS, **playbook.vars, **host_vars, **extra}
-    return resolve_playbook(playbook, merged)
+    return resolve_playbook(playbook, merged, given=(*host_vars, *extra))
 
 
-def resolve_playbook(playbook: Playbook, variables: Mapping[str, Any]) -> ResolvedPlaybook:
+def resolve_playbook(playbook: Playbook, variables: Mapping[str, Any],
+                     given: tuple[str, ...] = ()) -> ResolvedPlaybook:
     """Substitute and type-check every stage and the verification with ``variables``
-    (already merged: see :func:`resolve`)."""
+    (already merged: see :func:`resolve`); ``given`` names the variables set outside the
+    playbook (inventory, ``-e``), whose errors name no playbook line."""
     stages = tuple(
         _resolve_options(stage_type(s.type), s.options, variables, name=s.name, where=s.where,
                          option_where=s.option_where, label=f"stage '{s.name}': ")
@@ -132,6 +137,7 @@ def resolve_playbook(playbook: Playbook, variables: Mapping[str, Any]) -> Resolv
         verify = _resolve_options(VERIFY, in_order, variables, name="verify", where=v.where,
                                   option_where=v.option_where, label="verify: ")
     var_where = playbook.var_where.get
+    in_playbook = {k: v for k, v in playbook.var_where.items() if k not in given}
     protect = names(variables.get("protect", []), var_where("protect"))
     lock_wait = number(variables.get("lock_wait", 5), var_where("lock_wait"), "lock_wait")
     force = boolean(variables.get("force", False), var_where("force"), "force")
@@ -139,7 +145,9 @@ def resolve_playbook(playbook: Playbook, variables: Mapping[str, Any]) -> Resolv
         name=playbook.name, path=playbook.path, builtin=playbook.builtin,
         read_only=playbook.read_only, stages=stages, verify=verify,
         protect=tuple(dict.fromkeys((*DEFAULT_PROTECT, *protect))),
-        lock_wait=lock_wait, force=force, variables=dict(variables))
+        lock_wait=lock_wait, force=force, variables=dict(variables),
+        owner_actions=owners.actions(variables, in_playbook),
+        never_stop_units=owners.never_stop(variables, in_playbook))
 
 
 def _resolve_options(stype: StageType, options: Mapping[str, Any],

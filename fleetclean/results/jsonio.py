@@ -10,11 +10,19 @@ Each GPU lists its processes as gpustat users know them (``pid``, ``user``, ``cm
 ``source`` (``compute-app``: nvidia-smi counts its memory; ``device-file``: it only has
 ``/dev/nvidiaN`` open) and ``stuck`` (true: in state D since fleetclean's SIGKILL). Each
 host has ``verify``: {``rule``} naming what ended the verification (``clean``, ``leak``,
-``stuck``, ``respawn``, ``deadline``, ``error``, ``skipped``; null when there was none),
+``stuck``, ``refused``, ``respawn``, ``deadline``, ``error``, ``skipped``; null when there
+was none),
 ``left_running`` (the parents of killed GPU holders that live on, with their
 process-group ancestors: [{``pid``, ``cmdline``}]) and ``stuck`` (processes in state D
 after SIGKILL: [{``pid``, ``cmdline``}]) and ``resets`` (what a ``gpu-reset`` stage did:
 [{``gpu``, ``result``: ok | failed | refused | would, ``detail``}]).
+
+Every process of ``gpus[].processes`` and every entry of ``signalled`` carries ``owner``:
+{``kind``, ``id``, ``name``} (null where the node could not say: a process outside its PID
+namespace); a ``signal`` of ``stop`` means stopped through that owner (``systemctl
+stop``, ``docker stop``). ``refused`` lists the targets left to their owner, never
+signalled ([{``pid``, ``cmdline``, ``owner``, ``who``, ``fix``}]), ``warnings`` what a
+person should know (an owner that may start again what was signalled).
 
 >>> from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult
 >>> gpu = GpuRow(0, "GPU-0", "NVIDIA H200", 0, 143771)
@@ -35,12 +43,15 @@ from __future__ import annotations
 from typing import Any
 
 from fleetclean.models import (
+    OWNER_KINDS,
     GpuProcess,
     GpuReset,
     GpuRow,
     HostResult,
     HostStatus,
+    Owner,
     ProcessRef,
+    Refusal,
     RunResult,
     Signalled,
     SlurmAction,
@@ -118,17 +129,34 @@ def _host_json(h: HostResult) -> dict[str, Any]:
         "left_running": [{"pid": p.pid, "cmdline": p.cmdline} for p in h.left_running],
         "stuck": [{"pid": p.pid, "cmdline": p.cmdline} for p in h.stuck],
         "resets": [{"gpu": r.gpu, "result": r.result, "detail": r.detail} for r in h.resets],
+        "refused": [{"pid": r.pid, "cmdline": r.cmdline, "owner": owner_json(r.owner),
+                     "who": r.who, "fix": r.fix} for r in h.refused],
+        "warnings": list(h.warnings),
     }
+
+
+def owner_json(o: Owner | None) -> dict[str, str] | None:
+    return None if o is None else {"kind": o.kind, "id": o.id, "name": o.name}
+
+
+def _owner(data: Any) -> Owner | None:
+    if not data:
+        return None
+    kind = data.get("kind")
+    return Owner(kind if kind in OWNER_KINDS else "plain", str(data.get("id", "")),
+                 str(data.get("name", "")))
 
 
 def process_json(p: GpuProcess) -> dict[str, Any]:
     return {"pid": p.pid, "user": p.user, "cmdline": p.name, "used_mib": p.used_memory_mib,
             "protected": p.protected or None,
-            "source": "device-file" if p.device_only else "compute-app", "stuck": p.stuck}
+            "source": "device-file" if p.device_only else "compute-app", "stuck": p.stuck,
+            "owner": owner_json(p.owner)}
 
 
 def signalled_json(signalled: tuple[Signalled, ...]) -> list[dict[str, Any]]:
-    return [{"pid": s.pid, "cmdline": s.cmdline, "signal": s.signal} for s in signalled]
+    return [{"pid": s.pid, "cmdline": s.cmdline, "signal": s.signal,
+             "owner": owner_json(s.owner)} for s in signalled]
 
 
 def from_json(data: Any, *, interrupted: bool = False) -> RunResult:
@@ -166,13 +194,15 @@ def _host(h: dict[str, Any]) -> HostResult:
             for g in h.get("gpus", ())
         ),
         signalled=tuple(
-            Signalled(s["pid"], s["cmdline"], s["signal"]) for s in h.get("signalled", ())
+            Signalled(s["pid"], s["cmdline"], s["signal"], owner=_owner(s.get("owner")))
+            for s in h.get("signalled", ())
         ),
         slurm=_slurm(h.get("slurm")),
         processes=tuple(
             GpuProcess(p["pid"], p.get("cmdline", ""), p.get("used_mib"), g["uuid"],
                        p.get("user", ""), p.get("protected") or "",
-                       p.get("source") == "device-file", bool(p.get("stuck")))
+                       p.get("source") == "device-file", bool(p.get("stuck")),
+                       _owner(p.get("owner")))
             for g in h.get("gpus", ()) for p in g.get("processes", ())
         ),
         verify_rule=(h.get("verify") or {}).get("rule"),
@@ -181,6 +211,10 @@ def _host(h: dict[str, Any]) -> HostResult:
         resets=tuple(GpuReset(int(r["gpu"]), str(r["result"]), str(r.get("detail", "")))
                      for r in h.get("resets") or ()),
         judged_gpus=None if h.get("gpus_judged") is None else tuple(h["gpus_judged"]),
+        refused=tuple(Refusal(int(r["pid"]), str(r.get("cmdline", "")), str(r["who"]),
+                              str(r.get("fix", "")), _owner(r.get("owner")))
+                      for r in h.get("refused") or ()),
+        warnings=tuple(str(w) for w in h.get("warnings") or ()),
     )
 
 

@@ -28,10 +28,13 @@ pages      GPU index, retired_pages.pending, remapped_rows.pending   (only when 
 boot       the node's boot time, epoch seconds   (before its xid records)
 xid        seconds since boot, the kernel-log line of an NVIDIA Xid
 verify     ok | dirty | unknown | error | skipped, max_used_mib, milliseconds, message,
-           rule that ended it: clean | leak | stuck | respawn | deadline | error | skipped
+           rule that ended it: clean | leak | stuck | refused | respawn | deadline | error
+           | skipped
 left       pid, cmdline                  (a parent of killed GPU holders that lives on)
 owner      pid, kind, id, name           (who runs a matched process: engine/stages/owner.py)
 scope      user, uid, job, GPUs judged, how they were given ("" | list | slurm)
+refused    index, pid, cmdline, who, fix (a target left to its owner: never signalled)
+warn       index, text                   (an owner that may start again what was signalled)
 done       0                             (the script reached its end)
 clock      start µs, end µs, exit status (a standalone script's: fleetclean report)
 =========  ==========================================================================
@@ -60,6 +63,7 @@ from fleetclean.models import (
     GpuProcess,
     GpuRow,
     ProcessRef,
+    Refusal,
     ScriptReport,
     Signalled,
     StageResult,
@@ -210,7 +214,10 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
                                      header=False))
     except NvsmiParseError as exc:
         st.errors.append(str(exc))
-    processes = _processes(st, gpus)
+    processes = tuple(replace(p, owner=st.owners.get(p.pid)) for p in _processes(st, gpus))
+    signalled = tuple(replace(s, owner=st.owners.get(s.pid)) for s in st.signalled)
+    refused = tuple(Refusal(pid, cmd, who, fix, st.owners.get(pid))
+                    for pid, (cmd, who, fix) in st.refused.items())
 
     verified, faults = _verdict(st)
 
@@ -233,13 +240,14 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
                                       changes=tuple(stage.changes)))
     error = "; ".join(dict.fromkeys(st.errors)) or None
     return ScriptReport(stages=tuple(stages), gpus=gpus, processes=processes,
-                        signalled=tuple(st.signalled), verified=verified, error=error,
+                        signalled=signalled, verified=verified, error=error,
                         busy=st.busy, verify_message=st.verify_message,
                         verify_rule=st.verify_rule, faults=tuple(faults),
                         leaks=tuple(sorted(st.bare.items())), xids=_xids(st),
                         left_running=tuple(st.left), resets=tuple(st.resets),
                         stuck=tuple(ProcessRef(pid, cmd) for pid, cmd in st.stuck.items()),
-                        owners=dict(st.owners),
+                        owners=dict(st.owners), refused=refused,
+                        warnings=tuple(st.warnings),
                         judged_gpus=None if st.judged_gpus is None else tuple(st.judged_gpus))
 
 

@@ -27,7 +27,9 @@ such. A GPU with memory and no process is a driver-level leak, said with its rem
 
 from __future__ import annotations
 
-from fleetclean.models import GpuProcess, HostResult, ScriptReport
+from collections.abc import Sequence
+
+from fleetclean.models import GpuProcess, HostResult, Owner, Refusal, ScriptReport
 
 _SHOWN = 3
 STUCK = "stuck in the kernel (state D) since SIGKILL: reboot or reset needed"
@@ -48,6 +50,45 @@ def _judged(report: ScriptReport, index: int) -> bool:
     return report.judged_gpus is None or index in report.judged_gpus
 
 
+def owner_words(owner: Owner | None, refused: Sequence[Refusal] = ()) -> str:
+    """Who runs a process, in a few words; empty for a plain one (or one the node could
+    not say). A pod is named as its refusal names it, where there is one.
+
+    >>> owner_words(Owner("docker", "3f2a1c9b8d7e" * 5, "3f2a1c9b8d7e"))
+    'docker 3f2a1c9b8d7e'
+    >>> pod = Owner("kubernetes", "0d3c-uid", "ab12")
+    >>> owner_words(pod, [Refusal(41, "x", "pod ml/llm-0", "kubectl ...", pod)])
+    'pod ml/llm-0'
+    >>> owner_words(Owner("plain"))
+    ''
+    """
+    if owner is None or owner.kind == "plain":
+        return ""
+    if owner.kind == "kubernetes":
+        named = next((r.who for r in refused if r.owner is not None and r.owner.id == owner.id
+                      and r.who.startswith("pod ") and "UID" not in r.who), "")
+        return named or f"kubernetes pod {owner.id or '(no UID)'}"
+    if owner.kind == "slurm":
+        return f"slurm job {owner.name or owner.id}"
+    return f"{owner.kind} {owner.name or owner.id}"
+
+
+def refused_reason(refused: Sequence[Refusal]) -> str:
+    """The targets left to their owner, one part per owner, with what to do.
+
+    >>> refused_reason([Refusal(41, "python3 x", "Slurm job 7 (user ada)", "scancel 7"),
+    ...                 Refusal(42, "python3 y", "Slurm job 7 (user ada)", "scancel 7")])
+    'not signalled, left to its owner: Slurm job 7 (user ada) (41, 42): scancel 7'
+    """
+    by_owner: dict[tuple[str, str], list[int]] = {}
+    for r in refused:
+        by_owner.setdefault((r.who, r.fix), []).append(r.pid)
+    parts = [f"{who} ({', '.join(map(str, sorted(pids)[:_SHOWN]))}"
+             f"{', …' if len(pids) > _SHOWN else ''}): {fix}"
+             for (who, fix), pids in by_owner.items()]
+    return "not signalled, left to its owner: " + "; ".join(parts)
+
+
 def _holders(report: ScriptReport) -> str:
     index_by_uuid = {g.uuid: g.index for g in report.gpus}
     by_pid: dict[int, tuple[GpuProcess, list[int]]] = {}
@@ -64,6 +105,7 @@ def _holders(report: ScriptReport) -> str:
     for pid in sorted(by_pid)[:_SHOWN]:
         p, indexes = by_pid[pid]
         notes = [n for n in (p.user, ", ".join(f"GPU{i}" for i in sorted(indexes)),
+                             owner_words(p.owner, report.refused),
                              "protected" if p.protected else "", STUCK if p.stuck else "")
                  if n]
         parts.append(f"{pid} {_name(p.name)}" + (f" ({'; '.join(notes)})" if notes else ""))
@@ -100,13 +142,16 @@ def dirty_reason(report: ScriptReport) -> str:
     parts += [_leak(report, index, mib) for index, mib in report.leaks if _judged(report, index)]
     if report.verify_message.startswith("respawned"):
         parts.append(report.verify_message)
+    if report.refused:
+        parts.append(refused_reason(report.refused))
     return "; ".join(parts)
 
 
 def notes(host: HostResult) -> list[str]:
     """What a person should know beside the status: the parents of killed GPU holders
     that live on (a half-stopped server), processes stuck in the kernel that no GPU
-    reason already names, and each GPU reset with its result."""
+    reason already names, each GPU reset with its result, and each warning of the
+    teardown (an owner that may restart what was signalled)."""
     out = []
     if host.left_running:
         shown = ", ".join(f"{p.pid} {_name(p.cmdline)}" for p in host.left_running[:_SHOWN])
@@ -118,4 +163,5 @@ def notes(host: HostResult) -> list[str]:
     if stuck:
         out.append(f"{STUCK}: " + ", ".join(f"{p.pid} {_name(p.cmdline)}" for p in stuck))
     out += [f"GPU{r.gpu} reset: {r.result} ({r.detail})" for r in host.resets]
+    out += [f"warning: {w}" for w in host.warnings]
     return out

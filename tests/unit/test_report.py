@@ -91,13 +91,14 @@ def test_json_follows_the_contract() -> None:
                                "failed": 4}
     host = data["hosts"][0]
     assert set(host) == {"host", "status", "error", "duration_s", "stages", "gpus", "signalled",
-                         "verify", "left_running", "stuck", "resets"}
+                         "verify", "left_running", "stuck", "resets", "refused", "warnings"}
     assert set(host["stages"][0]) == {"name", "type", "status", "matched", "signalled",
                                       "remaining", "duration_s"}
     assert set(host["gpus"][0]) == {"index", "uuid", "name", "memory_used_mib",
                                     "memory_total_mib", "processes"}
+    # owner: null where the script named none (a record from before owners)
     assert host["signalled"] == [{"pid": 4242, "cmdline": "python3 -m sglang.launch_server",
-                                  "signal": "TERM"}]
+                                  "signal": "TERM", "owner": None}]
     json.dumps(data)
 
 

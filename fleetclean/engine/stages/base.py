@@ -83,7 +83,7 @@ class Readings:
     verify_message: str = ""
     nvsmi: str | None = None
     nvsmi_exit: int | None = None
-    verify_rule: str | None = None  # clean | leak | stuck | respawn | deadline | error | skipped
+    verify_rule: str | None = None  # clean|leak|stuck|refused|respawn|deadline|error|skipped
     # pid -> (user, command line, why protected, "stuck" or "")
     procs: dict[int, tuple[str, str, str, str]] = field(default_factory=dict)
     protected: dict[int, str] = field(default_factory=dict)  # holder pid -> why protected
@@ -96,6 +96,8 @@ class Readings:
     resets: list[GpuReset] = field(default_factory=list)  # gpu-reset's, one per GPU
     owners: dict[int, Owner] = field(default_factory=dict)
     judged_gpus: list[int] | None = None  # --gpus / an epilog's job: the GPUs judged
+    refused: dict[int, tuple[str, str, str]] = field(default_factory=dict)  # cmd, who, fix
+    warnings: list[str] = field(default_factory=list)
 
 
 RecordReader = Callable[[Readings, list[str]], None]

@@ -27,5 +27,5 @@ STAGE = StageType(
     options=(Option("filter", ere_or_empty, ""), *signalling_options(grace=5)),
     assignments=_assignments,
     template=packaged("gpu-holders.sh"),
-    libraries=("lib-kill.sh", "owner.sh"),
+    libraries=("lib-kill.sh", "owner.sh", "owner-act.sh"),
 )

@@ -119,6 +119,7 @@ fc_note_respawn_risk() {
         parent=${FC_PPID[$p]:-0}
         [[ -n ${targeted[$parent]:-} ]] && continue
         fc_holds_gpu "$p" || continue
+        fc_owner_may_restart "$p" "$parent" || continue
         if ((!FC_RESPAWN_RISK)); then
             FC_RESPAWN_RISK=1
             for q in "${FC_PIDS[@]}"; do
@@ -136,7 +137,7 @@ fc_note_respawn_risk() {
 # we killed, that did not exist before the signal: that holder is being started again.
 fc_respawned() {
     local q parent
-    ((${#FC_WATCH[@]})) || return 1
+    ((${#FC_WATCH[@]} + ${#FC_WATCH_OWNER[@]})) || return 1
     fc_scan
     for q in "${FC_PIDS[@]}"; do
         parent=${FC_PPID[$q]}
@@ -145,7 +146,7 @@ fc_respawned() {
         REPLY="pid $q (${FC_CMD[$q]}) started by pid $parent (${FC_CMD[$parent]:-?})"
         return 0
     done
-    return 1
+    fc_owner_respawned
 }
 
 # True when PID has a /dev/nvidiaN open.
@@ -225,18 +226,23 @@ fc_act_on_targets() {
         FC_MESSAGE="nothing to signal"
         return 0
     fi
+    # Refused, or stopped through their owner (owner-act.sh): FC_TARGETS keeps the rest.
+    fc_owner_act "$sig" "$grace_ms" "$kill_ms"
     if ((FC_CHECK)); then
         FC_STATUS=changed
-        FC_MESSAGE="would signal $FC_MATCHED process(es) with $sig"
+        FC_MESSAGE="${FC_OWNER_SAID}would signal ${#FC_TARGETS[@]} process(es) with $sig"
         for p in "${FC_TARGETS[@]}"; do
-            fc_rec change "$FC_IDX" "would send $sig to $p (${FC_CMD[$p]})"
+            fc_owner_words "$p"
+            fc_rec change "$FC_IDX" "would send $sig to $p (${FC_CMD[$p]})$REPLY"
         done
         return 0
     fi
     fc_escalate "$sig" "$grace_ms" "$kill_ms" "${FC_TARGETS[@]}"
+    fc_owner_merge
     FC_STATUS=ok
-    FC_MESSAGE="$FC_SIGNALLED signal(s) sent; all $FC_MATCHED gone"
+    FC_MESSAGE="$FC_SIGNALLED signal(s) sent; all $((FC_MATCHED - FC_OWNER_KEPT)) gone"
     ((FC_REMAINING)) && fc_survivors
+    FC_MESSAGE="$FC_OWNER_SAID$FC_MESSAGE"
     return 0
 }
 

@@ -1,8 +1,10 @@
-"""Owner attribution (``owner.sh``): who runs each process a stage matches or signals.
+"""Owner attribution (``owner.sh``): who runs each process a stage matches or signals or
+the verification names; acting through the owner (``owner-act.sh``).
 
-Not a stage type, but declared the same way so that the renderer and the parser loop over
-it without naming it: its template, included in every script right after ``lib.sh``, and
-the record only it writes, ``owner PID KIND ID NAME`` (once per PID, before the stage acts).
+Not a stage type, but declared the same way so that the parser loops over it without
+naming it: the records only these libraries write, ``owner PID KIND ID NAME`` (once per
+PID, before the stage acts), ``refused IDX PID CMDLINE WHO FIX`` (a target left to its
+owner) and ``warn IDX TEXT`` (an owner that may start again what was signalled).
 
 >>> from fleetclean.engine.stages.base import Readings
 >>> r = Readings()
@@ -12,6 +14,10 @@ the record only it writes, ``owner PID KIND ID NAME`` (once per PID, before the 
 >>> OWNER.records["owner"](r, ["42", "who-knows", "", ""])
 >>> r.owners[42]
 Owner(kind='plain', id='', name='')
+>>> OWNER.records["refused"](r, ["2", "41", "python3 x", "pod ml/llm-0",
+...                              "kubectl delete pod -n ml llm-0"])
+>>> r.refused[41][1]
+'pod ml/llm-0'
 """
 
 from __future__ import annotations
@@ -31,10 +37,20 @@ def _owner(r: Readings, a: list[str]) -> None:
     r.owners[int(a[0])] = Owner(kind, a[2], a[3]) if kind != "plain" else Owner("plain")
 
 
+def _refused(r: Readings, a: list[str]) -> None:
+    # Every stage that matches it refuses it again: one entry per PID.
+    r.refused.setdefault(int(a[1]), (a[2], a[3], a[4]))
+
+
+def _warn(r: Readings, a: list[str]) -> None:
+    if a[1] not in r.warnings:
+        r.warnings.append(a[1])
+
+
 OWNER = StageType(
     name="owner",
     options=(),
     assignments=_no_options,
     template=packaged("owner.sh"),
-    records={"owner": _owner},
+    records={"owner": _owner, "refused": _refused, "warn": _warn},
 )

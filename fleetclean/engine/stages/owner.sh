@@ -26,7 +26,8 @@
 # tmux and screen, and the process table fc_scan filled (FC_PPID, FC_COMM, FC_CMD,
 # FC_ARGV0); builtins only, no fork. ${FC_PROC:-/proc} lets tests read captured texts.
 
-declare -gA FC_CG_ROOT=() FC_OWNER_DONE=()
+# FC_OK/FC_OI/FC_ON[pid]: the kind, id and name fc_owner_records found for pid.
+declare -gA FC_CG_ROOT=() FC_OWNER_DONE=() FC_OK=() FC_OI=() FC_ON=()
 FC_CG_ROOTS_READ=0
 FC_OWNER_KIND="" FC_OWNER_ID="" FC_OWNER_NAME=""
 
@@ -142,6 +143,8 @@ fc_owner_cgroup() {
 fc_owner_ancestry() {
     local pid=$1 p=${FC_PPID[$1]:-0} n=0 base
     while [[ -n $p && $p != 0 && $p != 1 ]] && ((n++ < 64)); do
+        # The verification loads only the processes it names: their ancestors, here.
+        [[ -n ${FC_CMD[$p]+set} ]] || fc_proc_load "$p" || break
         if [[ ${FC_CMD[$p]:-} =~ ^slurmstepd:\ \[([0-9]+)(\+[0-9]+)?\.([^]]+)\] ]]; then
             FC_OWNER_KIND=slurm FC_OWNER_ID=${BASH_REMATCH[1]}
             FC_OWNER_NAME=${BASH_REMATCH[1]}.${BASH_REMATCH[3]}
@@ -191,13 +194,15 @@ fc_owner() {
     FC_OWNER_KIND=${kind:-plain} FC_OWNER_ID=$id FC_OWNER_NAME=$name
 }
 
-# One "owner" record per PID for the processes a stage matches or signals, the first time.
+# One "owner" record per PID for the processes a stage matches or signals, and those the
+# verification names, the first time.
 fc_owner_records() {
     local p
     for p in "$@"; do
         [[ -n ${FC_OWNER_DONE[$p]:-} ]] && continue
         FC_OWNER_DONE[$p]=1
         fc_owner "$p"
+        FC_OK[$p]=$FC_OWNER_KIND FC_OI[$p]=$FC_OWNER_ID FC_ON[$p]=$FC_OWNER_NAME
         fc_rec owner "$p" "$FC_OWNER_KIND" "$FC_OWNER_ID" "$FC_OWNER_NAME"
     done
 }

@@ -53,5 +53,5 @@ STAGE = StageType(
     options=(Option("pattern", check_target_pattern), *signalling_options(grace=10)),
     assignments=_assignments,
     template=packaged("signal.sh"),
-    libraries=("lib-kill.sh", "owner.sh"),
+    libraries=("lib-kill.sh", "owner.sh", "owner-act.sh"),
 )

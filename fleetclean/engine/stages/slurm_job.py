@@ -26,5 +26,5 @@ STAGE = StageType(
     options=signalling_options(grace=3),
     assignments=_assignments,
     template=packaged("slurm-job.sh"),
-    libraries=("lib-kill.sh", "owner.sh"),
+    libraries=("lib-kill.sh", "owner.sh", "owner-act.sh"),
 )

@@ -103,4 +103,5 @@ VERIFY = StageType(
     records={"nvsmi": _nvsmi, "gpu": _gpu, "app": _app, "holder": _holder, "verify": _verify,
              "proc": _proc, "bare": _bare, "pages": _pages, "boot": _boot, "xid": _xid},
     aliases={"verify_timeout": "timeout", "poll_interval": "interval"},
+    libraries=("owner.sh",),
 )

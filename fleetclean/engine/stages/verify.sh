@@ -5,7 +5,8 @@
 # leak (memory no unprotected process holds, not fallen for opt_leak_quiet_ms) or is held
 # only by processes stuck in the kernel since SIGKILL. Then report the GPU rows and, where
 # some GPU is in use, who uses it. The "verify" record names the rule that ended it:
-# clean, leak, stuck, respawn, deadline, or error (nvidia-smi failed).
+# clean, leak, stuck, refused (held only by targets left to their owner), respawn,
+# deadline, or error (nvidia-smi failed).
 
 # Ask for the pending-remap fields too; a driver that does not know them gets the basic
 # query from then on (fc_verify_read).
@@ -63,6 +64,12 @@ fc_verify() {
         ((FC_CHECK || FC_DENIED_ANY || (now - t0) / 1000 >= opt_timeout_ms)) && break
         fc_nap "$opt_interval_s"
     done
+    # A supervisor quick enough to restart it before the first read (systemd's 100 ms)
+    # never let the GPUs read clean: the deadline says it is still held, this says why.
+    if [[ $state == dirty && -z $respawn ]] && ((!FC_CHECK && FC_RESPAWN_RISK)) && fc_respawned
+    then
+        respawn=$REPLY
+    fi
     fc_now_us
     fc_verify_end "$state" "$max" $(((REPLY - t0) / 1000)) "$respawn"
 }
@@ -128,7 +135,8 @@ fc_verify_state() {
 fc_verify_end() {
     local state=$1 max=$2 ms=$3 respawn=$4
     fc_verify_rows_out
-    [[ $state == dirty || $state == leak || $state == stuck ]] && fc_verify_report
+    [[ $state == dirty || $state == leak || $state == stuck || $state == refused ]] &&
+        fc_verify_report
     fc_verify_xids
     case $state in
         ok) fc_rec verify ok "$max" "$ms" "every GPU at or under $max MiB" clean ;;
@@ -136,6 +144,8 @@ fc_verify_end() {
             "memory held by no process on $FC_VLEAKS after ${ms} ms (driver-level leak)" leak ;;
         stuck) fc_rec verify dirty "$max" "$ms" \
             "held by processes stuck in the kernel since SIGKILL: $FC_VSTUCKON" stuck ;;
+        refused) fc_rec verify dirty "$max" "$ms" \
+            "held by processes left to their owner (not signalled): $FC_VKEPTON" refused ;;
         dirty)
             if [[ -n $respawn ]]; then
                 fc_rec verify dirty "$max" "$ms" "respawned after it was killed: $respawn" respawn
@@ -272,7 +282,7 @@ fc_verify_settled() {
     for idx in "${FC_VBARE[@]}"; do
         bare[$idx]=1
     done
-    FC_VLEAKS="" FC_VSTUCKON=""
+    FC_VLEAKS="" FC_VSTUCKON="" FC_VKEPTON=""
     for i in "${FC_VOVER[@]}"; do
         idx=${FC_VIDX[$i]}
         used=${FC_VUSED[$i]}
@@ -281,6 +291,8 @@ fc_verify_settled() {
             read -r -a pids <<<"${FC_VPIDS[$idx]:-} ${FC_VHOLD[$idx]:-}"
             if fc_verify_all_stuck "${pids[@]}"; then
                 FC_VSTUCKON+="${FC_VSTUCKON:+, }GPU$idx"
+            elif fc_verify_all_kept "${pids[@]}"; then
+                FC_VKEPTON+="${FC_VKEPTON:+, }GPU$idx"
             else
                 all=0
             fi
@@ -297,8 +309,22 @@ fc_verify_settled() {
         fi
     done
     REPLY=leak
+    [[ -n $FC_VKEPTON ]] && REPLY=refused
     [[ -n $FC_VSTUCKON ]] && REPLY=stuck
     ((all && ${#FC_VOVER[@]}))
+}
+
+# True when there is at least one PID and each is stuck or was refused (left to its owner:
+# owner-act.sh) and still is: no wait frees such a GPU.
+fc_verify_all_kept() {
+    local pid
+    (($#)) || return 1
+    for pid in "$@"; do
+        if [[ -n ${FC_REFUSED[$pid]:-} ]] && fc_alive "$pid" "${FC_REFUSED[$pid]}"; then
+            continue
+        fi
+        [[ -n ${FC_STUCK[$pid]:-} ]] && fc_alive "$pid" "${FC_STUCK[$pid]}" || return 1
+    done
 }
 
 # True when there is at least one PID and each is stuck (see fc_survivors) and still is.
@@ -374,6 +400,8 @@ fc_verify_proc() {
         REPLY=""  # not in this PID namespace (a container's process): nvidia-smi's pid
     fi
     fc_rec proc "$pid" "$user" "${FC_CMD[$pid]:-}" "$REPLY" "$stuck"
+    [[ -n ${FC_START[$pid]:-} ]] && fc_owner_records "$pid"
+    return 0
 }
 
 # The NVIDIA driver's Xid lines in the kernel log (started by fc_verify, where readable):

@@ -7,6 +7,14 @@
 #   force = false
 #   lock_wait = 5
 #   max_used_mib = 0
+#   never_stop_units = []
+#   owner_docker = "stop"
+#   owner_kubernetes = "refuse"
+#   owner_plain = "signal"
+#   owner_screen = "signal"
+#   owner_slurm = "refuse"
+#   owner_systemd = "stop"
+#   owner_tmux = "signal"
 #   protect = []
 #   ray_grace = 10
 #   reset_leaked = "true"
@@ -22,6 +30,8 @@
 # [lib-kill.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [owner.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
+# [owner-act.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [signal.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
@@ -40,6 +50,8 @@ fc_main() {
     FC_FORCE=0
     FC_LOCK_WAIT=5
     FC_PROTECT=(sshd systemd init nvidia-persistenced nv-hostengine dcgm-exporter nv-fabricmanager Xorg)
+    FC_OWNER_ACT=([systemd]=stop [docker]=stop [kubernetes]=refuse [slurm]=refuse [tmux]=signal [screen]=signal [plain]=signal)
+    FC_NEVER_STOP=()
     if ! fc_begin; then
         fc_rec error "host busy: another fleetclean run holds $FC_LOCK_PATH"
         fc_finish

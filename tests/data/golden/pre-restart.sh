@@ -8,6 +8,14 @@
 #   grace = 10
 #   lock_wait = 5
 #   max_used_mib = 0
+#   never_stop_units = []
+#   owner_docker = "stop"
+#   owner_kubernetes = "refuse"
+#   owner_plain = "signal"
+#   owner_screen = "signal"
+#   owner_slurm = "refuse"
+#   owner_systemd = "stop"
+#   owner_tmux = "signal"
 #   protect = []
 #   server_pattern = "sglang.launch_server"
 #   verify_timeout = 30
@@ -18,6 +26,8 @@
 # [lib-kill.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [owner.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
+# [owner-act.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [signal.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
@@ -34,6 +44,8 @@ fc_main() {
     FC_FORCE=0
     FC_LOCK_WAIT=5
     FC_PROTECT=(sshd systemd init nvidia-persistenced nv-hostengine dcgm-exporter nv-fabricmanager Xorg)
+    FC_OWNER_ACT=([systemd]=stop [docker]=stop [kubernetes]=refuse [slurm]=refuse [tmux]=signal [screen]=signal [plain]=signal)
+    FC_NEVER_STOP=()
     if ! fc_begin; then
         fc_rec error "host busy: another fleetclean run holds $FC_LOCK_PATH"
         fc_finish

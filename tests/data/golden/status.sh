@@ -7,9 +7,19 @@
 #   force = false
 #   lock_wait = 5
 #   max_used_mib = 0
+#   never_stop_units = []
+#   owner_docker = "stop"
+#   owner_kubernetes = "refuse"
+#   owner_plain = "signal"
+#   owner_screen = "signal"
+#   owner_slurm = "refuse"
+#   owner_systemd = "stop"
+#   owner_tmux = "signal"
 #   protect = []
 
 # [lib.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
+# [owner.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [verify.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 

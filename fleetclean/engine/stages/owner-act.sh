@@ -1,0 +1,338 @@
+# shellcheck shell=bash disable=SC2034,SC2154,SC2153,SC2004
+# (The FC_* tables are declared in lib.sh and owner.sh, which the linter does not read with
+# this file.)
+# fleetclean: acting through the owner of each target. Rendered after lib-kill.sh and
+# owner.sh into the scripts of the stage types that signal; fc_act_on_targets calls
+# fc_owner_act once the targets are known and their owners named (fc_owner_records),
+# before any signal. What it does per owner kind is FC_OWNER_ACT[kind], rendered from the
+# playbook's owner_* variables:
+#   stop    a systemd unit: `systemctl stop --no-block UNIT`, only when its MainPID is a
+#           target and it is no infrastructure (FC_INFRA_UNITS, FC_NEVER_STOP); a docker
+#           container: `docker stop -t GRACE ID`, then `docker kill ID`. Whatever of it is
+#           left after the stage's grace gets SIGKILL. Without systemctl or docker: signals,
+#           and a warning that the owner may start it again.
+#   refuse  never signalled: a "refused" record naming the owner and what to do; the
+#           verification does not wait for GPUs only such processes hold; the host is
+#           dirty.
+#   signal  left to the caller's signals, as any process.
+# A unit or container that also runs a protected process, or the teardown itself, is never
+# stopped: its targets are signalled one by one.
+
+declare -gA FC_OWNER_ACT=() FC_REFUSED=() FC_OWNER_WHO=() FC_OWNER_FIX=()
+declare -ga FC_NEVER_STOP=() FC_OWNER_LEFT=()
+FC_OWNER_SAID="" FC_OWNER_KEPT=0 FC_OWNER_SENT=0
+
+# Units that hold up the node itself, never stopped whatever they run: without pam_systemd
+# every ssh login lives in ssh.service, and stopping it would cut every session.
+FC_INFRA_UNITS=(ssh.service sshd.service cron.service crond.service 'slurm*.service'
+    munge.service 'systemd-*' 'dbus*' '*getty*' containerd.service 'docker.*'
+    kubelet.service 'nvidia-*' 'dcgm*' 'nv-hostengine*' 'user@*' 'user-runtime-dir@*')
+
+# fc_owner_act SIGNAL GRACE_MS KILL_MS: refuse, stop through their owner, or leave to the
+# caller's signals each of FC_TARGETS; FC_TARGETS becomes what is left to signal.
+# Sets FC_OWNER_SAID (words for the stage's message), FC_OWNER_KEPT (refused),
+# FC_OWNER_SENT (stops and signals sent) and FC_OWNER_LEFT (what outlived SIGKILL).
+fc_owner_act() {
+    local grace_ms=$2 kill_ms=$3 p kind id owner
+    local -A owned=()
+    local -a keep=() stop=() pids=()
+    FC_OWNER_SAID="" FC_OWNER_KEPT=0 FC_OWNER_SENT=0 FC_OWNER_LEFT=()
+    for p in "${FC_TARGETS[@]}"; do
+        kind=${FC_OK[$p]:-plain} id=${FC_OI[$p]:-}
+        case ${FC_OWNER_ACT[$kind]:-signal}:$kind in
+            refuse:*) fc_owner_refuse "$p" ;;
+            stop:systemd | stop:docker) owned[$kind $id]+=" $p" ;;
+            *) keep+=("$p") ;;
+        esac
+    done
+    for owner in "${!owned[@]}"; do
+        read -r -a pids <<<"${owned[$owner]}"
+        if fc_owner_stoppable "${owner%% *}" "${owner#* }" "${pids[@]}"; then
+            stop+=("${pids[@]}")
+        else
+            keep+=("${pids[@]}")
+        fi
+    done
+    FC_TARGETS=("${keep[@]}")
+    ((${#stop[@]})) || return 0
+    if ((FC_CHECK)); then
+        for p in "${stop[@]}"; do
+            fc_owner_stop_words "$p"
+            fc_rec change "$FC_IDX" "would stop $REPLY: $p (${FC_CMD[$p]})"
+        done
+        return 0
+    fi
+    fc_owner_stop "$grace_ms" "$kill_ms" "${stop[@]}"
+}
+
+# fc_owner_stoppable KIND ID PID...: true when the unit or container ID may be stopped for
+# these targets of it. Else its targets are signalled one by one: silently where that is
+# the rule (infrastructure, a MainPID that is no target), with a warning (the owner may
+# start them again) where the tool is missing or the owner runs a protected process.
+fc_owner_stoppable() {
+    local kind=$1 id=$2 unit=${2##*/} pat main
+    shift 2
+    if [[ $kind == systemd ]]; then
+        for pat in "${FC_INFRA_UNITS[@]}" "${FC_NEVER_STOP[@]}"; do
+            # shellcheck disable=SC2053
+            [[ $unit == $pat ]] && return 1
+        done
+        if ! command -v systemctl >/dev/null 2>&1; then
+            fc_owner_warn "no systemctl on the node: $unit's processes were signalled; the unit may restart them"
+            return 1
+        fi
+        fc_owner_systemctl "$id"
+        main=$("${FC_SYSTEMCTL[@]}" show -p MainPID --value "$unit" 2>/dev/null)
+        [[ $main =~ ^[1-9][0-9]*$ ]] || return 1
+        # Only a unit whose main process is itself a target is ours to stop: a unit that
+        # merely forked a GPU job (a login shell's service, a scheduler) is not.
+        fc_in_list "$main" "$@" || fc_in_list "$main" "${FC_TARGETS[@]}" ||
+            fc_holds_gpu "$main" || return 1
+    elif ! command -v docker >/dev/null 2>&1; then
+        fc_owner_warn "no docker CLI on the node: container ${id:0:12}'s processes were signalled; its restart policy may start them again"
+        return 1
+    fi
+    if fc_owner_runs_protected "$kind" "$id"; then
+        fc_owner_stop_words "$1"
+        fc_owner_warn "$REPLY also runs protected pid $FC_OWNER_PROT: not stopped, its targets were signalled; it may restart them"
+        return 1
+    fi
+}
+
+# True (FC_OWNER_PROT names the pid) when a protected process, or the teardown itself,
+# runs in the unit or container KIND ID: stopping that would kill it too.
+fc_owner_runs_protected() {
+    local q
+    for q in "${FC_PIDS[@]}"; do
+        fc_protected "$q" || continue
+        [[ $q == 1 || $REPLY == "kernel thread" ]] && continue
+        fc_owner "$q"
+        if [[ $FC_OWNER_KIND == "$1" && $FC_OWNER_ID == "$2" ]]; then
+            FC_OWNER_PROT="$q (${FC_CMD[$q]:-${FC_COMM[$q]:-}})"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# FC_SYSTEMCTL: the systemctl command line that reaches the manager of unit id $1 (a user
+# unit, user@UID.service/NAME, is its user's manager's).
+fc_owner_systemctl() {
+    FC_SYSTEMCTL=(systemctl)
+    if [[ $1 =~ ^user@([0-9]+)\.service/ ]]; then
+        FC_SYSTEMCTL+=(--user "--machine=${BASH_REMATCH[1]}@.host")
+    fi
+}
+
+# REPLY: what stopping target PID's owner is, in words: "vllm.service (systemctl stop
+# vllm.service)", "docker 3f2a1c9b8d7e (docker stop)".
+fc_owner_stop_words() {
+    local id=${FC_OI[$1]:-}
+    if [[ ${FC_OK[$1]:-} == systemd ]]; then
+        fc_owner_systemctl "$id"
+        REPLY="${id##*/} (${FC_SYSTEMCTL[*]} stop ${id##*/})"
+    else
+        REPLY="docker ${id:0:12} (docker stop ${id:0:12})"
+    fi
+}
+
+# fc_owner_stop GRACE_MS KILL_MS PID...: stop the owner of each (their units and containers
+# at once), wait up to the grace for them to go, `docker kill` the containers and SIGKILL
+# whatever is left, wait KILL_MS. One "signal" record per target, signal "stop".
+fc_owner_stop() {
+    local grace_ms=$1 kill_ms=$2 p id out t
+    shift 2
+    local -A start=() cmd=() done_ids=()
+    local -a pids=() jobs=() docker_ids=()
+    t=$(((grace_ms + 999) / 1000))
+    FC_SIGNALLED=0
+    for p in "$@"; do
+        start[$p]=${FC_START[$p]}
+        cmd[$p]=${FC_CMD[$p]}
+        id=${FC_OI[$p]}
+        if [[ -z ${done_ids[$id]:-} ]]; then
+            done_ids[$id]=ok
+            if [[ ${FC_OK[$p]} == systemd ]]; then
+                fc_owner_systemctl "$id"
+                if ! out=$("${FC_SYSTEMCTL[@]}" stop --no-block "${id##*/}" 2>&1); then
+                    done_ids[$id]=failed
+                    fc_owner_warn "${FC_SYSTEMCTL[*]} stop ${id##*/} failed (${out%%$'\n'*}): its processes were signalled; it may restart them"
+                fi
+            else
+                docker stop -t "$t" "$id" >/dev/null 2>&1 &
+                jobs+=("$!")
+                docker_ids+=("$id")
+            fi
+        fi
+        if [[ ${done_ids[$id]} == ok ]]; then
+            pids+=("$p")
+            fc_rec signal "$FC_IDX" "$p" stop "${cmd[$p]}"
+            FC_SIGNALLED=$((FC_SIGNALLED + 1))
+        else
+            FC_TARGETS+=("$p")
+        fi
+    done
+    fc_now_us
+    FC_LAST_SIGNAL_US=$REPLY
+    fc_wait_gone "$grace_ms" "${pids[@]}"
+    if ((${#FC_LEFT[@]})); then
+        for id in "${docker_ids[@]}"; do
+            for p in "${FC_LEFT[@]}"; do
+                if [[ ${FC_OI[$p]} == "$id" ]]; then
+                    docker kill "$id" >/dev/null 2>&1
+                    break
+                fi
+            done
+        done
+        fc_send KILL "${FC_LEFT[@]}"
+        fc_wait_gone "$kill_ms" "${FC_LEFT[@]}"
+    fi
+    FC_OWNER_LEFT=("${FC_LEFT[@]}")
+    FC_OWNER_SENT=$FC_SIGNALLED
+    # Our own docker clients: each has returned by now but for a daemon that hangs.
+    for p in "${jobs[@]}"; do
+        kill -0 "$p" 2>/dev/null && kill -TERM "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
+    done
+    for id in "${!done_ids[@]}"; do
+        [[ ${done_ids[$id]} == ok ]] || continue
+        if [[ $id == */* || $id == *.service ]]; then
+            FC_OWNER_SAID+="stopped ${id##*/}; "
+        else
+            FC_OWNER_SAID+="stopped docker ${id:0:12}; "
+        fi
+    done
+}
+
+# fc_owner_refuse PID: PID is its owner's to stop, not ours: a "refused" record (pid,
+# command line, who owns it, what to do) and FC_REFUSED[pid] for the verification; in
+# --check, a change line instead.
+fc_owner_refuse() {
+    local p=$1 key=${FC_OK[$1]:-}:${FC_OI[$1]:-}:${FC_ON[$1]:-}
+    if [[ -z ${FC_OWNER_WHO[$key]+set} ]]; then
+        fc_owner_refusal "$p"
+        FC_OWNER_WHO[$key]=${REPLY%%$'\t'*} FC_OWNER_FIX[$key]=${REPLY#*$'\t'}
+    fi
+    local who=${FC_OWNER_WHO[$key]} fix=${FC_OWNER_FIX[$key]}
+    FC_OWNER_KEPT=$((FC_OWNER_KEPT + 1))
+    if ((FC_CHECK)); then
+        fc_rec change "$FC_IDX" "would refuse: $who ($fix): $p (${FC_CMD[$p]})"
+        return 0
+    fi
+    FC_REFUSED[$p]=${FC_START[$p]}
+    fc_rec refused "$FC_IDX" "$p" "${FC_CMD[$p]}" "$who" "$fix"
+    [[ $FC_OWNER_SAID == *"not signalled: $who "* ]] ||
+        FC_OWNER_SAID+="not signalled: $who ($fix); "
+}
+
+# REPLY = "WHO<TAB>WHAT TO DO" for refused target PID: a pod by namespace/name where the
+# node's container runtime tells it (crictl), else by UID; a Slurm job with its user.
+fc_owner_refusal() {
+    local p=$1 id=${FC_OI[$1]:-} name=${FC_ON[$1]:-} pod=""
+    case ${FC_OK[$p]:-} in
+        kubernetes)
+            if [[ -n $name ]] && command -v crictl >/dev/null 2>&1; then
+                pod=$(timeout 5 crictl inspect -o go-template --template \
+                    '{{index .status.labels "io.kubernetes.pod.namespace"}}/{{index .status.labels "io.kubernetes.pod.name"}}' \
+                    "$name" 2>/dev/null)
+            fi
+            if [[ $pod =~ ^([^/[:space:]]+)/([^/[:space:]]+)$ ]]; then
+                REPLY="pod $pod"$'\t'"kubectl delete pod -n ${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
+            else
+                REPLY="pod with UID ${id:-unknown}"$'\t'"kubectl delete pod: the pod with UID ${id:-unknown}"
+            fi
+            ;;
+        slurm)
+            fc_owner_user "$p"
+            REPLY="Slurm job $id (user $REPLY)"$'\t'"scancel $id"
+            ;;
+        systemd)
+            fc_owner_systemctl "$id"
+            REPLY="unit ${id##*/}"$'\t'"${FC_SYSTEMCTL[*]} stop ${id##*/}"
+            ;;
+        docker) REPLY="docker container ${id:0:12}"$'\t'"docker stop ${id:0:12}" ;;
+        tmux) REPLY="tmux session $name"$'\t'"tmux kill-session -t '$name'" ;;
+        screen) REPLY="screen session $name"$'\t'"screen -S $name -X quit" ;;
+        *) REPLY="its owner"$'\t'"stop it by hand" ;;
+    esac
+}
+
+# REPLY: the user name of PID's effective uid (its status file), or "?".
+fc_owner_user() {
+    local line
+    local -a status=()
+    REPLY="?"
+    { mapfile -n 12 -t status <"/proc/$1/status"; } 2>/dev/null
+    for line in "${status[@]}"; do
+        [[ $line =~ ^Uid:[[:space:]]+[0-9]+[[:space:]]+([0-9]+) ]] || continue
+        fc_user_name "${BASH_REMATCH[1]}"
+        return 0
+    done
+}
+
+# REPLY: ", owner KIND NAME" for target PID (empty for a plain one), for --check's lines.
+fc_owner_words() {
+    local kind=${FC_OK[$1]:-plain} id=${FC_OI[$1]:-} name=${FC_ON[$1]:-}
+    case $kind in
+        plain) REPLY="" ;;
+        docker) REPLY=", owner docker ${id:0:12}" ;;
+        kubernetes) REPLY=", owner kubernetes pod ${id:-?}" ;;
+        slurm) REPLY=", owner slurm job ${name:-$id}" ;;
+        *) REPLY=", owner $kind ${name:-$id}" ;;
+    esac
+}
+
+# One "warn" record, once per text: something a person should know (an owner that may
+# start again what was signalled).
+declare -gA FC_OWNER_WARNED=()
+fc_owner_warn() {
+    [[ -n ${FC_OWNER_WARNED[$1]:-} ]] && return 0
+    FC_OWNER_WARNED[$1]=1
+    fc_rec warn "$FC_IDX" "$1"
+}
+
+# fc_owner_may_restart PID PARENT: true when something may start signalled GPU holder
+# PID again, so that the verification waits out its settle and watches: for a process a
+# supervisor runs (a unit, a container, a pod, a job), always, its owner being watched;
+# for any other, a parent that lives on, but not PID 1: as init, PID 1 reaps an orphan
+# and never restarts it. (A unit or container stopped through its owner is not
+# signalled, so never asked about.)
+fc_owner_may_restart() {
+    local kind=${FC_OK[$1]:-plain}
+    case $kind in
+        plain | tmux | screen) [[ $2 != 1 ]] ;;
+        *)
+            # A supervisor may start it again anywhere in its unit or container: docker
+            # and the kubelet under a new containerd-shim, so its parent is no sign.
+            FC_WATCH_OWNER[$kind ${FC_OI[$1]:-}]=1
+            return 0
+            ;;
+    esac
+}
+
+# True (REPLY names it) when a process that did not exist before the signals runs in a
+# unit, container or pod whose GPU holder was signalled (fc_owner_may_restart): its owner
+# is starting it again. Reads the table fc_respawned scanned.
+declare -gA FC_WATCH_OWNER=()
+fc_owner_respawned() {
+    local q
+    ((${#FC_WATCH_OWNER[@]})) || return 1
+    for q in "${FC_PIDS[@]}"; do
+        [[ ${FC_BEFORE[$q]:-} == "${FC_START[$q]}" || ${FC_STATE[$q]} == [ZX] ]] && continue
+        fc_protected "$q" && continue
+        fc_owner "$q"
+        [[ -n ${FC_WATCH_OWNER[$FC_OWNER_KIND $FC_OWNER_ID]:-} ]] || continue
+        FC_OK[$q]=$FC_OWNER_KIND FC_OI[$q]=$FC_OWNER_ID FC_ON[$q]=$FC_OWNER_NAME
+        fc_owner_words "$q"
+        REPLY="pid $q (${FC_CMD[$q]}) started again by its owner (${REPLY#, owner })"
+        return 0
+    done
+    return 1
+}
+
+# After the caller's signals: the stops' signals and survivors join theirs.
+fc_owner_merge() {
+    FC_SIGNALLED=$((FC_SIGNALLED + FC_OWNER_SENT))
+    FC_LEFT+=("${FC_OWNER_LEFT[@]}")
+    FC_REMAINING=${#FC_LEFT[@]}
+}

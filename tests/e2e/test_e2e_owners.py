@@ -1,0 +1,190 @@
+"""Acting through the owner over SSH (issue 14): a ``Restart=always`` unit and a container
+with a restart policy are stopped through systemd and docker and stay stopped, where
+signals alone see them come back; a pod's and a Slurm job's GPU processes are left running
+and the host is dirty with the owner named and what to do; JSON names every owner.
+
+One one-node fleet for the module (with Slurm where it is installed); each test uses GPUs
+of its own and leaves the node idle: what it started is stopped through its own owner
+(systemctl, docker, scancel) or by PID.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from simhelp import Cli
+from slurmhelp import SLURM_SKIP_REASON, slurm_cmd, wait_for
+
+from fleetclean.sim import SimFleet
+from fleetclean.sim import cgroups as sim_cgroups
+
+pytestmark = [
+    pytest.mark.sim,
+    pytest.mark.skipif(sim_cgroups.plan("probe").mode == "none",
+                       reason=f"no writable cgroup hierarchy: {sim_cgroups.plan('probe').why}"),
+]
+Factory = Callable[..., SimFleet]
+HAS_SLURM = SLURM_SKIP_REASON is None
+FAST = ("-e", "verify_timeout=3")  # a respawn is dirty at once; no test waits 30 s for it
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
+    from simhelp import down_checked, module_subnet
+
+    made = SimFleet.up(1, tmp_path_factory.mktemp("owners"), subnet=module_subnet(),
+                       slurm=HAS_SLURM)
+    try:
+        yield made
+    finally:
+        down_checked(made)
+
+
+UNITS = "ls /run/systemd/system 2>/dev/null | grep '^t-' || true"
+
+
+@pytest.fixture
+def fleet(shared: SimFleet) -> Iterator[SimFleet]:
+    before = set(sh(shared, UNITS).split())
+    yield shared
+    # Through each owner first: a unit or container killed by PID would come back.
+    for unit in set(sh(shared, UNITS).split()) - before:
+        sh(shared, f"systemctl stop {unit}")
+    sh(shared, "if command -v docker >/dev/null; then "
+               "docker ps -q | xargs -r docker stop -t 0 >/dev/null; fi")
+    if HAS_SLURM:
+        slurm_cmd(shared, "scancel", "-u", "root")
+    # By PID, inside the node: the workloads, their tmux and screen sessions.
+    sh(shared, "ps -eo pid=,args= | awk '/gpu_worker|tmux|SCREEN/ && !/awk/ {print $1}' "
+               "| xargs -r kill -KILL 2>/dev/null; true")
+    assert wait_for(lambda: shared.gpu_used_mib("node01") == [0] * 8)
+
+
+def running(fleet: SimFleet, pids: list[int]) -> list[int]:
+    """The PIDs of ``pids`` that run in the node, as its own ps sees them."""
+    out = sh(fleet, "ps -eo pid=")
+    return [p for p in pids if str(p) in out.split()]
+
+
+def sh(fleet: SimFleet, command: str) -> str:
+    done = fleet.run_in("node01", ["sh", "-c", command])
+    assert done.returncode == 0, f"{command}: {done.stderr}"
+    return done.stdout.strip()
+
+
+def holders(fleet: SimFleet, gpu: int) -> set[int]:
+    done = fleet.run_in("node01", ["fuser", f"/dev/nvidia{gpu}"])
+    return {int(p) for p in done.stdout.split()} - {fleet.persistenced_pid("node01")}
+
+
+def run(cli: Cli, fleet: SimFleet, *extra: str) -> tuple[int, dict[str, Any]]:
+    done = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json", *extra)
+    return done.code, done.host("node01")
+
+
+def owners_of(host: dict[str, Any]) -> dict[int, dict[str, str]]:
+    return {s["pid"]: s["owner"] for s in host["signalled"]}
+
+
+def test_a_restart_always_unit_is_stopped_through_systemd_and_stays_stopped(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    (main,) = fleet.spawn("node01", "service", unit="t-trainer", gpus="0", mib=4096)
+    code, host = run(cli, fleet)
+    assert (code, host["status"], host["error"]) == (0, "clean", None)
+    assert holders(fleet, 0) == set()
+    assert sh(fleet, "systemctl show -p ActiveState,SubState t-trainer") == (
+        "ActiveState=inactive\nSubState=dead")
+    (entry,) = host["signalled"]
+    assert entry["pid"] == main and entry["signal"] == "stop"
+    assert entry["owner"] == {"kind": "systemd", "id": "t-trainer.service",
+                              "name": "t-trainer.service"}
+    # Nothing was left to come back: the verification did not wait out a settle.
+    assert host["verify"] == {"rule": "clean"}
+
+
+def test_signals_alone_see_the_unit_come_back(fleet: SimFleet, cli: Cli) -> None:
+    (main,) = fleet.spawn("node01", "service", unit="t-again", gpus="1", mib=4096)
+    code, host = run(cli, fleet, "-e", "owner_systemd=signal", *FAST)
+    assert (code, host["status"], host["verify"]["rule"]) == (1, "dirty", "respawn")
+    assert [s["signal"] for s in host["signalled"] if s["pid"] == main] == ["TERM"]
+    assert "respawned after it was killed" in host["error"]
+    assert len(holders(fleet, 1) - {main}) == 1
+
+
+def test_a_container_with_a_restart_policy_is_stopped_through_docker(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    (first,) = fleet.spawn("node01", "container", container="t-sgl", restart="always",
+                           gpus="2", mib=2048)
+    cid = sh(fleet, "docker inspect -f '{{.Id}}' t-sgl")
+    code, host = run(cli, fleet)
+    assert (code, host["status"]) == (0, "clean")
+    assert holders(fleet, 2) == set()
+    assert sh(fleet, "docker inspect -f '{{.State.Status}} {{.RestartCount}}' t-sgl") == (
+        "exited 0")
+    assert owners_of(host) == {first: {"kind": "docker", "id": cid, "name": cid[:12]}}
+    assert [s["signal"] for s in host["signalled"]] == ["stop"]
+
+
+def test_owner_docker_signal_is_the_old_behaviour_it_comes_back(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    (first,) = fleet.spawn("node01", "container", container="t-back", restart="always",
+                           gpus="4", mib=2048)
+    code, host = run(cli, fleet, "-e", "owner_docker=signal", *FAST)
+    assert (code, host["status"], host["verify"]["rule"]) == (1, "dirty", "respawn")
+    assert len(holders(fleet, 4) - {first}) == 1
+    # The newcomer is named with its container in the GPU's processes.
+    (proc,) = host["gpus"][4]["processes"]
+    assert proc["owner"]["kind"] == "docker"
+    assert f"(root; GPU4; docker {proc['owner']['name']})" in host["error"]
+
+
+def test_a_pods_gpu_process_is_left_running_and_the_pod_named(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    (pod,) = fleet.spawn("node01", "pod", pod="llm-0", namespace="ml", gpus="3", mib=4096,
+                         restart_policy="Never")
+    checked = cli("run", "post-extraction", "-i", fleet.inventory_path, "--check")
+    assert (f"kill-gpu-holders: would refuse: pod ml/llm-0 (kubectl delete pod -n ml llm-0): "
+            f"{pod} (") in checked.out
+    code, host = run(cli, fleet)
+    assert (code, host["status"], host["verify"]["rule"]) == (1, "dirty", "refused")
+    assert running(fleet, [pod]) == [pod]
+    assert host["signalled"] == []
+    assert "not signalled, left to its owner: pod ml/llm-0" in host["error"]
+    assert "kubectl delete pod -n ml llm-0" in host["error"]
+    (refusal,) = host["refused"]
+    assert refusal["pid"] == pod and refusal["owner"]["kind"] == "kubernetes"
+    (proc,) = host["gpus"][3]["processes"]
+    assert proc["owner"] == refusal["owner"]
+    assert "(root; GPU3; pod ml/llm-0)" in host["error"]
+
+
+def test_a_slurm_jobs_gpu_process_is_left_running_and_the_job_named(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    if not HAS_SLURM:
+        pytest.skip(SLURM_SKIP_REASON or "")
+    (task,) = fleet.spawn("node01", "slurm-job", gpus="5", mib=4096, job_name="t-job")
+    code, host = run(cli, fleet)
+    assert (code, host["status"]) == (1, "dirty")
+    assert running(fleet, [task]) == [task]
+    (refusal,) = host["refused"]
+    job = refusal["owner"]["id"]
+    assert refusal["who"] == f"Slurm job {job} (user root)"
+    assert f"scancel {job}" in host["error"]
+
+
+def test_check_says_what_would_be_stopped(fleet: SimFleet, cli: Cli) -> None:
+    (main,) = fleet.spawn("node01", "service", unit="t-look", gpus="6", mib=1024)
+    (pane,) = fleet.spawn("node01", "tmux", session="t-train", gpus="7", mib=1024)
+    done = cli("run", "post-extraction", "-i", fleet.inventory_path, "--check")
+    assert ("kill-gpu-holders: would stop t-look.service (systemctl stop t-look.service): "
+            f"{main} (") in done.out
+    assert f"would send TERM to {pane} (" in done.out
+    assert ", owner tmux $" in done.out
+    assert running(fleet, [main, pane]) == [main, pane]

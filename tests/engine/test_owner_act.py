@@ -1,0 +1,142 @@
+"""Acting through the owner (``owner-act.sh``) where no supervisor can be reached, and the
+``owner_*`` variables as bad input.
+
+The bash runs with an empty PATH: no systemctl, docker or crictl can be found (this
+machine has real ones, which a test must never reach), and nothing is signalled: only
+``fc_owner_act``'s choice is looked at, for a ``sleep`` this test started itself.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from simhelp import Cli
+
+from fleetclean.engine.stages import template
+from fleetclean.results.parse import parse_script_output
+
+DRIVER = r"""
+fc_rec begin 1 p h 0
+fc_self_init
+pid=$1 FC_IDX=1
+fc_proc_load "$pid"  # the one process of the table it needs: a scan of this machine is slow
+FC_PIDS=("$pid")
+FC_OWNER_ACT=([systemd]=stop [docker]=stop [slurm]=refuse [kubernetes]=refuse [plain]=signal)
+FC_OK[$pid]=$2 FC_OI[$pid]=$3 FC_ON[$pid]=$4
+FC_TARGETS=("$pid")
+PATH=$5
+fc_owner_act TERM 100 100
+fc_rec left-to-signal "${FC_TARGETS[*]}"
+fc_rec said "$FC_OWNER_SAID"
+fc_rec done 0
+"""
+
+
+@pytest.fixture
+def sleeper() -> Iterator[int]:
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def act(tmp_path: Path, pid: int, kind: str, oid: str, name: str) -> tuple[str, str]:
+    script = "".join(template(t) for t in ("lib.sh", "lib-kill.sh", "owner.sh",
+                                           "owner-act.sh")) + DRIVER
+    done = subprocess.run(["bash", "-c", script, "bash", str(pid), kind, oid, name,
+                           str(tmp_path)], capture_output=True, text=True, check=False,
+                          timeout=30)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    warnings = parse_script_output(done.stdout, "", 0).warnings
+    return done.stdout, warnings[0] if warnings else ""
+
+
+def test_no_systemctl_signals_the_unit_and_warns_it_may_restart(
+    tmp_path: Path, sleeper: int
+) -> None:
+    out, warning = act(tmp_path, sleeper, "systemd", "trainer.service", "trainer.service")
+    assert f"\tleft-to-signal\t{sleeper}\n" in out
+    assert warning == ("no systemctl on the node: trainer.service's processes were "
+                       "signalled; the unit may restart them")
+
+
+def test_no_docker_cli_signals_the_container_and_warns(tmp_path: Path, sleeper: int) -> None:
+    out, warning = act(tmp_path, sleeper, "docker", "3f" * 32, "3f" * 6)
+    assert f"\tleft-to-signal\t{sleeper}\n" in out
+    assert warning.startswith("no docker CLI on the node: container 3f3f3f3f3f3f's")
+
+
+def test_infrastructure_units_are_never_stopped(tmp_path: Path, sleeper: int) -> None:
+    # Without pam_systemd a login's processes live in ssh.service: signalled one by one.
+    out, warning = act(tmp_path, sleeper, "systemd", "ssh.service", "ssh.service")
+    assert f"\tleft-to-signal\t{sleeper}\n" in out and warning == ""
+
+
+def test_a_slurm_job_is_refused_without_a_signal(tmp_path: Path, sleeper: int) -> None:
+    out, _ = act(tmp_path, sleeper, "slurm", "4242", "4242.0")
+    report = parse_script_output(out, "", 0)
+    (refusal,) = report.refused
+    assert (refusal.pid, refusal.fix) == (sleeper, "scancel 4242")
+    assert refusal.who.startswith("Slurm job 4242 (user ")
+    assert "\tleft-to-signal\t\n" in out and report.signalled == ()
+
+
+def test_a_pod_without_crictl_is_named_by_its_uid(tmp_path: Path, sleeper: int) -> None:
+    out, _ = act(tmp_path, sleeper, "kubernetes", "0d3c1b2a-0000-4000-8000-00000000abcd",
+                 "ab" * 32)
+    (refusal,) = parse_script_output(out, "", 0).refused
+    assert refusal.who == "pod with UID 0d3c1b2a-0000-4000-8000-00000000abcd"
+
+
+@pytest.mark.parametrize(("item", "words"), [
+    ("owner_slurm=stop", "owner_slurm must be one of refuse, signal, not 'stop'"),
+    ("owner_docker=halt", "owner_docker must be one of stop, signal, refuse, not 'halt'"),
+    ("never_stop_units=a;b", "never_stop_units: 'a;b' is not a unit name"),
+])
+def test_a_bad_owner_variable_is_bad_input(cli: Cli, item: str, words: str) -> None:
+    done = cli("run", "post-extraction", "-i", "gpu01,", "-e", item)
+    assert done.code == 4
+    assert words in done.err and len(done.err.strip().splitlines()) == 1
+
+
+def test_a_bad_owner_variable_in_a_playbook_names_its_line(cli: Cli, tmp_path: Path) -> None:
+    book = tmp_path / "book.yaml"
+    book.write_text("name: b\ndescription: d\nvars:\n  grace: 1\n  owner_kubernetes: stop\n"
+                    "stages:\n  - {name: s, type: signal, pattern: sglang}\n")
+    done = cli("run", book, "-i", "gpu01,")
+    assert done.code == 4
+    assert f"{book}:5:" in done.err and "owner_kubernetes must be one of" in done.err
+
+
+WATCH = r"""
+fc_proc_load "$1"
+FC_PIDS=("$1")
+fc_holds_gpu() { return 0; }  # the holder's /dev/nvidiaN, which this machine has none of
+FC_OK[$1]=$2 FC_OI[$1]=$3 FC_PPID[$1]=$4
+fc_note_respawn_risk "$1"
+printf '%s %s\n' "$FC_RESPAWN_RISK" "${!FC_WATCH_OWNER[*]}"
+"""
+
+
+@pytest.mark.parametrize(("kind", "oid", "parent", "want"), [
+    ("plain", "", "1", "0 "),  # an orphan: init reaps it, nothing restarts it, no settle
+    ("plain", "", "PARENT", "1 "),  # its parent lives on and may start it again
+    ("tmux", "31", "1", "0 "),
+    ("docker", "3f" * 32, "1", f"1 docker {'3f' * 32}"),  # watched in its container
+    ("systemd", "vllm.service", "1", "1 systemd vllm.service"),
+])
+def test_the_respawn_watch_follows_the_owner(sleeper: int, kind: str, oid: str, parent: str,
+                                             want: str) -> None:
+    parent = str(os.getpid()) if parent == "PARENT" else parent
+    script = "".join(template(t) for t in ("lib.sh", "lib-kill.sh", "owner.sh",
+                                           "owner-act.sh")) + WATCH
+    done = subprocess.run(["bash", "-c", script, "bash", str(sleeper), kind, oid, parent],
+                          capture_output=True, text=True, check=False, timeout=30)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout == want + "\n"
