@@ -25,6 +25,9 @@ fc_self_init
 pid=$1 FC_IDX=1
 fc_proc_load "$pid"  # the one process of the table it needs: a scan of this machine is slow
 FC_PIDS=("$pid")
+if [[ -n $6 ]]; then  # the job's step, as slurmstepd titles itself on a node
+    FC_PIDS+=(4194000) FC_CMD[4194000]="slurmstepd: [$6]"
+fi
 FC_OWNER_ACT=([systemd]=stop [docker]=stop [slurm]=refuse [kubernetes]=refuse [plain]=signal)
 FC_OK[$pid]=$2 FC_OI[$pid]=$3 FC_ON[$pid]=$4
 FC_TARGETS=("$pid")
@@ -46,11 +49,12 @@ def sleeper() -> Iterator[int]:
         proc.wait()
 
 
-def act(tmp_path: Path, pid: int, kind: str, oid: str, name: str) -> tuple[str, str]:
+def act(tmp_path: Path, pid: int, kind: str, oid: str, name: str, *,
+        step: str = "") -> tuple[str, str]:
     script = "".join(template(t) for t in ("lib.sh", "lib-kill.sh", "owner.sh",
                                            "owner-act.sh")) + DRIVER
     done = subprocess.run(["bash", "-c", script, "bash", str(pid), kind, oid, name,
-                           str(tmp_path)], capture_output=True, text=True, check=False,
+                           str(tmp_path), step], capture_output=True, text=True, check=False,
                           timeout=30)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     warnings = parse_script_output(done.stdout, "", 0).warnings
@@ -79,12 +83,20 @@ def test_infrastructure_units_are_never_stopped(tmp_path: Path, sleeper: int) ->
 
 
 def test_a_slurm_job_is_refused_without_a_signal(tmp_path: Path, sleeper: int) -> None:
-    out, _ = act(tmp_path, sleeper, "slurm", "4242", "4242.0")
+    out, _ = act(tmp_path, sleeper, "slurm", "4242", "4242.0", step="4242.0")
     report = parse_script_output(out, "", 0)
     (refusal,) = report.refused
     assert (refusal.pid, refusal.fix) == (sleeper, "scancel 4242")
     assert refusal.who.startswith("Slurm job 4242 (user ")
     assert "\tleft-to-signal\t\n" in out and report.signalled == ()
+
+
+def test_a_finished_jobs_orphan_is_signalled(tmp_path: Path, sleeper: int) -> None:
+    # Its job's cgroup still holds it (proctrack/linuxproc), but no step of the job runs on
+    # the node any more: nobody's running job, so a process like any other.
+    out, _ = act(tmp_path, sleeper, "slurm", "4242", "4242.0")
+    assert f"\tleft-to-signal\t{sleeper}\n" in out
+    assert parse_script_output(out, "", 0).refused == ()
 
 
 def test_a_pod_without_crictl_is_named_by_its_uid(tmp_path: Path, sleeper: int) -> None:

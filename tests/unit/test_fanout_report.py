@@ -85,7 +85,10 @@ def test_a_run_cut_short_is_an_error_and_nothing_at_all_is_bad_input(cli: Cli,
 
 
 def _bash_without_comments(script: str) -> str:
-    return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    """The script's code: no comment lines, and no double-quoted text (a message may name
+    `scancel J` as what a person should run; running it is what must not happen)."""
+    code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    return re.sub(r'"[^"\n]*"', '""', code)
 
 
 def test_the_epilog_calls_no_slurm_command_and_sets_its_own_path() -> None:

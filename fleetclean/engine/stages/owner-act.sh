@@ -28,6 +28,18 @@ FC_INFRA_UNITS=(ssh.service sshd.service cron.service crond.service 'slurm*.serv
     munge.service 'systemd-*' 'dbus*' '*getty*' containerd.service 'docker.*'
     kubelet.service 'nvidia-*' 'dcgm*' 'nv-hostengine*' 'user@*' 'user-runtime-dir@*')
 
+# True while Slurm job $1 (J or J.STEP) runs here: its steps run under a `slurmstepd:
+# [J.S]` on the node. A process the job's cgroup still holds after the last one is gone
+# (proctrack/linuxproc lets a worker outlive its job) is a finished job's orphan, no
+# running job's: it is signalled as a plain process.
+fc_slurm_job_running() {
+    local job=${1%%.*} pid
+    for pid in "${FC_PIDS[@]}"; do
+        [[ ${FC_CMD[$pid]:-} == "slurmstepd: [$job."* ]] && return 0
+    done
+    return 1
+}
+
 # fc_owner_act SIGNAL GRACE_MS KILL_MS: refuse, stop through their owner, or leave to the
 # caller's signals each of FC_TARGETS; FC_TARGETS becomes what is left to signal.
 # Sets FC_OWNER_SAID (words for the stage's message), FC_OWNER_KEPT (refused),
@@ -40,6 +52,13 @@ fc_owner_act() {
     for p in "${FC_TARGETS[@]}"; do
         kind=${FC_OK[$p]:-plain} id=${FC_OI[$p]:-}
         case ${FC_OWNER_ACT[$kind]:-signal}:$kind in
+            refuse:slurm)
+                if fc_slurm_job_running "$id"; then
+                    fc_owner_refuse "$p"
+                else
+                    keep+=("$p")
+                fi
+                ;;
             refuse:*) fc_owner_refuse "$p" ;;
             stop:systemd | stop:docker) owned[$kind $id]+=" $p" ;;
             *) keep+=("$p") ;;
