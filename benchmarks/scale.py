@@ -4,7 +4,8 @@ Run as root on Linux: ``.venv/bin/python benchmarks/scale.py [--nodes 256] [--fo
 (``--nodes 1000`` for the issue's size). It brings up N simulated nodes, makes some busy
 (an SGLang tp8 server on every 10th node, a SIGTERM-ignoring holder, a slow-to-exit one),
 breaks some (nvidia-smi exit 18) and makes some slow to log in (``sim fault NODE
-slow-banner S`` where this simulator has it; skipped and said so where not), then runs
+slow-banner S`` and ``slow-auth S`` where this simulator has them; skipped and said so where
+not), then runs
 ``status`` (several times), ``post-extraction`` and ``status`` again with ``--json``.
 
 Truth comes from the simulator itself, read just before (status) or just after
@@ -134,30 +135,33 @@ def slow_banner_supported() -> bool:
     return "slow-banner" in done.stdout
 
 
+WORKLOADS = (  # (every ..th node, at offset, kind, options, label)
+    (10, 1, "sglang", {}, "sglang tp8"),
+    (20, 5, "stubborn", {"gpu": 3}, "stubborn (ignores SIGTERM)"),
+    (32, 7, "slow", {"gpu": 2, "delay": 3.0}, "slow to exit (3 s)"),
+)
+
+
 def prepare(fleet: SimFleet, *, slow_logins: bool) -> tuple[Counter[str], set[str]]:
     """Workloads and faults by node index; returns what was set up and the slow nodes."""
     made: Counter[str] = Counter()
     slow: set[str] = set()
+    taken: set[str] = set()
+    for every, offset, kind, opts, label in WORKLOADS:
+        names = [n.name for i, n in enumerate(fleet.nodes, start=1)
+                 if i % every == offset and n.name not in taken]
+        fleet.spawn_all(names, kind, **opts)
+        taken.update(names)
+        made[label] += len(names)
     for i, node in enumerate(fleet.nodes, start=1):
-        name = node.name
-        if i % 10 == 1:
-            fleet.spawn(name, "sglang")
-            made["sglang tp8"] += 1
-        elif i % 20 == 5:
-            fleet.spawn(name, "stubborn", gpu=3)
-            made["stubborn (ignores SIGTERM)"] += 1
-        elif i % 32 == 7:
-            fleet.spawn(name, "slow", gpu=2, delay=3.0)
-            made["slow to exit (3 s)"] += 1
-        elif i % 50 == 13:
-            fleet.set_fault(name, "nvml")
+        if i % 50 == 13 and node.name not in taken:
+            fleet.set_fault(node.name, "nvml")
             made["nvidia-smi exit 18"] += 1
-        if slow_logins and i % 25 == 9:
-            subprocess.run([FLEETCLEAN, "sim", "fault", name, "slow-banner",
-                            f"{SLOW_LOGIN_S:g}", "--state-dir", str(fleet.state_dir)],
-                           check=True, capture_output=True)
-            slow.add(name)
-            made[f"slow login ({SLOW_LOGIN_S:g} s banner)"] += 1
+        fault = {9: "slow-banner", 17: "slow-auth"}.get(i % 25) if slow_logins else None
+        if fault:
+            fleet.set_fault(node.name, fault, SLOW_LOGIN_S)
+            slow.add(node.name)
+            made[f"slow login ({SLOW_LOGIN_S:g} s {fault})"] += 1
     return made, slow
 
 

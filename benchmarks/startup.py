@@ -6,12 +6,19 @@ over the repetitions of this one run, and its ratio to ``python -c pass`` measur
 same run, interleaved with the others so that a busy machine slows every row alike.
 
 ``import ms`` is what ``-X importtime`` says the interpreter spent importing (the sum of
-its top-level cumulative times), so it leaves out the interpreter's own start and the run.
+its top-level cumulative times), so it leaves out the interpreter's own start and the run;
+``run ms`` is what is left of the median wall once ``python -c pass`` and the imports
+beyond its own are taken out: the command's own work.
+
+``--real``: on a machine with a real ``nvidia-smi`` and no simulator (a real H200 node),
+the rows are ``fleetclean status --local`` (table and ``--json``: this machine, no SSH),
+which only reads. ``--out FILE`` also writes the rows as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -72,7 +79,7 @@ def fmt(values: list[float], unit: str) -> str:
             f"({min(values):.3g}-{max(values):.3g})")
 
 
-def measure(rows: dict[str, list[str]], reps: int) -> None:
+def measure(rows: dict[str, list[str]], reps: int) -> list[dict[str, object]]:
     walls: dict[str, list[float]] = {name: [] for name in rows}
     imports: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(reps):
@@ -81,18 +88,28 @@ def measure(rows: dict[str, list[str]], reps: int) -> None:
             walls[name].append(wall)
             imports[name].append(imp)
     base = statistics.median(walls["python -c pass"])
+    base_imp = statistics.median(imports["python -c pass"])
     print(f"{'invocation':<44} {'wall median (min-max)':<26} {'x pass':>7}  "
-          "import ms median (min-max)")
+          f"{'import ms median (min-max)':<28} run ms")
+    out: list[dict[str, object]] = []
     for name in rows:
-        ratio = statistics.median(walls[name]) / base
-        print(f"{name:<44} {fmt(walls[name], 's'):<26} {ratio:>6.2f}x  "
-              f"{fmt(imports[name], 'ms')}")
+        wall, imp = statistics.median(walls[name]), statistics.median(imports[name])
+        # What `pass` costs (the interpreter, site's imports) is in every row: taken out once.
+        run_ms = max(0.0, (wall - base) * 1000 - (imp - base_imp))
+        print(f"{name:<44} {fmt(walls[name], 's'):<26} {wall / base:>6.2f}x  "
+              f"{fmt(imports[name], 'ms'):<28} {run_ms:.0f}")
+        out.append({"invocation": name, "wall_s": walls[name], "import_ms": imports[name],
+                    "run_ms": run_ms})
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--no-sim", action="store_true", help="skip the rows that need a fleet")
+    ap.add_argument("--real", action="store_true",
+                    help="fleetclean status --local on this machine's nvidia-smi, no simulator")
+    ap.add_argument("--out", type=Path, metavar="FILE", help="also write the rows as JSON")
     args = ap.parse_args()
     rows = {
         "python -c pass": ["-c", "pass"],
@@ -100,8 +117,12 @@ def main() -> int:
         "fleetclean status --help": ["-m", "fleetclean", "status", "--help"],
         "fleetclean playbooks": ["-m", "fleetclean", "playbooks"],
     }
-    if args.no_sim:
-        measure(rows, args.reps)
+    if args.real:
+        rows["fleetclean status --local (table)"] = ["-m", "fleetclean", "status", "--local"]
+        rows["fleetclean status --local --json"] = ["-m", "fleetclean", "status", "--local",
+                                                    "--json"]
+    if args.no_sim or args.real:
+        save(measure(rows, args.reps), args)
         return 0
     from fleetclean.sim import SimFleet
 
@@ -111,8 +132,16 @@ def main() -> int:
         rows["fleetclean status (2 sim nodes, table)"] = ["-m", "fleetclean", "status", *where]
         rows["fleetclean status (2 sim nodes, --json)"] = ["-m", "fleetclean", "status",
                                                           *where, "--json"]
-        measure(rows, args.reps)
+        save(measure(rows, args.reps), args)
     return 0
+
+
+def save(results: list[dict[str, object]], args: argparse.Namespace) -> None:
+    if args.out:
+        doc = {"mode": "real" if args.real else "simulated", "reps": args.reps,
+               "rows": results}
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"rows written to {args.out}")
 
 
 if __name__ == "__main__":
