@@ -16,7 +16,8 @@ per host (user+sys of that one child from ``os.wait4``: the simulated nodes' CPU
 in it), its peak RSS, and its peak threads and open fds (``/proc/PID/status`` and
 ``/proc/PID/fd`` sampled every 10 ms). Ratios are peer median / fleetclean median (above 1:
 fleetclean faster), min/median/max over the repetitions. ``--profile``: one more
-``status`` at the biggest size under cProfile, its top functions printed. The nodes share
+``status`` at the biggest size under cProfile (every thread's CPU, merged), its top
+functions printed. The nodes share
 this machine's cores with the controller and the peers.
 """
 
@@ -45,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FLEETCLEAN = str(ROOT / ".venv" / "bin" / "fleetclean")
 QUERY = "nvidia-smi --query-gpu=index,memory.used --format=csv,noheader"
 KEX = "-o KexAlgorithms=curve25519-sha256"
+BIG = 1000
 PSSH_PY = r"""
 import json, sys
 from pssh.clients import ParallelSSHClient
@@ -60,6 +62,37 @@ if script is not None:
 client.join(output)
 bad = [h.host for h in output if h.exit_code != 0 or not list(h.stdout)]
 sys.exit(f"parallel-ssh: {len(bad)} hosts failed: {bad[:5]}" if bad else 0)
+"""
+
+
+# cProfile sees one thread; the hosts run in threads (a pool, paramiko's transport
+# threads). One profile per thread, merged: where the controller's CPU goes.
+PROFILE_PY = r"""
+import cProfile, pstats, sys, threading, time
+profiles = []
+inner = threading.Thread._bootstrap_inner
+def bootstrap(self):
+    prof = cProfile.Profile(time.thread_time)  # this thread's CPU, not its waits
+    profiles.append(prof)
+    prof.enable()
+    try:
+        inner(self)
+    finally:
+        prof.disable()
+threading.Thread._bootstrap_inner = bootstrap
+main = cProfile.Profile(time.thread_time)
+profiles.append(main)
+from fleetclean.cli import main as cli
+main.enable()
+try:
+    cli(sys.argv[2:])
+except SystemExit:
+    pass
+main.disable()
+stats = pstats.Stats(*profiles[:1])
+for prof in profiles[1:]:
+    stats.add(prof)
+stats.dump_stats(sys.argv[1])
 """
 
 
@@ -131,7 +164,8 @@ class Bench:
         hosts = ",".join(self.names[:n])
         pdsh_env = dict(self.env, PDSH_SSH_ARGS=f"-F {self.cfg} -a -x {KEX} %h")
         runs = {k: Runs() for k in ("status", "pdsh", "pssh", "post-extraction", "pssh pe")}
-        for _ in range(self.args.reps):
+        reps = self.args.reps_big if n >= BIG and self.args.reps_big else self.args.reps
+        for _ in range(reps):
             timed(self.fc(inv, "status"), runs["status"], self.env, ok=(0, 1))
             timed(["pdsh", "-R", "ssh", "-f", str(self.args.forks), "-w", hosts, QUERY],
                   runs["pdsh"], pdsh_env)
@@ -144,14 +178,16 @@ class Bench:
         return runs
 
     def profile(self, n: int) -> None:
-        """Where a status run's time goes at ``n`` hosts (cProfile, in-process)."""
+        """Where a status run's CPU goes at ``n`` hosts: every thread's profile, merged."""
         inv = self.tmp / f"inv{n}.yaml"
-        out = self.tmp / "status.prof"
-        subprocess.run([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "fleetclean",
-                        "status", "-i", str(inv), "-f", str(self.args.forks)],
-                       env=self.env, capture_output=True, check=False)
-        stats = pstats.Stats(str(out))
-        stats.sort_stats("tottime").print_stats(18)
+        out = self.tmp / "run.prof"
+        subprocess.run([sys.executable, "-c", PROFILE_PY, str(out), "status", "-i", str(inv),
+                        "-f", str(self.args.forks)], env=self.env, capture_output=True,
+                       check=False)
+        print(f"--- profile: status at {n} hosts, every thread's CPU, by own time")
+        pstats.Stats(str(out)).sort_stats("tottime").print_stats(22)
+        print("--- by cumulative time")
+        pstats.Stats(str(out)).sort_stats("cumulative").print_stats(22)
 
 
 def report(n: int, runs: dict[str, Runs]) -> None:
@@ -172,6 +208,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 64, 256, 1000])
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps-big", type=int, default=0, metavar="N",
+                    help=f"repetitions at {BIG} nodes and more (default: --reps)")
     ap.add_argument("--busy", type=float, default=0.1, metavar="F")
     ap.add_argument("--forks", type=int, default=64)
     ap.add_argument("--profile", action="store_true")
