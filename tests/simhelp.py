@@ -82,8 +82,12 @@ def edit_inventory(fleet: SimFleet, dest: Path, *, group_vars: dict[str, Any] | 
 
 
 def alive(fleet: SimFleet, node: str, pids: list[int]) -> list[int]:
-    """The PIDs of ``pids`` still running in ``node`` (its own daemons included)."""
-    running = {p.pid for p in fleet.processes(node, include_system=True)}
+    """The PIDs of ``pids`` still running in ``node`` (its own daemons included). A process
+    in its exit, its memory already released (empty command line: it runs no more code of
+    its own and cannot come back), is dead, as fleetclean counts it: under load an exit
+    can outlast the run that caused it (seen at a load average of 80 in
+    test_nvidia_smi_faults_are_errors_with_one_line)."""
+    running = {p.pid for p in fleet.processes(node, include_system=True) if p.cmdline}
     return [p for p in pids if p in running]
 
 
