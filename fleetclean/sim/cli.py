@@ -303,6 +303,19 @@ def _down(state_dir: Path | None) -> None:
     print(f"simulated fleet in {root} is down")
 
 
+def busy_nodes(names: list[str], fraction: float) -> list[str]:
+    """``fraction`` of ``names``, spread evenly, the first node first (benchmarks' busy
+    nodes).
+
+    >>> busy_nodes([f"n{i}" for i in range(1, 21)], 0.1)
+    ['n1', 'n11']
+    >>> busy_nodes(["a", "b"], 0.0)
+    []
+    """
+    count = round(len(names) * fraction)
+    return [names[i * len(names) // count] for i in range(count)] if count else []
+
+
 def _targets(fleet: SimFleet, node: str) -> list[str]:
     if node == "all":
         return [n.name for n in fleet.nodes]

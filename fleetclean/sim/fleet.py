@@ -400,6 +400,15 @@ class SimFleet:
         started: list[int] = json.loads(done.stdout)
         return started
 
+    def spawn_all(self, refs: Sequence[NodeRef], kind: str, **opts: Any) -> dict[str, list[int]]:
+        """``spawn`` on every node of ``refs``, a few at a time (each is an nsenter and two
+        interpreter start-ups: CPU-bound); node name -> its PIDs."""
+        def one(ref: NodeRef) -> tuple[str, list[int]]:
+            return self.node(ref).name, self.spawn(ref, kind, **opts)
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            return dict(pool.map(one, refs))
+
     def processes(self, ref: NodeRef, include_system: bool = False) -> list[SimProcess]:
         """What runs in the node (init and the SSH listener only with include_system)."""
         return nodes_mod.processes(self.node(ref), include_system)
