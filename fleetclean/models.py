@@ -135,6 +135,11 @@ class Signalled:
     cmdline: str
     signal: str  # "TERM" or "KILL"
     stage: str = ""
+    # What made it a target: the part of the command line its stage's pattern matched
+    # (title, executable, module, script, code, cmdline), "tree" (in a match's tree) or
+    # "gpu" (a gpu-holders stage); and its identity, what match: identity reads.
+    match: str = ""
+    identity: str = ""
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,8 @@ def process_json(p: GpuProcess) -> dict[str, Any]:
 
 
 def signalled_json(signalled: tuple[Signalled, ...]) -> list[dict[str, Any]]:
-    return [{"pid": s.pid, "cmdline": s.cmdline, "signal": s.signal} for s in signalled]
+    return [{"pid": s.pid, "cmdline": s.cmdline, "signal": s.signal, "match": s.match,
+             "identity": s.identity} for s in signalled]
 
 
 def from_json(data: Any, *, interrupted: bool = False) -> RunResult:
@@ -164,7 +165,8 @@ def _host(h: dict[str, Any]) -> HostResult:
             for g in h.get("gpus", ())
         ),
         signalled=tuple(
-            Signalled(s["pid"], s["cmdline"], s["signal"]) for s in h.get("signalled", ())
+            Signalled(s["pid"], s["cmdline"], s["signal"], match=s.get("match", ""),
+                      identity=s.get("identity", "")) for s in h.get("signalled", ())
         ),
         slurm=_slurm(h.get("slurm")),
         processes=tuple(

@@ -33,7 +33,9 @@ def gpus(used: list[int | None]) -> tuple[GpuRow, ...]:
 def clean(name: str) -> HostResult:
     stage = StageResult("stop-server", "signal", "ok", matched=10, signalled=10, duration_s=0.2)
     return HostResult(name, HostStatus.CLEAN, None, 0.4, (stage,), gpus([0] * 8),
-                      signalled=(Signalled(4242, "python3 -m sglang.launch_server", "TERM"),))
+                      signalled=(Signalled(4242, "python3 -m sglang.launch_server", "TERM",
+                                           match="module",
+                                           identity="python3 -m sglang.launch_server"),))
 
 
 def folded_fleet() -> RunResult:
@@ -97,7 +99,8 @@ def test_json_follows_the_contract() -> None:
     assert set(host["gpus"][0]) == {"index", "uuid", "name", "memory_used_mib",
                                     "memory_total_mib", "processes"}
     assert host["signalled"] == [{"pid": 4242, "cmdline": "python3 -m sglang.launch_server",
-                                  "signal": "TERM"}]
+                                  "signal": "TERM", "match": "module",
+                                  "identity": "python3 -m sglang.launch_server"}]
     json.dumps(data)
 
 

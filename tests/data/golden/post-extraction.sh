@@ -20,6 +20,8 @@
 
 # [lib.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
+# [lib-match.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
 # [lib-kill.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [guard.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
@@ -62,6 +64,8 @@ fc_main() {
     # stage 2/7: "stop-server" (signal)
     fc_reset_opts
     opt_pattern=sglang.launch_server
+    opt_scope=all
+    opt_match=identity
     opt_signal=TERM
     opt_grace_ms=10000
     opt_kill_wait_ms=3000
@@ -71,6 +75,8 @@ fc_main() {
     # stage 3/7: "kill-workers" (signal)
     fc_reset_opts
     opt_pattern=sglang
+    opt_scope=related
+    opt_match=identity
     opt_signal=TERM
     opt_grace_ms=2000
     opt_kill_wait_ms=3000
@@ -80,6 +86,7 @@ fc_main() {
     # stage 4/7: "kill-gpu-holders" (gpu-holders)
     fc_reset_opts
     opt_filter=''
+    opt_match=identity
     opt_signal=TERM
     opt_grace_ms=2000
     opt_kill_wait_ms=3000
