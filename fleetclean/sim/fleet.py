@@ -308,8 +308,10 @@ class SimFleet:
         ``stuck`` (gpu, mib, name: state D once killed, until the ``unstick`` fault),
         ``slow-exit`` (gpu, delay, mib, name: once killed, DELAY seconds in its exit),
         ``monitor`` (name), ``persistenced`` (name, devices="ctl"|"all"), ``writer``
-        (path), ``respawn`` (gpu, mib). ``system=True`` marks the processes as the node's
-        own daemons (left out of ``processes``).
+        (path), ``respawn`` (gpu, mib), ``exec`` (argv, files, user, tty: a real program,
+        such as ``tail -f``, ``less`` or ``vim``, in a session of its own; the program's
+        PID, then its terminal's holder with ``tty``). ``system=True`` marks the processes
+        as the node's own daemons (left out of ``processes``).
         """
         argv = [node_python(), str(PACKAGE_DIR / "launcher.py"), kind, json.dumps(opts)]
         done = self.run_in(ref, argv)

@@ -4,7 +4,8 @@ argv area, comm as /proc/PID/comm holds it (15 bytes at most).
 
 One bash process reads every case (no simulator, no fork per case): each case is written as
 its raw cmdline bytes, and bash reads it with ``mapfile -d ''`` as ``fc_cmdline`` does, drops
-the empty tail (the padding) and calls ``fc_identity``.
+the empty tail (the padding) and calls ``fc_identity`` with those words in scope (``argv``,
+``lo``), as ``fc_cmdline`` calls it.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ while IFS= read -r -d '' comm && IFS= read -r -d '' file; do
     mapfile -d '' -t argv <"$file"
     n=${#argv[@]} lo=${#argv[@]}
     while ((lo > 0)) && [[ -z ${argv[lo - 1]} ]]; do lo=$((lo - 1)); done
-    fc_identity 1 "$comm" "$((n > lo))" "${argv[@]:0:lo}"
+    fc_identity 1 "$comm" "$((n > lo))"
     printf '%s\t%s\n' "${FC_IDPART[1]}" "${FC_IDENT[1]}"
 done
 """]

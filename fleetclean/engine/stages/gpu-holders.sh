@@ -53,7 +53,7 @@ fc_gpu_holders() {
 fc_stage_gpu_holders() {
     local p
     local -a hits=()
-    fc_scan
+    FC_WANT_IDENT=1 fc_scan
     fc_gpu_holders
     FC_WHY=()
     FC_RELWHY=()

@@ -1,9 +1,10 @@
-# shellcheck shell=bash disable=SC2034
+# shellcheck shell=bash disable=SC2034,SC2154
+# (argv and lo are fc_cmdline's locals: fc_identity runs inside it, bash scoping is dynamic.)
 # fleetclean stage library: what a process *is*, the part of its command line a signal
 # stage's pattern is matched against by default (match: identity). Rendered after lib.sh,
-# before lib-kill.sh, into the scripts of playbooks that signal; fc_cmdline calls
-# fc_identity for every process fc_scan reads, on the words it has already read: no fork,
-# no second read.
+# before lib-kill.sh, into the scripts of playbooks that signal; during the scan of a stage
+# that matches, fc_cmdline calls fc_identity for every process, on the words it has
+# already read: no fork, no second read.
 #
 # The identity is, in order:
 # - the process title, when the process set one: one string, NUL-padded by setproctitle
@@ -18,8 +19,10 @@
 #   tail -f /root/logs/sglang_server.log is "tail", vim sglang.md is "vim".
 # FC_IDENT[pid] holds it and FC_IDPART[pid] the part it is: title, executable, module,
 # script or code.
+# The stages that match set FC_WANT_IDENT=1 for their scan alone: the rescans of an
+# escalation, the respawn watch and the report of what was left do without.
 declare -gA FC_IDENT=() FC_IDPART=()
-FC_WANT_IDENT=1
+FC_WANT_IDENT=
 
 # Options that take a value (the next word when not attached), per wrapper or interpreter;
 # long ones in one list. Wrappers that take positionals before the command: timeout (the
@@ -33,14 +36,35 @@ FC_ID_LONG_VALS=" --unset --chdir --split-string --adjustment --signal --kill-af
  --eval --print --classpath --class-path --module-path --add-modules --module --rcfile
  --init-file "
 
-# fc_identity PID COMM PADDED WORD...: FC_IDENT[PID] and FC_IDPART[PID] from the command
-# line's words (NUL padding already dropped; PADDED 1 when there was some).
+# Interpreters by name, version suffix dropped (python3.11 -> python, perl5.36 -> perl):
+# their value-taking, code (-c, -e) and module (-m) option letters, "-" for none.
+declare -gA FC_ID_INTERP=([python]="XWQ c m" [pypy]="XWQ c m" [bash]="oO c -" [sh]="oO c -"
+    [dash]="oO c -" [zsh]="oO c -" [ksh]="oO c -" [mksh]="oO c -" [ash]="oO c -"
+    [node]="r ep -" [nodejs]="r ep -" [perl]="IrCMm eE -" [ruby]="IrCMm eE -"
+    [php]="cdz r -" [lua]="- e -" [luajit]="- e -" [Rscript]="- e -" [julia]="- e -"
+    [tclsh]="- e -" [java]=java)
+
+# fc_identity PID COMM PADDED: FC_IDENT[PID] and FC_IDPART[PID] from fc_cmdline's words
+# (its argv, lo of them once the NUL padding is dropped; PADDED 1 when there was some). Most
+# processes run a program that is neither a wrapper nor an interpreter: one lookup each,
+# no copy of their words (a scan reads every process of the node).
 fc_identity() {
-    local pid=$1 comm=$2 padded=$3
-    shift 3
-    fc_ident_of "$comm" "$padded" "$@"
-    FC_IDENT[$pid]=$REPLY
-    FC_IDPART[$pid]=$FC_PART
+    local pid=$1 a0=${argv[0]:-} base key
+    ((lo)) || return 0  # a kernel thread, or a process in its exit: never matched
+    if ((lo == 1)) && [[ $a0 != *" "* ]]; then
+        FC_IDENT[$pid]=$a0 FC_IDPART[$pid]=executable
+        if (($3)) || [[ $a0 == *:* ]]; then FC_IDPART[$pid]=title; fi
+        return 0
+    fi
+    base=${a0##*/}
+    key=${base%%[0-9]*}
+    if ((lo > 1)) && [[ -z ${FC_ID_WRAP_VALS[${base:-_}]+set} && -z ${FC_ID_INTERP[${key:-_}]+set} ]]
+    then
+        FC_IDENT[$pid]=$a0 FC_IDPART[$pid]=executable
+        return 0
+    fi
+    fc_ident_of "$2" "$3" "${argv[@]:0:lo}"
+    FC_IDENT[$pid]=$REPLY FC_IDPART[$pid]=$FC_PART
 }
 
 # fc_ident_of COMM PADDED WORD...: the identity in REPLY, its part in FC_PART.
@@ -84,7 +108,7 @@ fc_ident_skip() {
         if [[ $a == -- ]]; then
             i=$((i + 1))
             break
-        elif [[ $a =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; then
+        elif [[ $a == [A-Za-z_]*=* && ${a%%=*} != *[!A-Za-z0-9_]* ]]; then
             i=$((i + 1))
         elif [[ $a == --?* ]]; then
             i=$((i + 1))
@@ -105,7 +129,7 @@ fc_ident_words() {
     local i=0 n=$# base wrapper=0
     while ((i < n)); do
         base=${w[i]##*/}
-        [[ -n ${FC_ID_WRAP_VALS[$base]+set} ]] || break
+        [[ -n ${FC_ID_WRAP_VALS[${base:-_}]+set} ]] || break
         wrapper=$i
         i=$((i + 1))
         fc_ident_skip "${FC_ID_WRAP_VALS[$base]}" "${FC_ID_WRAP_POS[$base]:-0}"
@@ -116,15 +140,15 @@ fc_ident_words() {
     REPLY=$exe
     FC_PART=executable
     i=$((i + 1))
-    case $base in
-        python | python[0-9]* | pypy | pypy[0-9]*) fc_ident_run XWQ c m ;;
-        bash | sh | dash | zsh | ksh | mksh | ash) fc_ident_run oO c "" ;;
-        node | nodejs) fc_ident_run r ep "" ;;
-        perl | perl[0-9]* | ruby | ruby[0-9]*) fc_ident_run IrCMm eE "" ;;
-        php | php[0-9]*) fc_ident_run cdz r "" ;;
-        lua | luajit | lua[0-9]* | Rscript | julia | tclsh | tclsh[0-9]*) fc_ident_run "" e "" ;;
-        java) fc_ident_java ;;
-    esac
+    local conf=${base%%[0-9]*}
+    conf=${FC_ID_INTERP[${conf:-_}]:-}
+    if [[ $conf == java ]]; then
+        fc_ident_java
+    elif [[ -n $conf ]]; then
+        local vals=${conf%% *} codes=${conf#* } mods=${conf##* }
+        codes=${codes%% *}
+        fc_ident_run "${vals#-}" "${codes#-}" "${mods#-}"
+    fi
 }
 
 # fc_ident_run VALUE_LETTERS CODE_LETTERS MODULE_LETTERS: an interpreter's options from
@@ -174,7 +198,7 @@ fc_ident_script() {
     [[ $script == - ]] && return 0
     REPLY+=" $script"
     FC_PART=script
-    if [[ ${script##*/} != *.* && $next =~ ^[a-z][a-z0-9_-]*$ ]]; then
+    if [[ ${script##*/} != *.* && $next == [a-z]* && $next != *[!a-z0-9_-]* ]]; then
         REPLY+=" $next"
     fi
 }
@@ -221,7 +245,8 @@ fc_ident_command() {
         rest=${rest#"$word"}
         rest=${rest# }
         [[ -z $word || $word == [0-9]'>'* || $word == [\<\>]* ]] && continue
-        if ((${#words[@]} == 0)) && [[ $word == exec || $word =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; then
+        if ((${#words[@]} == 0)) && [[ $word == exec ||
+            ($word == [A-Za-z_]*=* && ${word%%=*} != *[!A-Za-z0-9_]*) ]]; then
             continue
         fi
         words+=("$word")

@@ -92,7 +92,7 @@ fc_cmdline() {
     done
     FC_ARGV0_ONE=${argv[0]:-}
     if [[ -n ${FC_WANT_IDENT:-} && -n ${2+set} ]]; then
-        fc_identity "$1" "$2" "$((n > lo))" "${argv[@]:0:lo}"
+        fc_identity "$1" "$2" "$((n > lo))"
     fi
     IFS=' '
     REPLY="${argv[*]:0:lo}"

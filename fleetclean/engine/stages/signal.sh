@@ -8,7 +8,7 @@
 # opt_grace_ms, opt_kill_wait_ms, opt_tree (0/1).
 fc_stage_signal() {
     local pattern=$opt_pattern
-    fc_scan
+    FC_WANT_IDENT=1 fc_scan
     fc_match "$pattern" "" "$opt_match" || { FC_STATUS=failed; return 0; }
     FC_SPARED=0
     FC_RELWHY=()
