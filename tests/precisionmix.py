@@ -204,10 +204,10 @@ def run_rounds(fleet: SimFleet, cli: Cli, tmp_path: Path, rounds: int, seed: int
                 totals["signals"] += len(host["signalled"])
             for node, plan in plans.items():
                 totals.update(plan.kinds)
-                totals["targets_gone"] += len(plan.targets)
-                totals["kept_alive"] += len(plan.keep)
-                totals["bystanders_alive"] += len(plan.bystanders)
-                totals["bystander_children_unsignalled"] += len(children[node])
+                totals["target_pids"] += len(plan.targets)
+                totals["protected_or_unrelated_pids"] += len(plan.keep)
+                totals["bystander_pids"] += len(plan.bystanders)
+                totals["bystander_children"] += len(children[node])
                 leftover = [*plan.targets, *plan.keep, *plan.bystanders, *children[node]]
                 if leftover:  # reset the node for the next round: our own test processes
                     fleet.run_in(node, ["kill", "-KILL", *map(str, leftover)])
@@ -223,12 +223,15 @@ def _check(fleet: SimFleet, host: dict[str, Any], plan: Plan, children: set[int]
            where: str, *, quiet: bool) -> Counter[str]:
     """What went wrong on one host, by kind (empty: nothing), each with an example."""
     node = host["host"]
-    running = {p.pid for p in fleet.processes(node)}
+    procs = fleet.processes(node)
+    running = {p.pid for p in procs}
+    # A target in its exit (command line already empty) is gone, as the teardown judges it.
+    live = {p.pid for p in procs if p.cmdline}
     signalled = {s["pid"]: s for s in host["signalled"]}
     expected = [plan.protected_gpu[i] for i in range(8)]
     bad: Counter[str] = Counter()
     bad["hosts_not_clean"] += host["status"] != "clean"
-    bad["targets_left"] += len(set(plan.targets) & running)
+    bad["targets_left"] += len(set(plan.targets) & live)
     bad["protected_or_unrelated_signalled"] += len(signalled.keys() & set(plan.keep))
     bad["protected_or_unrelated_dead"] += len(set(plan.keep) - running)
     bad["bystanders_signalled"] += len(signalled.keys() & (set(plan.bystanders) | children))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from simhelp import Cli, alive, reset_node
+from simhelp import Cli, alive, live, reset_node
 
 from fleetclean.sim import SimFleet
 
@@ -70,7 +70,7 @@ def test_tail_and_analysis_script_survive_while_server_workers_orphans_go(
     assert res.code == 0 and host["status"] == "clean", (res.out, res.err)
     assert alive(fleet, "node01", list(keep.values())) == list(keep.values())
     assert not set(keep.values()) & set(signalled(host))
-    assert alive(fleet, "node01", server + orphan + crashed) == []
+    assert live(fleet, "node01", server + orphan + crashed) == []
     assert fleet.gpu_used_mib("node01") == [0] * 8
     # The crashed server's detokenizer holds no GPU: it is taken as an orphaned worker.
     detok = max(crashed)
@@ -119,6 +119,6 @@ def test_match_cmdline_restores_the_whole_command_line_match(
     res = cli("run", book, "-i", fleet.inventory_path, "--json")
     by_pid = signalled(res.host("node01"))
     assert res.code == 0, res.out + res.err
-    assert alive(fleet, "node01", list(keep.values())) == [], (keep, by_pid)
+    assert live(fleet, "node01", list(keep.values())) == [], (keep, by_pid)
     assert by_pid[keep["tail"]]["match"] == "cmdline"
     assert by_pid[keep["analyze"]]["cmdline"].startswith(f"python3 {SCRIPT}")
