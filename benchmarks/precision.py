@@ -20,6 +20,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +49,14 @@ def in_process(*argv: str | Path) -> CliResult:
     return CliResult(code, out.getvalue(), err.getvalue(), time.monotonic() - t0)
 
 
+def report(done: int, totals: Counter[str]) -> None:
+    """One line per round on stderr: a long run can be followed, and read if cut short."""
+    bad = {k: totals[k] for k in FAILURES if totals[k]}
+    print(f"round {done + 1}: {totals['teardowns']} teardowns, {totals['target_pids']} targets, "
+          f"{totals['bystander_pids']} bystanders, failures {bad or 0}", file=sys.stderr,
+          flush=True)
+
+
 def run(nodes: int, rounds: int, seed: int, baseline: bool) -> int:
     with tempfile.TemporaryDirectory(prefix="fleetclean-precision-") as tmp:
         work = Path(tmp)
@@ -55,7 +64,7 @@ def run(nodes: int, rounds: int, seed: int, baseline: bool) -> int:
         t0 = time.monotonic()
         with SimFleet.up(nodes, work / "sim", subnet=free_subnet()) as fleet:
             totals = run_rounds(fleet, in_process, work, rounds=rounds, seed=seed,
-                                strict=False, broad=baseline)
+                                strict=False, broad=baseline, progress=report)
         seconds = time.monotonic() - t0
     what = "baseline (match: cmdline, scope: all)" if baseline else "built-in kill stages"
     print(f"precision, {what}: {nodes} nodes x {rounds} rounds, seed {seed}, {seconds:.0f} s")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
@@ -173,11 +174,13 @@ def _descendants(fleet: SimFleet, node: str, roots: list[int]) -> set[int]:
 
 
 def run_rounds(fleet: SimFleet, cli: Cli, tmp_path: Path, rounds: int, seed: int, *,
-               strict: bool = True, broad: bool = False) -> Counter[str]:
+               strict: bool = True, broad: bool = False,
+               progress: Callable[[int, Counter[str]], None] | None = None) -> Counter[str]:
     """Tear down ``rounds`` mixes on every node; the totals, failures included (keys
     ``hosts_not_clean``, ``targets_left``, ``bystanders_signalled``, ...). ``strict``: the
     first failure is an AssertionError. ``broad``: the kill stages match whole command
-    lines with scope: all, as before issue #13 (the baseline)."""
+    lines with scope: all, as before issue #13 (the baseline). ``progress(round, totals)``
+    is called after every round."""
     books = {}
     for name in ("post-extraction", "free-gpus"):
         books[name] = tmp_path / f"precision-{name}.yml"
@@ -211,6 +214,8 @@ def run_rounds(fleet: SimFleet, cli: Cli, tmp_path: Path, rounds: int, seed: int
                 leftover = [*plan.targets, *plan.keep, *plan.bystanders, *children[node]]
                 if leftover:  # reset the node for the next round: our own test processes
                     fleet.run_in(node, ["kill", "-KILL", *map(str, leftover)])
+            if progress is not None:
+                progress(r, totals)
     return totals
 
 
