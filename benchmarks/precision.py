@@ -74,6 +74,8 @@ def run(nodes: int, rounds: int, seed: int, baseline: bool) -> int:
     print("failures:")
     for key in FAILURES:
         print(f"  {key}: {totals[key]}")
+    print(f"hosts whose script never ran (transport failures, not judged): "
+          f"{totals['hosts_not_run']}")
     return 1 if any(totals[k] for k in FAILURES) else 0
 
 

@@ -197,8 +197,14 @@ def run_rounds(fleet: SimFleet, cli: Cli, tmp_path: Path, rounds: int, seed: int
             res = cli("run", books[book], "-i", fleet.inventory_path, "--json",
                       "-e", f"protect={','.join(USER_PROTECT)}")
             where = f"seed {seed} round {r} ({book})"
-            assert res.code in (0, 1), f"{where}: {res.out}{res.err}"
+            assert res.code in (0, 1, 2), f"{where}: {res.out}{res.err}"
             for host in res.json()["hosts"]:
+                if host["status"] not in ("clean", "dirty", "faulty") and not strict:
+                    # The script never ran (the transport failed: a loaded machine's sshd
+                    # late with its banner): nothing to judge, counted apart.
+                    print(f"{where}: {host['host']}: {host['status']}: {host['error']}")
+                    totals["hosts_not_run"] += 1
+                    continue
                 bad = _check(fleet, host, plans[host["host"]], children[host["host"]], where,
                              quiet=broad)
                 assert not (strict and bad), (where, host["host"], dict(bad), host["error"])
