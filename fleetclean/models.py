@@ -183,6 +183,11 @@ class Signalled:
     # "TERM", "KILL", ...; "stop": stopped through its owner (systemctl stop, docker stop)
     signal: str
     stage: str = ""
+    # What made it a target: the part of the command line its stage's pattern matched
+    # (title, executable, module, script, code, cmdline), "tree" (in a match's tree) or
+    # "gpu" (a gpu-holders stage); and its identity, what match: identity reads.
+    match: str = ""
+    identity: str = ""
     owner: Owner | None = None
 
 

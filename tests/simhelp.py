@@ -91,6 +91,14 @@ def alive(fleet: SimFleet, node: str, pids: list[int]) -> list[int]:
     return [p for p in pids if p in running]
 
 
+def live(fleet: SimFleet, node: str, pids: list[int]) -> list[int]:
+    """The PIDs of ``pids`` that still run a program: not a zombie, not in their exit (their
+    command line already empty while the kernel closes their files), the rule by which a
+    teardown takes a process for gone."""
+    running = {p.pid for p in fleet.processes(node, include_system=True) if p.cmdline}
+    return [p for p in pids if p in running]
+
+
 def reset_node(fleet: SimFleet, node: str = "node01") -> None:
     """Back to an idle node for the next test of a module that shares the fleet: every
     workload killed by PID (the node's own daemons stay), faults and leaks cleared."""

@@ -36,7 +36,8 @@ DEFAULT_EPILOG_LOG = "/var/log/fleetclean/epilog.log"
 # What a job left behind is signalled first: the leftovers of one job, not a fleet's server
 # stopped by hand, so a short grace (the node is COMPLETING, taking no job, meanwhile).
 JOB_STAGE = ResolvedStage("job-leftovers", "slurm-job",
-                          {"signal": "TERM", "grace": 3.0, "kill_wait": 3.0, "tree": True})
+                          {"match": "identity", "signal": "TERM", "grace": 3.0,
+                           "kill_wait": 3.0, "tree": True})
 _RUNTIME_HOST = '"$FC_TARGET_HOST"'
 
 

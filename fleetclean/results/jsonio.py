@@ -155,8 +155,8 @@ def process_json(p: GpuProcess) -> dict[str, Any]:
 
 
 def signalled_json(signalled: tuple[Signalled, ...]) -> list[dict[str, Any]]:
-    return [{"pid": s.pid, "cmdline": s.cmdline, "signal": s.signal,
-             "owner": owner_json(s.owner)} for s in signalled]
+    return [{"pid": s.pid, "cmdline": s.cmdline, "signal": s.signal, "match": s.match,
+             "identity": s.identity, "owner": owner_json(s.owner)} for s in signalled]
 
 
 def from_json(data: Any, *, interrupted: bool = False) -> RunResult:
@@ -194,7 +194,8 @@ def _host(h: dict[str, Any]) -> HostResult:
             for g in h.get("gpus", ())
         ),
         signalled=tuple(
-            Signalled(s["pid"], s["cmdline"], s["signal"], owner=_owner(s.get("owner")))
+            Signalled(s["pid"], s["cmdline"], s["signal"], match=s.get("match", ""),
+                      identity=s.get("identity", ""), owner=_owner(s.get("owner")))
             for s in h.get("signalled", ())
         ),
         slurm=_slurm(h.get("slurm")),

@@ -9,8 +9,10 @@ cannot break the framing. Any other line (stray output, a banner) is ignored. Ki
 begin      version, playbook, host, check (0/1)
 lock       ok | busy | none, lock path
 stage      index, name, type             (a stage starts; "verify" for the verification)
-match      index, pid, cmdline           (a process the stage targets)
-signal     index, pid, TERM|KILL|..., cmdline
+match      index, pid, cmdline, why, identity   (a process the stage targets; why: the
+           part its pattern matched, title|executable|module|script|code|cmdline, or
+           tree|gpu)
+signal     index, pid, TERM|KILL|..., cmdline, why, identity
 stuck      index, pid, cmdline           (in state D after SIGKILL: stuck in the kernel)
 unstuck    pid                           (a stuck process that ended before the script did)
 change     index, text                   (what was or would be changed)
@@ -136,7 +138,9 @@ def _match(st: Readings, a: list[str]) -> None:
 def _signal(st: Readings, a: list[str]) -> None:
     stage = st.stages.get(a[0])
     st.signalled.append(Signalled(pid=int(a[1]), cmdline=a[3], signal=a[2],
-                                  stage=stage.name if stage else ""))
+                                  stage=stage.name if stage else "",
+                                  match=a[4] if len(a) > 4 else "",
+                                  identity=a[5] if len(a) > 5 else ""))
 
 
 def _stuck(st: Readings, a: list[str]) -> None:

@@ -380,8 +380,10 @@ class SimFleet:
         ``stuck`` (gpu, mib, name: state D once killed, until the ``unstick`` fault),
         ``slow-exit`` (gpu, delay, mib, name: once killed, DELAY seconds in its exit),
         ``monitor`` (name), ``persistenced`` (name, devices="ctl"|"all"), ``writer``
-        (path), ``respawn`` (gpu, delay, mib), ``holder`` (gpus, mib, name); and under a
-        supervisor, running kind ``run`` (``holder`` by default): ``service``,
+        (path), ``respawn`` (gpu, delay, mib), ``holder`` (gpus, mib, name), ``exec`` (argv,
+        files, uid, tty: a real program, such as ``tail -f``, ``less`` or ``vim``, in a
+        session of its own; the program's PID, then its terminal's holder with ``tty``); and
+        under a supervisor, running kind ``run`` (``holder`` by default): ``service``,
         ``container``, ``pod``, ``tmux``, ``screen``, ``slurm-job`` (``sim/supervised.py``).
         ``system=True`` marks the processes as the node's own daemons (left out of
         ``processes``).

@@ -13,11 +13,13 @@ holds /dev/nvidia3 and ignores SIGTERM. An unknown kind exits 2 with a message.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import select
 import sys
+import termios
 import time
 from typing import Any
 
@@ -268,9 +270,99 @@ def read_ready(fd: int) -> list[int]:
     return [int(line) for line in buf.split()]
 
 
+def start_exec(opts: dict[str, Any]) -> list[int]:
+    """Kind ``exec``: the real program ``argv`` (tail, less, vim, a user's script), exec'd
+    as a person's command is, in a session of its own, parent the node's init once the
+    launcher exits. ``files`` ({path: text}) are written first; ``uid`` runs it as
+    another user; ``tty`` gives it a terminal (pagers and editors need one), whose master
+    side a holder process keeps open and drains. PIDs: the program, then the holder."""
+    argv = [str(a) for a in opts["argv"]]
+    for path, text in opts.get("files", {}).items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    uid = int(opts.get("uid", 0))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TERM": "xterm", "LANG": "C.UTF-8",
+           "HOME": "/root" if uid == 0 else "/tmp"}
+    read_end, write_end = os.pipe()  # not inheritable: closed by the exec
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_end)
+            os.setsid()
+            if opts.get("tty"):
+                _exec_on_tty(write_end)
+            else:
+                devnull = os.open("/dev/null", os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(devnull, fd)
+            if uid:
+                os.setgid(uid)
+                os.setuid(uid)
+            os.chdir(env["HOME"])
+            os.write(write_end, f"{os.getpid()}\n".encode())
+            os.execvpe(argv[0], argv, env)
+        except OSError as exc:
+            os.write(write_end, f"!{argv[0]}: {exc}\n".encode())
+        finally:
+            os._exit(127)
+    os.close(write_end)
+    out = b""
+    while chunk := os.read(read_end, 4096):
+        out += chunk
+    if b"!" in out or not out:
+        raise RuntimeError(out.decode(errors="replace").strip() or "exec failed")
+    program = int(out.split()[0])
+    _wait_exec(program, argv[0])
+    return [program] if program == pid else [program, pid]
+
+
+def _wait_exec(pid: int, argv0: str) -> None:
+    """Until PID's command line is the new program's. The pipe's end of file comes as the
+    exec closes it, a moment before the kernel has set up the new argv: /proc/PID/cmdline
+    reads empty meanwhile, and a scan then takes the process for one in its exit."""
+    want = argv0.encode() + b"\0"
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read(len(want)) == want:
+                    return
+        except OSError:
+            return  # gone: the caller will see it is
+        time.sleep(0.002)
+    raise TimeoutError(f"pid {pid} did not exec {argv0} within {READY_TIMEOUT_S:.0f} s")
+
+
+def _exec_on_tty(write_end: int) -> None:
+    """Fork: the child (returning) gets a new pty as its controlling terminal; this process
+    stays the holder, reading the master side until the child closes it, then exits."""
+    master, slave = os.openpty()
+    child = os.fork()
+    if child:
+        os.close(slave)
+        os.close(write_end)
+        devnull = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        with contextlib.suppress(OSError):
+            while os.read(master, 65536):
+                pass
+        os._exit(0)
+    os.close(master)
+    os.setsid()
+    fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+    for fd in (0, 1, 2):
+        os.dup2(slave, fd)
+    os.close(slave)
+
+
 def main(argv: list[str]) -> int:
     kind = argv[1]
     opts: dict[str, Any] = json.loads(argv[2]) if len(argv) > 2 else {}
+    if kind == "exec":
+        print(json.dumps(start_exec(opts)))
+        return 0
     if kind in SUPERVISED:
         if __package__:
             from fleetclean.sim import supervised

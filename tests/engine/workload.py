@@ -3,10 +3,14 @@
     python3 workload.py --ready FILE [--hold /dev/nvidia0]... [--term exit|ignore|slow]
                         [--setsid] [--worker TAG]... [--orphan TAG] [--write PATH] TAG...
 
-Trailing TAG words only shape the command line, as SGLang's arguments do.
+Trailing TAG words are what the process then shows, as the real ones do: several become
+its command line (NUL-separated, as an exec'd ``python3 -m sglang.launch_server --tp 8``
+reads), a single one its title (NUL-padded, comm set to it, as setproctitle does:
+``sglang::scheduler_TP0``).
 """
 
 import argparse
+import ctypes
 import os
 import signal
 import subprocess
@@ -23,6 +27,25 @@ p.add_argument("--orphan")
 p.add_argument("--write")
 p.add_argument("tags", nargs="*")
 a, extra = p.parse_known_args()
+
+
+def show_as(tags):
+    """Overwrite the argv area in place with the tags (it holds them: they are part of it)."""
+    with open("/proc/self/stat", "rb") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(b")") + 2:].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+    data = "\0".join(tags).encode()[: end - start - 1]
+    ctypes.memset(start, 0, end - start)
+    ctypes.memmove(start, data, len(data))
+    if len(tags) == 1:
+        with open("/proc/self/comm", "w") as f:
+            f.write(tags[0][:15])
+
+
+if a.tags:
+    # The TAG words come last; argparse took "-m" and "--tp" of them as unknown options.
+    show_as(sys.argv[len(sys.argv) - len(a.tags) - len(extra):])
 
 if a.setsid:
     os.setsid()

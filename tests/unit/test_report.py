@@ -33,7 +33,9 @@ def gpus(used: list[int | None]) -> tuple[GpuRow, ...]:
 def clean(name: str) -> HostResult:
     stage = StageResult("stop-server", "signal", "ok", matched=10, signalled=10, duration_s=0.2)
     return HostResult(name, HostStatus.CLEAN, None, 0.4, (stage,), gpus([0] * 8),
-                      signalled=(Signalled(4242, "python3 -m sglang.launch_server", "TERM"),))
+                      signalled=(Signalled(4242, "python3 -m sglang.launch_server", "TERM",
+                                           match="module",
+                                           identity="python3 -m sglang.launch_server"),))
 
 
 def folded_fleet() -> RunResult:
@@ -98,7 +100,9 @@ def test_json_follows_the_contract() -> None:
                                     "memory_total_mib", "processes"}
     # owner: null where the script named none (a record from before owners)
     assert host["signalled"] == [{"pid": 4242, "cmdline": "python3 -m sglang.launch_server",
-                                  "signal": "TERM", "owner": None}]
+                                  "signal": "TERM", "match": "module",
+                                  "identity": "python3 -m sglang.launch_server",
+                                  "owner": None}]
     json.dumps(data)
 
 

@@ -1,12 +1,13 @@
-# shellcheck shell=bash disable=SC2034,SC2154
+# shellcheck shell=bash disable=SC2034,SC2154,SC2004
 # (opt_* are assigned, and FC_* read, by the rendered script around this template.)
 # Stage "gpu-holders": the processes that use GPU memory, minus protected ones; optionally
-# only those whose command line matches opt_filter. nvidia-smi's compute apps first; the
-# holders of /dev/nvidiaN only for a GPU whose memory no compute app explains (or every
-# GPU when nvidia-smi cannot say), and among those only CUDA processes (with
-# /dev/nvidia-uvm open): an NVML user (a monitoring agent, nvidia-smi itself) keeps the
-# device files open too, uses no GPU memory, and is never a target.
-# Options: opt_filter, opt_signal, opt_grace_ms, opt_kill_wait_ms, opt_tree (0/1).
+# only those whose identity (match: cmdline, command line) matches opt_filter.
+# nvidia-smi's compute apps first; the holders of /dev/nvidiaN only for a GPU whose memory
+# no compute app explains (or every GPU when nvidia-smi cannot say), and among those only
+# CUDA processes (with /dev/nvidia-uvm open): an NVML user (a monitoring agent, nvidia-smi
+# itself) keeps the device files open too, uses no GPU memory, and is never a target.
+# Options: opt_filter, opt_match (identity|cmdline), opt_signal, opt_grace_ms,
+# opt_kill_wait_ms, opt_tree (0/1).
 
 # Sets FC_HOLDERS (pid list, may repeat), FC_NVSMI_NOTE (why device files were read for
 # every GPU, or empty), and for a scope (scope.sh) the GPUs each holder is on:
@@ -68,8 +69,10 @@ fc_holder_in_scope() {
 fc_stage_gpu_holders() {
     local p
     local -a hits=()
-    fc_scan
+    FC_WANT_IDENT=1 fc_scan
     fc_gpu_holders
+    FC_WHY=()
+    FC_RELWHY=()
     for p in "${FC_HOLDERS[@]}"; do
         [[ -n ${FC_CMD[$p]:-} ]] || continue
         # --gpus, an epilog's job: only holders of the scope's GPUs (scope.sh).
@@ -77,9 +80,11 @@ fc_stage_gpu_holders() {
             continue
         fi
         if [[ -n $opt_filter ]]; then
-            [[ ${FC_CMD[$p]} =~ $opt_filter ]] || continue
+            fc_subject "$p" "$opt_match"
+            [[ $REPLY =~ $opt_filter ]] || continue
         fi
         hits+=("$p")
+        FC_WHY[$p]=gpu
     done
     if ((opt_tree)); then
         fc_expand "${hits[@]}"

@@ -1,12 +1,14 @@
 """Stage type ``gpu-holders``: signal every process holding a GPU.
 
 Holders come from nvidia-smi's compute apps and from ``/dev/nvidiaN`` file descriptors,
-minus protected processes; ``filter`` (an ERE, empty for all) narrows them by command line.
+minus protected processes; ``filter`` (an ERE, empty for all) narrows them by identity (or,
+``match: cmdline``, by command line; see the ``signal`` stage type).
 
 >>> from fleetclean.engine.model import ResolvedStage
 >>> STAGE.assignments(ResolvedStage("free", "gpu-holders", {
-...     "filter": "", "signal": "TERM", "grace": 5.0, "kill_wait": 3.0, "tree": False}))[:2]
-["opt_filter=''", 'opt_signal=TERM']
+...     "filter": "", "match": "identity", "signal": "TERM", "grace": 5.0, "kill_wait": 3.0,
+...     "tree": False}))[:3]
+["opt_filter=''", 'opt_match=identity', 'opt_signal=TERM']
 """
 
 from __future__ import annotations
@@ -27,5 +29,5 @@ STAGE = StageType(
     options=(Option("filter", ere_or_empty, ""), *signalling_options(grace=5)),
     assignments=_assignments,
     template=packaged("gpu-holders.sh"),
-    libraries=("lib-kill.sh", "owner.sh", "owner-act.sh"),
+    libraries=("lib-match.sh", "lib-kill.sh", "owner.sh", "owner-act.sh"),
 )

@@ -7,10 +7,14 @@
 # into the scripts of playbooks that signal; a status script does without it.
 
 # ---------------------------------------------------------------------------- matching
-# PIDs whose full command line matches ERE $1 (and, if set, ERE $2); sets FC_HITS.
+# PIDs whose identity (lib-ident.sh; MODE cmdline: whole command line) matches ERE $1
+# (and, if set, ERE $2); sets FC_HITS and, per hit, FC_WHY (the part that matched: title,
+# executable, module, script, code or cmdline).
+declare -gA FC_WHY=()
 fc_match() {
-    local pattern=$1 filter=${2:-} pid rc
+    local pattern=$1 filter=${2:-} mode=${3:-identity} pid rc subject
     FC_HITS=()
+    FC_WHY=()
     [[ "" =~ $pattern ]]
     rc=$?
     if ((rc == 2)); then
@@ -19,13 +23,42 @@ fc_match() {
     fi
     for pid in "${FC_PIDS[@]}"; do
         [[ -n ${FC_CMD[$pid]} ]] || continue
-        [[ ${FC_CMD[$pid]} =~ $pattern ]] || continue
+        fc_subject "$pid" "$mode"
+        subject=$REPLY
+        [[ $subject =~ $pattern ]] || continue
         if [[ -n $filter ]]; then
-            [[ ${FC_CMD[$pid]} =~ $filter ]] || continue
+            [[ $subject =~ $filter ]] || continue
         fi
         FC_HITS+=("$pid")
+        FC_WHY[$pid]=$FC_PART
     done
     return 0
+}
+
+# What PID's pattern is matched against (REPLY) and which part that is (FC_PART).
+fc_subject() {
+    if [[ $2 == cmdline ]]; then
+        REPLY=${FC_CMD[$1]} FC_PART=cmdline
+    else
+        REPLY=${FC_IDENT[$1]:-} FC_PART=${FC_IDPART[$1]:-}
+    fi
+}
+
+# Why PID is a target: the part its own match was on, "gpu" (gpu-holders), else "tree"
+# (a descendant, or in a process group or session a match leads).
+fc_why() {
+    REPLY=${FC_WHY[$1]:-tree}
+}
+
+# The same, for a person: "module: python3 -m sglang.launch_server", "tree", plus why a
+# match of a stage with scope: related belongs to the server.
+fc_why_text() {
+    fc_why "$1"
+    case $REPLY in
+        tree | gpu | cmdline) ;;
+        *) REPLY+=": ${FC_IDENT[$1]:-}" ;;
+    esac
+    [[ -n ${FC_RELWHY[$1]:-} ]] && REPLY+="; ${FC_RELWHY[$1]}"
 }
 
 # Add descendants, and the members of process groups and sessions that a target leads
@@ -166,7 +199,8 @@ fc_send() {
         fc_alive "$p" "${start[$p]}" "${cmd[$p]}" || continue
         if kill -s "$sig" "$p" 2>/dev/null; then
             FC_SIGNALLED=$((FC_SIGNALLED + 1))
-            fc_rec signal "$FC_IDX" "$p" "$sig" "${cmd[$p]}"
+            fc_why "$p"
+            fc_rec signal "$FC_IDX" "$p" "$sig" "${cmd[$p]}" "$REPLY" "${FC_IDENT[$p]:-}"
             fc_now_us
             FC_LAST_SIGNAL_US=$REPLY
         elif fc_alive "$p" "${start[$p]}" "${cmd[$p]}"; then
@@ -206,8 +240,9 @@ fc_wait_gone() {
 
 # Signal-or-list the targets (FC_TARGETS); the shared tail of signal and gpu-holders.
 fc_act_on_targets() {
-    local sig=$1 grace_ms=$2 kill_ms=$3 p
+    local sig=$1 grace_ms=$2 kill_ms=$3 p owner
     local -a fresh=()
+    fc_note_related "${FC_TARGETS[@]}"
     if ((FC_CHECK)); then
         # In a real run an earlier stage would already have stopped these: list each
         # process under the first stage that would act on it, not under every stage.
@@ -219,7 +254,8 @@ fc_act_on_targets() {
     fi
     FC_MATCHED=${#FC_TARGETS[@]}
     for p in "${FC_TARGETS[@]}"; do
-        fc_rec match "$FC_IDX" "$p" "${FC_CMD[$p]}"
+        fc_why "$p"
+        fc_rec match "$FC_IDX" "$p" "${FC_CMD[$p]}" "$REPLY" "${FC_IDENT[$p]:-}"
     done
     if ((FC_MATCHED == 0)); then
         FC_STATUS=ok
@@ -233,7 +269,9 @@ fc_act_on_targets() {
         FC_MESSAGE="${FC_OWNER_SAID}would signal ${#FC_TARGETS[@]} process(es) with $sig"
         for p in "${FC_TARGETS[@]}"; do
             fc_owner_words "$p"
-            fc_rec change "$FC_IDX" "would send $sig to $p (${FC_CMD[$p]})$REPLY"
+            owner=$REPLY
+            fc_why_text "$p"
+            fc_rec change "$FC_IDX" "would send $sig to $p (${FC_CMD[$p]})$owner [$REPLY]"
         done
         return 0
     fi

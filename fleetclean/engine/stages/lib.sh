@@ -80,11 +80,13 @@ fc_read_stat() {
 # threads, the exiting and the gone. setproctitle leaves its title followed by hundreds of
 # NULs, i.e. hundreds of empty elements: the first of the empty tail is found by bisection
 # ("every element from k on is empty" holds for every k past it), not by one unset per NUL
-# (13 ms per titled process, most of a busy node's status).
+# (13 ms per titled process, most of a busy node's status). With COMM given and
+# lib-kill.sh loaded (FC_WANT_IDENT), the process's identity is worked out from the same
+# words (fc_identity): no second read.
 fc_cmdline() {
     local -a argv=()
     { mapfile -d '' -t argv <"/proc/$1/cmdline"; } 2>/dev/null || :
-    local lo=0 hi=${#argv[@]} mid IFS=
+    local lo=0 hi=${#argv[@]} mid IFS= n=${#argv[@]}
     if ((hi)) && [[ -n ${argv[-1]} ]]; then
         lo=$hi  # no padding: most processes
     elif ((hi > 1)) && [[ -z "${argv[*]:1}" ]]; then
@@ -95,6 +97,9 @@ fc_cmdline() {
         if [[ -z "${argv[*]:mid}" ]]; then hi=$mid; else lo=$((mid + 1)); fi
     done
     FC_ARGV0_ONE=${argv[0]:-}
+    if [[ -n ${FC_WANT_IDENT:-} && -n ${2+set} ]]; then
+        fc_identity "$1" "$2" "$((n > lo))"
+    fi
     IFS=' '
     REPLY="${argv[*]:0:lo}"
     while [[ ${REPLY: -1} == [[:space:]] ]]; do REPLY=${REPLY%?}; done
@@ -115,7 +120,7 @@ fc_scan() {
         pid=${d#/proc/}
         fc_read_stat "$pid" || continue
         comm=$REPLY
-        fc_cmdline "$pid"
+        fc_cmdline "$pid" "$comm"
         FC_CMD[$pid]=$REPLY
         FC_ARGV0[$pid]=$FC_ARGV0_ONE
         FC_COMM[$pid]=$comm
@@ -141,7 +146,7 @@ fc_proc_load() {
     FC_PGRP[$pid]=${FC_F[2]}
     FC_SID[$pid]=${FC_F[3]}
     FC_START[$pid]=${FC_F[19]}
-    fc_cmdline "$pid"
+    fc_cmdline "$pid" "${FC_COMM[$pid]}"
     FC_CMD[$pid]=$REPLY
     FC_ARGV0[$pid]=$FC_ARGV0_ONE
 }

@@ -1,12 +1,18 @@
 # shellcheck shell=bash disable=SC2034,SC2154
 # (opt_* are assigned, and FC_* read, by the rendered script around this template.)
-# Stage "signal": match processes by ERE on the full command line, take their tree
-# (descendants, process groups and sessions they lead), signal, poll, escalate to KILL.
-# Options: opt_pattern, opt_signal, opt_grace_ms, opt_kill_wait_ms, opt_tree (0/1).
+# Stage "signal": match processes by ERE on their identity (or, match: cmdline, the full
+# command line), keep with scope: related only the matches that belong to what earlier
+# stages stopped (lib-match.sh), take their tree (descendants, process groups and sessions
+# they lead), signal, poll, escalate to KILL.
+# Options: opt_pattern, opt_match (identity|cmdline), opt_scope (all|related), opt_signal,
+# opt_grace_ms, opt_kill_wait_ms, opt_tree (0/1).
 fc_stage_signal() {
     local pattern=$opt_pattern
-    fc_scan
-    fc_match "$pattern" || { FC_STATUS=failed; return 0; }
+    FC_WANT_IDENT=1 fc_scan
+    fc_match "$pattern" "" "$opt_match" || { FC_STATUS=failed; return 0; }
+    FC_SPARED=0
+    FC_RELWHY=()
+    [[ $opt_scope == related ]] && fc_keep_related "${FC_HITS[@]}"
     if ((opt_tree)); then
         fc_expand "${FC_HITS[@]}"
     else
@@ -14,4 +20,7 @@ fc_stage_signal() {
     fi
     fc_owner_records "${FC_TARGETS[@]}"
     fc_act_on_targets "$opt_signal" "$opt_grace_ms" "$opt_kill_wait_ms"
+    if ((FC_SPARED)); then
+        FC_MESSAGE+="; $FC_SPARED match(es) left alone: not related to what earlier stages stopped"
+    fi
 }

@@ -6,7 +6,8 @@ the epilog's ``SLURM_JOB_ID`` (its cgroup, a ``slurmstepd: [JOB.STEP]`` ancestor
 
 >>> from fleetclean.engine.model import ResolvedStage
 >>> STAGE.assignments(ResolvedStage("job-leftovers", "slurm-job", {
-...     "signal": "TERM", "grace": 3.0, "kill_wait": 3.0, "tree": True}))[0]
+...     "match": "identity", "signal": "TERM", "grace": 3.0, "kill_wait": 3.0,
+...     "tree": True}))[1]
 'opt_signal=TERM'
 """
 
@@ -26,5 +27,5 @@ STAGE = StageType(
     options=signalling_options(grace=3),
     assignments=_assignments,
     template=packaged("slurm-job.sh"),
-    libraries=("lib-kill.sh", "owner.sh", "owner-act.sh"),
+    libraries=("lib-match.sh", "lib-kill.sh", "owner.sh", "owner-act.sh"),
 )

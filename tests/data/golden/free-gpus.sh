@@ -27,6 +27,8 @@
 
 # [lib.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
+# [lib-match.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
 # [lib-kill.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [owner.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
@@ -61,6 +63,8 @@ fc_main() {
     # stage 1/9: "stop-sglang" (signal)
     fc_reset_opts
     opt_pattern='sglang\.launch_server|(^|/)sglang serve( |$)'
+    opt_scope=all
+    opt_match=identity
     opt_signal=TERM
     opt_grace_ms=10000
     opt_kill_wait_ms=3000
@@ -70,6 +74,8 @@ fc_main() {
     # stage 2/9: "stop-vllm" (signal)
     fc_reset_opts
     opt_pattern='vllm\.entrypoints\.|(^|/)vllm serve( |$)'
+    opt_scope=all
+    opt_match=identity
     opt_signal=TERM
     opt_grace_ms=15000
     opt_kill_wait_ms=3000
@@ -79,6 +85,8 @@ fc_main() {
     # stage 3/9: "stop-trtllm" (signal)
     fc_reset_opts
     opt_pattern='(^|/)trtllm-serve( |$)'
+    opt_scope=all
+    opt_match=identity
     opt_signal=TERM
     opt_grace_ms=15000
     opt_kill_wait_ms=3000
@@ -88,6 +96,8 @@ fc_main() {
     # stage 4/9: "stop-triton" (signal)
     fc_reset_opts
     opt_pattern='(^|/)tritonserver( |$)'
+    opt_scope=all
+    opt_match=identity
     opt_signal=TERM
     opt_grace_ms=30000
     opt_kill_wait_ms=3000
@@ -97,6 +107,8 @@ fc_main() {
     # stage 5/9: "stop-tgi" (signal)
     fc_reset_opts
     opt_pattern='(^|/)text-generation-launcher( |$)'
+    opt_scope=all
+    opt_match=identity
     opt_signal=TERM
     opt_grace_ms=15000
     opt_kill_wait_ms=3000
@@ -106,6 +118,8 @@ fc_main() {
     # stage 6/9: "stop-ray" (signal)
     fc_reset_opts
     opt_pattern='(^|/)ray start( |$)|/raylet/raylet( |$)|/gcs/gcs_server( |$)'
+    opt_scope=all
+    opt_match=identity
     opt_signal=TERM
     opt_grace_ms=10000
     opt_kill_wait_ms=3000
@@ -115,6 +129,8 @@ fc_main() {
     # stage 7/9: "kill-workers" (signal)
     fc_reset_opts
     opt_pattern='^(sglang::|VLLM::|ray::)|(^|/)text-generation-server( |$)|mpi4py\.futures\.server'
+    opt_scope=related
+    opt_match=identity
     opt_signal=TERM
     opt_grace_ms=2000
     opt_kill_wait_ms=3000
@@ -124,6 +140,7 @@ fc_main() {
     # stage 8/9: "kill-gpu-holders" (gpu-holders)
     fc_reset_opts
     opt_filter=''
+    opt_match=identity
     opt_signal=TERM
     opt_grace_ms=2000
     opt_kill_wait_ms=3000

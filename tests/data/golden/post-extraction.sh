@@ -28,6 +28,8 @@
 
 # [lib.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
+# [lib-match.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
 # [lib-kill.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [owner.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
@@ -76,6 +78,8 @@ fc_main() {
     # stage 2/7: "stop-server" (signal)
     fc_reset_opts
     opt_pattern=sglang.launch_server
+    opt_scope=all
+    opt_match=identity
     opt_signal=TERM
     opt_grace_ms=10000
     opt_kill_wait_ms=3000
@@ -85,6 +89,8 @@ fc_main() {
     # stage 3/7: "kill-workers" (signal)
     fc_reset_opts
     opt_pattern=sglang
+    opt_scope=related
+    opt_match=identity
     opt_signal=TERM
     opt_grace_ms=2000
     opt_kill_wait_ms=3000
@@ -94,6 +100,7 @@ fc_main() {
     # stage 4/7: "kill-gpu-holders" (gpu-holders)
     fc_reset_opts
     opt_filter=''
+    opt_match=identity
     opt_signal=TERM
     opt_grace_ms=2000
     opt_kill_wait_ms=3000
