@@ -28,7 +28,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PYTHON = str(ROOT / ".venv" / "bin" / "python")
+# The project's venv where there is one; else (a GPU machine that only has the checkout)
+# the interpreter running this.
+VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
+PYTHON = str(VENV_PYTHON) if VENV_PYTHON.exists() else sys.executable
 SUBNETS = range(92, 100)  # away from tests (20..89, 100..249) and the other benchmarks
 
 
