@@ -143,6 +143,8 @@ def start_holder(run: Run, gib: float, child_gib: float, *,
     tmp = run.out / "run"
     tmp.mkdir(exist_ok=True)
     ready, siglog = tmp / "ready", tmp / "signals"
+    for stale in (ready, tmp / "ready.child", siglog):  # an OUTDIR used before
+        stale.unlink(missing_ok=True)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(run.gpu))
     argv = [sys.executable, str(HERE / "holder.py"), "sglang.launch_server", "--marker",
             run.marker, "--gib", str(gib), "--child-gib", str(child_gib), "--ready", str(ready),
