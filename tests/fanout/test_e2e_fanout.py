@@ -175,7 +175,7 @@ def test_srun_run_of_the_bundle_reports_as_a_direct_run(
 def test_a_host_the_tool_could_not_reach_is_reported_unreachable(
     fleet: SimFleet, cli: Cli, tmp_path: Path
 ) -> None:
-    script = bundle(fleet, cli)
+    script = bundle(fleet, cli, "--pdsh")
     fleet.stop_node("node02")
     try:
         out = tmp_path / "pdsh.txt"
