@@ -138,10 +138,23 @@ def render_bundle(
         "fc_bundle_run </dev/null",
         "",
     ]
-    parts = ["\n".join(header), f"PATH=\"$PATH:{PATH}\"",
+    parts = ["\n".join(header), _INTACT, f"PATH=\"$PATH:{PATH}\"",
              *library([book for _, book in books], scope), template("standalone.sh"),
              *functions, "\n".join(body)]
     return "\n".join(parts)
+
+
+# pdsh expands %h, %u, %n and %% in the command it runs; `export script --pdsh` doubles every
+# % so that the bundle arrives as written. A bundle that did not (the plain one through
+# pdsh, the --pdsh one through clush) would run with its ${x%%...} turned into ${x%...}:
+# it stops here instead, before anything runs.
+_INTACT = """\
+FC_PERCENT='%%'
+if ((${#FC_PERCENT} != 2)); then
+    echo "fleetclean: this bundle was changed on its way here (pdsh expands %; for pdsh use \\
+'fleetclean export script --pdsh', for any other tool the bundle without it)" >&2
+    exit 2
+fi"""
 
 
 def _short_names(names: Sequence[str]) -> dict[str, str]:

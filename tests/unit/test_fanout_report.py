@@ -145,3 +145,21 @@ def test_the_bundle_picks_each_hosts_part_by_full_or_short_name() -> None:
     assert stranger.returncode == 2
     assert f"{MARKER}\terror\thost gpu99 is not in this bundle" in stranger.stdout
     assert "gpu[01-02].lab,login" in stranger.stdout
+
+
+def test_a_bundle_mangled_by_pdsh_stops_before_anything_runs() -> None:
+    book = resolve(load_playbook("post-extraction"), {}, {})
+    plain = render_bundle([("gpu01", book)], playbook="post-extraction")
+    guard = plain[plain.index("FC_PERCENT="):plain.index("\nfi\n") + 4]
+
+    def run(text: str) -> subprocess.CompletedProcess[str]:
+        # Only the guard runs here (it comes before the library): never a teardown.
+        return subprocess.run(["bash", "-c", text + "echo went-on\n"], capture_output=True,
+                              text=True, timeout=10, check=False)
+
+    assert run(guard).stdout == "went-on\n"
+    mangled = run(guard.replace("%%", "%"))  # what pdsh makes of the plain bundle
+    assert mangled.returncode == 2 and "went-on" not in mangled.stdout
+    assert "export script --pdsh" in mangled.stderr
+    doubled = guard.replace("%", "%%")  # --pdsh's bundle, then pdsh's expansion
+    assert run(doubled.replace("%%", "%")).stdout == "went-on\n"
