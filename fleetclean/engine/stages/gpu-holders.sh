@@ -86,12 +86,6 @@ fc_stage_gpu_holders() {
         hits+=("$p")
         FC_WHY[$p]=gpu
     done
-    if ((opt_tree)); then
-        fc_expand "${hits[@]}"
-    else
-        fc_keep_unprotected "${hits[@]}"
-    fi
-    fc_owner_records "${FC_TARGETS[@]}"
-    fc_act_on_targets "$opt_signal" "$opt_grace_ms" "$opt_kill_wait_ms"
+    fc_signal_hits "${hits[@]}"
     FC_MESSAGE="$FC_NVSMI_NOTE$FC_MESSAGE"
 }

@@ -238,7 +238,22 @@ fc_wait_gone() {
     done
 }
 
-# Signal-or-list the targets (FC_TARGETS); the shared tail of signal and gpu-holders.
+# The shared tail of the stage types that signal (signal, gpu-holders, slurm-job): the
+# matches given, with their tree when opt_tree, become FC_TARGETS; their owners are named
+# (owner.sh), then they are refused, stopped through their owner or signalled with the
+# stage's opt_signal, opt_grace_ms and opt_kill_wait_ms.
+# shellcheck disable=SC2154  # opt_* are assigned by the rendered script
+fc_signal_hits() {
+    if ((opt_tree)); then
+        fc_expand "$@"
+    else
+        fc_keep_unprotected "$@"
+    fi
+    fc_owner_records "${FC_TARGETS[@]}"
+    fc_act_on_targets "$opt_signal" "$opt_grace_ms" "$opt_kill_wait_ms"
+}
+
+# Signal-or-list the targets (FC_TARGETS); what fc_signal_hits ends with.
 fc_act_on_targets() {
     local sig=$1 grace_ms=$2 kill_ms=$3 p owner
     local -a fresh=()

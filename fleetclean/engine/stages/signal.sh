@@ -13,13 +13,7 @@ fc_stage_signal() {
     FC_SPARED=0
     FC_RELWHY=()
     [[ $opt_scope == related ]] && fc_keep_related "${FC_HITS[@]}"
-    if ((opt_tree)); then
-        fc_expand "${FC_HITS[@]}"
-    else
-        fc_keep_unprotected "${FC_HITS[@]}"
-    fi
-    fc_owner_records "${FC_TARGETS[@]}"
-    fc_act_on_targets "$opt_signal" "$opt_grace_ms" "$opt_kill_wait_ms"
+    fc_signal_hits "${FC_HITS[@]}"
     if ((FC_SPARED)); then
         FC_MESSAGE+="; $FC_SPARED match(es) left alone: not related to what earlier stages stopped"
     fi

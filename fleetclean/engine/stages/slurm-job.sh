@@ -19,11 +19,5 @@ fc_stage_slurm_job() {
         fc_job_of "$pid"
         [[ $REPLY == "$FC_SCOPE_JOB" ]] && hits+=("$pid")
     done
-    if ((opt_tree)); then
-        fc_expand "${hits[@]}"
-    else
-        fc_keep_unprotected "${hits[@]}"
-    fi
-    fc_owner_records "${FC_TARGETS[@]}"
-    fc_act_on_targets "$opt_signal" "$opt_grace_ms" "$opt_kill_wait_ms"
+    fc_signal_hits "${hits[@]}"
 }
