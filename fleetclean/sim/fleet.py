@@ -211,7 +211,8 @@ class SimFleet:
                               password_hash=password_hash, sshd_defaults=sshd_defaults,
                               minors=minors)
 
-        # ssh-keygen dominates preparation; a few at a time keep both cores busy.
+        # Files (about twenty a node) and a host key each: a few nodes at a time overlap
+        # their file system waits.
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(prepare, range(len(names))))
         cg_plan = cgroups.plan(fleet_id, cgroup)
