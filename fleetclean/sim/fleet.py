@@ -54,9 +54,8 @@ def check_host() -> None:
         raise SimError("the simulated fleet needs root (namespaces, mounts, sshd)")
     if not os.access(SSHD, os.X_OK):
         raise SimError(f"{SSHD} not found", hint="install it: apt-get install openssh-server")
-    for tool in ("unshare", "nsenter", "ssh-keygen"):
-        if shutil.which(tool) is None:
-            raise SimError(f"{tool} not found", hint="apt-get install util-linux openssh-client")
+    if shutil.which("nsenter") is None:
+        raise SimError("nsenter not found", hint="apt-get install util-linux")
 
 
 class SimFleet:
@@ -65,7 +64,7 @@ class SimFleet:
     def __init__(self, layout: StateLayout, nodes: list[SimNode]) -> None:
         self.layout = layout
         self.nodes = nodes
-        # unshare processes we started ourselves, so that down() can reap them.
+        # The zygote that started the nodes' inits, so that down() can reap it.
         self._children: list[subprocess.Popen[bytes]] = []
 
     # -- files a client uses -------------------------------------------------------
@@ -157,7 +156,8 @@ class SimFleet:
             )
         names = [node_name(i) for i in range(1, nodes + 1)]
         addresses = [node_address(i, subnet) for i in range(1, nodes + 1)]
-        taken = [a for a in addresses if _is_listening(a)]
+        listening = _listening()
+        taken = [a for a in addresses if (a, 22) in listening]
         if taken:
             raise SimError(f"port 22 is already in use on {taken[0]}", hint="try another subnet")
         # A fleet that died without `down` may have left its cgroups: they go with it.
@@ -169,9 +169,7 @@ class SimFleet:
             if slurm:
                 slurm_mod.prepare(layout.root)
             fleet._start(names, addresses, subnet, sshd_defaults=sshd_defaults, cgroup=cgroup,
-                         minors=gpu_minors)
-            if persistenced:
-                fleet._start_persistenced()
+                         minors=gpu_minors, persistenced=persistenced)
             if slurm:
                 slurm_mod.start(layout.root, fleet.nodes, subnet, fleet.cgroup_mode,
                                 slurm_epilog)
@@ -179,15 +177,6 @@ class SimFleet:
             fleet.down()
             raise
         return fleet
-
-    def _start_persistenced(self) -> None:
-        # One spawn (an nsenter and an interpreter) per node: a few at a time keep both
-        # cores busy without a burst of 64 interpreters.
-        def one(sim_node: SimNode) -> None:
-            self.spawn(sim_node, "persistenced", devices="all", system=True)
-
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            list(pool.map(one, self.nodes))
 
     def persistenced_pid(self, ref: NodeRef) -> int | None:
         """The node PID of the nvidia-persistenced that ``up`` started, if it runs."""
@@ -198,9 +187,13 @@ class SimFleet:
             return None
         return pid if pid in nodes_mod.system_pids(sim_node.dir) else None
 
+    def _zygote_started(self, proc: subprocess.Popen[bytes]) -> None:
+        self._children.append(proc)
+        pids.record(self.layout.pid_file, proc.pid, "zygote")
+
     def _start(
         self, names: list[str], addresses: list[str], subnet: int, *, sshd_defaults: bool,
-        cgroup: str, minors: Sequence[int] | None,
+        cgroup: str, minors: Sequence[int] | None, persistenced: bool,
     ) -> None:
         layout = self.layout
         fleet_id = secrets.token_hex(8)
@@ -218,18 +211,17 @@ class SimFleet:
                               password_hash=password_hash, sshd_defaults=sshd_defaults,
                               minors=minors)
 
-        # ssh-keygen dominates preparation; a few at a time keep both cores busy.
+        # Files (about twenty a node) and a host key each: a few nodes at a time overlap
+        # their file system waits.
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(prepare, range(len(names))))
         cg_plan = cgroups.plan(fleet_id, cgroup)
         cgroups.create(layout.root, cg_plan, dict(zip(names, dirs, strict=True)))
+        started = nodes_mod.start_inits(
+            list(zip(dirs, addresses, strict=True)), layout.pid_file,
+            persistenced=persistenced, on_start=self._zygote_started)
         for name, address, node_dir in zip(names, addresses, dirs, strict=True):
-            proc = nodes_mod.start_init(node_dir, address)
-            self._children.append(proc)
-            pids.record(layout.pid_file, proc.pid, f"unshare:{name}")
-            init_pid = nodes_mod.find_init(proc.pid)
-            pids.record(layout.pid_file, init_pid, f"init:{name}")
-            self.nodes.append(SimNode(name, address, init_pid, node_dir))
+            self.nodes.append(SimNode(name, address, started[name], node_dir))
         for sim_node in self.nodes:
             nodes_mod.wait_listener(sim_node, 1)
         sshfiles.write_known_hosts(layout.known_hosts, self.nodes)
@@ -491,10 +483,20 @@ class SimFleet:
 
 def _is_listening(address: str, port: int = 22) -> bool:
     """Same check as the node init: /proc/net/tcp, no probe connection."""
-    octets = [int(o) for o in address.split(".")]
-    want = "{:08X}:{:04X}".format(int.from_bytes(bytes(octets), "little"), port)
+    return (address, port) in _listening()
+
+
+def _listening() -> set[tuple[str, int]]:
+    """(address, port) of every listening TCP socket of the machine, in one read."""
+    found = set()
     with open("/proc/net/tcp") as f:
-        return any(line.split()[1] == want and line.split()[3] == "0A" for line in list(f)[1:])
+        for line in list(f)[1:]:
+            fields = line.split()
+            if fields[3] == "0A":
+                host, port = fields[1].split(":")
+                address = ".".join(str(b) for b in int(host, 16).to_bytes(4, "little"))
+                found.add((address, int(port, 16)))
+    return found
 
 
 def _session_scope(user: str) -> str:

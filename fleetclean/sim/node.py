@@ -14,8 +14,9 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,25 +106,50 @@ def write_sshd_configs(node_dir: Path, address: str, max_startups: str | None = 
 
 
 def install_nvidia_smi(node_dir: Path) -> None:
-    wrapper = node_dir / "bin" / "nvidia-smi"
     # The code as the node binds it: reachable by every account, wherever the checkout is.
     script = f"{IN_NODE_CODE}/nvidia_smi.py"
     # -E, not -I: the script imports its sibling modules through sys.path[0].
-    wrapper.write_text(f'#!/bin/sh\nexec {node_python()} -S -E {script} "$@"\n')
-    wrapper.chmod(0o755)
+    _install(node_dir, "nvidia-smi", f'#!/bin/sh\nexec {node_python()} -S -E {script} "$@"\n')
 
 
 def install_dmesg(node_dir: Path) -> None:
     """The node's kernel log: ``dmesg`` prints kern.log (the Xid faults); ``-C`` clears."""
-    script = node_dir / "bin" / "dmesg"
-    script.write_text(
+    _install(
+        node_dir,
+        "dmesg",
         "#!/bin/sh\n"
         "# The simulated node's kernel ring buffer.\n"
         'for a in "$@"; do case $a in -C|--clear|-c|--read-clear) clear=1;; esac; done\n'
         f"cat {IN_NODE_DIR}/kern.log\n"
-        f'[ -z "$clear" ] || : > {IN_NODE_DIR}/kern.log\n'
+        f'[ -z "$clear" ] || : > {IN_NODE_DIR}/kern.log\n',
     )
-    script.chmod(0o755)
+
+
+def _install(node_dir: Path, name: str, text: str) -> None:
+    """Put the fleet's one copy of the script ``name`` in the node's bin dir, a hard link
+    (every node's is the same text: a thousand copies cost a thousand writes and inodes);
+    left as it is when the node already has it."""
+    target = node_dir / "bin" / name
+    if target.exists():
+        return
+    shared = node_dir.parent.parent / SHARED_BIN / name
+    if not shared.exists() or shared.read_text() != text:
+        shared.parent.mkdir(exist_ok=True)
+        tmp = shared.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        tmp.replace(shared)
+    try:
+        os.link(shared, target)
+    except FileExistsError:
+        pass
+    except OSError:  # another file system: a copy
+        target.write_text(text)
+        target.chmod(0o755)
+
+
+# Below the state dir, beside nodes/: the scripts every node's bin dir links to.
+SHARED_BIN = "node-bin"
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -142,40 +168,54 @@ def set_fault(node_dir: Path, fault: str, args: Sequence[str] = ()) -> None:
         install_nvidia_smi(node_dir)
 
 
-def start_init(node_dir: Path, address: str) -> subprocess.Popen[bytes]:
-    """Start ``unshare ... node_init.py``; the node's PID 1 is unshare's child.
+# Room in the argv area and environment block of every node's init: what it forks without
+# exec'ing (nvidia-persistenced) rewrites them in place (proctitle.set_title, set_environ).
+ARGV_ROOM = 96
+ENV_ROOM = 512
+ENV_PAD = "FLEETCLEAN_SIM_PAD"
+ZYGOTE_TIMEOUT_S = 120.0
 
-    ``--kill-child`` ties the node to unshare: whoever kills unshare kills the node.
-    """
-    log = (node_dir / "init.log").open("ab")
-    argv = [
-        "unshare",
-        "--pid",
-        "--mount",
-        "--fork",
-        "--uts",
-        "--mount-proc",
-        "--propagation",
-        "private",
-        "--kill-child",
-        "--",
-        node_python(),
-        # -E, not -I: node_init imports its sibling proctitle.py through sys.path[0].
-        "-S",
-        "-E",
-        str(PACKAGE_DIR / "node_init.py"),
-        str(node_dir),
-        address,
-        node_dir.name,
-    ]
-    with log:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+
+def start_inits(nodes: Sequence[tuple[Path, str]], pid_file: Path, *, persistenced: bool,
+                on_start: Callable[[subprocess.Popen[bytes]], None]) -> dict[str, int]:
+    """Start the inits of ``nodes`` (node dir, address) through one zygote (``zygote.py``)
+    and return node name -> host PID of its init, each recorded in ``pid_file`` (by the
+    zygote, before the init runs) as ``init:NODE``. ``on_start`` gets the zygote's Popen
+    as soon as it runs (for the caller to record and reap). ``persistenced``: each init
+    forks its nvidia-persistenced before its listener comes up. SimError if a node could
+    not be started (the others are recorded: ``down`` stops them)."""
+    env = dict(os.environ)
+    size = sum(len(k) + len(v) + 2 for k, v in env.items())
+    if size < ENV_ROOM:
+        env[ENV_PAD] = "x" * (ENV_ROOM - size)
+    argv = [node_python(), "-S", "-E", str(PACKAGE_DIR / "zygote.py"), str(pid_file),
+            " " * ARGV_ROOM]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, start_new_session=True)
+    on_start(proc)
+    want = "1" if persistenced else "0"
+    text = "".join(f"{d} {address} {d.name} {want}\n" for d, address in nodes)
+    try:
+        out, err = proc.communicate(text.encode(), timeout=ZYGOTE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.wait()
+        raise SimError(f"the nodes' zygote did not finish in {ZYGOTE_TIMEOUT_S:.0f} s") from exc
+    started: dict[str, int] = {}
+    failed: list[str] = []
+    for line in out.decode().splitlines():
+        name, pid = line.split()
+        if pid == "!":
+            failed.append(name)
+        else:
+            started[name] = int(pid)
+    missing = [d.name for d, _ in nodes if d.name not in started and d.name not in failed]
+    if failed or missing or proc.returncode != 0:
+        bad = (failed + missing)[:1]
+        why = log_tail(nodes[0][0].parent / bad[0]) if bad else err.decode().strip()[-300:]
+        raise SimError(f"{len(failed) + len(missing)} node(s) did not start "
+                       f"(zygote exit {proc.returncode}): {', '.join(bad)}: {why}")
+    return started
 
 
 def child_pids(pid: int) -> list[int]:
@@ -184,19 +224,6 @@ def child_pids(pid: int) -> list[int]:
     except OSError:
         return []
     return [int(p) for p in text.split()]
-
-
-def find_init(unshare_pid: int, timeout: float = 10.0) -> int:
-    """Host PID of the node's PID 1, i.e. unshare's only child."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        children = child_pids(unshare_pid)
-        if children:
-            return children[0]
-        if pids.stat_fields(unshare_pid) is None:
-            break
-        time.sleep(0.002)
-    raise SimError(f"unshare (pid {unshare_pid}) did not start a node init")
 
 
 def listener_state(node_dir: Path) -> tuple[int, str, int]:

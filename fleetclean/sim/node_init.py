@@ -1,9 +1,12 @@
 """PID 1 of one simulated node: mounts, the SSH listener, and zombie reaping.
 
-Started by the host as ``unshare --pid --mount --uts --fork --mount-proc -- python3 node_init.py
-NODE_DIR ADDRESS HOSTNAME``; it runs inside the node's fresh PID, mount and UTS namespaces (mount
-propagation private, so nothing here leaks to the host). Standard library only: this file
-runs as a plain script, never imported through the ``fleetclean`` package.
+Forked by the fleet's zygote (``zygote.py``: one interpreter that imported this module
+once, then per node joins the node's cgroups, unshares the PID, mount, UTS and cgroup
+namespaces and forks the node's PID 1, which calls ``run``), or run as a script under
+``unshare --pid --mount --uts --fork --mount-proc -- python3 node_init.py NODE_DIR ADDRESS
+HOSTNAME``. Mount propagation is private, so nothing here leaks to the host. Standard
+library only: this file runs inside nodes, never imported through the ``fleetclean``
+package there.
 
 Contract with the host (``fleetclean.sim.node``), all through files in NODE_DIR, which is
 bind-mounted at ``/run/fleetclean`` inside the node:
@@ -14,8 +17,10 @@ bind-mounted at ``/run/fleetclean`` inside the node:
   ``listener.state`` = ``GEN MODE PID [SSHD_PID]`` (``GEN error 0`` when it would not start).
 - SIGTERM: stop the listener and exit; the kernel then kills everything in the namespace.
   SIGKILL from the host does the same without the courtesy.
-- It also mounts the node's own accounts and sudo configuration (``make_accounts``) and
-  answers GPU queries of accounts other than root on ``smi_driver.SOCKET`` (one thread).
+- It also mounts the node's own accounts and sudo configuration (``make_accounts``),
+  answers GPU queries of accounts other than root on ``smi_driver.SOCKET`` (one thread),
+  and, when asked, forks the node's nvidia-persistenced (``start_persistenced``) before
+  its listener first comes up.
 
 Example: ``echo "2 off" > listener.want; kill -USR1 INIT`` makes the node refuse SSH
 connections while its workloads keep running.
@@ -23,22 +28,29 @@ connections while its workloads keep running.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
+import select
 import signal
 import socket
 import sys
 import time
 
 if __package__:
-    from fleetclean.sim import nodecg, smi_driver, smi_state
-    from fleetclean.sim.proctitle import set_plain_title
+    from fleetclean.sim import nodecg, programs, smi_driver, smi_state
+    from fleetclean.sim.proctitle import set_environ, set_plain_title, set_title
 else:  # run as a script: the sibling modules are found through sys.path[0]
     import nodecg  # type: ignore[import-not-found,no-redef]
+    import programs  # type: ignore[import-not-found,no-redef]
     import smi_driver  # type: ignore[import-not-found,no-redef]
     import smi_state  # type: ignore[import-not-found,no-redef]
-    from proctitle import set_plain_title  # type: ignore[import-not-found,no-redef]
+    from proctitle import (  # type: ignore[import-not-found,no-redef]
+        set_environ,
+        set_plain_title,
+        set_title,
+    )
 
 IN_NODE_DIR = "/run/fleetclean"
 SSH_PORT = 22
@@ -303,16 +315,16 @@ def _child_signals() -> None:
 SSH_PROCS: list[str] = []
 
 
-def spawn(argv: list[str]) -> int:
+def spawn(argv: list[str], env: dict[str, str] | None = None) -> int:
     """fork+exec with a clean signal mask (the init blocks the signals it waits for,
     and a blocked mask would otherwise be inherited by sshd and every session), in the
-    listener's cgroup."""
+    listener's cgroup; ``env``: added to the init's environment."""
     pid = os.fork()
     if pid == 0:
         try:
             _child_signals()
             nodecg.join(SSH_PROCS)
-            os.execv(argv[0], argv)
+            os.execve(argv[0], argv, {**os.environ, **(env or {})})
         except BaseException as exc:
             # init.log: why the listener could not start (the host reports its tail).
             print(f"cannot start {argv[0]}: {exc!r}", file=sys.stderr, flush=True)
@@ -379,12 +391,14 @@ class Init:
                 self.inner = 0
 
     def stop_listener(self) -> None:
+        stopped = False
         for pid in (self.listener, self.inner):
             if pid:
                 stop(pid)
+                stopped = True
         self.listener = self.inner = 0
         deadline = time.monotonic() + 5
-        while is_listening(self.address, SSH_PORT) and time.monotonic() < deadline:
+        while stopped and is_listening(self.address, SSH_PORT) and time.monotonic() < deadline:
             time.sleep(0.005)
 
     def start_listener(self, mode: str, seconds: str) -> str:
@@ -394,14 +408,43 @@ class Init:
         if mode == "blackhole":
             self.listener = blackhole(self.address)
         elif mode == "sshd":
-            self.listener = spawn([*sshd, f"{IN_NODE_DIR}/sshd_config"])
+            return mode if self.start_sshd([*sshd, f"{IN_NODE_DIR}/sshd_config"]) else "error"
         else:
-            self.inner = spawn([*sshd, f"{IN_NODE_DIR}/sshd_config.inner"])
-            if not self.wait_port(self.inner, INNER_PORT):
+            if not self.start_sshd([*sshd, f"{IN_NODE_DIR}/sshd_config.inner"], inner=True):
                 return "error"
             proxy = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sshproxy.py")
             self.listener = spawn([sys.executable, "-S", "-E", proxy, self.address, mode, seconds])
         return mode if self.wait_port(self.listener, SSH_PORT) else "error"
+
+    def start_sshd(self, argv: list[str], inner: bool = False) -> bool:
+        """Start sshd and wait for its sd_notify READY=1 (Debian's sshd sends it once it
+        listens): polling /proc/net/tcp, which lists every socket of the machine, from a
+        thousand inits at once cost time quadratic in the fleet's size. False if sshd
+        died or 20 s passed first."""
+        notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(NOTIFY_SOCKET)
+            notify.bind(NOTIFY_SOCKET)
+            pid = spawn(argv, {"NOTIFY_SOCKET": NOTIFY_SOCKET})
+            if inner:
+                self.inner = pid
+            else:
+                self.listener = pid
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                if select.select([notify], [], [], 0.05)[0]:
+                    if b"READY=1" in notify.recv(4096):
+                        return True
+                    continue
+                done, _ = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    return False
+            return False
+        finally:
+            notify.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(NOTIFY_SOCKET)
 
     def wait_port(self, pid: int, port: int) -> bool:
         """True once ``pid`` listens on our address:port; False if it died or 20 s passed."""
@@ -448,12 +491,71 @@ class Init:
 
 
 WAITED = (signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+# Where sshd's sd_notify finds the init (the node's own /run).
+NOTIFY_SOCKET = "/run/fleetclean-sshd-notify"
+PERSISTENCED_UNIT = "system.slice/nvidia-persistenced.service"
+PERSISTENCED_ARGV = ["/usr/bin/nvidia-persistenced", "--user", "nvidia-persistenced", "--verbose"]
+# What `sim spawn NODE persistenced` (an nsenter and launcher.py) gives the daemon: an SSH
+# session's environment, and no GPU memory for nvidia-smi to count (FLEETCLEAN_SIM_GPU_MIB).
+PERSISTENCED_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    "HOME": "/root", "LANG": "C.UTF-8", "USER": "root", "LOGNAME": "root",
+                    "FLEETCLEAN_SIM_GPU_MIB": "0"}
+
+
+def start_persistenced(tree: nodecg.Tree) -> int:
+    """Fork the node's nvidia-persistenced (``programs.persistenced``: every GPU held, no
+    memory, SIGHUP re-reads the persistence modes) in its own unit's cgroup and session,
+    with the real daemon's command line and comm, recorded as a system PID of the node;
+    return once it holds its devices. A fork of this init instead of an nsenter and two
+    interpreters per node: a 1,000-node fleet starts in seconds less and 8 MiB a node
+    smaller."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_end)
+            _child_signals()
+            os.setsid()
+            tree.place(0, nodecg.unit_placement(PERSISTENCED_UNIT))
+            devnull = os.open("/dev/null", os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            set_environ({**PERSISTENCED_ENV, programs.READY_FD: str(write_end)})
+            set_title("", "nvidia-persistenced", argv=PERSISTENCED_ARGV)
+            programs.persistenced()
+        except BaseException as exc:
+            print(f"cannot start nvidia-persistenced: {exc!r}", file=sys.stderr, flush=True)
+        finally:
+            os._exit(1)
+    os.close(write_end)
+    ready = b""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and select.select([read_end], [], [], 0.5)[0]:
+        chunk = os.read(read_end, 64)
+        if not chunk:
+            break
+        ready += chunk
+    os.close(read_end)
+    if not ready.strip():
+        print("nvidia-persistenced did not come up", file=sys.stderr, flush=True)
+        return 0
+    with open(os.path.join(IN_NODE_DIR, "system_pids"), "a") as f:
+        f.write(f"{pid}\n")
+    return pid
 
 
 def main(argv: list[str]) -> int:
     node_dir, address, hostname = argv[1], argv[2], argv[3]
     # First, while the host's cgroup paths are still in view: the node's own cgroup root.
     cgroups = nodecg.join_and_unshare(node_dir)
+    run(node_dir, address, hostname, cgroups, persistenced=len(argv) > 4 and argv[4] == "1")
+    return 0
+
+
+def run(node_dir: str, address: str, hostname: str, cgroups: dict[str, object] | None, *,
+        persistenced: bool = False) -> None:
+    """Everything PID 1 does once in the node's namespaces (its cgroups joined, ``cgroups``
+    being what ``nodecg.join_and_unshare`` returned); returns when the host stops it."""
     # A handler, not SIG_DFL: the kernel drops default-action signals sent to a
     # namespace's PID 1. Blocked + sigtimedwait makes the loop race-free.
     for sig in WAITED:
@@ -463,18 +565,20 @@ def main(argv: list[str]) -> int:
     set_plain_title("/sbin/init", "init")
     socket.sethostname(hostname)
     make_mounts(node_dir)
+    tree = nodecg.Tree(cgroups)
     if cgroups is not None:
         nodecg.mount_hierarchies(cgroups, mount)
-        tree = nodecg.Tree(cgroups)
         # Where a real node's PID 1 (systemd) lives.
         tree.place(0, nodecg.unit_placement("init.scope"))
         SSH_PROCS.extend(tree.procs_files(nodecg.unit_placement("system.slice/ssh.service")))
     os.chdir("/")
+    if persistenced:
+        # Before the driver's thread: a fork of a one-threaded process.
+        start_persistenced(tree)
     # After the signals are blocked: the driver's thread inherits the mask, so every signal
     # still reaches the loop's sigtimedwait. Its fork()s only ever exec (see spawn).
     smi_driver.serve(smi_driver.SOCKET, smi_state.scan_device_holders)
     Init(node_dir, address).run()
-    return 0
 
 
 if __name__ == "__main__":

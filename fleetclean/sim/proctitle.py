@@ -7,6 +7,7 @@ scripts, which run by path with the standard library only.
 from __future__ import annotations
 
 import ctypes
+import os
 
 
 def _argv_area() -> tuple[int, int]:
@@ -46,3 +47,31 @@ def set_plain_title(title: str, comm: str) -> None:
     ctypes.memset(end - 1, ord(" "), 1)
     with open("/proc/self/comm", "w") as f:
         f.write(comm[:15])
+
+
+def set_environ(env: dict[str, str]) -> None:
+    """Make /proc/self/environ read ``env``: what a forked process that never execs shows
+    to whoever reads it (the fake nvidia-smi reads ``FLEETCLEAN_SIM_GPU_MIB`` there).
+
+    The environment block is rewritten in place, NUL-padded to its old end (moving it,
+    prctl(PR_SET_MM), needs CAP_SYS_RESOURCE, which a container's root may lack);
+    ValueError when ``env`` does not fit (the node's init is started with room: see
+    ``zygote.ENV_ROOM``). ``os.environ`` is set to match; libc's own ``environ`` pointers
+    are left pointing into the old block, so a caller that execs must pass an explicit
+    environment (``os.execve``)."""
+    data = b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items())
+    start, end = _env_area()
+    if len(data) > end - start:
+        raise ValueError(f"environment of {len(data)} bytes does not fit in {end - start}")
+    ctypes.memset(start, 0, end - start)
+    ctypes.memmove(start, data, len(data))
+    os.environ.clear()
+    os.environ.update(env)
+
+
+def _env_area() -> tuple[int, int]:
+    with open("/proc/self/stat", "rb") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    # Fields 50 and 51 of stat(5): env_start and env_end.
+    return int(fields[47]), int(fields[48])

@@ -170,6 +170,12 @@ def pad(spec: dict[str, Any]) -> str:
 
 def main(argv: list[str]) -> int:
     spec: dict[str, Any] = json.loads(argv[1])
+    return run(spec)
+
+
+def run(spec: dict[str, Any]) -> int:
+    """Be the process ``spec`` describes (a forked child can call this instead of exec'ing
+    ``programs.py``: see the fake SGLang's workers); returns only for a supervisor."""
     open_ready_path()
     apply_title(spec)
     role = spec["role"]

@@ -8,12 +8,14 @@ and for clients: ``known_hosts`` (plain entries: the node name and its address),
 
 from __future__ import annotations
 
-import subprocess
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
 import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from fleetclean.errors import SimError
 
@@ -34,17 +36,30 @@ USER_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/games:/usr/local/sbin"
 
 
 def keygen(path: Path, comment: str) -> None:
-    """A fresh ed25519 key pair at ``path`` and ``path.pub``, replacing any old one."""
-    for old in (path, path.with_name(path.name + ".pub")):
-        old.unlink(missing_ok=True)
-    done = subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
+    """A fresh ed25519 key pair at ``path`` (OpenSSH's private key format, mode 0600) and
+    ``path.pub``, replacing any old one; what ``ssh-keygen -t ed25519 -N ''`` writes.
+
+    Made in this process (``cryptography``, which paramiko already needs): one ssh-keygen
+    per node cost a 1,000-node ``up`` about 20 s of CPU."""
+    key = ed25519.Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.OpenSSH,
+        serialization.NoEncryption(),
     )
-    if done.returncode != 0:
-        raise SimError(f"ssh-keygen failed for {path}: {done.stderr.strip()}")
+    public = key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
+    pub = path.with_name(path.name + ".pub")
+    for old in (path, pub):
+        old.unlink(missing_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(private)
+        pub.write_text(f"{public.decode()} {comment}\n")
+    except OSError as exc:
+        raise SimError(f"cannot write the key {path}: {exc}") from exc
 
 
 def public_key(path: Path) -> str:

@@ -4,6 +4,13 @@ The process tree matches a real tensor-parallel server: the server (``python3 -m
 sglang.launch_server ...``, holding no GPU) has children ``sglang::scheduler_TP0..N-1``,
 each holding its ``/dev/nvidiaN``, and ``sglang::detokenizer``, holding none.
 
+The workers are forked, not exec'd (one interpreter per server, its pages shared
+copy-on-write): each runs ``programs.run`` with a ``holder`` spec, sets its title
+(NUL-padded, as setproctitle leaves it) and comm, and gets the environment block an exec
+would have given it (``proctitle.set_environ``: the workers' holds
+``FLEETCLEAN_SIM_GPU_MIB``, the detokenizer's does not), so that ``ps``, ``/proc`` and the
+fake nvidia-smi see what they saw of an interpreter per worker.
+
 On SIGTERM the server passes SIGTERM on to its workers and exits at once, without waiting:
 the workers outlive it by their teardown delay (~0.1 s, a CUDA context being freed), so a
 cleaner that only watches the server declares victory too early.
@@ -17,22 +24,36 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
+import gc
+import importlib
 import os
 import signal
 import sys
-from collections.abc import Mapping
+import traceback
+from types import ModuleType
+from typing import Any
 
 
-def start_worker(programs: str, spec: Mapping[str, object], env: dict[str, str]) -> int:
-    text = json.dumps(spec)
-    argv = [sys.executable, programs, text.ljust(len(text) + 32)]
+def load_programs(path: str) -> tuple[ModuleType, ModuleType]:
+    """The simulator's ``programs`` and ``proctitle``, siblings in ``path``'s directory
+    (appended to sys.path: nothing of ours is shadowed)."""
+    sys.path.append(os.path.dirname(path))
+    return importlib.import_module("programs"), importlib.import_module("proctitle")
+
+
+def start_worker(modules: tuple[ModuleType, ModuleType], spec: dict[str, Any],
+                 env: dict[str, str]) -> int:
+    """Fork a worker that becomes ``spec`` (``programs.run``) with environment ``env``."""
+    programs, proctitle = modules
     pid = os.fork()
     if pid == 0:
         try:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.execve(sys.executable, argv, env)
+            proctitle.set_environ(env)
+            programs.run(spec)
+        except BaseException:
+            traceback.print_exc()
         finally:
             os._exit(127)
     return pid
@@ -60,7 +81,10 @@ def main(argv: list[str]) -> int:
     parser.parse_known_args(argv)
     _open_ready_path()
     gpus = [int(g) for g in os.environ.get("FLEETCLEAN_SIM_GPUS", "0").split(",") if g]
-    programs = os.environ["FLEETCLEAN_SIM_PROGRAMS"]
+    modules = load_programs(os.environ["FLEETCLEAN_SIM_PROGRAMS"])
+    # What the forked workers share stays shared (the collector would touch it).
+    gc.collect()
+    gc.freeze()
     # Auto-reap: a worker killed on its own must not linger as a zombie child.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     workers: list[int] = []
@@ -73,7 +97,7 @@ def main(argv: list[str]) -> int:
             "gpus": [gpu],
             "setproctitle": True,
         }
-        workers.append(start_worker(programs, spec, dict(os.environ)))
+        workers.append(start_worker(modules, spec, dict(os.environ)))
     detokenizer = {
         "role": "holder",
         "title": "sglang::detokenizer",
@@ -82,7 +106,7 @@ def main(argv: list[str]) -> int:
     }
     env = dict(os.environ)
     env.pop("FLEETCLEAN_SIM_GPU_MIB", None)
-    workers.append(start_worker(programs, detokenizer, env))
+    workers.append(start_worker(modules, detokenizer, env))
 
     def on_term(signum: int, frame: object) -> None:
         for pid in workers:
