@@ -22,13 +22,15 @@ the fix belongs to another module's job, at the place named:
   cryptography checks in C, wherever the server offers it (OpenSSH does since 6.2).
 - paramiko formats every ``SSH_MSG_DEBUG`` for its log whether or not anything logs it
   (``Transport._parse_debug``: ``util.safe_string`` builds the text byte by byte, 25 us
-  unprofiled and a tenth of the transport thread's profiled CPU). OpenSSH sends one on every
+  unprofiled and a tenth of the transport thread's profiled CPU;
+  https://github.com/paramiko/paramiko/issues/388). OpenSSH sends one on every
   publickey login (``authorized_keys:1: key options: ...``). ``transport`` makes a
   ``Transport`` that skips it unless paramiko's logger takes DEBUG.
 - paramiko reads each packet with two or more ``recv`` calls of exactly the bytes it wants
   next (``Packetizer.read_all``: the first block, then the rest; 44 calls for the 22 packets
   of a status run), each a system call that lets go of the GIL and waits to get it back, among
-  every other host's threads. ``TcpSock`` reads what the kernel has (up to ``RECV_CHUNK``)
+  every other host's threads (https://github.com/paramiko/paramiko/issues/1105: no read
+  buffer to size). ``TcpSock`` reads what the kernel has (up to ``RECV_CHUNK``)
   and hands paramiko its bytes from that.
 - paramiko's transport thread wakes every 0.1 s (``Transport._active_check_timeout``,
   https://github.com/paramiko/paramiko/issues/361) to look at its own state: 0.55 ms of CPU
