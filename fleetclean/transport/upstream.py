@@ -12,11 +12,26 @@ the fix belongs to another module's job, at the place named:
   https://github.com/scylladb/scylla-cluster-tests/issues/2187), and one ``dir()`` per
   attribute costs about 0.25 ms per connection. ``Connection`` below sets attributes plainly;
   ``shared_config`` is one empty, lazy ``Config`` for every connection of a run (no invoke
-  config files read, and no ssh_config: fabric must not derive its own gateways).
+  config files read, and no ssh_config: fabric must not derive its own gateways). Its
+  ssh_config is ``NoSSHConfig``: fabric looks every host up in it (``Connection.__init__``),
+  and paramiko's lookup of a name in an empty config still expands its tokens
+  (``getpass.getuser()``, the local host name): 50 us of the 110 us a ``Connection`` costs.
 - paramiko checks each packet's MAC (ciphers other than AES-GCM) with a pure-Python byte
   loop (``util.constant_time_bytes_eq``) and builds an ``hmac`` object per packet: about 1 ms
   of controller CPU per host on a status run. ``transport`` prefers AES-GCM, whose tag
   cryptography checks in C, wherever the server offers it (OpenSSH does since 6.2).
+- paramiko formats every ``SSH_MSG_DEBUG`` for its log whether or not anything logs it
+  (``Transport._parse_debug``: ``util.safe_string`` builds the text byte by byte, 25 us
+  unprofiled and a tenth of the transport thread's profiled CPU;
+  https://github.com/paramiko/paramiko/issues/388). OpenSSH sends one on every
+  publickey login (``authorized_keys:1: key options: ...``). ``transport`` makes a
+  ``Transport`` that skips it unless paramiko's logger takes DEBUG.
+- paramiko reads each packet with two or more ``recv`` calls of exactly the bytes it wants
+  next (``Packetizer.read_all``: the first block, then the rest; 44 calls for the 22 packets
+  of a status run), each a system call that lets go of the GIL and waits to get it back, among
+  every other host's threads (https://github.com/paramiko/paramiko/issues/1105: no read
+  buffer to size). ``TcpSock`` reads what the kernel has (up to ``RECV_CHUNK``)
+  and hands paramiko its bytes from that.
 - paramiko's transport thread wakes every 0.1 s (``Transport._active_check_timeout``,
   https://github.com/paramiko/paramiko/issues/361) to look at its own state: 0.55 ms of CPU
   per second per open connection, so 2-3 ms per host of a teardown whose script runs a few
@@ -79,6 +94,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import select
 import shlex
@@ -93,6 +109,7 @@ import paramiko
 RUN_POLL_S = 0.5
 IDLE_POLL_S = 2.0
 STDERR_KEPT = 2048  # bytes of a ProxyCommand's stderr kept for the failure message
+RECV_CHUNK = 65536  # what TcpSock asks the kernel for at once
 REAP_S = 1.0  # how long a ProxyCommand gets to exit after SIGTERM before SIGKILL
 
 
@@ -111,9 +128,21 @@ def shared_config() -> fabric.Config:
     AttributeError message listing every attribute (0.1 ms). Set, they mean what their
     absence means (the root's key path is empty, the root is its own root).
     """
-    config = fabric.Config(ssh_config=paramiko.SSHConfig(), lazy=True)
+    config = fabric.Config(ssh_config=NoSSHConfig(), lazy=True)
     config._set(_keypath=(), _root=config)
     return config
+
+
+class NoSSHConfig(paramiko.SSHConfig):
+    """An empty ssh_config, looked up without paramiko's token expansion (there is nothing
+    to expand): what paramiko's own lookup of an empty config answers.
+
+    >>> dict(NoSSHConfig().lookup("gpu01"))
+    {'hostname': 'gpu01'}
+    """
+
+    def lookup(self, hostname: str) -> Any:
+        return paramiko.SSHConfigDict(hostname=hostname)
 
 
 def running(conn: Any) -> None:
@@ -136,10 +165,18 @@ def _poll(conn: Any, seconds: float) -> None:
 AEAD = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
 
+class _Transport(paramiko.Transport):
+    def _parse_debug(self, m: paramiko.Message) -> None:
+        # The message is only ever logged: unread, it is dropped as paramiko drops it.
+        if self.logger.isEnabledFor(logging.DEBUG):
+            super()._parse_debug(m)  # type: ignore[misc]  # private, in paramiko 2.x-5.x
+
+
 def transport(sock: Any, disabled_algorithms: Any = None) -> paramiko.Transport:
-    """paramiko's ``Transport`` with AES-GCM first, the rest in paramiko's own order (the
-    ``transport_factory`` of ``SSHClient.connect``)."""
-    made = paramiko.Transport(sock, disabled_algorithms=disabled_algorithms)
+    """paramiko's ``Transport`` with AES-GCM first, the rest in paramiko's own order, that
+    formats debug messages only for a log that takes them (the ``transport_factory`` of
+    ``SSHClient.connect``)."""
+    made = _Transport(sock, disabled_algorithms=disabled_algorithms)
     security = made.get_security_options()
     security.ciphers = tuple(sorted(security.ciphers, key=lambda name: name not in AEAD))
     return made
@@ -338,15 +375,40 @@ class ProxySock:
 
 
 class TcpSock:
-    """A connected TCP socket for paramiko whose ``close`` wakes the reader thread blocked
-    in ``recv`` on it (``shutdown`` first), so that the thread ends with the connection."""
+    """A connected TCP socket for paramiko: ``recv`` takes what the kernel has (up to
+    ``RECV_CHUNK``) in one system call and serves paramiko's exact-size reads from it; and
+    ``close`` wakes the reader thread blocked in ``recv`` on it (``shutdown`` first), so that
+    the thread ends with the connection.
+
+    Only paramiko's transport thread reads it (the handshake and then ``Transport.run``); a
+    ``recv`` blocks, and times out, only when nothing it has read is left.
+
+    >>> a, b = socket.socketpair()
+    >>> _ = b.sendall(b"SSH-2.0-x\\r\\nrest")
+    >>> b.shutdown(socket.SHUT_WR)
+    >>> sock = TcpSock(a)
+    >>> sock.recv(4), sock.recv(100), sock.recv(4)
+    (b'SSH-', b'2.0-x\\r\\nrest', b'')
+    >>> sock.close(); b.close()
+    """
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self.recv = sock.recv
+        self._read = b""
+        self._at = 0  # what of _read paramiko has had
         self.send = sock.send
         self.settimeout = sock.settimeout
         self.getpeername = sock.getpeername
+
+    def recv(self, size: int) -> bytes:
+        if self._at >= len(self._read):
+            data = self._sock.recv(max(size, RECV_CHUNK))
+            if len(data) <= size:
+                return data
+            self._read, self._at = data, 0
+        start = self._at
+        self._at = min(start + size, len(self._read))
+        return self._read[start:self._at]
 
     @property
     def _closed(self) -> bool:  # what paramiko's Transport.stop_thread looks at
