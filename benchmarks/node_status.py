@@ -3,21 +3,25 @@
 Run as root on Linux: ``.venv/bin/python benchmarks/node_status.py [--rounds 5] [--n 20]``.
 Starts a one-node simulated fleet (nvidia-persistenced on every GPU, as by default), renders
 ``status`` for it, and inside the node times, in alternating rounds of ``--n`` calls each,
-(a) ``bash -s`` running the rendered script and (b) ``nvidia-smi
---query-gpu=index,uuid,name,memory.used,memory.total --format=csv,noheader,nounits``: first
-on the idle node, then with an SGLang tp8 workload (every GPU busy: the script also reads
-the compute apps, in parallel, and names eight processes). Wall and CPU (user+sys of the
-process and its children, bash's ``times``) are per call; the ratios are same-run:
-min/median/max over the rounds, and the best status over the best bare query (the figure
-least moved by other load on the machine). The fake nvidia-smi is a Python script (tens of
-ms of CPU, where a real one waits on the driver), so absolute numbers are the fake's; the
-ratio is what #18 bounds (<= 1.2x on a busy node).
+(a) ``bash -s`` reading the rendered script from a pipe, as it does under sshd (a here-string:
+bash 5.1 and later pass one that fits a pipe through a pipe), (b) the bare query the peers
+run, ``nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total
+--format=csv,noheader,nounits``, and (c) the same query as pdsh or ssh run it, through a
+login shell (``bash -c '<query>'``): first on the idle node, then with an SGLang tp8 workload
+(every GPU busy: the script names eight processes). Wall and CPU (user+sys of the process
+and its children, bash's ``times``) are per call; the ratios are same-run, status over (b)
+and over (c): min/median/max over the rounds, and the best status over the best bare query
+(the figure least moved by other load on the machine). The fake nvidia-smi is a Python
+script (tens of ms of CPU, where a real one waits on the driver), so absolute numbers are
+the fake's; the ratio is what #18 bounds (<= 1.2x on a busy node).
 
 ``--real``: on a machine with a real ``nvidia-smi`` and no simulator (a real H200 node),
 the script is rendered for this machine (``fleetclean show status --local``) and run here
-with bash, in the same alternating rounds against the same bare query, on the machine as
+with bash, in the same alternating rounds against the same bare queries, on the machine as
 it is (idle or busy). Status only reads (nvidia-smi, /proc, the kernel log): nothing is
-signalled. ``--out FILE`` also writes the figures as JSON, in either mode.
+signalled. ``--out FILE`` also writes the figures as JSON, in either mode; ``--parts`` adds
+rounds of the script's parts alone (``nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER``, the old
+two CSV queries, ``dmesg``, ``bash -c true``, the script's definitions only).
 """
 
 from __future__ import annotations
@@ -36,9 +40,26 @@ from typing import Any
 SUBNET = 91
 BARE = ("nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total "
         "--format=csv,noheader,nounits")
-# Wall time and the CPU of every child, from bash itself (no /usr/bin/time in a node).
+BARE_SHELL = f"bash -c '{BARE}'"
+# The script's parts, each alone (--parts); its definitions are timed parsed from memory, as
+# its first command has them parsed (without that command and the last, fc_main's call).
+PARTS = {
+    "nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER": "nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER",
+    "old: two CSV queries in parallel": (
+        "nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid "
+        "--format=csv,noheader,nounits & nvidia-smi --query-gpu=index,uuid,name,memory.used,"
+        "memory.total,retired_pages.pending,remapped_rows.pending "
+        "--format=csv,noheader,nounits; wait"),
+    "dmesg": "dmesg",
+    "bash -c true": "bash -c true",
+    "bash -c <the script without its bootstrap and fc_main lines>": 'bash -c "$DEFS"',
+}
+# Wall time and the CPU of every child, from bash itself (no /usr/bin/time in a node). $S
+# is the script, $DEFS the script without its last line: fed to bash -s as here-strings.
 TIMER = r"""
-n=$1; shift
+n=$1; S=$(<"$2"); shift 2
+DEFS=${S#*FC_SRC=*$'\n'}
+DEFS=${DEFS%fc_main </dev/null*}
 t0=$EPOCHREALTIME
 for ((i = 0; i < n; i++)); do eval "$*" >/dev/null 2>&1; done
 t1=$EPOCHREALTIME
@@ -53,9 +74,9 @@ def _cpu_seconds(field: str) -> float:
     return int(minutes) * 60 + float(seconds)
 
 
-def measure(run: Runner, n: int, command: str) -> tuple[float, float]:
+def measure(run: Runner, n: int, command: str, script: str) -> tuple[float, float]:
     """(wall, cpu) seconds per call of ``command``, run by ``run``."""
-    stdout = run(["bash", "-c", TIMER, "timer", str(n), command])
+    stdout = run(["bash", "-c", TIMER, "timer", str(n), script, command])
     # `times` prints the shell's own CPU, then its children's: the calls are children.
     lines = stdout.splitlines()
     t0, t1 = lines[0].split()
@@ -64,26 +85,38 @@ def measure(run: Runner, n: int, command: str) -> tuple[float, float]:
 
 
 def rounds(run: Runner, args: argparse.Namespace, label: str, script: str) -> dict[str, Any]:
-    status = f"bash -s <{script}"
-    walls, cpus, best = [], [], [float("inf"), float("inf")]
+    status = 'bash -s <<<"$S"'
+    runs: dict[str, list[tuple[float, float]]] = {"status": [], "bare": [], "bare_shell": []}
     for _ in range(args.rounds):
-        sw, sc = measure(run, args.n, status)
-        bw, bc = measure(run, args.n, BARE)
-        walls.append(sw / bw)
-        cpus.append(sc / bc)
-        best = [min(best[0], sw), min(best[1], bw)]
+        for name, command in (("status", status), ("bare", BARE), ("bare_shell", BARE_SHELL)):
+            runs[name].append(measure(run, args.n, command, script))
+        (sw, sc), (bw, bc), (lw, lc) = (runs[k][-1] for k in runs)
         print(f"{label}: status {sw * 1000:6.1f} ms wall {sc * 1000:6.1f} ms cpu | "
-              f"bare {bw * 1000:6.1f} ms wall {bc * 1000:6.1f} ms cpu", flush=True)
-    figures: dict[str, Any] = {"best_status_ms": best[0] * 1000,
-                               "best_bare_ms": best[1] * 1000,
-                               "best_ratio": best[0] / best[1]}
-    for name, xs in (("wall", walls), ("cpu", cpus)):
-        print(f"{label}: {name} ratio status/bare: min {min(xs):.2f} median "
-              f"{statistics.median(xs):.2f} max {max(xs):.2f}")
-        figures[f"{name}_ratio"] = {"min": min(xs), "median": statistics.median(xs),
-                                    "max": max(xs)}
-    print(f"{label}: best status {best[0] * 1000:.1f} ms / best bare {best[1] * 1000:.1f} ms"
-          f" = {best[0] / best[1]:.2f}x")
+              f"bare {bw * 1000:6.1f} / {bc * 1000:6.1f} | "
+              f"bash -c bare {lw * 1000:6.1f} / {lc * 1000:6.1f}", flush=True)
+    figures: dict[str, Any] = {
+        f"{name}_ms": {"wall": [w * 1000 for w, _ in xs], "cpu": [c * 1000 for _, c in xs]}
+        for name, xs in runs.items()}
+    for base in ("bare", "bare_shell"):
+        for i, name in enumerate(("wall", "cpu")):
+            xs = [s[i] / b[i] for s, b in zip(runs["status"], runs[base], strict=True)]
+            print(f"{label}: {name} ratio status/{base}: min {min(xs):.2f} median "
+                  f"{statistics.median(xs):.2f} max {max(xs):.2f}")
+            figures[f"{name}_ratio_{base}"] = {"min": min(xs), "median": statistics.median(xs),
+                                               "max": max(xs)}
+        best = (min(w for w, _ in runs["status"]), min(w for w, _ in runs[base]))
+        figures[f"best_ratio_{base}"] = best[0] / best[1]
+        print(f"{label}: best status {best[0] * 1000:.1f} ms / best {base} "
+              f"{best[1] * 1000:.1f} ms = {best[0] / best[1]:.2f}x")
+    if args.parts:
+        figures["parts_ms"] = {}
+        for name, command in PARTS.items():
+            ws, cs = zip(*(measure(run, args.n, command, script) for _ in range(args.rounds)),
+                         strict=True)
+            figures["parts_ms"][name] = {"wall": statistics.median(ws) * 1000,
+                                         "cpu": statistics.median(cs) * 1000}
+            print(f"{label}: part {name}: median wall {statistics.median(ws) * 1000:.1f} ms "
+                  f"cpu {statistics.median(cs) * 1000:.1f} ms")
     return figures
 
 
@@ -134,6 +167,7 @@ def main() -> int:
     ap.add_argument("--real", action="store_true",
                     help="this machine's own nvidia-smi, no simulator (read-only)")
     ap.add_argument("--out", type=Path, metavar="FILE", help="also write the figures as JSON")
+    ap.add_argument("--parts", action="store_true", help="also time the script's parts alone")
     args = ap.parse_args()
     figures = real(args) if args.real else simulated(args)
     if args.out:

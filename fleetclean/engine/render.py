@@ -1,14 +1,16 @@
 """A :class:`ResolvedPlaybook` -> one bash script for one host. Pure: reads only
 package templates, resolves nothing (``fleetclean.engine.variables.resolve`` did).
 
-The script is the stage library (``stages/lib.sh``), the further libraries the playbook's
+The script is the stage library (``stages/lib.sh``; ``lib-stage.sh`` too where there is a
+stage), the further libraries the playbook's
 stage types call into (``lib-kill.sh``, owner attribution ``owner.sh`` and acting through
 the owner ``owner-act.sh`` for those that signal; ``owner.sh`` for the verification too,
 which names the owner of each GPU holder), the templates of the stage types the playbook
 uses, and an ``fc_main`` function that assigns each stage's options as shell-quoted
 variables and calls the stage. Nothing runs until the script's last line,
 ``fc_main </dev/null``: a connection cut while the script travels runs nothing, and no
-command inside can read the rest of the script from standard input.
+command inside can read the rest of the script from standard input. Under ``bash -s`` the
+first command reads all that follows it in one go (:func:`read_whole`).
 
 >>> from fleetclean.engine.playbook import load_playbook
 >>> from fleetclean.engine.variables import resolve
@@ -50,16 +52,40 @@ def render_script(resolved: ResolvedPlaybook, *, check: bool = False, force: boo
     parts.append("\n".join([*main_function(resolved, check=check, force=force,
                                             host=q(host_name), scope=scope),
                             "", "fc_main </dev/null", ""]))
-    return "\n".join(parts)
+    shebang, _, body = "\n".join(parts).partition("\n")
+    # The directive lib.sh opens with is file-wide only before the first command.
+    return f"{shebang}\n# shellcheck disable=SC2034\n{read_whole(len(body.encode()))}\n{body}"
+
+
+def read_whole(size: int) -> str:
+    """The script's first command (its third line): under ``bash -s`` (no file, no ``-c``
+    string), read the ``size`` bytes after this line in one builtin ``read -N`` and run
+    them (``eval``), or
+    run nothing when fewer arrived. bash reads a script from a pipe one byte per read(2),
+    so that a command it runs can read the rest: 40,000 system calls, most of the CPU a
+    status script cost on the node; ``read -N`` reads in blocks (bash 5.1 and later). A
+    file run with ``bash FILE`` or a ``bash -c`` string is read on as usual.
+
+    >>> read_whole(12)[:48]
+    '[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING'
+    """
+    return ("[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; "
+            f"FC_SRC=''; read -r -N {size} FC_SRC; if ((${{#FC_SRC}} == {size})); then "
+            'eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short '
+            f'(${{#FC_SRC}} of {size} bytes): nothing was run" >&2; false; fi; exit; }}')
 
 
 def library(books: list[ResolvedPlaybook], scope: Scope | None = None) -> list[str]:
-    """The bash every script of these playbooks needs: ``lib.sh``, the scope's functions
-    when there is a scope (or a stage that finds a Slurm job's processes), the libraries
+    """The bash every script of these playbooks needs: ``lib.sh`` (and ``lib-stage.sh``,
+    the stage driver and the whole process table, where there is a stage: a status script
+    carries only what its verification runs, since bash parses all it is sent), the scope's
+    functions when there is a scope (or a stage that finds a Slurm job's processes), the libraries
     their stage types call into (once each), then the template of each stage type they use
     (once each, in order of first use), then the verification's."""
     used = dict.fromkeys(s.type for book in books for s in book.stages)
     parts = [template("lib.sh")]
+    if used:
+        parts.append(template("lib-stage.sh"))
     if (scope is not None and scope.active) or "slurm-job" in used:
         parts.append(template("scope.sh"))
     parts += [template(lib) for lib in libraries_of(books)]

@@ -19,12 +19,14 @@ change     index, text                   (what was or would be changed)
 end        index, status, matched, signalled, remaining, milliseconds, message
 error      message                       (host-level: busy, guard refusal)
 nvsmi      exit status, nvidia-smi's own output
-gpu        one --query-gpu CSV line (index, uuid, name, memory.used, memory.total)
-app        one --query-compute-apps CSV line (pid, process_name, used_memory, gpu_uuid)
+gpu        one --query-gpu CSV line (index, uuid, name, memory.used, memory.total), or
+           the same fields read from ``nvidia-smi -q``
+app        one --query-compute-apps CSV line (pid, process_name, used_memory, gpu_uuid),
+           or the same fields read from ``nvidia-smi -q``
 proc       pid, user, cmdline, why protected (empty: not), "stuck" or empty
            (once per PID the report names)
-holder     pid, device file, cmdline, why protected   (/dev/nvidiaN open; only for a GPU
-           whose memory no compute app explains)
+holder     pid, device file, cmdline, why protected, GPU index   (/dev/nvidiaN open, N
+           the GPU's device minor; only for a GPU whose memory no compute app explains)
 bare       GPU index, MiB                (above the threshold, no unprotected process holds it)
 pages      GPU index, retired_pages.pending, remapped_rows.pending   (only when one is Yes)
 boot       the node's boot time, epoch seconds   (before its xid records)
@@ -297,8 +299,8 @@ def _processes(st: Readings, gpus: tuple[GpuRow, ...]) -> tuple[GpuProcess, ...]
         apps = parse_compute_apps("\n".join(st.app_lines), APP_FIELDS, nounits=True)
     except NvsmiParseError:
         apps = []
-    uuid_by_dev = {f"/dev/nvidia{g.index}": g.uuid for g in gpus}
-    cmdlines = {pid: cmdline for pid, _, cmdline in st.holders if cmdline}
+    uuid_by_index = {g.index: g.uuid for g in gpus}
+    cmdlines = {pid: cmdline for pid, _, cmdline, _ in st.holders if cmdline}
     cmdlines.update({pid: cmd for pid, (_, cmd, _, _) in st.procs.items() if cmd})
 
     def named(p: GpuProcess, *, device_only: bool = False) -> GpuProcess:
@@ -309,8 +311,8 @@ def _processes(st: Readings, gpus: tuple[GpuRow, ...]) -> tuple[GpuProcess, ...]
                        stuck=stuck == "stuck")
 
     out = {(a.pid, a.gpu_uuid): named(a) for a in apps}
-    for pid, dev, cmdline in st.holders:
-        uuid = uuid_by_dev.get(dev, dev)
+    for pid, dev, cmdline, index in st.holders:
+        uuid = uuid_by_index.get(index, dev) if index is not None else dev
         out.setdefault((pid, uuid), named(GpuProcess(pid=pid, name=cmdline, used_memory_mib=None,
                                                      gpu_uuid=uuid), device_only=True))
     return tuple(out.values())

@@ -13,7 +13,10 @@ devices were found, exit 6), ``inforom:N`` (a warning, then the output, exit 14)
 GPU (its rows replaced by ``Unable to determine the device handle ...: GPU is lost``,
 the others kept, exit 15), ``na`` (memory fields ``[N/A]``). Supported:
 ``--query-gpu=F,..``, ``--query-compute-apps=F,..``, ``--format=csv[,noheader][,nounits]``,
-``-i/--id``, ``-L``, ``-r/--gpu-reset``, ``-pm/--persistence-mode`` and the bare table.
+``-q -d MEMORY,PIDS[,ROW_REMAPPER][,PAGE_RETIREMENT]`` (:func:`details`; ``-x`` with ``-d``
+is refused as the real tool refuses it, and ``-q`` without ``-d`` or another display group
+is not simulated: exit 2), ``-i/--id``, ``-L``, ``-r/--gpu-reset``,
+``-pm/--persistence-mode`` and the bare table.
 
 Example: ``nvidia-smi --query-gpu=index,memory.used --format=csv,noheader`` prints
 ``0, 62000 MiB`` ... ``7, 0 MiB``; ``--query-gpu=bogus.field`` prints
@@ -256,8 +259,13 @@ def memory_used(held: list[tuple[int, int, int]]) -> dict[int, int]:
 
 
 INVALID = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
-WITH_VALUE = {"--query-gpu", "--query-compute-apps", "--format", "--id", "--persistence-mode"}
-ALIASES = {"-i": "--id", "-pm": "--persistence-mode", "-r": "--gpu-reset", "-L": "--list-gpus"}
+XML_WITH_DISPLAY = ("Invalid combination of input arguments: --display/-d flags can not be "
+                    "combined with -x/--xml-format flags.")
+WITH_VALUE = {"--query-gpu", "--query-compute-apps", "--format", "--id", "--persistence-mode",
+              "--display"}
+FLAGS = {"--list-gpus", "--gpu-reset", "--query", "--xml-format"}
+ALIASES = {"-i": "--id", "-pm": "--persistence-mode", "-r": "--gpu-reset", "-L": "--list-gpus",
+           "-q": "--query", "-d": "--display", "-x": "--xml-format"}
 
 
 def parse(argv: list[str]) -> dict[str, str]:
@@ -282,7 +290,7 @@ def parse(argv: list[str]) -> dict[str, str]:
                     raise Usage(f'Option "{arg}" requires a value.', 2)
                 value = argv[i]
             opts[key] = value
-        elif key in ("--list-gpus", "--gpu-reset"):
+        elif key in FLAGS:
             opts[key] = ""
         elif arg.startswith("-i") and arg[2:]:
             opts["--id"] = arg[2:]
@@ -298,6 +306,100 @@ def tool_fault() -> tuple[str, str]:
     return word, arg
 
 
+DISPLAY_GROUPS = ("MEMORY", "PIDS", "PAGE_RETIREMENT", "ROW_REMAPPER")
+BAR1_MIB = 262144
+
+
+def line(key: str, value: object, indent: int = 0, width: int = 55) -> str:
+    """One ``-q`` line: the key padded so that the colon stands in column ``width``."""
+    return f"{' ' * indent}{key}".ljust(width) + f": {value}"
+
+
+def details(
+    groups: set[str], gpus: list[dict[str, object]], held: list[tuple[int, int, int]], na: bool
+) -> str:
+    """``nvidia-smi -q -d GROUPS`` as driver 580 prints it on an H200 (the captured
+    ``tests/data/nvidia-smi/h200/q_*.txt``): a header, then per GPU its bus id and the
+    sections asked for, in the tool's own order, each GPU block ended by a blank line.
+
+    A GPU nvidia-smi cannot open prints its error line instead of its block (the exit
+    status says so). A GPU with retired pages pending is modelled as one without a row
+    remapper (the GPUs that retire pages predate row remapping): its ``Remapped Rows``
+    reads ``N/A``, a layout the status script does not take, so it reads the CSV query
+    instead, which has ``retired_pages.pending``; not checked against such a GPU's real
+    output. The ``na`` fault prints ``N/A`` for memory, as ``-q`` prints values it cannot
+    read (not checked against a real fault either)."""
+    used = memory_used(held)
+    broken = smi_state.gpu_errors()
+    retired, remapped = smi_state.pending("retired"), smi_state.pending("remapped")
+    out = [
+        "",
+        "==============NVSMI LOG==============",
+        "",
+        line("Timestamp", time.strftime("%a %b %e %H:%M:%S %Y")),
+        line("Driver Version", DRIVER),
+        line("CUDA Version", CUDA),
+        "",
+        line("Attached GPUs", len(smi_state.all_gpus())),
+    ]
+    for gpu in gpus:
+        index = int(str(gpu["index"]))
+        if index in broken:
+            out.append(lost_line(gpu, broken[index][1]))
+            continue
+        out.append(f"GPU {gpu['bus_id']}")
+        mib = used.get(index, 0)
+        if "MEMORY" in groups:
+            fb = [TOTAL_MIB, RESERVED_MIB, mib, TOTAL_MIB - RESERVED_MIB - mib + 1]
+            bar1 = [BAR1_MIB, mib + 1, BAR1_MIB - mib - 1]
+            shown = [f"{NA[1:-1]}" if na and i else f"{v} MiB" for i, v in enumerate(fb)]
+            out += ["    FB Memory Usage",
+                    *(line(k, v, 8) for k, v in zip(("Total", "Reserved", "Used", "Free"),
+                                                    shown, strict=True)),
+                    "    BAR1 Memory Usage",
+                    *(line(k, f"{v} MiB", 8) for k, v in zip(("Total", "Used", "Free"), bar1,
+                                                            strict=True)),
+                    "    Conf Compute Protected Memory Usage",
+                    *(line(k, "0 MiB", 8) for k in ("Total", "Used", "Free"))]
+        if "PAGE_RETIREMENT" in groups:
+            pages = ("0", "1", "Yes") if index in retired else ("N/A", "N/A", "N/A")
+            out += ["    Retired Pages",
+                    *(line(k, v, 8) for k, v in zip(
+                        ("Single Bit ECC", "Double Bit ECC", "Pending Page Blacklist"), pages,
+                        strict=True))]
+        if "ROW_REMAPPER" in groups:
+            out += remapped_rows(index in retired, index in remapped)
+        if "PIDS" in groups:
+            out += processes([h for h in held if h[0] == index], na)
+        out.append("")
+    return "".join(text + "\n" for text in out)
+
+
+def remapped_rows(no_remapper: bool, pending: bool) -> list[str]:
+    if no_remapper:
+        return [line("    Remapped Rows", "N/A")]
+    counts = ("0", "0", "1" if pending else "0", "0", "Yes" if pending else "No", "No")
+    keys = ("Correctable Error", "Inactive Correctable Error", "Uncorrectable Error",
+            "Inactive Uncorrectable Error", "Pending", "Remapping Failure Occurred")
+    banks = (("Max", 3071 if pending else 3072), ("High", 1 if pending else 0), ("Partial", 0),
+             ("Low", 0), ("None", 0))
+    return ["    Remapped Rows", *(line(k, v, 8) for k, v in zip(keys, counts, strict=True)),
+            "        Bank Remap Availability Histogram",
+            *(line(k, f"{v} bank(s)", 12) for k, v in banks)]
+
+
+def processes(held: list[tuple[int, int, int]], na: bool) -> list[str]:
+    if not held:
+        return [line("    Processes", "None")]
+    out = ["    Processes"]
+    for _, pid, mib in held:
+        out += [line("GPU instance ID", "N/A", 8, 42), line("Compute instance ID", "N/A", 8, 42),
+                line("Process ID", pid, 8, 42), line("Type", "C", 12, 42),
+                line("Name", smi_state.process_name(str(pid)), 12, 42),
+                line("Used GPU Memory", NA[1:-1] if na else f"{mib} MiB", 12, 42)]
+    return out
+
+
 def query(opts: dict[str, str], gpus: list[dict[str, object]], na: bool) -> tuple[str, int]:
     """--query-gpu, --query-compute-apps, -L or the table; exit 15 when a GPU is lost (8
     lacking power, 10 with an interrupt issue: the first such GPU's)."""
@@ -305,6 +407,11 @@ def query(opts: dict[str, str], gpus: list[dict[str, object]], na: bool) -> tupl
     lost = [g for g in gpus if int(str(g["index"])) in broken]
     status = broken[int(str(lost[0]["index"]))][0] if lost else 0
     fmt = set(opts.get("--format", "csv").split(","))
+    if "--query" in opts:
+        groups = {g.strip().upper() for g in opts.get("--display", "").split(",")}
+        if "--xml-format" in opts or not groups <= set(DISPLAY_GROUPS):
+            raise Usage(INVALID, 2)  # the full -q, XML or other groups: not simulated
+        return details(groups, gpus, holders(), na), status
     if "--query-gpu" in opts:
         fields = [f.strip() for f in opts["--query-gpu"].split(",")]
         rows = gpu_rows(gpus, memory_used(holders()))
@@ -334,6 +441,10 @@ def run(argv: list[str]) -> tuple[str, int]:
         if fault == "nodevices":
             raise Usage("No devices were found", 6)
         opts = parse(argv)
+        if "--display" in opts and "--xml-format" in opts:
+            raise Usage(XML_WITH_DISPLAY, 2)
+        if "--display" in opts and "--query" not in opts:
+            raise Usage(INVALID, 2)
         gpus = smi_state.load_gpus(opts.get("--id"))
         if "--gpu-reset" in opts:
             return smi_admin.reset(gpus)

@@ -47,8 +47,8 @@ def stage(host: dict[str, object], name: str) -> dict[str, object]:
 
 def lib(fleet: SimFleet, script: str) -> str:
     """What ``script`` prints, run by bash inside the node with the libraries loaded."""
-    done = fleet.run_in("node01", ["bash", "-c", f". {STAGES}/lib.sh; . {STAGES}/lib-kill.sh; "
-                                   f"{script}"])
+    done = fleet.run_in("node01", ["bash", "-c", f". {STAGES}/lib.sh; . {STAGES}/lib-stage.sh; "
+                                   f". {STAGES}/lib-kill.sh; {script}"])
     assert done.returncode == 0, done.stderr
     return done.stdout
 

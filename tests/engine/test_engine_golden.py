@@ -90,6 +90,16 @@ def test_a_status_script_carries_no_kill_library() -> None:
     assert marker("lib-kill.sh") in own_part(rendered("pre-restart"))
 
 
+def test_a_status_script_carries_no_stage_driver_and_reads_itself_whole_first() -> None:
+    status, teardown = rendered("status"), rendered("pre-restart")
+    assert marker("lib-stage.sh") not in own_part(status)
+    assert marker("lib-stage.sh") in own_part(teardown)
+    for script in (status, teardown):
+        shebang, _, bootstrap, body = script.split("\n", 3)
+        assert shebang == "#!/usr/bin/env bash"
+        assert f"read -r -N {len(body.encode())} FC_SRC;" in bootstrap
+
+
 @pytest.mark.skipif(shellcheck() is None, reason="shellcheck not installed")
 def test_golden_scripts_pass_shellcheck(tmp_path: Path) -> None:
     files = []

@@ -110,6 +110,18 @@ def test_verify_ok_report() -> None:
     assert r.processes[0].gpu_uuid == "GPU-a" and r.processes[0].name == "python3 monitor.py"
 
 
+def test_a_holder_of_a_gpu_whose_minor_is_not_its_index_is_put_on_that_gpu() -> None:
+    out = full_run(rec("stage", "verify", "verify", "verify"),
+                   rec("gpu", "0, GPU-a, NVIDIA H200, 500, 143771"),
+                   rec("gpu", "1, GPU-b, NVIDIA H200, 0, 143771"),
+                   rec("holder", "7", "/dev/nvidia1", "python3 train.py", "", "0"),
+                   rec("holder", "8", "/dev/nvidia0", "python3 old.py", ""),
+                   rec("verify", "dirty", "0", "21", "1 GPU(s) above 0 MiB", "deadline"))
+    r = parse_script_output(out, "", 0)
+    # The index field names the GPU; a record without one (older scripts) the device file.
+    assert {p.pid: p.gpu_uuid for p in r.processes} == {7: "GPU-a", 8: "GPU-a"}
+
+
 def test_verify_dirty_is_not_an_error() -> None:
     out = full_run(rec("stage", "verify", "verify", "verify"),
                    rec("gpu", "0, GPU-a, NVIDIA H200, 500, 143771"),

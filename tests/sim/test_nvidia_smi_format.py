@@ -131,3 +131,85 @@ def test_unknown_compute_app_field_is_rejected(node: Path) -> None:
 
 def test_bad_gpu_id_finds_no_device(node: Path) -> None:
     assert nvidia_smi.run(["-i", "9", "--query-gpu=index", "--format=csv"])[1] == 6
+
+
+@pytest.fixture
+def held_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The machine of the -q fixtures: one GPU; held by two processes (40 and 8 GiB, 15 MiB
+    of the GPU's used memory in neither) unless a test says otherwise."""
+    gpus = [{"index": 0, "uuid": "GPU-34d59321-b75b-280a-17c6-3345f6ba227e", "bus_id": BUS0}]
+    (tmp_path / "gpus.json").write_text(json.dumps({"name": "node01", "gpus": gpus}))
+    monkeypatch.setattr(smi_state, "NODE_DIR", str(tmp_path))
+    monkeypatch.setattr(nvidia_smi, "holders", lambda: [(0, 496, 41570), (0, 559, 8802)])
+    monkeypatch.setattr(smi_state, "leaks", lambda: {0: 15})
+    names = {"496": "python3", "559": "/opt/torch/.venv/bin/python3"}
+    monkeypatch.setattr(smi_state, "process_name", lambda pid: names[pid])
+    return tmp_path
+
+
+def but_clock_and_free(text: str) -> list[str]:
+    """-q lines without the clock, and without FB free memory, which the real tool rounds
+    (used + free + reserved is the total or one MiB over)."""
+    return [line for line in text.splitlines()
+            if not line.startswith(("Timestamp ", "        Free   "))]
+
+
+@pytest.mark.parametrize(("name", "groups"), [
+    ("q_mem_pids_held.txt", "MEMORY,PIDS"),
+    ("q_mem_pids_pr_rr_held.txt", "MEMORY,PIDS,PAGE_RETIREMENT,ROW_REMAPPER"),
+])
+def test_q_of_a_held_gpu_matches_the_real_layout(
+    held_node: Path, nvidia_smi_fixtures: Path, name: str, groups: str
+) -> None:
+    want, rc = fixture(nvidia_smi_fixtures, name)
+    got, status = nvidia_smi.run(["-q", "-d", groups])
+    assert status == rc == 0
+    assert but_clock_and_free(got) == but_clock_and_free(want)
+
+
+def test_q_of_an_idle_gpu_matches_the_real_one_but_the_clock(
+    held_node: Path, nvidia_smi_fixtures: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nvidia_smi, "holders", lambda: [])
+    monkeypatch.setattr(smi_state, "leaks", lambda: {})
+    want, _ = fixture(nvidia_smi_fixtures, "q_mem_pids_idle.txt")
+    got, status = nvidia_smi.run(["--query", "--display=MEMORY,PIDS"])
+    assert status == 0
+    assert got.splitlines()[4:] == want.splitlines()[4:]
+    assert len(got.splitlines()[3]) == len(want.splitlines()[3])  # the clock's line
+
+
+def test_xml_with_display_groups_is_refused_as_by_the_real_tool(
+    held_node: Path, nvidia_smi_fixtures: Path
+) -> None:
+    assert nvidia_smi.run(["-q", "-x", "-d", "MEMORY,PIDS"]) == fixture(
+        nvidia_smi_fixtures, "q_x_with_d.txt")
+
+
+def test_q_shows_each_fault_as_the_status_script_must_take_it(node: Path) -> None:
+    (node / "pages.json").write_text(json.dumps({"remapped": [2], "retired": [3]}))
+    text, status = nvidia_smi.run(["-q", "-d", "MEMORY,PIDS,ROW_REMAPPER"])
+    blocks = text.split("\nGPU ")[1:]
+    assert status == 0 and len(blocks) == 8
+    assert "Pending                                        : Yes" in blocks[2]
+    assert "Uncorrectable Error                            : 1" in blocks[2]
+    # A GPU that retires pages has no row remapper: the script reads the CSV query then.
+    assert "    Remapped Rows                                      : N/A" in blocks[3]
+    assert sum("Pending                                        : No" in b for b in blocks) == 6
+    (node / "lost").write_text("5\n")
+    text, status = nvidia_smi.run(["-q", "-d", "MEMORY,PIDS,ROW_REMAPPER"])
+    assert status == 15
+    assert "Unable to determine the device handle for GPU0000:05:00.0: GPU is lost" in text
+    (node / "lost").unlink()
+    (node / "fault").write_text("na\n")
+    text, _ = nvidia_smi.run(["-q", "-d", "MEMORY"])
+    assert "        Used                                           : N/A" in text
+    (node / "fault").write_text("inforom:0\n")
+    text, status = nvidia_smi.run(["-q", "-d", "MEMORY,PIDS"])
+    assert status == 14 and text.startswith("WARNING: infoROM is corrupted")
+
+
+def test_q_without_groups_or_with_unknown_ones_is_not_simulated(node: Path) -> None:
+    assert nvidia_smi.run(["-q"])[1] == 2
+    assert nvidia_smi.run(["-q", "-d", "CLOCK"])[1] == 2
+    assert nvidia_smi.run(["-d", "MEMORY"])[1] == 2

@@ -65,7 +65,7 @@ def environ(fleet: SimFleet, pid: int) -> dict[str, str]:
 
 
 def owners_over_ssh(fleet: SimFleet, pids: list[int]) -> dict[int, Owner]:
-    script = template("lib.sh") + template("owner.sh") + (
+    script = template("lib.sh") + template("lib-stage.sh") + template("owner.sh") + (
         'fc_scan\nfor p in "$@"; do fc_owner "$p"\n'
         'printf "%s\\t%s\\t%s\\t%s\\n" "$p" "$FC_OWNER_KIND" "$FC_OWNER_ID" "$FC_OWNER_NAME"\n'
         "done\n")

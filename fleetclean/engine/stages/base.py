@@ -78,7 +78,8 @@ class Readings:
     errors: list[str] = field(default_factory=list)
     gpu_lines: list[str] = field(default_factory=list)
     app_lines: list[str] = field(default_factory=list)
-    holders: list[tuple[int, str, str]] = field(default_factory=list)
+    # pid, device file, cmdline, GPU index (None: not known)
+    holders: list[tuple[int, str, str, int | None]] = field(default_factory=list)
     verify: str | None = None
     verify_message: str = ""
     nvsmi: str | None = None

@@ -1,7 +1,8 @@
 # shellcheck shell=bash disable=SC2034
 # fleetclean stage library: records, time, the process table, self-exclusion, open files,
-# the stage driver and the lock; every script carries it. lib-kill.sh (matching, trees,
-# escalation) follows it in the scripts of playbooks that signal.
+# the stage driver's state and the lock; every script carries it. lib-stage.sh (the stage
+# driver, the whole process table) follows it where there is a stage, lib-kill.sh
+# (matching, trees, escalation) in the scripts of playbooks that signal.
 #
 # Only bash builtins, coreutils, procps/psmisc and flock are used: nodes have no Python.
 # Every value the renderer supplies arrives as a quoted assignment (opt_*, FC_*) and is
@@ -112,28 +113,6 @@ fc_has_cmdline() {
     { IFS= read -r -d '' -n 1 c <"/proc/$1/cmdline"; } 2>/dev/null || [[ -n $c ]]
 }
 
-fc_scan() {
-    FC_PPID=() FC_PGRP=() FC_SID=() FC_START=() FC_STATE=() FC_COMM=() FC_ARGV0=() FC_CMD=()
-    FC_PIDS=()
-    local d pid comm
-    for d in /proc/[0-9]*; do
-        pid=${d#/proc/}
-        fc_read_stat "$pid" || continue
-        comm=$REPLY
-        fc_cmdline "$pid" "$comm"
-        FC_CMD[$pid]=$REPLY
-        FC_ARGV0[$pid]=$FC_ARGV0_ONE
-        FC_COMM[$pid]=$comm
-        FC_STATE[$pid]=${FC_F[0]}
-        FC_PPID[$pid]=${FC_F[1]}
-        FC_PGRP[$pid]=${FC_F[2]}
-        FC_SID[$pid]=${FC_F[3]}
-        # Field 22 of stat: with the PID it names one process for its whole life.
-        FC_START[$pid]=${FC_F[19]}
-        FC_PIDS+=("$pid")
-    done
-}
-
 # The process table entries of one PID (what fc_scan fills for all): enough for
 # fc_protected without a scan of every process.
 fc_proc_load() {
@@ -241,40 +220,9 @@ FC_SCOPED=0
 # A login without root may signal only its own processes. A kill that fails while its
 # target lives on is that (EPERM): fc_deny (lib-kill.sh) lists the target with its user in
 # FC_DENIED, fc_stage makes the stage "denied" (which leaves the host dirty), and it is no
-# longer waited for: its grace period could not change anything.
+# longer waited for: its grace period could not change anything (lib-stage.sh).
 declare -ga FC_DENIED=()
 FC_DENIED_ANY=0
-
-# The user name of PID's real uid (REPLY), from /proc/PID/status; "?" when unreadable.
-fc_proc_user() {
-    local key value uid=""
-    while read -r key value _; do
-        if [[ $key == Uid: ]]; then
-            uid=$value
-            break
-        fi
-    done 2>/dev/null <"/proc/$1/status"
-    if [[ -z $uid ]]; then
-        REPLY="?"
-        return 0
-    fi
-    fc_user_name "$uid"
-}
-
-# After a stage: what it may not signal makes it "denied" (or is added to its failure).
-fc_report_denied() {
-    local d list=""
-    ((${#FC_DENIED[@]})) || return 0
-    for d in "${FC_DENIED[@]}"; do
-        list+="${list:+, }$d"
-    done
-    if [[ $FC_STATUS == ok ]]; then
-        FC_STATUS=denied
-        FC_MESSAGE="$FC_SIGNALLED signal(s) sent; not permitted: $list"
-    else
-        FC_MESSAGE+="; not permitted: $list"
-    fi
-}
 
 # ---------------------------------------------------------------------------- open files
 # "PID FD TARGET" for every open descriptor whose target starts with $1, from one
@@ -324,28 +272,6 @@ FC_LAST_SIGNAL_US=0
 FC_RESPAWN_RISK=0
 declare -A FC_WATCH=() FC_BEFORE=() FC_STUCK=()
 declare -A FC_CLAIMED=()
-
-# fc_stage INDEX NAME TYPE: run fc_stage_TYPE and report one "end" record for it.
-fc_stage() {
-    FC_IDX=$1
-    local name=$2 type=$3 fn t0
-    FC_STAGE_NAME=$name
-    fc_rec stage "$FC_IDX" "$name" "$type"
-    if ((FC_HALT)); then
-        fc_rec end "$FC_IDX" skipped 0 0 0 0 "not run: $FC_HALT_REASON"
-        return 0
-    fi
-    FC_STATUS=ok FC_MATCHED=0 FC_SIGNALLED=0 FC_REMAINING=0 FC_MESSAGE=""
-    FC_DENIED=()
-    fc_now_us
-    t0=$REPLY
-    fn=fc_stage_${type//-/_}
-    "$fn"
-    fc_report_denied
-    fc_now_us
-    fc_rec end "$FC_IDX" "$FC_STATUS" "$FC_MATCHED" "$FC_SIGNALLED" "$FC_REMAINING" \
-        "$(((REPLY - t0) / 1000))" "$FC_MESSAGE"
-}
 
 # Drop the previous stage's options so a stage never sees another's values.
 fc_reset_opts() {
@@ -408,37 +334,11 @@ fc_begin() {
 
 fc_finish() {
     local p
-    fc_report_left
+    # Only a stage that signals watches anything (lib-stage.sh reports what lives on).
+    ((${#FC_WATCH[@]} == 0)) || fc_report_left
     # A process stuck in the kernel may let go later (the driver answers): say so.
     for p in "${!FC_STUCK[@]}"; do
         fc_alive "$p" "${FC_STUCK[$p]}" || fc_rec unstuck "$p"
     done
     fc_rec "done" 0
-}
-
-# "left" records: each parent of GPU holders we killed that is neither protected nor a
-# target and lives on (a vLLM API server whose workers are gone, a launcher that will
-# respawn them), with its ancestors in its process group: the server a person would stop.
-# One record per process, the top of each chain first: pid, command line.
-fc_report_left() {
-    local p a q
-    local -A named=()
-    ((${#FC_WATCH[@]})) || return 0
-    fc_scan
-    for p in "${!FC_WATCH[@]}"; do
-        [[ -n ${FC_START[$p]:-} && ${FC_STATE[$p]} != [ZX] ]] || continue
-        fc_protected "$p" && continue
-        local -a chain=("$p")
-        a=$p
-        while q=${FC_PPID[$a]:-0}; [[ -n ${FC_START[$q]:-} && ${FC_PGRP[$q]} == "${FC_PGRP[$p]}" ]] &&
-            ! fc_protected "$q"; do
-            chain=("$q" "${chain[@]}")
-            a=$q
-        done
-        for a in "${chain[@]}"; do
-            [[ -n ${named[$a]:-} ]] && continue
-            named[$a]=1
-            fc_rec left "$a" "${FC_CMD[$a]}"
-        done
-    done
 }

@@ -27,7 +27,7 @@
 # FC_ARGV0); builtins only, no fork. ${FC_PROC:-/proc} lets tests read captured texts.
 
 # FC_OK/FC_OI/FC_ON[pid]: the kind, id and name fc_owner_records found for pid.
-declare -gA FC_CG_ROOT=() FC_OWNER_DONE=() FC_OK=() FC_OI=() FC_ON=()
+declare -gA FC_CG_ROOT=() FC_OWNER_DONE=() FC_OK=() FC_OI=() FC_ON=() FC_CG_MEMO=()
 FC_CG_ROOTS_READ=0
 FC_OWNER_KIND="" FC_OWNER_ID="" FC_OWNER_NAME=""
 
@@ -36,6 +36,7 @@ FC_OWNER_KIND="" FC_OWNER_ID="" FC_OWNER_NAME=""
 fc_owner_roots() {
     local file=${1:-${FC_PROC:-/proc}/1/cgroup} line key path
     FC_CG_ROOT=()
+    FC_CG_MEMO=()  # its answers hold for these roots only
     FC_CG_ROOTS_READ=1
     [[ -r $file ]] || return 0
     while IFS= read -r line; do
@@ -90,14 +91,31 @@ fc_owner_path() {
 }
 
 # fc_owner_cgroup FILE: the owner a /proc/PID/cgroup text names (see the rules above);
-# sets FC_OWNER_*; kind "" when the cgroups name none.
+# sets FC_OWNER_*; kind "" when the cgroups name none. Worked out once per text: the eight
+# workers of a server share their cgroups, and the rules cost a regex per path component.
 fc_owner_cgroup() {
-    local file=$1 line key path root k
-    local -A found_kind=() found_id=() found_name=()
+    local -a lines=()
+    local text
     ((FC_CG_ROOTS_READ)) || fc_owner_roots
     FC_OWNER_KIND="" FC_OWNER_ID="" FC_OWNER_NAME=""
-    [[ -r $file ]] || return 0
-    while IFS= read -r line; do
+    { mapfile -t lines <"$1"; } 2>/dev/null || return 0
+    printf -v text '%s\n' "${lines[@]}"
+    if [[ -z ${FC_CG_MEMO[$text]+set} ]]; then
+        fc_owner_cgroup_rules "${lines[@]}"
+        FC_CG_MEMO[$text]="$FC_OWNER_KIND"$'\n'"$FC_OWNER_ID"$'\n'"$FC_OWNER_NAME"
+    fi
+    text=${FC_CG_MEMO[$text]}
+    FC_OWNER_KIND=${text%%$'\n'*}
+    text=${text#*$'\n'}
+    FC_OWNER_ID=${text%%$'\n'*}
+    FC_OWNER_NAME=${text#*$'\n'}
+}
+
+# fc_owner_cgroup_rules LINE...: fc_owner_cgroup's rules on the lines of one cgroup file.
+fc_owner_cgroup_rules() {
+    local line key path root k
+    local -A found_kind=() found_id=() found_name=()
+    for line in "$@"; do
         [[ $line == *:*:* ]] || continue
         key=${line#*:}
         key=${key%%:*}
@@ -120,7 +138,7 @@ fc_owner_cgroup() {
         # The first controller line that names something is the controllers' word.
         [[ -n ${found_kind[$k]:-} ]] && continue
         found_kind[$k]=$O_KIND found_id[$k]=$O_ID found_name[$k]=$O_NAME
-    done <"$file"
+    done
     for k in controller v2 systemd; do
         case ${found_kind[$k]:-} in
             docker | kubernetes | slurm)

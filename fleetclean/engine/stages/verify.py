@@ -57,7 +57,10 @@ def _app(r: Readings, a: list[str]) -> None:
 
 
 def _holder(r: Readings, a: list[str]) -> None:
-    r.holders.append((int(a[0]), a[1], a[2]))
+    # The GPU's index, from scripts that name it (its /dev/nvidiaN is its device minor,
+    # which need not be its index); before, the N of the device file was the index.
+    index = a[4] if len(a) > 4 and a[4] else a[1].removeprefix("/dev/nvidia")
+    r.holders.append((int(a[0]), a[1], a[2], int(index) if index.isdigit() else None))
     if len(a) > 3 and a[3]:
         r.protected[int(a[0])] = a[3]
 

@@ -9,7 +9,7 @@
 # deadline, or error (nvidia-smi failed).
 
 # Ask for the pending-remap fields too; a driver that does not know them gets the basic
-# query from then on (fc_verify_read).
+# query from then on (fc_verify_read_csv).
 FC_VQ_PENDING=",retired_pages.pending,remapped_rows.pending"
 
 fc_verify() {
@@ -49,7 +49,7 @@ fc_verify() {
             state=dirty
         fi
         if [[ $state != dirty ]]; then
-            exec {FC_VAPPFD}<&-
+            fc_verify_apps_close
             break
         fi
         fc_verify_explain
@@ -84,7 +84,7 @@ fc_verify_settle() {
     fc_now_us
     left=$((opt_settle_ms - (REPLY - FC_LAST_SIGNAL_US) / 1000))
     ((left > 0)) || return 1
-    exec {FC_VAPPFD}<&-
+    fc_verify_apps_close
     printf -v wait_s '%d.%03d' $((left / 1000)) $((left % 1000))
     fc_nap "$wait_s"
 }
@@ -92,7 +92,7 @@ fc_verify_settle() {
 # nvidia-smi failed: the rows it still gave (one lost GPU, an InfoROM warning) are kept,
 # and the controller tells a faulty GPU from a failed tool by the exit status.
 fc_verify_failed() {
-    exec {FC_VAPPFD}<&-
+    fc_verify_apps_close
     fc_verify_rows_out
     fc_verify_xids
     fc_rec nvsmi "$FC_VRC" "$FC_VNOTE"
@@ -129,9 +129,9 @@ fc_verify_state() {
     fi
 }
 
-# The records of the end: GPU rows, who uses them (only where some GPU is in use: a clean
-# host, what a fleet-wide status mostly sees, reads neither the compute apps it asked for
-# in parallel nor the process table), Xids, and the verdict with its rule.
+# The records of the end: GPU rows, who uses them (only where some GPU is above the
+# threshold: a clean host, what a fleet-wide status mostly sees, reads no process), Xids,
+# and the verdict with its rule.
 fc_verify_end() {
     local state=$1 max=$2 ms=$3 respawn=$4
     fc_verify_rows_out
@@ -161,12 +161,136 @@ fc_verify_end() {
     esac
 }
 
-# One read of the GPUs. The compute apps are asked for at the same moment, by a second
-# nvidia-smi in parallel (the wall time of one call), and read only where a GPU is in use
-# (fc_verify_explain); FC_VAPPFD is its output. Sets FC_VRC, FC_VOUT, FC_VNOTE (lines
-# that are not rows: warnings, a lost GPU), FC_VROWS (5-field lines), FC_VIDX, FC_VUUID,
-# FC_VUSED (by row) and FC_VPEND (by row: "retired remapped", each Yes/No/[N/A]).
+# One read of the GPUs (fc_verify_read_q; fc_verify_read_csv from the first read it cannot
+# take on). Sets FC_VRC, FC_VOUT, FC_VNOTE (lines that are not rows: warnings, a lost
+# GPU), FC_VROWS (5-field lines: index, uuid, name, memory.used, memory.total), FC_VIDX,
+# FC_VUUID, FC_VUSED, FC_VMINOR (the N of its /dev/nvidiaN, where known) and FC_VPEND
+# ("retired remapped", each Yes/No/[N/A]) by row; the compute apps are FC_VAPPS (CSV lines:
+# pid, process_name, used_memory, gpu_uuid), or wait on FC_VAPPFD (fc_verify_apps).
+FC_VMODE=q
+FC_VDRIVER=/proc/driver/nvidia/gpus
 fc_verify_read() {
+    if [[ $FC_VMODE == q ]] && fc_verify_read_q; then
+        return 0
+    fi
+    FC_VMODE=csv
+    fc_verify_read_csv
+}
+
+# One `nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER`: each GPU's memory used and total, its
+# processes with their memory, its pending row remaps, all in one call (the cost of one
+# bare --query-gpu: nvidia-smi allows one --query-* per call, and -x not with -d). The GPU
+# index is its place in the listing (both list by NVML index); uuid, name and device minor
+# come from the driver's /proc file of its bus id (fc_verify_gpu_info). Fails, setting
+# nothing, on anything it does not take for certain: a non-zero exit (a lost GPU, an
+# infoROM warning), a value that is not a number ([N/A], N/A), no GPU, fewer GPU blocks
+# than "Attached GPUs", a section missing or in a layout not seen on driver 580 (a GPU
+# without a row remapper, which may have retired pages this call does not show), no /proc
+# file. Retired pages read [N/A]: what the CSV query says on every GPU with a row remapper.
+fc_verify_read_q() {
+    local out line v n=-1 sec="" attached="" pid="" type="" name="" i
+    local -a lines=() used=() total=() pend=() buses=() seen=() app_gpu=() app=()
+    out=$(nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER 2>&1) || return 1
+    # In memory, one line an element: no read(2) per byte as read/mapfile do on a pipe.
+    local - IFS=$'\n'
+    set -f
+    # shellcheck disable=SC2206
+    lines=($out)
+    for line in "${lines[@]}"; do
+        case $line in
+            # Most lines are of no interest: those go first (a third of the time).
+            "        "[!TUP\ ]* | "            "[!TNU]*) ;;
+            "GPU "*)
+                [[ -z $pid ]] || return 1
+                n=$((n + 1))
+                buses[n]=${line#GPU }
+                sec=""
+                ;;
+            "    FB Memory Usage") sec=fb ;;
+            "    Remapped Rows") sec=rr ;;
+            "    Processes")
+                sec="pr"
+                seen[n]=1
+                ;;
+            "    Processes "*": None")
+                sec=""
+                seen[n]=1
+                ;;
+            "    "[!\ ]*) sec="" ;;
+            "        Total "*) [[ $sec == fb ]] && total[n]=${line#*: } ;;
+            "        Used "*) [[ $sec == fb ]] && used[n]=${line#*: } ;;
+            "        Pending "*) [[ $sec == rr ]] && pend[n]=${line#*: } ;;
+            "        Process ID "*)
+                [[ $sec == pr && -z $pid ]] || return 1
+                pid=${line#*: } type="" name=""
+                ;;
+            "            Type "*) type=${line#*: } ;;
+            "            Name "*) name=${line#*: } ;;
+            "            Used GPU Memory "*)
+                v=${line#*: }
+                v=${v% MiB}
+                [[ $sec == pr && $pid == +([0-9]) && $v == +([0-9]) ]] || return 1
+                # What --query-compute-apps lists: compute processes, not graphics-only.
+                if [[ $type == *C* ]]; then
+                    app_gpu+=("$n")
+                    app+=("$pid, $name, $v")
+                fi
+                pid=""
+                ;;
+            "Attached GPUs "*) attached=${line#*: } ;;
+        esac
+    done
+    ((n >= 0 && attached == n + 1)) && [[ -z $pid ]] || return 1
+    local -a rows=() uuids=() minors=()
+    for ((i = 0; i <= n; i++)); do
+        v=${used[i]:-} line=${total[i]:-}
+        [[ ${seen[i]:-} && ${pend[i]:-} == @(Yes|No) && $v == +([0-9])" MiB" &&
+            $line == +([0-9])" MiB" ]] || return 1
+        fc_verify_gpu_info "${buses[i]}" || return 1
+        rows+=("$i, $REPLY, ${v% MiB}, ${line% MiB}")
+        uuids+=("${REPLY%%, *}")
+        minors+=("$FC_VGPU_MINOR")
+        used[i]=${v% MiB}
+        pend[i]="[N/A] ${pend[i]}"
+    done
+    FC_VROWS=("${rows[@]}") FC_VUUID=("${uuids[@]}") FC_VMINOR=("${minors[@]}")
+    FC_VIDX=("${!rows[@]}") FC_VUSED=("${used[@]}") FC_VPEND=("${pend[@]}") FC_VAPPS=()
+    for i in "${!app[@]}"; do
+        FC_VAPPS+=("${app[i]}, ${uuids[app_gpu[i]]}")
+    done
+    FC_VRC=0 FC_VOUT=$out FC_VNOTE=""
+}
+
+# The driver's facts about the GPU at bus id $1 (as nvidia-smi prints it, 00000000:18:00.0),
+# from /proc/driver/nvidia/gpus/0000:18:00.0/information, read once a run with builtins:
+# REPLY "uuid, name" (as --query-gpu=uuid,name gives them) and FC_VGPU_MINOR. Fails when
+# the file or one of the three is missing.
+declare -gA FC_VINFO=()
+fc_verify_gpu_info() {
+    local bus=${1:4} line key uuid="" name="" minor=""
+    bus=${bus,,}
+    if [[ -z ${FC_VINFO[$bus]:-} ]]; then
+        while IFS= read -r line; do
+            key=${line%%:*}
+            line=${line#*:}
+            line=${line#"${line%%[!$' \t']*}"}
+            case $key in
+                Model) name=$line ;;
+                "GPU UUID") uuid=$line ;;
+                "Device Minor") minor=$line ;;
+            esac
+        done 2>/dev/null <"$FC_VDRIVER/$bus/information"
+        [[ -n $uuid && -n $name && $minor == +([0-9]) ]] || return 1
+        FC_VINFO[$bus]="$minor $uuid, $name"
+    fi
+    FC_VGPU_MINOR=${FC_VINFO[$bus]%% *}
+    REPLY=${FC_VINFO[$bus]#* }
+}
+
+# The read as it was before -q: the GPU query, the compute apps asked for at the same
+# moment by a second nvidia-smi in parallel (the wall time of one call) and read only where
+# a GPU is in use (fc_verify_apps); FC_VAPPFD is its output.
+fc_verify_read_csv() {
     local out rc line p1 p2 rest basic=index,uuid,name,memory.used,memory.total
     exec {FC_VAPPFD}< <(nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
         --format=csv,noheader,nounits 2>/dev/null)
@@ -178,7 +302,7 @@ fc_verify_read() {
         rc=$?
     fi
     FC_VRC=$rc FC_VOUT=$out FC_VNOTE=""
-    FC_VROWS=() FC_VIDX=() FC_VUUID=() FC_VUSED=() FC_VPEND=()
+    FC_VROWS=() FC_VIDX=() FC_VUUID=() FC_VUSED=() FC_VPEND=() FC_VMINOR=() FC_VAPPS=()
     while IFS= read -r line; do
         [[ -n ${line//[[:space:]]/} ]] || continue
         if [[ ! $line =~ ^[0-9]+,\ .*,.*,.*, ]]; then
@@ -201,9 +325,24 @@ fc_verify_read() {
         rest=${line%,*}
         rest=${rest##*,}
         FC_VUSED+=("${rest//[[:space:]]/}")
+        FC_VMINOR+=("")
         FC_VPEND+=("$p1 $p2")
     done <<<"$out"
     [[ -n $FC_VNOTE ]] || FC_VNOTE=${out:-"(no output)"}
+}
+
+# The compute apps of this read in FC_VAPPS: the CSV read's parallel query waited for and
+# closed (once), the -q read's already there.
+fc_verify_apps() {
+    [[ -n ${FC_VAPPFD:-} ]] || return 0
+    mapfile -t FC_VAPPS <&"$FC_VAPPFD"
+    fc_verify_apps_close
+}
+
+fc_verify_apps_close() {
+    [[ -n ${FC_VAPPFD:-} ]] || return 0
+    exec {FC_VAPPFD}<&-
+    FC_VAPPFD=""
 }
 
 # The GPU rows as records, and a "pages" record for each GPU with retired pages or
@@ -220,33 +359,34 @@ fc_verify_rows_out() {
     return 0
 }
 
-# Who holds the GPUs above the threshold (FC_VOVER): the compute apps (read from the
-# parallel query) and, only for a GPU whose memory no compute app explains, the
-# /dev/nvidiaN holders (one `ls -l` over every process's fds: the expensive part, so a
-# fallback). Sets FC_VAPPS (CSV lines), FC_VPIDS[index] (the compute apps' PIDs),
-# FC_VHOLD[index] (device-file holders that may use its memory: unprotected CUDA
-# processes) and FC_VPROT[index] (the others: protected daemons, NVML users with a device
-# handle and no /dev/nvidia-uvm), each " pid pid"; FC_VBARE (indexes no FC_VHOLD holds).
+# Who holds the GPUs above the threshold (FC_VOVER): the compute apps and, only for a GPU
+# whose memory no compute app explains, the holders of its /dev/nvidiaN (N its device
+# minor where the read gave it, else its index), from one `ls -l` over every process's
+# fds: the expensive part, so a fallback that a busy node whose apps nvidia-smi lists never
+# pays. Sets FC_VPIDS[index] (the compute apps' PIDs), FC_VHOLD[index] (device-file holders
+# that may use its memory: unprotected CUDA processes) and FC_VPROT[index] (the others:
+# protected daemons, NVML users with a device handle and no /dev/nvidia-uvm), each
+# " pid pid"; FC_VDEV[index] (N); FC_VBARE (indexes no FC_VHOLD holds).
 fc_verify_explain() {
     local line i idx pid
     local -A pids_on=() unexplained=()
-    mapfile -t FC_VAPPS <&"$FC_VAPPFD"
-    exec {FC_VAPPFD}<&-
+    fc_verify_apps
     for line in "${FC_VAPPS[@]}"; do
         [[ $line =~ ^([0-9]+),.*,\ *([^,]*)$ ]] || continue
         pids_on[${BASH_REMATCH[2]}]+=" ${BASH_REMATCH[1]}"
     done
-    declare -gA FC_VPIDS=() FC_VHOLD=() FC_VPROT=()
+    declare -gA FC_VPIDS=() FC_VHOLD=() FC_VPROT=() FC_VDEV=()
     FC_VBARE=()
     for i in "${FC_VOVER[@]}"; do
         idx=${FC_VIDX[$i]}
         FC_VPIDS[$idx]=${pids_on[${FC_VUUID[$i]}]:-}
-        [[ -n ${FC_VPIDS[$idx]} ]] || unexplained[$idx]=1
+        [[ -n ${FC_VPIDS[$idx]} ]] || unexplained[$idx]=${FC_VMINOR[$i]:-$idx}
     done
     ((${#unexplained[@]})) || return 0
     fc_gpu_files
     for idx in "${!unexplained[@]}"; do
-        for pid in ${FC_GF[$idx]:-}; do
+        FC_VDEV[$idx]=${unexplained[$idx]}
+        for pid in ${FC_GF[${unexplained[$idx]}]:-}; do
             fc_proc_load "$pid" || continue
             if fc_verify_why_not "$pid"; then
                 FC_VPROT[$idx]+=" $pid"
@@ -336,9 +476,9 @@ fc_verify_all_stuck() {
     done
 }
 
-# Records naming who uses the GPUs: "app" (nvidia-smi's own line), "proc" (pid, user,
-# command line, why it is protected or empty, stuck) once per PID, "holder" (pid, device,
-# command line, protected reason) for the fallback, "bare" (index, MiB) for each GPU above
+# Records naming who uses the GPUs: "app" (a --query-compute-apps line, or the same fields
+# from -q), "proc" (pid, user, command line, why it is protected or empty, stuck) once per
+# PID, "holder" (pid, device, command line, protected reason, GPU index) for the fallback, "bare" (index, MiB) for each GPU above
 # the threshold that no unprotected process holds.
 fc_verify_report() {
     local line pid idx i why
@@ -355,7 +495,8 @@ fc_verify_report() {
         for pid in ${FC_VHOLD[$idx]:-} ${FC_VPROT[$idx]:-}; do
             fc_verify_why_not "$pid" || REPLY=""
             why=$REPLY
-            fc_rec holder "$pid" "/dev/nvidia$idx" "${FC_CMD[$pid]:-}" "$why"
+            fc_rec holder "$pid" "/dev/nvidia${FC_VDEV[$idx]:-$idx}" "${FC_CMD[$pid]:-}" "$why" \
+                "$idx"
             [[ -n ${named[$pid]:-} ]] && continue
             named[$pid]=1
             fc_verify_proc "$pid" "$why"

@@ -1,0 +1,107 @@
+# shellcheck shell=bash disable=SC2034,SC2004
+# (FC_CMD, FC_PPID, ... are lib.sh's associative arrays, keyed by PID.)
+# What a script with stages needs beyond lib.sh: the whole process table (fc_scan), the
+# stage driver (fc_stage, with the rights it reports) and the "left" records of the end.
+# A script with no stage (status) goes without: bash parses every line it is sent.
+
+fc_scan() {
+    FC_PPID=() FC_PGRP=() FC_SID=() FC_START=() FC_STATE=() FC_COMM=() FC_ARGV0=() FC_CMD=()
+    FC_PIDS=()
+    local d pid comm
+    for d in /proc/[0-9]*; do
+        pid=${d#/proc/}
+        fc_read_stat "$pid" || continue
+        comm=$REPLY
+        fc_cmdline "$pid" "$comm"
+        FC_CMD[$pid]=$REPLY
+        FC_ARGV0[$pid]=$FC_ARGV0_ONE
+        FC_COMM[$pid]=$comm
+        FC_STATE[$pid]=${FC_F[0]}
+        FC_PPID[$pid]=${FC_F[1]}
+        FC_PGRP[$pid]=${FC_F[2]}
+        FC_SID[$pid]=${FC_F[3]}
+        # Field 22 of stat: with the PID it names one process for its whole life.
+        FC_START[$pid]=${FC_F[19]}
+        FC_PIDS+=("$pid")
+    done
+}
+
+# fc_stage INDEX NAME TYPE: run fc_stage_TYPE and report one "end" record for it.
+fc_stage() {
+    FC_IDX=$1
+    local name=$2 type=$3 fn t0
+    FC_STAGE_NAME=$name
+    fc_rec stage "$FC_IDX" "$name" "$type"
+    if ((FC_HALT)); then
+        fc_rec end "$FC_IDX" skipped 0 0 0 0 "not run: $FC_HALT_REASON"
+        return 0
+    fi
+    FC_STATUS=ok FC_MATCHED=0 FC_SIGNALLED=0 FC_REMAINING=0 FC_MESSAGE=""
+    FC_DENIED=()
+    fc_now_us
+    t0=$REPLY
+    fn=fc_stage_${type//-/_}
+    "$fn"
+    fc_report_denied
+    fc_now_us
+    fc_rec end "$FC_IDX" "$FC_STATUS" "$FC_MATCHED" "$FC_SIGNALLED" "$FC_REMAINING" \
+        "$(((REPLY - t0) / 1000))" "$FC_MESSAGE"
+}
+
+# The user name of PID's real uid (REPLY), from /proc/PID/status; "?" when unreadable.
+fc_proc_user() {
+    local key value uid=""
+    while read -r key value _; do
+        if [[ $key == Uid: ]]; then
+            uid=$value
+            break
+        fi
+    done 2>/dev/null <"/proc/$1/status"
+    if [[ -z $uid ]]; then
+        REPLY="?"
+        return 0
+    fi
+    fc_user_name "$uid"
+}
+
+# After a stage: what it may not signal makes it "denied" (or is added to its failure).
+fc_report_denied() {
+    local d list=""
+    ((${#FC_DENIED[@]})) || return 0
+    for d in "${FC_DENIED[@]}"; do
+        list+="${list:+, }$d"
+    done
+    if [[ $FC_STATUS == ok ]]; then
+        FC_STATUS=denied
+        FC_MESSAGE="$FC_SIGNALLED signal(s) sent; not permitted: $list"
+    else
+        FC_MESSAGE+="; not permitted: $list"
+    fi
+}
+
+# "left" records: each parent of GPU holders we killed that is neither protected nor a
+# target and lives on (a vLLM API server whose workers are gone, a launcher that will
+# respawn them), with its ancestors in its process group: the server a person would stop.
+# One record per process, the top of each chain first: pid, command line.
+fc_report_left() {
+    local p a q
+    local -A named=()
+    ((${#FC_WATCH[@]})) || return 0
+    fc_scan
+    for p in "${!FC_WATCH[@]}"; do
+        [[ -n ${FC_START[$p]:-} && ${FC_STATE[$p]} != [ZX] ]] || continue
+        fc_protected "$p" && continue
+        local -a chain=("$p")
+        a=$p
+        while q=${FC_PPID[$a]:-0}; [[ -n ${FC_START[$q]:-} && ${FC_PGRP[$q]} == "${FC_PGRP[$p]}" ]] &&
+            ! fc_protected "$q"; do
+            chain=("$q" "${chain[@]}")
+            a=$q
+        done
+        for a in "${chain[@]}"; do
+            [[ -n ${named[$a]:-} ]] && continue
+            named[$a]=1
+            fc_rec left "$a" "${FC_CMD[$a]}"
+        done
+    done
+}

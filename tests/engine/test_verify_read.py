@@ -1,0 +1,206 @@
+"""The verification's read of the GPUs (``verify.sh``: ``fc_verify_read``) on captured real
+output: one ``nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER`` gives the same rows and compute
+apps as the two CSV queries did, and anything it cannot take for certain sends it to them.
+
+Each case is one ``bash`` with ``lib.sh`` and ``verify.sh`` loaded, ``nvidia-smi`` a shell
+function that prints a fixture by its arguments (``__rc=N`` is its exit status), and the
+driver's ``/proc/driver/nvidia/gpus`` a directory of the test (``FC_VDRIVER``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fleetclean.engine.stages import template
+from fleetclean.sim import nvidia_smi, smi_state
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi" / "h200"
+BUS = "0000:00:06.0"
+UUID = "GPU-34d59321-b75b-280a-17c6-3345f6ba227e"
+
+DRIVER = r"""
+nvidia-smi() {
+    local f t
+    case "$*" in
+        "-q -d MEMORY,PIDS,ROW_REMAPPER") f=$FIX_Q ;;
+        --query-gpu=*) f=$FIX_GPU ;;
+        --query-compute-apps=*) f=$FIX_APPS ;;
+        *) echo "unexpected nvidia-smi $*" >&2; return 2 ;;
+    esac
+    echo "$1" >>"$CALLS"
+    t=$(<"$f")
+    printf '%s' "${t%__rc=*}"
+    return "${t##*__rc=}"
+}
+ls() { echo "ls $*" >>"$CALLS"; command ls "$@"; }
+fc_verify_read
+printf 'mode\t%s\n' "$FC_VMODE"
+printf 'rc\t%s\n' "$FC_VRC"
+for i in "${!FC_VROWS[@]}"; do
+    printf 'row\t%s\t%s\t%s\t%s\n' "${FC_VROWS[i]}" "${FC_VUSED[i]}" "${FC_VPEND[i]}" \
+        "${FC_VMINOR[i]}"
+done
+fc_verify_apps
+for line in "${FC_VAPPS[@]}"; do printf 'app\t%s\n' "$line"; done
+FC_VOVER=()
+for i in "${!FC_VROWS[@]}"; do ((FC_VUSED[i] > ${MAX:-0})) && FC_VOVER+=("$i"); done
+FC_SCOPED=0
+fc_verify_explain
+for idx in "${!FC_VDEV[@]}"; do printf 'dev\t%s\t%s\n' "$idx" "${FC_VDEV[$idx]}"; done
+"""
+
+
+def driver_info(root: Path, text: str, bus: str = BUS) -> None:
+    """The driver's information file for ``bus`` under ``root`` (as /proc/driver/nvidia/gpus)."""
+    (root / bus).mkdir(parents=True, exist_ok=True)
+    (root / bus / "information").write_text(text)
+
+
+def real_info() -> str:
+    """The captured /proc/driver/nvidia/gpus/0000:00:06.0/information."""
+    lines = (DATA / "driver_info.txt").read_text().splitlines(keepends=True)
+    return "".join(lines[1:lines.index(next(x for x in lines if x.startswith("crw")))])
+
+
+def read(tmp: Path, q_text: str, *, gpu: str = "gpu_pending_held.txt",
+         apps: str = "apps_two_held.txt", info: str | None = None,
+         max_mib: int = 0) -> dict[str, list[str]]:
+    """Run one read and the explanation of the GPUs above ``max_mib``; the output by kind,
+    plus ``calls`` (nvidia-smi's first argument and the ls runs, in order)."""
+    drv = tmp / "drv"
+    if not drv.exists():
+        driver_info(drv, real_info() if info is None else info)
+    (tmp / "q.txt").write_text(q_text)
+    calls = tmp / "calls"
+    calls.write_text("")
+    script = "\n".join([template("lib.sh"), template("verify.sh"), f"FC_VDRIVER={drv}", DRIVER])
+    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "FIX_Q": str(tmp / "q.txt"),
+           "FIX_GPU": str(DATA / gpu), "FIX_APPS": str(DATA / apps), "CALLS": str(calls),
+           "MAX": str(max_mib)}
+    out = subprocess.run(["bash", "-c", script], env=env,
+                         capture_output=True, text=True, check=True, timeout=30)
+    got: dict[str, list[str]] = {"calls": calls.read_text().splitlines()}
+    for line in out.stdout.splitlines():
+        kind, _, rest = line.partition("\t")
+        got.setdefault(kind, []).append(rest)
+    return got
+
+
+def real_q() -> str:
+    """The captured -q of a held GPU, with page retirement as well: what the script asks
+    for plus a section it must skip."""
+    return (DATA / "q_mem_pids_pr_rr_held.txt").read_text()
+
+
+def test_one_q_call_gives_the_rows_and_apps_the_two_csv_queries_gave(tmp_path: Path) -> None:
+    got = read(tmp_path, real_q(), max_mib=60000)
+    csv_row = (DATA / "gpu_pending_held.txt").read_text().splitlines()[0]
+    assert got["mode"] == ["q"] and got["rc"] == ["0"]
+    # index, uuid, name, used, total as --query-gpu gives them; retired pages [N/A] as the
+    # CSV query says on this GPU; the device minor from the driver's file.
+    assert got["row"] == [f"{csv_row.rsplit(', ', 2)[0]}\t50387\t[N/A] No\t0"]
+    assert csv_row.endswith(", [N/A], No")
+    apps = (DATA / "apps_two_held.txt").read_text().rpartition("__rc=")[0].splitlines()
+    assert got["app"] == apps
+    assert got["calls"] == ["-q"]  # one nvidia-smi, and no ls of the fds
+
+
+def test_a_gpu_its_listed_processes_explain_is_not_looked_for_in_the_fds(tmp_path: Path) -> None:
+    got = read(tmp_path, real_q(), max_mib=0)
+    assert got["calls"] == ["-q"] and "dev" not in got
+
+
+def test_memory_no_listed_process_explains_looks_for_holders_of_its_minor(
+        tmp_path: Path) -> None:
+    q = real_q().replace(
+        "    Processes\n", "    Processes                                          : None\n")
+    q = q[:q.index("        GPU instance ID")] + q[q.index("\n__rc="):]
+    info = real_info().replace("Device Minor: \t 0", "Device Minor: \t 3")
+    got = read(tmp_path, q, info=info)
+    assert got["mode"] == ["q"] and "app" not in got
+    assert got["calls"][0] == "-q" and got["calls"][1].startswith("ls -l /proc/")
+    assert got["dev"] == ["0\t3"]  # GPU 0 is /dev/nvidia3 on this board
+
+
+@pytest.mark.parametrize(("name", "damage"), [
+    ("no row remapper section (MEMORY,PIDS only)",
+     lambda q: (DATA / "q_mem_pids_held.txt").read_text()),
+    ("[N/A] memory", lambda q: q.replace(": 50387 MiB", ": N/A", 1)),
+    ("a process without its memory",
+     lambda q: q.replace("            Used GPU Memory               : 8802 MiB\n", "")),
+    ("process memory not a number", lambda q: q.replace(": 8802 MiB", ": N/A")),
+    ("fewer GPU blocks than attached",
+     lambda q: q.replace("Attached GPUs                                          : 1",
+                         "Attached GPUs                                          : 2")),
+    ("remapped rows N/A (a GPU that retires pages)",
+     lambda q: q.replace("    Remapped Rows\n",
+                         "    Remapped Rows                                      : N/A\n")),
+    ("pending neither Yes nor No", lambda q: q.replace("Pending                        "
+                                                       "                : No",
+                                                       "Pending                        "
+                                                       "                : Unknown")),
+    ("an infoROM warning, exit 14",
+     lambda q: "WARNING: infoROM is corrupted at gpu 0000:00:06.0\n" + q.replace(
+         "__rc=0", "__rc=14")),
+    ("no output, exit 0", lambda q: "__rc=0\n"),
+    ("NVML failed, exit 18",
+     lambda q: "Failed to initialize NVML: Driver/library version mismatch\n__rc=18\n"),
+])
+def test_what_the_q_read_cannot_take_goes_to_the_csv_queries(
+        tmp_path: Path, name: str, damage: object) -> None:
+    got = read(tmp_path, damage(real_q()), max_mib=60000)  # type: ignore[operator]
+    assert got["mode"] == ["csv"], name
+    assert got["calls"][0] == "-q", name
+    # The two CSV queries run in parallel: in either order.
+    assert sorted(got["calls"][1:3]) == [
+        "--query-compute-apps=pid,process_name,used_memory,gpu_uuid",
+        "--query-gpu=index,uuid,name,memory.used,memory.total,retired_pages.pending,"
+        "remapped_rows.pending"], name
+    csv_row = (DATA / "gpu_pending_held.txt").read_text().splitlines()[0]
+    assert got["row"] == [f"{csv_row.rsplit(', ', 2)[0]}\t50387\t[N/A] No\t"], name
+
+
+def test_a_gpu_without_the_drivers_file_goes_to_the_csv_queries(tmp_path: Path) -> None:
+    driver_info(tmp_path / "drv", real_info(), bus="0000:00:07.0")
+    assert read(tmp_path, real_q())["mode"] == ["csv"]
+
+
+def fake_q(tmp: Path, monkeypatch: pytest.MonkeyPatch, **faults: object) -> str:
+    """The simulator's -q of 8 GPUs (minors reversed), one process on each, as it prints
+    it; its driver files under tmp/drv."""
+    bus = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
+    gpus = [{"index": i, "uuid": f"GPU-{i}", "bus_id": f"00000000:{b}:00.0", "minor": 7 - i}
+            for i, b in enumerate(bus)]
+    state = tmp / "state"
+    state.mkdir()
+    (state / "gpus.json").write_text(json.dumps({"gpus": gpus}))
+    (state / "pages.json").write_text(json.dumps(faults.get("pages", {})))
+    monkeypatch.setattr(smi_state, "NODE_DIR", str(state))
+    monkeypatch.setattr(nvidia_smi, "holders", lambda: [(i, 100 + i, 4096) for i in range(8)])
+    monkeypatch.setattr(smi_state, "process_name", lambda pid: f"sglang::scheduler_TP{pid[-1]}")
+    for g in gpus:
+        b = str(g["bus_id"])[4:].lower()
+        driver_info(tmp / "drv", f"Model: \t\t NVIDIA H200\nGPU UUID: \t {g['uuid']}\n"
+                    f"Bus Location: \t {b}\nDevice Minor: \t {g['minor']}\n", bus=b)
+    text, status = nvidia_smi.run(["-q", "-d", "MEMORY,PIDS,ROW_REMAPPER"])
+    return f"{text}__rc={status}\n"
+
+
+def test_the_simulators_eight_gpus_read_in_index_order_with_their_minors(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    got = read(tmp_path, fake_q(tmp_path, monkeypatch, pages={"remapped": [5]}), max_mib=0)
+    assert got["mode"] == ["q"]
+    assert got["row"] == [f"{i}, GPU-{i}, NVIDIA H200, 4096, 143771\t4096\t[N/A] "
+                          f"{'Yes' if i == 5 else 'No'}\t{7 - i}" for i in range(8)]
+    assert got["app"] == [f"{100 + i}, sglang::scheduler_TP{i}, 4096, GPU-{i}" for i in range(8)]
+    assert got["calls"] == ["-q"]
+
+
+def test_the_simulators_retired_pages_go_to_the_csv_queries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    got = read(tmp_path, fake_q(tmp_path, monkeypatch, pages={"retired": [2]}))
+    assert got["mode"] == ["csv"]
