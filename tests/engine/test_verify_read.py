@@ -204,3 +204,16 @@ def test_the_simulators_retired_pages_go_to_the_csv_queries(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     got = read(tmp_path, fake_q(tmp_path, monkeypatch, pages={"retired": [2]}))
     assert got["mode"] == ["csv"]
+
+
+@pytest.mark.parametrize(("name", "used", "apps"), [
+    ("q_mem_pids_rr_held.txt", "50387", [("4168", "41570"), ("4216", "8802")]),
+    ("q_mem_pids_rr_idle.txt", "0", []),
+])
+def test_the_exact_read_captured_on_the_h200_is_taken_in_one_call(
+        tmp_path: Path, name: str, used: str, apps: list[tuple[str, str]]) -> None:
+    got = read(tmp_path, (DATA / name).read_text(), max_mib=60000)
+    assert got["mode"] == ["q"] and got["rc"] == ["0"]
+    assert [row.split("\t")[1:3] for row in got["row"]] == [[used, "[N/A] No"]]
+    assert [(a.split(", ")[0], a.split(", ")[2]) for a in got.get("app", [])] == apps
+    assert got["calls"] == ["-q"]
