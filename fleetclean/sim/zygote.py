@@ -42,19 +42,7 @@ else:  # run as a script: the sibling modules are found through sys.path[0]
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWPID = 0x20000000
-MS_REC = 0x4000
 MS_PRIVATE = 0x40000
-MS_NOSUID = 0x2
-MS_NODEV = 0x4
-MS_NOEXEC = 0x8
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
 def start_time(pid: int) -> str:
@@ -80,7 +68,8 @@ def as_init(node_dir: str, address: str, hostname: str, cgroups: dict[str, objec
     if os.read(go, 1) != b"1":
         os._exit(1)  # our parent died before it recorded us: nobody could stop us
     os.close(go)
-    node_init.mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    node_init.mount("proc", "/proc", "proc",
+                    node_init.MS_NOSUID | node_init.MS_NODEV | node_init.MS_NOEXEC)
     node_init.run(node_dir, address, hostname, cgroups, persistenced=persistenced)
 
 
@@ -100,8 +89,10 @@ def start_node(pid_file: str, report: int, line: str) -> None:
         os.close(devnull)
         os.setsid()
         cgroups = nodecg.join_and_unshare(node_dir)
-        _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS), "unshare")
-        _check(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / rprivate")
+        if node_init._libc.unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"unshare: {os.strerror(err)}")
+        node_init.mount("none", "/", "", node_init.MS_REC | MS_PRIVATE)
         go_read, go_write = os.pipe()
         pid = os.fork()
         if pid == 0:
