@@ -24,10 +24,11 @@ import time
 from typing import Any
 
 if __package__:
-    from fleetclean.sim import nodecg, stuckfs
+    from fleetclean.sim import nodecg, programs, stuckfs
     from fleetclean.sim.engines import DEFAULT_MODEL, DEFAULT_PORT, ENGINES, binary, longest
 else:  # run as a script: the sibling modules are found through sys.path[0]
     import nodecg  # type: ignore[import-not-found,no-redef]
+    import programs  # type: ignore[import-not-found,no-redef]
     import stuckfs  # type: ignore[import-not-found,no-redef]
     from engines import DEFAULT_MODEL, DEFAULT_PORT, ENGINES, binary, longest  # type: ignore[import-not-found,no-redef]
 
@@ -177,9 +178,8 @@ def daemon_specs(opts: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "ctl_only": opts.get("devices", "all") == "ctl",
             # A binary's command line, NUL-separated as the real daemon's: argv[0] is
             # "/usr/bin/nvidia-persistenced" (comm is cut to "nvidia-persiste" by the kernel).
-            "title": "/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose",
-            "argv": ["/usr/bin/nvidia-persistenced", "--user", "nvidia-persistenced",
-                     "--verbose"],
+            "title": " ".join(programs.PERSISTENCED_ARGV),
+            "argv": programs.PERSISTENCED_ARGV,
             "comm": "nvidia-persistenced",
         },
         "writer": {"role": "writer", "path": os.path.join(path, "hs_000000.bin"),

@@ -494,7 +494,6 @@ WAITED = (signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 # Where sshd's sd_notify finds the init (the node's own /run).
 NOTIFY_SOCKET = "/run/fleetclean-sshd-notify"
 PERSISTENCED_UNIT = "system.slice/nvidia-persistenced.service"
-PERSISTENCED_ARGV = ["/usr/bin/nvidia-persistenced", "--user", "nvidia-persistenced", "--verbose"]
 # What `sim spawn NODE persistenced` (an nsenter and launcher.py) gives the daemon: an SSH
 # session's environment, and no GPU memory for nvidia-smi to count (FLEETCLEAN_SIM_GPU_MIB).
 PERSISTENCED_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -521,7 +520,7 @@ def start_persistenced(tree: nodecg.Tree) -> int:
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
             set_environ({**PERSISTENCED_ENV, programs.READY_FD: str(write_end)})
-            set_title("", "nvidia-persistenced", argv=PERSISTENCED_ARGV)
+            set_title("", "nvidia-persistenced", argv=programs.PERSISTENCED_ARGV)
             programs.persistenced()
         except BaseException as exc:
             print(f"cannot start nvidia-persistenced: {exc!r}", file=sys.stderr, flush=True)

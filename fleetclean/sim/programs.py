@@ -48,6 +48,9 @@ READY_PATH = "FLEETCLEAN_SIM_READY_PATH"
 PERSISTENCE = "/run/fleetclean/persistence.json"
 GPUS = "/run/fleetclean/gpus.json"
 PERSISTENCED_PID = "/run/nvidia-persistenced/nvidia-persistenced.pid"
+# The real daemon's command line, as a node's init (node_init) and `sim spawn NODE
+# persistenced` (launcher) both give it.
+PERSISTENCED_ARGV = ["/usr/bin/nvidia-persistenced", "--user", "nvidia-persistenced", "--verbose"]
 STUCKFS = "/run/fleetclean-stuck"  # stuckfs.MOUNTPOINT
 
 
