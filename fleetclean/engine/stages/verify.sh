@@ -478,8 +478,8 @@ fc_verify_all_stuck() {
 
 # Records naming who uses the GPUs: "app" (a --query-compute-apps line, or the same fields
 # from -q), "proc" (pid, user, command line, why it is protected or empty, stuck) once per
-# PID, "holder" (pid, device, command line, protected reason, GPU index) for the fallback, "bare" (index, MiB) for each GPU above
-# the threshold that no unprotected process holds.
+# PID, "holder" (pid, device, command line, protected reason, GPU index) for the fallback,
+# "bare" (index, MiB) for each GPU above the threshold that no unprotected process holds.
 fc_verify_report() {
     local line pid idx i why
     local -A named=()
