@@ -19,7 +19,10 @@ the fake's; the ratio is what #18 bounds (<= 1.2x on a busy node).
 the script is rendered for this machine (``fleetclean show status --local``) and run here
 with bash, in the same alternating rounds against the same bare queries, on the machine as
 it is (idle or busy). Status only reads (nvidia-smi, /proc, the kernel log): nothing is
-signalled. ``--out FILE`` also writes the figures as JSON, in either mode; ``--parts`` adds
+signalled. ``--against DIR``: another checkout's status script (rendered by that checkout's
+code for the same node) is timed in the same alternating rounds as ``against``, each ratio
+status/against its own: a before/after in one run. ``--out FILE`` also writes the figures
+as JSON, in either mode; ``--parts`` adds
 rounds of the script's parts alone (``nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER``, the old
 two CSV queries, ``dmesg``, ``bash -c true``, the script's definitions only).
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -84,20 +88,24 @@ def measure(run: Runner, n: int, command: str, script: str) -> tuple[float, floa
     return (float(t1) - float(t0)) / n, (_cpu_seconds(user) + _cpu_seconds(sys_)) / n
 
 
-def rounds(run: Runner, args: argparse.Namespace, label: str, script: str) -> dict[str, Any]:
+def rounds(run: Runner, args: argparse.Namespace, label: str, script: str,
+           against: str = "") -> dict[str, Any]:
     status = 'bash -s <<<"$S"'
-    runs: dict[str, list[tuple[float, float]]] = {"status": [], "bare": [], "bare_shell": []}
+    commands = [("status", status, script), ("bare", BARE, script),
+                ("bare_shell", BARE_SHELL, script)]
+    if against:
+        commands.append(("against", status, against))
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in commands}
     for _ in range(args.rounds):
-        for name, command in (("status", status), ("bare", BARE), ("bare_shell", BARE_SHELL)):
-            runs[name].append(measure(run, args.n, command, script))
-        (sw, sc), (bw, bc), (lw, lc) = (runs[k][-1] for k in runs)
-        print(f"{label}: status {sw * 1000:6.1f} ms wall {sc * 1000:6.1f} ms cpu | "
-              f"bare {bw * 1000:6.1f} / {bc * 1000:6.1f} | "
-              f"bash -c bare {lw * 1000:6.1f} / {lc * 1000:6.1f}", flush=True)
+        for name, command, text in commands:
+            runs[name].append(measure(run, args.n, command, text))
+        print(f"{label}: " + " | ".join(
+            f"{name} {runs[name][-1][0] * 1000:6.1f} / {runs[name][-1][1] * 1000:6.1f} ms"
+            for name in runs) + " (wall / cpu)", flush=True)
     figures: dict[str, Any] = {
         f"{name}_ms": {"wall": [w * 1000 for w, _ in xs], "cpu": [c * 1000 for _, c in xs]}
         for name, xs in runs.items()}
-    for base in ("bare", "bare_shell"):
+    for base in [b for b in ("bare", "bare_shell", "against") if b in runs]:
         for i, name in enumerate(("wall", "cpu")):
             xs = [s[i] / b[i] for s, b in zip(runs["status"], runs[base], strict=True)]
             print(f"{label}: {name} ratio status/{base}: min {min(xs):.2f} median "
@@ -124,18 +132,30 @@ def local(argv: list[str]) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
 
+def render(args: argparse.Namespace, where: list[str], checkout: Path | None = None) -> str:
+    """``fleetclean show status`` for ``where`` (``--local``, or an inventory and a host),
+    by this checkout's code or by ``checkout``'s."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)} if checkout else None
+    return subprocess.run([sys.executable, "-m", "fleetclean", "show", "status", *where],
+                          capture_output=True, text=True, check=True, env=env,
+                          cwd=checkout).stdout
+
+
 def real(args: argparse.Namespace) -> dict[str, Any]:
     """This machine as it is, with its own nvidia-smi."""
     if shutil.which("nvidia-smi") is None:
         raise SystemExit("node_status.py --real: no nvidia-smi on PATH")
     gpus = local(["nvidia-smi", "--query-gpu=name,memory.used", "--format=csv,noheader"])
     print(f"this machine: {len(gpus.splitlines())} GPUs, {gpus.splitlines()[:1]} ...")
-    script = local([sys.executable, "-m", "fleetclean", "show", "status", "--local"])
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "status.sh"
-        path.write_text(script)
+        path.write_text(render(args, ["--local"]))
+        other = ""
+        if args.against:
+            other = str(Path(tmp) / "against.sh")
+            Path(other).write_text(render(args, ["--local"], args.against))
         return {"gpus": gpus.splitlines(), "as found": rounds(local, args, "as found",
-                                                               str(path))}
+                                                               str(path), other)}
 
 
 def simulated(args: argparse.Namespace) -> dict[str, Any]:
@@ -144,16 +164,19 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         fleet = SimFleet.up(1, Path(tmp), subnet=args.subnet)
         try:
-            script = local([sys.executable, "-m", "fleetclean", "show", "status", "-i",
-                            str(fleet.inventory_path), "--host", "node01"])
-            fleet.node_path("node01", "/tmp/status.sh").write_text(script)
+            where = ["-i", str(fleet.inventory_path), "--host", "node01"]
+            fleet.node_path("node01", "/tmp/status.sh").write_text(render(args, where))
+            other = ""
+            if args.against:
+                other = "/tmp/against.sh"
+                fleet.node_path("node01", other).write_text(render(args, where, args.against))
 
             def in_node(argv: list[str]) -> str:
                 return fleet.run_in("node01", argv).stdout
 
-            figures = {"idle": rounds(in_node, args, "idle", "/tmp/status.sh")}
+            figures = {"idle": rounds(in_node, args, "idle", "/tmp/status.sh", other)}
             fleet.spawn("node01", "sglang", gpus="0-7", mib=4096)
-            figures["busy"] = rounds(in_node, args, "busy", "/tmp/status.sh")
+            figures["busy"] = rounds(in_node, args, "busy", "/tmp/status.sh", other)
             return figures
         finally:
             fleet.down()
@@ -168,6 +191,8 @@ def main() -> int:
                     help="this machine's own nvidia-smi, no simulator (read-only)")
     ap.add_argument("--out", type=Path, metavar="FILE", help="also write the figures as JSON")
     ap.add_argument("--parts", action="store_true", help="also time the script's parts alone")
+    ap.add_argument("--against", type=Path, metavar="DIR",
+                    help="also time the status script another checkout renders (before/after)")
     args = ap.parse_args()
     figures = real(args) if args.real else simulated(args)
     if args.out:

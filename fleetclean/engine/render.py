@@ -31,7 +31,7 @@ from fleetclean import __version__
 from fleetclean.engine.model import ResolvedPlaybook, Scope
 from fleetclean.engine.stages import stage_type, template
 from fleetclean.engine.stages.base import q
-from fleetclean.engine.stages.verify import VERIFY
+from fleetclean.engine.stages.verify import VERIFY, VERIFY_Q_ARGS
 
 # Non-interactive SSH shells often lack the sbin directories; ours come after the caller's.
 _PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -53,15 +53,36 @@ def render_script(resolved: ResolvedPlaybook, *, check: bool = False, force: boo
                                             host=q(host_name), scope=scope),
                             "", "fc_main </dev/null", ""]))
     shebang, _, body = "\n".join(parts).partition("\n")
+    early = early_reads() if resolved.verify is not None and not resolved.stages else ""
     # The directive lib.sh opens with is file-wide only before the first command.
-    return f"{shebang}\n# shellcheck disable=SC2034\n{read_whole(len(body.encode()))}\n{body}"
+    return (f"{shebang}\n# shellcheck disable=SC2034\n"
+            f"{read_whole(len(body.encode()), early)}\n{body}")
 
 
-def read_whole(size: int) -> str:
+def early_reads() -> str:
+    """What a script whose first work is the verification's read (``status``: no stage)
+    starts before bash reads and parses the rest of it: the GPU read and the kernel log,
+    each a process whose output waits in a pipe (``FC_VQFD``, ``FC_VXIDFD``) for the
+    verification, which reads them instead of starting its own. nvidia-smi's wall time
+    (20-25 ms on an H200, more with eight GPUs) then overlaps bash's own start-up and the
+    first lines of the script rather than following them; and each is forked by a bash
+    that holds no definitions yet, which is cheaper. Both only read; PATH gets the same
+    tail as ``fc_main`` gives it, and neither can read the script on standard input.
+
+    >>> "nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER" in early_reads()
+    True
+    """
+    path = f"PATH=$PATH:{_PATH_TAIL}"
+    return (f"exec {{FC_VQFD}}< <({path} nvidia-smi {VERIFY_Q_ARGS} 2>&1 </dev/null; "
+            "printf '\\n@%d' \"$?\"); "
+            f"exec {{FC_VXIDFD}}< <({path} dmesg 2>/dev/null </dev/null); ")
+
+
+def read_whole(size: int, early: str = "") -> str:
     """The script's first command (its third line): under ``bash -s`` (no file, no ``-c``
     string), read the ``size`` bytes after this line in one builtin ``read -N`` and run
-    them (``eval``), or
-    run nothing when fewer arrived. bash reads a script from a pipe one byte per read(2),
+    them (``eval``), or run nothing when fewer arrived; ``early`` (:func:`early_reads`)
+    goes first. bash reads a script from a pipe one byte per read(2),
     so that a command it runs can read the rest: 40,000 system calls, most of the CPU a
     status script cost on the node; ``read -N`` reads in blocks (bash 5.1 and later). A
     file run with ``bash FILE`` or a ``bash -c`` string is read on as usual.
@@ -70,7 +91,7 @@ def read_whole(size: int) -> str:
     '[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING'
     """
     return ("[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; "
-            f"FC_SRC=''; read -r -N {size} FC_SRC; if ((${{#FC_SRC}} == {size})); then "
+            f"{early}FC_SRC=''; read -r -N {size} FC_SRC; if ((${{#FC_SRC}} == {size})); then "
             'eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short '
             f'(${{#FC_SRC}} of {size} bytes): nothing was run" >&2; false; fi; exit; }}')
 

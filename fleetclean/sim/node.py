@@ -22,6 +22,7 @@ from pathlib import Path
 
 from fleetclean.errors import SimError
 from fleetclean.sim import accounts, cgroups, faults, nodecg, pids, sshfiles
+from fleetclean.sim.bootlog import boot_log
 from fleetclean.sim.layout import IN_NODE_CODE, IN_NODE_DIR, PACKAGE_DIR, node_python
 from fleetclean.sim.sshfiles import LIFTED
 
@@ -113,19 +114,26 @@ def install_nvidia_smi(node_dir: Path) -> None:
 
 
 def install_dmesg(node_dir: Path) -> None:
-    """The node's kernel log: ``dmesg`` prints kern.log (the Xid faults); ``-C`` clears."""
+    """The node's kernel log: ``dmesg`` prints the boot's messages (``bootlog``: a real
+    node's 160 KB, never empty) and then kern.log (the Xid faults); ``-C`` clears both."""
+    _install(node_dir, BOOT_LOG, boot_log(), mode=0o644)
     _install(
         node_dir,
         "dmesg",
         "#!/bin/sh\n"
         "# The simulated node's kernel ring buffer.\n"
         'for a in "$@"; do case $a in -C|--clear|-c|--read-clear) clear=1;; esac; done\n'
+        f"[ -e {IN_NODE_DIR}/kern.cleared ] || cat /usr/local/sbin/{BOOT_LOG}\n"
         f"cat {IN_NODE_DIR}/kern.log\n"
-        f'[ -z "$clear" ] || : > {IN_NODE_DIR}/kern.log\n',
+        f'[ -z "$clear" ] || {{ : > {IN_NODE_DIR}/kern.log; : > {IN_NODE_DIR}/kern.cleared; }}\n',
     )
 
 
-def _install(node_dir: Path, name: str, text: str) -> None:
+# The boot's kernel messages, beside dmesg in every node's bin dir (/usr/local/sbin there).
+BOOT_LOG = "dmesg-boot.log"
+
+
+def _install(node_dir: Path, name: str, text: str, mode: int = 0o755) -> None:
     """Put the fleet's one copy of the script ``name`` in the node's bin dir, a hard link
     (every node's is the same text: a thousand copies cost a thousand writes and inodes);
     left as it is when the node already has it."""
@@ -137,7 +145,7 @@ def _install(node_dir: Path, name: str, text: str) -> None:
         shared.parent.mkdir(exist_ok=True)
         tmp = shared.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}")
         tmp.write_text(text)
-        tmp.chmod(0o755)
+        tmp.chmod(mode)
         tmp.replace(shared)
     try:
         os.link(shared, target)
@@ -145,7 +153,7 @@ def _install(node_dir: Path, name: str, text: str) -> None:
         pass
     except OSError:  # another file system: a copy
         target.write_text(text)
-        target.chmod(0o755)
+        target.chmod(mode)
 
 
 # Below the state dir, beside nodes/: the scripts every node's bin dir links to.

@@ -15,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from fleetclean.engine.playbook import load_playbook
+from fleetclean.engine.render import render_script
 from fleetclean.engine.stages import template
+from fleetclean.engine.stages.verify import VERIFY_Q_ARGS
+from fleetclean.engine.variables import resolve
 from fleetclean.sim import nvidia_smi, smi_state
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi" / "h200"
@@ -66,18 +70,27 @@ def real_info() -> str:
     return "".join(lines[1:lines.index(next(x for x in lines if x.startswith("crw")))])
 
 
+# What a status script's first line leaves for the verification (render.early_reads): the
+# -q read's output, then "@" and its exit status, in a pipe.
+EARLY = """t=$(<"$FIX_Q")
+exec {FC_VQFD}< <(printf '%s\\n@%s' "${t%__rc=*}" "${t##*__rc=}")
+"""
+
+
 def read(tmp: Path, q_text: str, *, gpu: str = "gpu_pending_held.txt",
          apps: str = "apps_two_held.txt", info: str | None = None,
-         max_mib: int = 0) -> dict[str, list[str]]:
+         max_mib: int = 0, early: bool = False) -> dict[str, list[str]]:
     """Run one read and the explanation of the GPUs above ``max_mib``; the output by kind,
-    plus ``calls`` (nvidia-smi's first argument and the ls runs, in order)."""
+    plus ``calls`` (nvidia-smi's first argument and the ls runs, in order). ``early``: the
+    -q output waits in a pipe, as a status script's first line leaves it."""
     drv = tmp / "drv"
     if not drv.exists():
         driver_info(drv, real_info() if info is None else info)
     (tmp / "q.txt").write_text(q_text)
     calls = tmp / "calls"
     calls.write_text("")
-    script = "\n".join([template("lib.sh"), template("verify.sh"), f"FC_VDRIVER={drv}", DRIVER])
+    script = "\n".join([template("lib.sh"), template("verify.sh"), f"FC_VDRIVER={drv}",
+                        EARLY if early else "", DRIVER])
     env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "FIX_Q": str(tmp / "q.txt"),
            "FIX_GPU": str(DATA / gpu), "FIX_APPS": str(DATA / apps), "CALLS": str(calls),
            "MAX": str(max_mib)}
@@ -217,3 +230,52 @@ def test_the_exact_read_captured_on_the_h200_is_taken_in_one_call(
     assert [row.split("\t")[1:3] for row in got["row"]] == [[used, "[N/A] No"]]
     assert [(a.split(", ")[0], a.split(", ")[2]) for a in got.get("app", [])] == apps
     assert got["calls"] == ["-q"]
+
+
+@pytest.mark.parametrize("source", ["h200", "simulator"])
+def test_the_read_a_status_script_started_early_gives_what_the_call_gave(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+    q = real_q() if source == "h200" else fake_q(tmp_path, monkeypatch)
+    called = read(tmp_path, q, max_mib=0)
+    early = read(tmp_path, q, max_mib=0, early=True)
+    assert called["calls"] == ["-q"] and early["calls"] == []  # no second nvidia-smi
+    assert early["mode"] == ["q"] and early["row"] and early["app"]
+    assert {k: v for k, v in early.items() if k != "calls"} == {
+        k: v for k, v in called.items() if k != "calls"}
+
+
+def test_an_early_read_that_failed_goes_to_the_csv_queries(tmp_path: Path) -> None:
+    failed = "Failed to initialize NVML: Driver/library version mismatch\n__rc=18\n"
+    got = read(tmp_path, failed, max_mib=60000, early=True)
+    assert got["mode"] == ["csv"] and got["rc"] == ["0"]
+    assert sorted(got["calls"]) == [
+        "--query-compute-apps=pid,process_name,used_memory,gpu_uuid",
+        "--query-gpu=index,uuid,name,memory.used,memory.total,retired_pages.pending,"
+        "remapped_rows.pending"]
+
+
+def test_a_pipe_is_read_in_blocks_not_a_byte_per_system_call() -> None:
+    # A real node's kernel log is 100-250 KB: `read -d ''` took one read(2) per byte.
+    script = "\n".join([template("lib.sh"), r"""
+exec {fd}< <(head -c 300000 /dev/zero | tr '\0' x; printf '\nlast line\n')
+syscr() { local k v; while read -r k v; do [[ $k == syscr: ]] && n=$v; done </proc/$BASHPID/io; }
+syscr; before=$n
+fc_read_fd "$fd"
+syscr; after=$n
+echo "${#REPLY} $((after - before)) ${REPLY: -11}"
+"""])
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
+                         timeout=30, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
+    length, reads, tail = out.stdout.split(maxsplit=2)
+    assert int(length) == 300011 and tail.strip() == "last line"
+    assert int(reads) < 1000, f"{reads} read(2) calls for 300 KB"
+
+
+def test_the_early_read_is_the_verifications_own_and_only_a_status_script_has_it() -> None:
+    assert f"nvidia-smi {VERIFY_Q_ARGS} 2>&1" in template("verify.sh")
+    status = render_script(resolve(load_playbook("status"), {}, {}), host_name="n")
+    teardown = render_script(resolve(load_playbook("post-extraction"), {}, {}), host_name="n")
+    first = status.splitlines()[2]
+    assert first.index(f"nvidia-smi {VERIFY_Q_ARGS}") < first.index("read -r -N")
+    assert "dmesg" in first and "FC_VQFD" in first
+    assert "FC_VQFD" not in teardown.splitlines()[2]

@@ -246,6 +246,11 @@ def test_faulty_gpus_give_the_real_messages_and_statuses(sim_fleet_factory: Fact
     assert log.rstrip().endswith("GPU has fallen off the bus.")
     fleet.set_fault("node01", "none")
     assert smi(fleet, *query).returncode == 0
+    # Cleared faults leave the boot's messages, a real node's 160 KB (never an empty log),
+    # and no Xid; dmesg -C empties the buffer as the real one does.
+    log = fleet.run_in("node01", ["dmesg"]).stdout
+    assert len(log) > 150_000 and "Xid" not in log and "NVRM: loading NVIDIA" in log
+    fleet.run_in("node01", ["dmesg", "-C"])
     assert fleet.run_in("node01", ["dmesg"]).stdout == ""
 
 

@@ -35,6 +35,18 @@ fc_rec() {
 }
 FC_TAP=0
 
+# REPLY = all that file descriptor $1 gives until its end. A pipe, most often: `read -d ''`
+# and mapfile read a pipe one byte per read(2) (a kernel log of 250 KB: 250,000 system
+# calls), `read -N` reads it in blocks.
+fc_read_fd() {
+    local chunk
+    REPLY=""
+    while IFS= read -r -N 1048576 chunk <&"$1"; do
+        REPLY+=$chunk
+    done
+    REPLY+=$chunk
+}
+
 # ---------------------------------------------------------------------------- time
 # Microseconds since the epoch, from a builtin (no date(1) fork per poll).
 fc_now_us() {

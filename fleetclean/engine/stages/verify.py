@@ -30,6 +30,10 @@ from fleetclean.engine.checks import integer, number, positive_number
 from fleetclean.engine.model import ResolvedStage
 from fleetclean.engine.stages.base import Option, Readings, StageType, packaged, seconds_ms
 
+# The one read of the GPUs (fc_verify_read_q in verify.sh, which runs the same arguments; a
+# test holds the two together), also started early by a status script (render.early_reads).
+VERIFY_Q_ARGS = "-q -d MEMORY,PIDS,ROW_REMAPPER"
+
 
 def _assignments(stage: ResolvedStage) -> list[str]:
     o = stage.options

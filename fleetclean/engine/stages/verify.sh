@@ -25,8 +25,9 @@ fc_verify() {
         fc_rec verify error "$max" 0 "nvidia-smi: command not found" error
         return 0
     fi
-    # The kernel log is read once, beside the first GPU query (its wall time, not after it).
-    exec {FC_VXIDFD}< <(dmesg 2>/dev/null)
+    # The kernel log is read once, beside the first GPU query (its wall time, not after it);
+    # a status script's first line has already started it (render.early_reads).
+    [[ -n ${FC_VXIDFD:-} ]] || exec {FC_VXIDFD}< <(dmesg 2>/dev/null)
     fc_now_us
     t0=$REPLY
     while :; do
@@ -190,7 +191,12 @@ fc_verify_read() {
 fc_verify_read_q() {
     local out line v n=-1 sec="" attached="" pid="" type="" name="" i
     local -a lines=() used=() total=() pend=() buses=() seen=() app_gpu=() app=()
-    out=$(nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER 2>&1) || return 1
+    if [[ -n ${FC_VQFD:-} ]]; then
+        fc_verify_early_q || return 1
+        out=$REPLY
+    else
+        out=$(nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER 2>&1) || return 1
+    fi
     # In memory, one line an element: no read(2) per byte as read/mapfile do on a pipe.
     local - IFS=$'\n'
     set -f
@@ -259,6 +265,25 @@ fc_verify_read_q() {
         FC_VAPPS+=("${app[i]}, ${uuids[app_gpu[i]]}")
     done
     FC_VRC=0 FC_VOUT=$out FC_VNOTE=""
+}
+
+# The -q read a status script's first line started before bash parsed the rest of the
+# script (render.early_reads: nvidia-smi's wall time overlaps bash's), used by the first
+# read only: REPLY its output as $(...) gives it; fails where nvidia-smi failed (the CSV
+# read then asks again, as it does after a failed -q call). Its last line is "@" and the
+# exit status.
+fc_verify_early_q() {
+    local rc
+    fc_read_fd "$FC_VQFD"
+    exec {FC_VQFD}<&-
+    FC_VQFD=""
+    # From the end, by length: a pattern anchored at one end of 12 KB is tried at every
+    # place of it.
+    rc=${REPLY: -5}
+    rc=${rc##*@}
+    REPLY=${REPLY:0:${#REPLY}-${#rc}-2}
+    while [[ $REPLY == *$'\n' ]]; do REPLY=${REPLY%$'\n'}; done
+    [[ $rc == 0 ]]
 }
 
 # The driver's facts about the GPU at bus id $1 (as nvidia-smi prints it, 00000000:18:00.0),
@@ -552,10 +577,12 @@ fc_verify_proc() {
 fc_verify_xids() {
     local out="" line up _
     [[ -n ${FC_VXIDFD:-} ]] || return 0
-    IFS= read -r -d '' out <&"$FC_VXIDFD"
+    fc_read_fd "$FC_VXIDFD"
+    out=$REPLY
     exec {FC_VXIDFD}<&-
     FC_VXIDFD=""
-    [[ $out == *"NVRM: Xid"* ]] || return 0
+    # A regex search: glob's *...* costs 2-3 times as much over a 250 KB log.
+    [[ $out =~ "NVRM: Xid" ]] || return 0
     read -r up _ </proc/uptime || return 0
     fc_now_us
     fc_rec boot $((REPLY / 1000000 - ${up%%.*}))
