@@ -91,7 +91,7 @@ def run(
     host; ``variables`` as the CLI's ``-e``, ``check`` as ``--check`` (list what would be
     signalled or changed, change nothing), ``on_event`` gets each host's progress."""
     from fleetclean.engine.playbook import load_playbook
-    from fleetclean.engine.render import render_script
+    from fleetclean.engine.render import Renderer
     from fleetclean.engine.variables import resolve
     from fleetclean.transport import Options
 
@@ -100,12 +100,13 @@ def run(
     named = _named(hosts)
     book = load_playbook(playbook)
     extra = dict(variables or {})
+    renderer = Renderer()
+    resolved = resolve(book, {}, extra)
     jobs = []
     for name, conn in named:
         host = Host(name, str(conn.host), port=int(conn.port), user=conn.user)
-        script = render_script(resolve(book, {}, extra), check=check, force=force,
-                               host_name=name)
-        jobs.append(Job(host, script))
+        jobs.append(Job(host, renderer.pieces(resolved, check=check, force=force,
+                                              host_name=name)))
     opts = Options(connect_timeout=connect_timeout, timeout=timeout,
                    known_hosts=tuple(known_hosts), accept_new_host_keys=accept_new_host_keys)
     if not jobs:

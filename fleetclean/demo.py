@@ -16,7 +16,7 @@ from rich.console import Console
 
 from fleetclean import fleet
 from fleetclean.engine.playbook import load_playbook
-from fleetclean.engine.render import render_script
+from fleetclean.engine.render import Renderer
 from fleetclean.engine.variables import resolve
 from fleetclean.inventory import load_inventory
 from fleetclean.models import ExitStatus, RunResult
@@ -28,10 +28,9 @@ from fleetclean.transport import Options
 def _run(inventory: Path, playbook: str, extra: dict[str, object]) -> RunResult:
     hosts = load_inventory(inventory, ssh_config=None).select(None)
     book = load_playbook(playbook)
-    jobs = [
-        fleet.Job(h, render_script(resolve(book, h.vars, extra), host_name=h.name))
-        for h in hosts
-    ]
+    renderer = Renderer()
+    jobs = [fleet.Job(h, renderer.pieces(resolve(book, h.vars, extra), host_name=h.name))
+            for h in hosts]
     return fleet.run_fleet(jobs, playbook=book.name, opts=Options(timeout=120), forks=64)
 
 

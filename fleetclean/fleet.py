@@ -7,7 +7,7 @@ reported through a callback so the caller decides how to show it.
 
 Example::
 
-    jobs = [Job(host, script) for host, script in rendered]
+    jobs = [Job(host, (script,)) for host, script in rendered]
     result = run_fleet(jobs, playbook="post-extraction", opts=Options(), forks=64)
     result.exit_status  # ExitStatus.OK when every host is clean
 """
@@ -33,8 +33,21 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Job:
+    """One host and its script, kept as pieces (``render.Renderer``): the pieces every
+    host's script shares (the stage library, nearly all of it) are one string for the
+    whole fleet, and a host's whole text exists only while that host runs.
+
+    >>> job = Job(Host("gpu01", "gpu01"), ("echo ", "hi\\n"))
+    >>> job.script
+    'echo hi\\n'
+    """
+
     host: Host
-    script: str
+    pieces: tuple[str, ...]
+
+    @property
+    def script(self) -> str:
+        return "".join(self.pieces)
 
 
 @dataclass(frozen=True)
@@ -163,7 +176,7 @@ def _run_one(
         if stage:
             emit(Event(name, "stage", stage))
 
-    output = session.run(job.host, job.script, on_line)
+    output = session.run(job.host, job.pieces, on_line)
     result = host_result(name, output, time.monotonic() - t0)
     emit(Event(name, "done", result=result))
     return result

@@ -164,16 +164,16 @@ def render_jobs(
     """Render every host's script before any connection: bad input never reaches a host."""
     from fleetclean import fleet
     from fleetclean.engine.playbook import load_playbook
-    from fleetclean.engine.render import render_script
+    from fleetclean.engine.render import Renderer
     from fleetclean.engine.variables import parse_extra_vars, resolve
 
     book = load_playbook(playbook_ref)
     extra_vars = parse_extra_vars(extra)
     become.refuse_password_vars(extra_vars)
+    renderer = Renderer(scope)
     jobs = []
     for host in hosts:
         resolved = resolve(book, host.vars, extra_vars)
-        script = render_script(resolved, check=check, force=force, host_name=host.name,
-                               scope=scope)
-        jobs.append(fleet.Job(host, script))
+        pieces = renderer.pieces(resolved, check=check, force=force, host_name=host.name)
+        jobs.append(fleet.Job(host, pieces))
     return book.name, jobs, extra_vars

@@ -16,10 +16,23 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 LineCallback = Callable[[str], None]
+Script = str | Sequence[str]
+"""A script's text, or its pieces in order (``fleet.Job``: pieces shared between hosts)."""
+
+
+def script_bytes(script: Script) -> Iterator[bytes]:
+    """The script's bytes, a piece at a time: a shared piece is never joined into one
+    copy per host.
+
+    >>> list(script_bytes("echo hi\\n")), list(script_bytes(("echo ", "hi\\n")))
+    ([b'echo hi\\n'], [b'echo ', b'hi\\n'])
+    """
+    for piece in (script,) if isinstance(script, str) else script:
+        yield piece.encode()
 
 
 @dataclass(frozen=True)

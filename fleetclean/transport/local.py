@@ -20,8 +20,10 @@ from fleetclean.transport.base import (
     LineCallback,
     LineSplitter,
     Options,
+    Script,
     ScriptOutput,
     TransportFailure,
+    script_bytes,
 )
 
 
@@ -68,7 +70,7 @@ class _ProcessPipe:
 
 
 def run_local(
-    host: Host, script: str, opts: Options, on_line: LineCallback | None
+    host: Host, script: Script, opts: Options, on_line: LineCallback | None
 ) -> ScriptOutput:
     how = become.plan(host)
     argv = shlex.split(how.command)
@@ -99,7 +101,8 @@ def run_local(
 
     reader = threading.Thread(target=drain_stderr, daemon=True)
     reader.start()
-    proc.stdin.write(script.encode())
+    for data in script_bytes(script):
+        proc.stdin.write(data)
     proc.stdin.close()
     deadline = time.monotonic() + opts.timeout
     fd = proc.stdout.fileno()
@@ -136,7 +139,9 @@ class LocalSession:
     def __init__(self, opts: Options) -> None:
         self.opts = opts
 
-    def run(self, host: Host, script: str, on_line: LineCallback | None = None) -> ScriptOutput:
+    def run(
+        self, host: Host, script: Script, on_line: LineCallback | None = None
+    ) -> ScriptOutput:
         return run_local(host, script, self.opts, on_line)
 
     def abort(self) -> None:

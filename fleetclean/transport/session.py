@@ -29,7 +29,14 @@ import time
 from typing import Any
 
 from fleetclean.models import Host
-from fleetclean.transport.base import Failed, LineCallback, Options, ScriptOutput, TransportFailure
+from fleetclean.transport.base import (
+    Failed,
+    LineCallback,
+    Options,
+    Script,
+    ScriptOutput,
+    TransportFailure,
+)
 from fleetclean.transport.classify import Phase, Where, timed_out
 from fleetclean.transport.connect import Context, open_connection, open_given
 from fleetclean.transport.hops import Configs, Target, pace_key, resolve
@@ -150,7 +157,7 @@ class Session:
             with contextlib.suppress(Exception):  # closing a connection a hop already lost
                 conn.close()
 
-    def run(self, host: Host, script: str, on_line: LineCallback | None = None) -> ScriptOutput:
+    def run(self, host: Host, script: Script, on_line: LineCallback | None = None) -> ScriptOutput:
         """Run ``script`` on ``host``; failures come back as values."""
         if host.connection == "local":
             return run_local(host, script, self.opts, on_line)
@@ -171,14 +178,14 @@ class Session:
         return out
 
     def _run_on(
-        self, conn: Any, host: Host, script: str, on_line: LineCallback | None
+        self, conn: Any, host: Host, script: Script, on_line: LineCallback | None
     ) -> ScriptOutput:
         with self._lock:
             self._open.add(conn)
         return self._script(conn, host, script, on_line)
 
     def _script(
-        self, conn: Any, host: Host, script: str, on_line: LineCallback | None
+        self, conn: Any, host: Host, script: Script, on_line: LineCallback | None
     ) -> ScriptOutput:
         where = f"{host.address}:{host.port or 22}"
         limit = self._ctx.timeout_for(target_of(host))

@@ -19,8 +19,10 @@ from fleetclean.transport.base import (
     Failed,
     LineCallback,
     LineSplitter,
+    Script,
     ScriptOutput,
     TransportFailure,
+    script_bytes,
 )
 
 # How long a finished script's channel may stay open (a background process holding it)
@@ -34,7 +36,7 @@ class NoSession(Exception):
 
 
 def open_script_channel(
-    transport: paramiko.Transport, host: Host, script: str, limit: float
+    transport: paramiko.Transport, host: Host, script: Script, limit: float
 ) -> paramiko.Channel:
     """The session channel (opened within ``limit``) with ``bash -s`` reading the script:
     the one command run on the host (``become.plan``: the script itself comes on stdin, so
@@ -56,7 +58,8 @@ def open_script_channel(
         if failure is not None:
             chan.close()
             raise Failed(failure)
-    chan.sendall(script.encode())
+    for data in script_bytes(script):
+        chan.sendall(data)
     chan.shutdown_write()
     return chan
 
