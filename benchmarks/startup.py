@@ -13,6 +13,11 @@ beyond its own are taken out: the command's own work.
 ``--real``: on a machine with a real ``nvidia-smi`` and no simulator (a real H200 node),
 the rows are ``fleetclean status --local`` (table and ``--json``: this machine, no SSH),
 which only reads. ``--out FILE`` also writes the rows as JSON.
+
+``--against CHECKOUT``: every row also runs from another checkout (with its own ``.venv``
+where it has one), interleaved with this one's against the same fleet, labelled with each
+checkout's directory name: before and after a change in one run, e.g. ``--against
+/work/main`` from a branch's worktree.
 """
 
 from __future__ import annotations
@@ -28,10 +33,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# The project's venv where there is one; else (a GPU machine that only has the checkout)
-# the interpreter running this.
-VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
-PYTHON = str(VENV_PYTHON) if VENV_PYTHON.exists() else sys.executable
 SUBNETS = range(92, 100)  # away from tests (20..89, 100..249) and the other benchmarks
 
 
@@ -56,12 +57,20 @@ def import_ms(stderr: str) -> float:
     return total / 1000
 
 
-def timed(argv: list[str]) -> tuple[float, float]:
-    """(wall s, import ms) of one run of argv under -X importtime."""
+def python_of(checkout: Path) -> str:
+    """The checkout's venv where there is one; else (a GPU machine that only has the
+    checkout) the interpreter running this."""
+    venv = checkout / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def timed(checkout: Path, argv: list[str]) -> tuple[float, float]:
+    """(wall s, import ms) of one run of argv under -X importtime, from ``checkout`` (whose
+    directory ``-m fleetclean`` then finds first)."""
     env = dict(os.environ, NO_COLOR="1")
     started = time.perf_counter()
-    done = subprocess.run([PYTHON, "-X", "importtime", *argv], capture_output=True, text=True,
-                          env=env, check=False)
+    done = subprocess.run([python_of(checkout), "-X", "importtime", *argv], cwd=checkout,
+                          capture_output=True, text=True, env=env, check=False)
     wall = time.perf_counter() - started
     if done.returncode not in (0, 1):
         raise SystemExit(f"{argv}: exit {done.returncode}: {done.stderr[-400:]}")
@@ -82,27 +91,32 @@ def fmt(values: list[float], unit: str) -> str:
             f"({min(values):.3g}-{max(values):.3g})")
 
 
-def measure(rows: dict[str, list[str]], reps: int) -> list[dict[str, object]]:
-    walls: dict[str, list[float]] = {name: [] for name in rows}
-    imports: dict[str, list[float]] = {name: [] for name in rows}
+def measure(rows: dict[str, list[str]], checkouts: list[Path],
+            reps: int) -> list[dict[str, object]]:
+    labelled = len(checkouts) > 1
+    width = 56 if labelled else 44
+    runs = {(name, checkout): argv for name, argv in rows.items() for checkout in checkouts}
+    walls: dict[tuple[str, Path], list[float]] = {key: [] for key in runs}
+    imports: dict[tuple[str, Path], list[float]] = {key: [] for key in runs}
     for _ in range(reps):
-        for name, argv in rows.items():  # interleaved: load drifts hit every row alike
-            wall, imp = timed(argv)
-            walls[name].append(wall)
-            imports[name].append(imp)
-    base = statistics.median(walls["python -c pass"])
-    base_imp = statistics.median(imports["python -c pass"])
-    print(f"{'invocation':<44} {'wall median (min-max)':<26} {'x pass':>7}  "
-          f"{'import ms median (min-max)':<28} run ms")
+        for key, argv in runs.items():  # interleaved: load drifts hit every row alike
+            wall, imp = timed(key[1], argv)
+            walls[key].append(wall)
+            imports[key].append(imp)
+    print(f"{'invocation':<{width}} {'wall median (min-max)':<26} "
+          f"{'x pass':>7}  {'import ms median (min-max)':<28} run ms")
     out: list[dict[str, object]] = []
-    for name in rows:
-        wall, imp = statistics.median(walls[name]), statistics.median(imports[name])
+    for (name, checkout), wall_s in walls.items():
+        base = statistics.median(walls["python -c pass", checkout])
+        base_imp = statistics.median(imports["python -c pass", checkout])
+        wall, imp = statistics.median(wall_s), statistics.median(imports[name, checkout])
         # What `pass` costs (the interpreter, site's imports) is in every row: taken out once.
         run_ms = max(0.0, (wall - base) * 1000 - (imp - base_imp))
-        print(f"{name:<44} {fmt(walls[name], 's'):<26} {wall / base:>6.2f}x  "
-              f"{fmt(imports[name], 'ms'):<28} {run_ms:.0f}")
-        out.append({"invocation": name, "wall_s": walls[name], "import_ms": imports[name],
-                    "run_ms": run_ms})
+        label = f"{name} [{checkout.name}]" if labelled else name
+        print(f"{label:<{width}} {fmt(wall_s, 's'):<26} {wall / base:>6.2f}x  "
+              f"{fmt(imports[name, checkout], 'ms'):<28} {run_ms:.0f}")
+        out.append({"invocation": name, "checkout": str(checkout), "wall_s": wall_s,
+                    "import_ms": imports[name, checkout], "run_ms": run_ms})
     return out
 
 
@@ -113,7 +127,10 @@ def main() -> int:
     ap.add_argument("--real", action="store_true",
                     help="fleetclean status --local on this machine's nvidia-smi, no simulator")
     ap.add_argument("--out", type=Path, metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--against", type=Path, metavar="CHECKOUT",
+                    help="also run every row from this checkout, interleaved (before/after)")
     args = ap.parse_args()
+    checkouts = [ROOT, *([args.against.resolve()] if args.against else [])]
     rows = {
         "python -c pass": ["-c", "pass"],
         "fleetclean --version": ["-m", "fleetclean", "--version"],
@@ -125,7 +142,7 @@ def main() -> int:
         rows["fleetclean status --local --json"] = ["-m", "fleetclean", "status", "--local",
                                                     "--json"]
     if args.no_sim or args.real:
-        save(measure(rows, args.reps), args)
+        save(measure(rows, checkouts, args.reps), args)
         return 0
     from fleetclean.sim import SimFleet
 
@@ -135,7 +152,7 @@ def main() -> int:
         rows["fleetclean status (2 sim nodes, table)"] = ["-m", "fleetclean", "status", *where]
         rows["fleetclean status (2 sim nodes, --json)"] = ["-m", "fleetclean", "status",
                                                           *where, "--json"]
-        save(measure(rows, args.reps), args)
+        save(measure(rows, checkouts, args.reps), args)
     return 0
 
 
