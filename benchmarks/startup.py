@@ -5,6 +5,8 @@ Run as root on Linux (the status rows need a simulated fleet; ``--no-sim`` skips
 over the repetitions of this one run, and its ratio to ``python -c pass`` measured in the
 same run, interleaved with the others so that a busy machine slows every row alike.
 
+``cpu ms`` is the command's own CPU time (user and system, from its rusage): on a loaded
+machine, where wall time mostly measures waiting for a core, it is the steadier figure.
 ``import ms`` is what ``-X importtime`` says the interpreter spent importing (the sum of
 its top-level cumulative times), so it leaves out the interpreter's own start and the run;
 ``run ms`` is what is left of the median wall once ``python -c pass`` and the imports
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -64,17 +67,20 @@ def python_of(checkout: Path) -> str:
     return str(venv) if venv.exists() else sys.executable
 
 
-def timed(checkout: Path, argv: list[str]) -> tuple[float, float]:
-    """(wall s, import ms) of one run of argv under -X importtime, from ``checkout`` (whose
-    directory ``-m fleetclean`` then finds first)."""
+def timed(checkout: Path, argv: list[str]) -> tuple[float, float, float]:
+    """(wall s, import ms, cpu ms) of one run of argv under -X importtime, from ``checkout``
+    (whose directory ``-m fleetclean`` then finds first)."""
     env = dict(os.environ, NO_COLOR="1")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run([python_of(checkout), "-X", "importtime", *argv], cwd=checkout,
                           capture_output=True, text=True, env=env, check=False)
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 1):
         raise SystemExit(f"{argv}: exit {done.returncode}: {done.stderr[-400:]}")
-    return wall, import_ms(done.stderr)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, import_ms(done.stderr), cpu * 1000
 
 
 def free_subnet() -> int:
@@ -98,13 +104,15 @@ def measure(rows: dict[str, list[str]], checkouts: list[Path],
     runs = {(name, checkout): argv for name, argv in rows.items() for checkout in checkouts}
     walls: dict[tuple[str, Path], list[float]] = {key: [] for key in runs}
     imports: dict[tuple[str, Path], list[float]] = {key: [] for key in runs}
+    cpus: dict[tuple[str, Path], list[float]] = {key: [] for key in runs}
     for _ in range(reps):
         for key, argv in runs.items():  # interleaved: load drifts hit every row alike
-            wall, imp = timed(key[1], argv)
+            wall, imp, cpu = timed(key[1], argv)
             walls[key].append(wall)
             imports[key].append(imp)
+            cpus[key].append(cpu)
     print(f"{'invocation':<{width}} {'wall median (min-max)':<26} "
-          f"{'x pass':>7}  {'import ms median (min-max)':<28} run ms")
+          f"{'x pass':>7}  {'import ms median (min-max)':<28} run ms  cpu ms")
     out: list[dict[str, object]] = []
     for (name, checkout), wall_s in walls.items():
         base = statistics.median(walls["python -c pass", checkout])
@@ -114,9 +122,11 @@ def measure(rows: dict[str, list[str]], checkouts: list[Path],
         run_ms = max(0.0, (wall - base) * 1000 - (imp - base_imp))
         label = f"{name} [{checkout.name}]" if labelled else name
         print(f"{label:<{width}} {fmt(wall_s, 's'):<26} {wall / base:>6.2f}x  "
-              f"{fmt(imports[name, checkout], 'ms'):<28} {run_ms:.0f}")
+              f"{fmt(imports[name, checkout], 'ms'):<28} {run_ms:<7.0f} "
+              f"{statistics.median(cpus[name, checkout]):.0f}")
         out.append({"invocation": name, "checkout": str(checkout), "wall_s": wall_s,
-                    "import_ms": imports[name, checkout], "run_ms": run_ms})
+                    "import_ms": imports[name, checkout], "run_ms": run_ms,
+                    "cpu_ms": cpus[name, checkout]})
     return out
 
 
