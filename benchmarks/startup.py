@@ -127,7 +127,26 @@ def measure(rows: dict[str, list[str]], checkouts: list[Path],
         out.append({"invocation": name, "checkout": str(checkout), "wall_s": wall_s,
                     "import_ms": imports[name, checkout], "run_ms": run_ms,
                     "cpu_ms": cpus[name, checkout]})
+    if labelled:
+        paired(walls, imports, cpus, rows, checkouts)
     return out
+
+
+def paired(walls: dict[tuple[str, Path], list[float]],
+           imports: dict[tuple[str, Path], list[float]],
+           cpus: dict[tuple[str, Path], list[float]],
+           rows: dict[str, list[str]], checkouts: list[Path]) -> None:
+    """This checkout minus the other, rep by rep (the two ran back to back), medians: a
+    drift in load cancels out, which the medians of each row alone do not."""
+    this, other = checkouts
+    print(f"\n{this.name} - {other.name}, paired medians: wall ms, import ms, cpu ms")
+    for name in rows:
+        diffs = [
+            statistics.median(scale * (a - b) for a, b in zip(series[name, this],
+                                                              series[name, other], strict=True))
+            for series, scale in ((walls, 1000), (imports, 1), (cpus, 1))
+        ]
+        print(f"{name:<44} " + "  ".join(f"{d:+7.1f}" for d in diffs))
 
 
 def main() -> int:
