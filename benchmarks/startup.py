@@ -5,6 +5,8 @@ Run as root on Linux (the status rows need a simulated fleet; ``--no-sim`` skips
 over the repetitions of this one run, and its ratio to ``python -c pass`` measured in the
 same run, interleaved with the others so that a busy machine slows every row alike.
 
+``cpu ms`` is the command's own CPU time (user and system, from its rusage): on a loaded
+machine, where wall time mostly measures waiting for a core, it is the steadier figure.
 ``import ms`` is what ``-X importtime`` says the interpreter spent importing (the sum of
 its top-level cumulative times), so it leaves out the interpreter's own start and the run;
 ``run ms`` is what is left of the median wall once ``python -c pass`` and the imports
@@ -13,6 +15,11 @@ beyond its own are taken out: the command's own work.
 ``--real``: on a machine with a real ``nvidia-smi`` and no simulator (a real H200 node),
 the rows are ``fleetclean status --local`` (table and ``--json``: this machine, no SSH),
 which only reads. ``--out FILE`` also writes the rows as JSON.
+
+``--against CHECKOUT``: every row also runs from another checkout (with its own ``.venv``
+where it has one), interleaved with this one's against the same fleet, labelled with each
+checkout's directory name: before and after a change in one run, e.g. ``--against
+/work/main`` from a branch's worktree.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -28,10 +36,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# The project's venv where there is one; else (a GPU machine that only has the checkout)
-# the interpreter running this.
-VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
-PYTHON = str(VENV_PYTHON) if VENV_PYTHON.exists() else sys.executable
 SUBNETS = range(92, 100)  # away from tests (20..89, 100..249) and the other benchmarks
 
 
@@ -56,16 +60,27 @@ def import_ms(stderr: str) -> float:
     return total / 1000
 
 
-def timed(argv: list[str]) -> tuple[float, float]:
-    """(wall s, import ms) of one run of argv under -X importtime."""
+def python_of(checkout: Path) -> str:
+    """The checkout's venv where there is one; else (a GPU machine that only has the
+    checkout) the interpreter running this."""
+    venv = checkout / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def timed(checkout: Path, argv: list[str]) -> tuple[float, float, float]:
+    """(wall s, import ms, cpu ms) of one run of argv under -X importtime, from ``checkout``
+    (whose directory ``-m fleetclean`` then finds first)."""
     env = dict(os.environ, NO_COLOR="1")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run([PYTHON, "-X", "importtime", *argv], capture_output=True, text=True,
-                          env=env, check=False)
+    done = subprocess.run([python_of(checkout), "-X", "importtime", *argv], cwd=checkout,
+                          capture_output=True, text=True, env=env, check=False)
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 1):
         raise SystemExit(f"{argv}: exit {done.returncode}: {done.stderr[-400:]}")
-    return wall, import_ms(done.stderr)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, import_ms(done.stderr), cpu * 1000
 
 
 def free_subnet() -> int:
@@ -82,28 +97,56 @@ def fmt(values: list[float], unit: str) -> str:
             f"({min(values):.3g}-{max(values):.3g})")
 
 
-def measure(rows: dict[str, list[str]], reps: int) -> list[dict[str, object]]:
-    walls: dict[str, list[float]] = {name: [] for name in rows}
-    imports: dict[str, list[float]] = {name: [] for name in rows}
+def measure(rows: dict[str, list[str]], checkouts: list[Path],
+            reps: int) -> list[dict[str, object]]:
+    labelled = len(checkouts) > 1
+    width = 56 if labelled else 44
+    runs = {(name, checkout): argv for name, argv in rows.items() for checkout in checkouts}
+    walls: dict[tuple[str, Path], list[float]] = {key: [] for key in runs}
+    imports: dict[tuple[str, Path], list[float]] = {key: [] for key in runs}
+    cpus: dict[tuple[str, Path], list[float]] = {key: [] for key in runs}
     for _ in range(reps):
-        for name, argv in rows.items():  # interleaved: load drifts hit every row alike
-            wall, imp = timed(argv)
-            walls[name].append(wall)
-            imports[name].append(imp)
-    base = statistics.median(walls["python -c pass"])
-    base_imp = statistics.median(imports["python -c pass"])
-    print(f"{'invocation':<44} {'wall median (min-max)':<26} {'x pass':>7}  "
-          f"{'import ms median (min-max)':<28} run ms")
+        for key, argv in runs.items():  # interleaved: load drifts hit every row alike
+            wall, imp, cpu = timed(key[1], argv)
+            walls[key].append(wall)
+            imports[key].append(imp)
+            cpus[key].append(cpu)
+    print(f"{'invocation':<{width}} {'wall median (min-max)':<26} "
+          f"{'x pass':>7}  {'import ms median (min-max)':<28} run ms  cpu ms")
     out: list[dict[str, object]] = []
-    for name in rows:
-        wall, imp = statistics.median(walls[name]), statistics.median(imports[name])
+    for (name, checkout), wall_s in walls.items():
+        base = statistics.median(walls["python -c pass", checkout])
+        base_imp = statistics.median(imports["python -c pass", checkout])
+        wall, imp = statistics.median(wall_s), statistics.median(imports[name, checkout])
         # What `pass` costs (the interpreter, site's imports) is in every row: taken out once.
         run_ms = max(0.0, (wall - base) * 1000 - (imp - base_imp))
-        print(f"{name:<44} {fmt(walls[name], 's'):<26} {wall / base:>6.2f}x  "
-              f"{fmt(imports[name], 'ms'):<28} {run_ms:.0f}")
-        out.append({"invocation": name, "wall_s": walls[name], "import_ms": imports[name],
-                    "run_ms": run_ms})
+        label = f"{name} [{checkout.name}]" if labelled else name
+        print(f"{label:<{width}} {fmt(wall_s, 's'):<26} {wall / base:>6.2f}x  "
+              f"{fmt(imports[name, checkout], 'ms'):<28} {run_ms:<7.0f} "
+              f"{statistics.median(cpus[name, checkout]):.0f}")
+        out.append({"invocation": name, "checkout": str(checkout), "wall_s": wall_s,
+                    "import_ms": imports[name, checkout], "run_ms": run_ms,
+                    "cpu_ms": cpus[name, checkout]})
+    if labelled:
+        paired(walls, imports, cpus, rows, checkouts)
     return out
+
+
+def paired(walls: dict[tuple[str, Path], list[float]],
+           imports: dict[tuple[str, Path], list[float]],
+           cpus: dict[tuple[str, Path], list[float]],
+           rows: dict[str, list[str]], checkouts: list[Path]) -> None:
+    """This checkout minus the other, rep by rep (the two ran back to back), medians: a
+    drift in load cancels out, which the medians of each row alone do not."""
+    this, other = checkouts
+    print(f"\n{this.name} - {other.name}, paired medians: wall ms, import ms, cpu ms")
+    for name in rows:
+        diffs = [
+            statistics.median(scale * (a - b) for a, b in zip(series[name, this],
+                                                              series[name, other], strict=True))
+            for series, scale in ((walls, 1000), (imports, 1), (cpus, 1))
+        ]
+        print(f"{name:<44} " + "  ".join(f"{d:+7.1f}" for d in diffs))
 
 
 def main() -> int:
@@ -113,7 +156,10 @@ def main() -> int:
     ap.add_argument("--real", action="store_true",
                     help="fleetclean status --local on this machine's nvidia-smi, no simulator")
     ap.add_argument("--out", type=Path, metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--against", type=Path, metavar="CHECKOUT",
+                    help="also run every row from this checkout, interleaved (before/after)")
     args = ap.parse_args()
+    checkouts = [ROOT, *([args.against.resolve()] if args.against else [])]
     rows = {
         "python -c pass": ["-c", "pass"],
         "fleetclean --version": ["-m", "fleetclean", "--version"],
@@ -125,7 +171,7 @@ def main() -> int:
         rows["fleetclean status --local --json"] = ["-m", "fleetclean", "status", "--local",
                                                     "--json"]
     if args.no_sim or args.real:
-        save(measure(rows, args.reps), args)
+        save(measure(rows, checkouts, args.reps), args)
         return 0
     from fleetclean.sim import SimFleet
 
@@ -135,7 +181,7 @@ def main() -> int:
         rows["fleetclean status (2 sim nodes, table)"] = ["-m", "fleetclean", "status", *where]
         rows["fleetclean status (2 sim nodes, --json)"] = ["-m", "fleetclean", "status",
                                                           *where, "--json"]
-        save(measure(rows, args.reps), args)
+        save(measure(rows, checkouts, args.reps), args)
     return 0
 
 

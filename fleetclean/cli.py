@@ -14,14 +14,12 @@ import dataclasses
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from typing import cast
 
 from fleetclean.commands.env import Env, error_line
 from fleetclean.commands.parser import build_parser
-from fleetclean.errors import BadInput, FleetcleanError
-from fleetclean.models import ExitStatus
+from fleetclean.errors import BadInput, ExitStatus, FleetcleanError
 
 __all__ = ["Env", "build_parser", "main"]
 
@@ -74,6 +72,8 @@ def main(argv: Sequence[str] | None = None, env: Env | None = None) -> int:
         return int(ExitStatus.OK)
     except Exception as exc:  # a bug: one line (or the traceback with --debug), exit 3
         if debug:
+            import traceback  # only a bug needs it (linecache, tokenize: 2 ms of start-up)
+
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=env.stderr)
             env.stderr.flush()
         else:
@@ -100,6 +100,8 @@ def internalerror_line(exc: BaseException) -> str:
     ...     print(internalerror_line(exc))
     fleetclean: internal error (a bug): KeyError: 'grace' at <doctest ...>:2; rerun with --debug for the traceback
     """  # noqa: E501
+    import traceback
+
     frames = traceback.extract_tb(exc.__traceback__)
     where = ""
     if frames:

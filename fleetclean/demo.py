@@ -18,8 +18,9 @@ from fleetclean import fleet
 from fleetclean.engine.playbook import load_playbook
 from fleetclean.engine.render import Renderer
 from fleetclean.engine.variables import resolve
+from fleetclean.errors import ExitStatus
 from fleetclean.inventory import load_inventory
-from fleetclean.models import ExitStatus, RunResult
+from fleetclean.models import RunResult
 from fleetclean.results import table
 from fleetclean.results.words import counted
 from fleetclean.transport import Options

@@ -1,10 +1,25 @@
-"""One root exception, one subclass per stage of the pipeline.
+"""One root exception, one subclass per stage of the pipeline, and the exit statuses.
 
 Every error a user can cause is a ``FleetcleanError`` carrying a one-line message that names
 the file, line and fix; ``cli`` turns it into that line on stderr and exit status 4.
+``ExitStatus`` lives here, not in ``models``, so that ``--version``, ``--help`` and a bad
+option never build the pipeline's dataclasses.
 """
 
 from __future__ import annotations
+
+import enum
+
+
+class ExitStatus(enum.IntEnum):
+    """Process exit statuses of the CLI contract."""
+
+    OK = 0
+    DIRTY = 1
+    FAILED = 2
+    INTERNAL = 3  # a bug in fleetclean: --debug prints its traceback
+    BAD_INPUT = 4
+    INTERRUPTED = 130
 
 
 class FleetcleanError(Exception):

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fleetclean.errors import ExitStatus
+
 Connection = Literal["ssh", "local"]
 
 
@@ -84,17 +86,6 @@ class HostStatus(str, enum.Enum):
     def failed(self) -> bool:
         """Not clean, dirty or faulty: the host could not be judged (exit status 2)."""
         return self not in (HostStatus.CLEAN, HostStatus.DIRTY, HostStatus.FAULTY)
-
-
-class ExitStatus(enum.IntEnum):
-    """Process exit statuses of the CLI contract."""
-
-    OK = 0
-    DIRTY = 1
-    FAILED = 2
-    INTERNAL = 3  # a bug in fleetclean: --debug prints its traceback
-    BAD_INPUT = 4
-    INTERRUPTED = 130
 
 
 OwnerKind = Literal["systemd", "docker", "kubernetes", "slurm", "tmux", "screen", "plain"]

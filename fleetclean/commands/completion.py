@@ -14,7 +14,7 @@ import argparse
 from fleetclean.commands.env import Env
 from fleetclean.commands.parser import build_parser
 from fleetclean.commands.steps import select_hosts
-from fleetclean.models import ExitStatus
+from fleetclean.errors import ExitStatus
 
 # Options whose value is a file name / has no useful completion.
 _FILE_OPTS = ("-i", "--inventory", "-F", "--ssh-config", "--known-hosts", "--prom",

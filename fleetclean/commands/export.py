@@ -8,8 +8,7 @@ from typing import Any
 
 from fleetclean.commands.env import Env, error_line
 from fleetclean.commands.steps import scope_of, select_hosts
-from fleetclean.errors import VariableError
-from fleetclean.models import ExitStatus
+from fleetclean.errors import ExitStatus, VariableError
 
 # pdsh passes the script as the remote command: one argument, which Linux caps at 128 KiB
 # (MAX_ARG_STRLEN); past this, copying the file to the nodes is the way.

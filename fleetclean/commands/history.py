@@ -9,8 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from fleetclean.commands.env import Env
-from fleetclean.errors import UsageError
-from fleetclean.models import ExitStatus
+from fleetclean.errors import ExitStatus, UsageError
 from fleetclean.results import records
 from fleetclean.results.jsonio import summary
 from fleetclean.results.table import summary_line

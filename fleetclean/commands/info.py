@@ -14,8 +14,8 @@ from fleetclean.commands.steps import (
     scope_of,
     select_hosts,
 )
-from fleetclean.errors import UsageError
-from fleetclean.models import ExitStatus, Host
+from fleetclean.errors import ExitStatus, UsageError
+from fleetclean.models import Host
 
 
 def cmd_show(args: argparse.Namespace, env: Env, argv: list[str]) -> int:

@@ -17,7 +17,7 @@ from fleetclean.commands.steps import (
     scope_of,
     select_hosts,
 )
-from fleetclean.models import ExitStatus
+from fleetclean.errors import ExitStatus
 from fleetclean.results.lastseen import apply_history
 from fleetclean.slurm import options as slurm_options
 

@@ -39,7 +39,7 @@ from fleetclean.inventory.limit import select_names
 from fleetclean.models import Connection, Host, Secret
 
 if TYPE_CHECKING:
-    import paramiko
+    from fleetclean.transport.sshlib import paramiko
 
 __all__ = ["Inventory", "resolve"]
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from fleetclean.errors import InventoryError
 
 if TYPE_CHECKING:
-    import paramiko
+    from fleetclean.transport.sshlib import paramiko
 
 __all__ = [
     "SshArgs",

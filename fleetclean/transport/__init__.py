@@ -5,6 +5,8 @@ per job:
 
 - ``base``: ``Options``, ``ScriptOutput``, ``TransportFailure`` (no SSH import: the CLI's
   ``--help`` and a local-only run never load paramiko);
+- ``sshlib``: the one import of fabric and paramiko (without what invoke loads for its test
+  double);
 - ``hostkeys``: the known_hosts policy on every connection and hop;
 - ``hops``: jump hosts and ProxyCommand resolved through ssh_config;
 - ``pool``: one connection per hop chain, and fabric's gateway weak spots worked around;

@@ -38,7 +38,6 @@ TransportFailure(kind='auth_failed', message='sudo on gpu01 refused the become p
 
 from __future__ import annotations
 
-import secrets
 import shlex
 import time
 from dataclasses import dataclass
@@ -72,7 +71,10 @@ def plan(host: Host, nonce: str | None = None) -> Plan:
     the ready line ones no other program prints."""
     if not host.become:
         return Plan("bash -s")
-    nonce = nonce or secrets.token_hex(6)
+    if not nonce:
+        import secrets  # hmac and OpenSSL's hashes: only a run through sudo needs them
+
+        nonce = secrets.token_hex(6)
     prompt, ready = PROMPT.format(nonce=nonce), READY.format(nonce=nonce)
     # -p takes %-escapes (%u, %h); the prompt has no '%', so sudo prints it as it is.
     how = f"-S -p {shlex.quote(prompt)}" if host.become_password else "-n"

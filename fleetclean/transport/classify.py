@@ -24,10 +24,9 @@ import os
 import socket
 from dataclasses import dataclass
 
-import paramiko
-
 from fleetclean.transport.base import TransportFailure
 from fleetclean.transport.hostkeys import UnknownHostKey, fingerprint
+from fleetclean.transport.sshlib import paramiko
 
 
 class Phase(str, enum.Enum):

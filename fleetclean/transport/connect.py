@@ -18,13 +18,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import paramiko
-
 from fleetclean.transport.base import Failed, TransportFailure
 from fleetclean.transport.classify import Phase, Where, classify, phase_of
 from fleetclean.transport.hops import Target
 from fleetclean.transport.hostkeys import KnownHostsCache, apply, apply_given
 from fleetclean.transport.pace import Startups, backoff
+from fleetclean.transport.sshlib import paramiko
 from fleetclean.transport.upstream import (
     Connection,
     HopSocket,

@@ -23,9 +23,8 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-import paramiko
-
 from fleetclean.transport.base import Failed, TransportFailure
+from fleetclean.transport.sshlib import paramiko
 from fleetclean.transport.upstream import SSHConfig
 
 MAX_HOPS = 8  # a ProxyJump that names itself, directly or not, ends here

@@ -21,8 +21,7 @@ import hashlib
 import threading
 from pathlib import Path
 
-import paramiko
-
+from fleetclean.transport.sshlib import paramiko
 from fleetclean.transport.upstream import IndexedHostKeys
 
 DEFAULT_FILE = "~/.ssh/known_hosts"

@@ -27,22 +27,18 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import paramiko
-from paramiko.common import (
-    OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED,
-    OPEN_FAILED_RESOURCE_SHORTAGE,
-)
-
 from fleetclean.transport.base import Failed, TransportFailure
 from fleetclean.transport.classify import Phase, Where, timed_out
 from fleetclean.transport.connect import Context, Sock, open_connection, tcp
 from fleetclean.transport.hops import Route, Target
+from fleetclean.transport.sshlib import paramiko
 from fleetclean.transport.upstream import HopSocket, ProxySock
 
 ChainKey = tuple[tuple[str, int, str | None, str | None], ...]
 CHANNELS_PER_LANE = 256
 MAX_LANES = 8
-_FULL = (OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED, OPEN_FAILED_RESOURCE_SHORTAGE)
+_FULL = (paramiko.common.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED,
+         paramiko.common.OPEN_FAILED_RESOURCE_SHORTAGE)
 
 
 class _Refused(Exception):

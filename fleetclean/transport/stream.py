@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import time
 
-import paramiko
-
 from fleetclean.models import Host
 from fleetclean.transport import become
 from fleetclean.transport.base import (
@@ -24,6 +22,7 @@ from fleetclean.transport.base import (
     TransportFailure,
     script_bytes,
 )
+from fleetclean.transport.sshlib import paramiko
 
 # How long a finished script's channel may stay open (a background process holding it)
 # before the run stops reading.

@@ -94,6 +94,10 @@ the fix belongs to another module's job, at the place named:
   packet, that loop waits in a blocking ``recv`` instead.
 - ``ThreadingGroup`` starts one thread per host, unbounded: ``fleet`` (and ``api`` for a
   fabric ``Group``) run hosts on a pool of ``--forks`` threads.
+- importing either imports invoke, whose package imports ``unittest.mock`` (and with it
+  ``asyncio``) for ``MockContext``: 25-40 ms of an SSH run's start-up
+  (https://github.com/pyinvoke/invoke/issues/775, https://github.com/paramiko/paramiko/pull/2543).
+  ``sshlib``, the one module that imports them, leaves it out.
 
 >>> keys = IndexedHostKeys()
 >>> keys.get("gpu01") is None
@@ -113,8 +117,7 @@ import subprocess
 import threading
 from typing import Any
 
-import fabric
-import paramiko
+from fleetclean.transport.sshlib import fabric, paramiko
 
 RUN_POLL_S = 0.5
 IDLE_POLL_S = 2.0

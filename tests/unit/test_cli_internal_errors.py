@@ -9,7 +9,7 @@ import pytest
 
 from fleetclean.cli import Env, main
 from fleetclean.commands import info
-from fleetclean.models import ExitStatus
+from fleetclean.errors import ExitStatus
 
 
 def run(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str, str]:

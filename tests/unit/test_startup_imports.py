@@ -1,0 +1,127 @@
+"""What each kind of invocation imports: start-up is paid on every run (issue 18).
+
+Each case runs the CLI in a fresh interpreter and lists the top-level packages it imported.
+``--version``, every ``--help`` and a mistake on the command line load neither the SSH stack
+(paramiko, fabric, invoke and their crypto) nor rich nor yaml; a bad-input error found later
+(an inventory, a playbook) may read YAML but still loads neither the SSH stack nor rich;
+``status --local --json`` loads no SSH stack and no rich; and the first import of the SSH
+stack, whichever transport module makes it, leaves out what invoke imports only for its test
+double (``fleetclean.transport.sshlib``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fleetclean.commands.parser import build_parser
+
+SSH_STACK = frozenset({"paramiko", "fabric", "invoke", "cryptography", "nacl", "bcrypt"})
+# What invoke.context's ``from unittest.mock import Mock`` brings in.
+INVOKE_TEST_DOUBLE = frozenset({"unittest", "asyncio", "ssl"})
+CHEAP = SSH_STACK | INVOKE_TEST_DOUBLE | {"rich", "yaml"}
+
+PROBE = """
+import sys
+from fleetclean import cli
+try:
+    status = cli.main(sys.argv[1:])
+except SystemExit as exc:  # argparse's --help and --version
+    status = exc.code
+print("\\nMODULES", status, *sorted({m.split(".")[0] for m in sys.modules}), file=sys.stderr)
+"""
+
+
+def imported(*argv: str) -> tuple[int, set[str]]:
+    """(exit status, top-level packages imported) of ``fleetclean ARGV``."""
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True,
+                          text=True, timeout=120, check=False)
+    last = done.stderr.rstrip().rsplit("\n", 1)[-1].split()
+    assert last[:1] == ["MODULES"], done.stderr
+    return int(last[1]), set(last[2:])
+
+
+def _commands() -> list[str]:
+    parser = build_parser(with_sim=False)
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return sorted(name for name in sub.choices if not name.startswith("_"))
+
+
+HELPS = [
+    ["--version"],
+    ["--help"],
+    [],
+    *([command, "--help"] for command in _commands()),
+    ["export", "script", "--help"],
+    ["sim", "up", "--help"],
+]
+
+
+@pytest.mark.parametrize("argv", HELPS, ids=" ".join)
+def test_version_and_help_load_no_ssh_stack_rich_or_yaml(argv: list[str]) -> None:
+    status, modules = imported(*argv)
+    assert status == 0
+    assert not modules & CHEAP, sorted(modules & CHEAP)
+
+
+@pytest.mark.parametrize("argv", [
+    ["status", "--no-such-option"],
+    ["run"],
+], ids=" ".join)
+def test_a_command_line_mistake_loads_no_ssh_stack_rich_or_yaml(argv: list[str]) -> None:
+    status, modules = imported(*argv)
+    assert status == 4
+    assert not modules & CHEAP, sorted(modules & CHEAP)
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "no-such-playbook", "--local"],
+    ["status", "-i", "/nonexistent/inventory.yaml"],
+    ["status", "--local", "-i", "x.yml"],
+], ids=" ".join)
+def test_a_bad_input_error_loads_no_ssh_stack_or_rich(argv: list[str]) -> None:
+    status, modules = imported(*argv)
+    assert status == 4
+    assert not modules & (SSH_STACK | INVOKE_TEST_DOUBLE | {"rich"}), sorted(modules)
+
+
+def test_a_local_status_as_json_loads_no_ssh_stack_or_rich() -> None:
+    # Read-only: this machine's GPUs (or, without nvidia-smi, an error row).
+    _, modules = imported("status", "--local", "--json")
+    assert "fleetclean" in modules
+    assert not modules & (SSH_STACK | INVOKE_TEST_DOUBLE | {"rich"}), sorted(modules)
+
+
+@pytest.mark.parametrize("module", [
+    "fleetclean.transport.session",
+    "fleetclean.transport.hops",
+    "fleetclean.transport.pool",
+    "fleetclean.transport.upstream",
+    "fleetclean.inventory.ssh_settings",
+])
+def test_the_ssh_stack_comes_without_invokes_test_double(module: str) -> None:
+    probe = (f"import sys, {module}\n"
+             "from fleetclean.inventory import ssh_settings\n"
+             "ssh_settings.load_config('/dev/null')\n"
+             "print(*sorted({m.split('.')[0] for m in sys.modules}))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=True)
+    modules = set(done.stdout.split())
+    assert {"paramiko", "fabric", "invoke"} <= modules
+    assert not modules & INVOKE_TEST_DOUBLE, sorted(modules & INVOKE_TEST_DOUBLE)
+
+
+def test_invokes_mock_context_still_works_after_fleetclean_imported_invoke() -> None:
+    probe = ("import fleetclean.transport.sshlib\n"
+             "from invoke import MockContext, Result\n"
+             "ctx = MockContext(run=Result('hi'))\n"
+             "assert ctx.run('true').stdout == 'hi'\n"
+             "ctx.run.assert_called_once_with('true')\n"
+             "from unittest.mock import patch\n"
+             "print(patch.__module__)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "unittest.mock"
