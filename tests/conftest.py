@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +21,14 @@ import pytest
 from simhelp import Cli, CliResult, down_checked, listening, module_subnet
 
 from fleetclean.cli import Env, main
+
+# Ctrl-C reaches the CLI a test starts as it does from a terminal. A suite started as a
+# background job of a non-interactive shell (`bash .ci/run &`) has SIGINT ignored, every
+# child inherits an ignored signal through exec, and Python then installs no
+# KeyboardInterrupt handler: the tests that press Ctrl-C would test the shell, not
+# fleetclean. A handler (not SIG_IGN) is reset to the default in each child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 SIM_SKIP_REASON: str | None = None
 try:
