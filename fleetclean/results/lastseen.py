@@ -16,11 +16,12 @@ import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from fleetclean.models import Host, RunResult
 from fleetclean.results.health import expected_from, judge
-from fleetclean.results.records import list_records
+from fleetclean.results.records import list_records, seen_path, seen_summary
 
 # Records read back at most: enough for any host of a fleet that runs in turns, and a
 # bound on the start-up cost of a controller with years of records (a 64-host record takes
@@ -52,25 +53,33 @@ def last_seen(names: Iterable[str]) -> dict[str, Seen]:
             if extra > _AFTER_ALL_FOUND:
                 break
         try:
-            data = json.loads(path.read_text())
-            _fold(data, want, ended, gpus)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            _fold(_summary(path), want, ended, gpus)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
             continue
     return {h: Seen(ended[h], gpus.get(h, 0)) for h in ended}
 
 
-def _fold(data: Mapping[str, Any], want: set[str], ended: dict[str, float],
+def _summary(record: Path) -> Mapping[str, Any]:
+    """The record's summary (``records.seen_summary``): from the small file beside it,
+    or, for a record written before those existed, from the record itself."""
+    try:
+        summary: Mapping[str, Any] = json.loads(seen_path(record).read_text())
+        return summary
+    except (OSError, ValueError):
+        return seen_summary(json.loads(record.read_text()))
+
+
+def _fold(summary: Mapping[str, Any], want: set[str], ended: dict[str, float],
           gpus: dict[str, int]) -> None:
-    result = data.get("result")
-    if not result:
+    hosts = summary["hosts"]
+    if not hosts:
         return  # started, never finished (or the run in progress): nothing seen
-    start = calendar.timegm(time.strptime(data["started_at"], "%Y-%m-%dT%H:%M:%SZ"))
-    for h in result["hosts"]:
-        name = h["host"]
-        if name not in want or not h.get("gpus"):
+    start = calendar.timegm(time.strptime(summary["started_at"], "%Y-%m-%dT%H:%M:%SZ"))
+    for name, (duration, count) in hosts.items():
+        if name not in want or not count:
             continue
-        ended.setdefault(name, start + float(h.get("duration_s", 0.0)))
-        gpus[name] = max(gpus.get(name, 0), len(h["gpus"]))
+        ended.setdefault(name, start + float(duration))
+        gpus[name] = max(gpus.get(name, 0), int(count))
 
 
 def apply_history(result: RunResult, hosts: Iterable[Host]) -> RunResult:

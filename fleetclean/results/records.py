@@ -108,13 +108,40 @@ class RunRecord:
             },
         )
         self._write()
+        _write_atomic(seen_path(self.path), json.dumps(seen_summary(self.data)))
         return self.path
 
     def _write(self) -> None:
-        # Write then rename: a reader never sees half a record.
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, default=str))
-        tmp.replace(self.path)
+        _write_atomic(self.path, json.dumps(self.data, indent=2, default=str))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    # Write then rename: a reader never sees half a record.
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def seen_path(record: Path) -> Path:
+    """Beside a finished record, what ``lastseen`` needs of it (not a ``*.json``: never
+    listed as a record itself)."""
+    return record.with_suffix(".seen")
+
+
+def seen_summary(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What a finished record says of each host's last sight: its start, and per host that
+    showed GPUs its duration and GPU count. A record of 1,000 hosts is 4.6 MB of JSON (90 ms
+    to parse; a run's start read five of them, 0.4 s, for the health checks); this is 40 KB.
+
+    >>> seen_summary({"started_at": "2026-12-02T08:00:00Z", "result": {"hosts": [
+    ...     {"host": "gpu01", "duration_s": 1.5, "gpus": [{}, {}]},
+    ...     {"host": "gpu02", "duration_s": 0.2, "gpus": []}]}})
+    {'started_at': '2026-12-02T08:00:00Z', 'hosts': {'gpu01': [1.5, 2]}}
+    """
+    hosts = (data.get("result") or {}).get("hosts", [])
+    return {"started_at": data.get("started_at"),
+            "hosts": {h["host"]: [float(h.get("duration_s", 0.0)), len(h["gpus"])]
+                      for h in hosts if h.get("gpus")}}
 
 
 def _user() -> str:
