@@ -195,7 +195,6 @@ fc_holds_gpu() {
 fc_send() {
     local sig=$1 p
     shift
-    fc_rec_hold
     for p in "$@"; do
         fc_alive "$p" "${start[$p]}" "${cmd[$p]}" || continue
         if kill -s "$sig" "$p" 2>/dev/null; then
@@ -208,7 +207,6 @@ fc_send() {
             fc_deny "$p"
         fi
     done
-    fc_rec_release
 }
 
 # Not permitted to signal PID (see "rights" in lib.sh): list it with its user, and make
@@ -270,12 +268,10 @@ fc_act_on_targets() {
         FC_TARGETS=("${fresh[@]}")
     fi
     FC_MATCHED=${#FC_TARGETS[@]}
-    fc_rec_hold
     for p in "${FC_TARGETS[@]}"; do
         fc_why "$p"
         fc_rec match "$FC_IDX" "$p" "${FC_CMD[$p]}" "$REPLY" "${FC_IDENT[$p]:-}"
     done
-    fc_rec_release
     if ((FC_MATCHED == 0)); then
         FC_STATUS=ok
         FC_MESSAGE="nothing to signal"

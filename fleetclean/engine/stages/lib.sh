@@ -26,34 +26,12 @@ fc_rec() {
         fc_enc "$f"
         out+=$'\t'$REPLY
     done
-    if ((FC_HOLD)); then
-        FC_HELD+=$out$'\n'
-    else
-        printf '%s\n' "$out"
-    fi
+    printf '%s\n' "$out"
     # A script no controller reads (fleetclean export: standalone.sh) logs and judges
     # its own records as they are written.
     if ((FC_TAP)); then
         fc_tap "$out" "$@"
     fi
-}
-
-# The records of a loop that neither waits nor runs a program (the processes one stage
-# matched, signalled, their owners; the verification's rows and names) go out in one write
-# at fc_rec_release: over SSH a write is a packet of its own, and each packet costs the
-# controller 50-70 us of paramiko's Python (a teardown of one SGLang tree was 72 packets
-# in, status 22). Nested holds write at the outermost release; the window is the loop's
-# own microseconds, never a wait.
-FC_HOLD=0 FC_HELD=""
-fc_rec_hold() {
-    FC_HOLD=$((FC_HOLD + 1))
-}
-
-fc_rec_release() {
-    ((FC_HOLD > 0)) && FC_HOLD=$((FC_HOLD - 1))
-    ((FC_HOLD == 0)) && [[ -n $FC_HELD ]] || return 0
-    printf '%s' "$FC_HELD"
-    FC_HELD=""
 }
 FC_TAP=0
 

@@ -216,7 +216,6 @@ fc_owner() {
 # verification names, the first time.
 fc_owner_records() {
     local p
-    fc_rec_hold
     for p in "$@"; do
         [[ -n ${FC_OWNER_DONE[$p]:-} ]] && continue
         FC_OWNER_DONE[$p]=1
@@ -224,5 +223,4 @@ fc_owner_records() {
         FC_OK[$p]=$FC_OWNER_KIND FC_OI[$p]=$FC_OWNER_ID FC_ON[$p]=$FC_OWNER_NAME
         fc_rec owner "$p" "$FC_OWNER_KIND" "$FC_OWNER_ID" "$FC_OWNER_NAME"
     done
-    fc_rec_release
 }

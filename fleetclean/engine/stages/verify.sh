@@ -140,11 +140,7 @@ fc_verify_state() {
 # and the verdict with its rule.
 fc_verify_end() {
     local state=$1 max=$2 ms=$3 respawn=$4
-    # The rows in one write; the names after them as before, each read from /proc (a
-    # process stuck in the kernel can block that read: the rows are out by then).
-    fc_rec_hold
     fc_verify_rows_out
-    fc_rec_release
     [[ $state == dirty || $state == leak || $state == stuck || $state == refused ]] &&
         fc_verify_report
     fc_verify_xids
