@@ -7,22 +7,10 @@
 fc_scan() {
     FC_PPID=() FC_PGRP=() FC_SID=() FC_START=() FC_STATE=() FC_COMM=() FC_ARGV0=() FC_CMD=()
     FC_PIDS=()
-    local d pid comm
+    local d pid
     for d in /proc/[0-9]*; do
         pid=${d#/proc/}
-        fc_read_stat "$pid" || continue
-        comm=$REPLY
-        fc_cmdline "$pid" "$comm"
-        FC_CMD[$pid]=$REPLY
-        FC_ARGV0[$pid]=$FC_ARGV0_ONE
-        FC_COMM[$pid]=$comm
-        FC_STATE[$pid]=${FC_F[0]}
-        FC_PPID[$pid]=${FC_F[1]}
-        FC_PGRP[$pid]=${FC_F[2]}
-        FC_SID[$pid]=${FC_F[3]}
-        # Field 22 of stat: with the PID it names one process for its whole life.
-        FC_START[$pid]=${FC_F[19]}
-        FC_PIDS+=("$pid")
+        fc_proc_fill "$pid" && FC_PIDS+=("$pid")
     done
 }
 

@@ -128,14 +128,21 @@ fc_has_cmdline() {
 # The process table entries of one PID (what fc_scan fills for all): enough for
 # fc_protected without a scan of every process.
 fc_proc_load() {
+    [[ -n ${FC_START[$1]:-} ]] && return 0
+    fc_proc_fill "$1"
+}
+
+# PID's entries in the process table, read from its stat and cmdline; fails when it is
+# gone. The one definition of an entry: fc_scan fills every process with it.
+fc_proc_fill() {
     local pid=$1
-    [[ -n ${FC_START[$pid]:-} ]] && return 0
     fc_read_stat "$pid" || return 1
     FC_COMM[$pid]=$REPLY
     FC_STATE[$pid]=${FC_F[0]}
     FC_PPID[$pid]=${FC_F[1]}
     FC_PGRP[$pid]=${FC_F[2]}
     FC_SID[$pid]=${FC_F[3]}
+    # Field 22 of stat: with the PID it names one process for its whole life.
     FC_START[$pid]=${FC_F[19]}
     fc_cmdline "$pid" "${FC_COMM[$pid]}"
     FC_CMD[$pid]=$REPLY
