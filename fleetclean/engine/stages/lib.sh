@@ -47,6 +47,16 @@ fc_read_fd() {
     REPLY+=$chunk
 }
 
+# FC_LINES = the lines of $1, split in memory (empty ones dropped, none globbed): no
+# read(2) per byte as read and mapfile make on a pipe, nor a read and a seek per line as
+# on a file or a here-string's temporary file.
+fc_lines() {
+    local - IFS=$'\n'
+    set -f
+    # shellcheck disable=SC2206
+    FC_LINES=($1)
+}
+
 # ---------------------------------------------------------------------------- time
 # Microseconds since the epoch, from a builtin (no date(1) fork per poll).
 fc_now_us() {
