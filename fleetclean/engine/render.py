@@ -113,7 +113,10 @@ def early_reads() -> str:
     that holds no definitions yet, which is cheaper. Both only read; PATH gets the same
     tail as ``fc_main`` gives it, and neither can read the script on standard input.
 
-    >>> "nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER" in early_reads()
+    The -q read leaves the row remapper's section out: the verification reads it beside
+    this one where the kernel log cannot rule a pending remap out (fc_verify_gate).
+
+    >>> "nvidia-smi -q -d MEMORY,PIDS " in early_reads()
     True
     """
     path = f"PATH=$PATH:{_PATH_TAIL}"

@@ -30,8 +30,8 @@ FAULTS: dict[str, tuple[str, str]] = {
     "power": ("GPU", "GPU lacks external power: its rows are errors, exit 8"),
     "irq": ("GPU", "the kernel saw an interrupt issue with GPU: its rows are errors, exit 10"),
     "fewer": ("[N]", "only the first N GPUs (default 7) are enumerated"),
-    "retired-pending": ("GPU", "retired_pages.pending is Yes on GPU"),
-    "remapped-pending": ("GPU", "remapped_rows.pending is Yes on GPU"),
+    "retired-pending": ("GPU", "retired_pages.pending is Yes on GPU (and Xid 63 logged)"),
+    "remapped-pending": ("GPU", "remapped_rows.pending is Yes on GPU (and Xid 63 logged)"),
     "xid": ("CODE [GPU]", "an NVRM Xid line for GPU (default 0) in the node's dmesg"),
     "leak": ("GPU MIB", "MIB allocated on GPU with no process (freed by nvidia-smi -r -i GPU)"),
     "reset-policy": ("strict|lenient", "whether nvidia-persistenced's handles block a reset"),
@@ -60,6 +60,8 @@ XID_TEXT = {
     119: "Timeout after 6s of waiting for RPC response from GPU0 GSP!",
     120: "GSP task timeout @ pc:0x4bd36a4, task: 1",
 }
+# Xid 63 on a GPU that retires pages instead of remapping rows (before Ampere).
+RETIRED_63 = "Dynamic Page Retirement: New retired page, reboot to activate, Address: 0x1f3c4"
 
 
 def usage(fault: str) -> str:
@@ -91,14 +93,14 @@ def _edit_json(path: Path, key: str, value: object) -> None:
     _write(path, json.dumps(data))
 
 
-def xid_line(code: int, bus_id: str) -> str:
+def xid_line(code: int, bus_id: str, text: str | None = None) -> str:
     """A kernel-log line as the NVIDIA driver writes it, stamped with this boot's clock.
 
     >>> xid_line(79, "00000000:18:00.0").split("] ", 1)[1]
     "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
     """
     uptime = float(Path("/proc/uptime").read_text().split()[0])
-    text = XID_TEXT.get(code, "Unknown Error")
+    text = text or XID_TEXT.get(code, "Unknown Error")
     where = f"NVRM: Xid (PCI:{bus_id[4:-2]}): {code}, pid='<unknown>', name=<unknown>"
     return f"[{uptime:12.6f}] {where}, {text}"
 
@@ -149,18 +151,25 @@ def _fewer(node_dir: Path, fault: str, args: list[str]) -> None:
 
 
 def _pending(node_dir: Path, fault: str, args: list[str]) -> None:
+    """A row marked for remapping (or a page for retirement), active at the next reset:
+    on a real GPU, the ECC error that marks it is logged as Xid 63, as here."""
     gpu = _ints(fault, args, 1, 1)[0]
     key = fault.split("-", maxsplit=1)[0]
     pages = node_dir / "pages.json"
     old = json.loads(pages.read_text()).get(key, []) if pages.exists() else []
     _edit_json(pages, key, sorted({*old, gpu}))
+    _log_xid(node_dir, 63, gpu, RETIRED_63 if key == "retired" else None)
 
 
 def _xid(node_dir: Path, fault: str, args: list[str]) -> None:
     numbers = _ints(fault, args, 1, 2)
+    _log_xid(node_dir, numbers[0], (numbers[1:] or [0])[0])
+
+
+def _log_xid(node_dir: Path, code: int, gpu: int, text: str | None = None) -> None:
     gpus = json.loads((node_dir / "gpus.json").read_text())["gpus"]
     with (node_dir / "kern.log").open("a") as f:
-        f.write(xid_line(numbers[0], gpus[(numbers[1:] or [0])[0]]["bus_id"]) + "\n")
+        f.write(xid_line(code, gpus[gpu]["bus_id"], text) + "\n")
 
 
 def _leak(node_dir: Path, fault: str, args: list[str]) -> None:

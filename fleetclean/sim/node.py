@@ -121,11 +121,14 @@ def install_dmesg(node_dir: Path) -> None:
         node_dir,
         "dmesg",
         "#!/bin/sh\n"
-        "# The simulated node's kernel ring buffer.\n"
+        "# The simulated node's kernel ring buffer, printed by one process (one cat exec'd,\n"
+        "# not two forked) as the real dmesg is.\n"
+        f"boot=/usr/local/sbin/{BOOT_LOG}\n"
+        f"[ -e {IN_NODE_DIR}/kern.cleared ] && boot=\n"
         'for a in "$@"; do case $a in -C|--clear|-c|--read-clear) clear=1;; esac; done\n'
-        f"[ -e {IN_NODE_DIR}/kern.cleared ] || cat /usr/local/sbin/{BOOT_LOG}\n"
-        f"cat {IN_NODE_DIR}/kern.log\n"
-        f'[ -z "$clear" ] || {{ : > {IN_NODE_DIR}/kern.log; : > {IN_NODE_DIR}/kern.cleared; }}\n',
+        f'[ -n "$clear" ] || exec cat $boot {IN_NODE_DIR}/kern.log\n'
+        f"cat $boot {IN_NODE_DIR}/kern.log\n"
+        f": > {IN_NODE_DIR}/kern.log; : > {IN_NODE_DIR}/kern.cleared\n",
     )
 
 

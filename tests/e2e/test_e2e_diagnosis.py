@@ -140,6 +140,46 @@ def test_each_fault_makes_the_host_faulty_with_its_reason(
         assert f"node01: faulty: {reason}" in table.out and "1 faulty" in table.out
 
 
+# The status script as sshd runs it (bash -s), with nvidia-smi logging its arguments: an
+# exported function reaches the script's first line, which runs before its definitions.
+LOGGED_STATUS = r"""nvidia-smi() { echo "$*" >>/tmp/smi.args; command nvidia-smi "$@"; }
+export -f nvidia-smi
+: >/tmp/smi.args
+bash -s </tmp/status.sh | grep -c '^@@fleetclean.pages'
+cat /tmp/smi.args"""
+
+
+def test_the_row_remapper_is_read_only_where_the_kernel_log_cannot_rule_a_remap_out(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    script = cli("show", "status", "-i", fleet.inventory_path, "--host", "node01")
+    fleet.node_path("node01", "/tmp/status.sh").write_text(script.out)
+
+    def status() -> tuple[int, list[str]]:
+        pages, *calls = fleet.run_in("node01", ["bash", "-c", LOGGED_STATUS]).stdout.split("\n")
+        return int(pages), [c for c in calls if c]
+
+    # A whole boot log with no ECC Xid: no remap can be pending, so no remapper section
+    # (5 ms a GPU on an H200); an application's Xid 13 changes nothing.
+    assert status() == (0, ["-q -d MEMORY,PIDS"])
+    fleet.set_fault("node01", "xid", 13, 2)
+    assert status() == (0, ["-q -d MEMORY,PIDS"])
+    # The ECC error that marks a row (Xid 63): the remapper is read beside, and says Yes.
+    fleet.set_fault("node01", "remapped-pending", 1)
+    assert status() == (1, ["-q -d MEMORY,PIDS", "-q -d ROW_REMAPPER"])
+    host = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    assert host["status"] == "faulty" and "GPU1: remapped rows pending" in host["error"]
+    try:
+        # The log cleared, its Xid 63 gone with it: no longer whole since boot, so the
+        # remapper is still read and the pending remap still found.
+        fleet.run_in("node01", ["dmesg", "-C"])
+        assert status() == (1, ["-q -d MEMORY,PIDS", "-q -d ROW_REMAPPER"])
+        host = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+        assert host["status"] == "faulty" and "GPU1: remapped rows pending" in host["error"]
+    finally:
+        fleet.run_in("node01", ["rm", "-f", "/run/fleetclean/kern.cleared"])
+
+
 def test_fewer_gpus_than_expected_or_than_last_seen_is_faulty(
     fleet: SimFleet, cli: Cli, tmp_path: Path
 ) -> None:

@@ -1,6 +1,8 @@
 """The verification's read of the GPUs (``verify.sh``: ``fc_verify_read``) on captured real
 output: one ``nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER`` gives the same rows and compute
-apps as the two CSV queries did, and anything it cannot take for certain sends it to them.
+apps as the two CSV queries did, and anything it cannot take for certain sends it to them;
+the row remapper's section is left out only where the kernel log rules a pending remap out
+(``fc_verify_gate``).
 
 Each case is one ``bash`` with ``lib.sh`` and ``verify.sh`` loaded, ``nvidia-smi`` a shell
 function that prints a fixture by its arguments (``__rc=N`` is its exit status), and the
@@ -18,7 +20,7 @@ import pytest
 from fleetclean.engine.playbook import load_playbook
 from fleetclean.engine.render import render_script
 from fleetclean.engine.stages import template
-from fleetclean.engine.stages.verify import VERIFY_Q_ARGS
+from fleetclean.engine.stages.verify import ECC_XID_RE, VERIFY_Q_ARGS, VERIFY_Q_SECTIONS
 from fleetclean.engine.variables import resolve
 from fleetclean.sim import nvidia_smi, smi_state
 
@@ -31,16 +33,18 @@ nvidia-smi() {
     local f t
     case "$*" in
         "-q -d MEMORY,PIDS,ROW_REMAPPER") f=$FIX_Q ;;
+        "-q -d MEMORY,PIDS") f=$FIX_QS ;;
         --query-gpu=*) f=$FIX_GPU ;;
         --query-compute-apps=*) f=$FIX_APPS ;;
         *) echo "unexpected nvidia-smi $*" >&2; return 2 ;;
     esac
-    echo "$1" >>"$CALLS"
+    echo "$1${3:+ $3}" >>"$CALLS"
     t=$(<"$f")
     printf '%s' "${t%__rc=*}"
     return "${t##*__rc=}"
 }
 ls() { echo "ls $*" >>"$CALLS"; command ls "$@"; }
+FC_VQ_SECTIONS=${SECTIONS:-$FC_VQ_SECTIONS}
 fc_verify_read
 printf 'mode\t%s\n' "$FC_VMODE"
 printf 'rc\t%s\n' "$FC_VRC"
@@ -79,10 +83,12 @@ exec {FC_VQFD}< <(printf '%s\\n@%s' "${t%__rc=*}" "${t##*__rc=}")
 
 def read(tmp: Path, q_text: str, *, gpu: str = "gpu_pending_held.txt",
          apps: str = "apps_two_held.txt", info: str | None = None,
-         max_mib: int = 0, early: bool = False) -> dict[str, list[str]]:
+         max_mib: int = 0, early: bool = False, sections: str = "") -> dict[str, list[str]]:
     """Run one read and the explanation of the GPUs above ``max_mib``; the output by kind,
-    plus ``calls`` (nvidia-smi's first argument and the ls runs, in order). ``early``: the
-    -q output waits in a pipe, as a status script's first line leaves it."""
+    plus ``calls`` (nvidia-smi's first argument, with -q its sections, and the ls runs, in
+    order). ``early``: the -q output waits in a pipe, as a status script's first line
+    leaves it. ``sections``: the -q read's, as fc_verify_gate set them (default: all, as
+    before the kernel log is read); ``q_text`` is then what -q -d MEMORY,PIDS prints."""
     drv = tmp / "drv"
     if not drv.exists():
         driver_info(drv, real_info() if info is None else info)
@@ -93,7 +99,7 @@ def read(tmp: Path, q_text: str, *, gpu: str = "gpu_pending_held.txt",
                         EARLY if early else "", DRIVER])
     env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "FIX_Q": str(tmp / "q.txt"),
            "FIX_GPU": str(DATA / gpu), "FIX_APPS": str(DATA / apps), "CALLS": str(calls),
-           "MAX": str(max_mib)}
+           "MAX": str(max_mib), "SECTIONS": sections, "FIX_QS": str(tmp / "q.txt")}
     out = subprocess.run(["bash", "-c", script], env=env,
                          capture_output=True, text=True, check=True, timeout=30)
     got: dict[str, list[str]] = {"calls": calls.read_text().splitlines()}
@@ -101,6 +107,9 @@ def read(tmp: Path, q_text: str, *, gpu: str = "gpu_pending_held.txt",
         kind, _, rest = line.partition("\t")
         got.setdefault(kind, []).append(rest)
     return got
+
+
+Q_ALL = "-q MEMORY,PIDS,ROW_REMAPPER"
 
 
 def real_q() -> str:
@@ -119,12 +128,12 @@ def test_one_q_call_gives_the_rows_and_apps_the_two_csv_queries_gave(tmp_path: P
     assert csv_row.endswith(", [N/A], No")
     apps = (DATA / "apps_two_held.txt").read_text().rpartition("__rc=")[0].splitlines()
     assert got["app"] == apps
-    assert got["calls"] == ["-q"]  # one nvidia-smi, and no ls of the fds
+    assert got["calls"] == [Q_ALL]  # one nvidia-smi, and no ls of the fds
 
 
 def test_a_gpu_its_listed_processes_explain_is_not_looked_for_in_the_fds(tmp_path: Path) -> None:
     got = read(tmp_path, real_q(), max_mib=0)
-    assert got["calls"] == ["-q"] and "dev" not in got
+    assert got["calls"] == [Q_ALL] and "dev" not in got
 
 
 def test_memory_no_listed_process_explains_looks_for_holders_of_its_minor(
@@ -135,7 +144,7 @@ def test_memory_no_listed_process_explains_looks_for_holders_of_its_minor(
     info = real_info().replace("Device Minor: \t 0", "Device Minor: \t 3")
     got = read(tmp_path, q, info=info)
     assert got["mode"] == ["q"] and "app" not in got
-    assert got["calls"][0] == "-q" and got["calls"][1].startswith("ls -l /proc/")
+    assert got["calls"][0] == Q_ALL and got["calls"][1].startswith("ls -l /proc/")
     assert got["dev"] == ["0\t3"]  # GPU 0 is /dev/nvidia3 on this board
 
 
@@ -167,7 +176,7 @@ def test_what_the_q_read_cannot_take_goes_to_the_csv_queries(
         tmp_path: Path, name: str, damage: object) -> None:
     got = read(tmp_path, damage(real_q()), max_mib=60000)  # type: ignore[operator]
     assert got["mode"] == ["csv"], name
-    assert got["calls"][0] == "-q", name
+    assert got["calls"][0] == Q_ALL, name
     # The two CSV queries run in parallel: in either order.
     assert sorted(got["calls"][1:3]) == [
         "--query-compute-apps=pid,process_name,used_memory,gpu_uuid",
@@ -210,7 +219,7 @@ def test_the_simulators_eight_gpus_read_in_index_order_with_their_minors(
     assert got["row"] == [f"{i}, GPU-{i}, NVIDIA H200, 4096, 143771\t4096\t[N/A] "
                           f"{'Yes' if i == 5 else 'No'}\t{7 - i}" for i in range(8)]
     assert got["app"] == [f"{100 + i}, sglang::scheduler_TP{i}, 4096, GPU-{i}" for i in range(8)]
-    assert got["calls"] == ["-q"]
+    assert got["calls"] == [Q_ALL]
 
 
 def test_the_simulators_retired_pages_go_to_the_csv_queries(
@@ -229,7 +238,7 @@ def test_the_exact_read_captured_on_the_h200_is_taken_in_one_call(
     assert got["mode"] == ["q"] and got["rc"] == ["0"]
     assert [row.split("\t")[1:3] for row in got["row"]] == [[used, "[N/A] No"]]
     assert [(a.split(", ")[0], a.split(", ")[2]) for a in got.get("app", [])] == apps
-    assert got["calls"] == ["-q"]
+    assert got["calls"] == [Q_ALL]
 
 
 @pytest.mark.parametrize("source", ["h200", "simulator"])
@@ -238,7 +247,7 @@ def test_the_read_a_status_script_started_early_gives_what_the_call_gave(
     q = real_q() if source == "h200" else fake_q(tmp_path, monkeypatch)
     called = read(tmp_path, q, max_mib=0)
     early = read(tmp_path, q, max_mib=0, early=True)
-    assert called["calls"] == ["-q"] and early["calls"] == []  # no second nvidia-smi
+    assert called["calls"] == [Q_ALL] and early["calls"] == []  # no second nvidia-smi
     assert early["mode"] == ["q"] and early["row"] and early["app"]
     assert {k: v for k, v in early.items() if k != "calls"} == {
         k: v for k, v in called.items() if k != "calls"}
@@ -272,10 +281,53 @@ echo "${#REPLY} $((after - before)) ${REPLY: -11}"
 
 
 def test_the_early_read_is_the_verifications_own_and_only_a_status_script_has_it() -> None:
-    assert f"nvidia-smi {VERIFY_Q_ARGS} 2>&1" in template("verify.sh")
+    verify = template("verify.sh")
+    assert 'nvidia-smi -q -d "$FC_VQ_SECTIONS" 2>&1' in verify
+    assert all(f"FC_VQ_SECTIONS={s}\n" in verify for s in VERIFY_Q_SECTIONS)
+    assert f"FC_VECC_RE='{ECC_XID_RE}'\n" in verify
+    assert f"-q -d {VERIFY_Q_SECTIONS[0]}" == VERIFY_Q_ARGS
     status = render_script(resolve(load_playbook("status"), {}, {}), host_name="n")
     teardown = render_script(resolve(load_playbook("post-extraction"), {}, {}), host_name="n")
     first = status.splitlines()[2]
     assert first.index(f"nvidia-smi {VERIFY_Q_ARGS}") < first.index("read -r -N")
     assert "dmesg" in first and "FC_VQFD" in first
     assert "FC_VQFD" not in teardown.splitlines()[2]
+
+
+BOOT = "[    0.000000] Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103)\n"
+XID = "[ 5342.118207] NVRM: Xid (PCI:0000:2a:00): {}, pid='<unknown>', name=<unknown>, text\n"
+
+
+@pytest.mark.parametrize(("log", "sections"), [
+    (BOOT + "[    1.2] NVRM: loading NVIDIA UNIX x86_64 Kernel Module\n", "MEMORY,PIDS"),
+    # An application's fault (an illegal address, a page fault) marks no row for remapping.
+    (BOOT + XID.format(13) + XID.format(31) + XID.format(43), "MEMORY,PIDS"),
+    (BOOT + XID.format(13) + XID.format(63), "MEMORY,PIDS,ROW_REMAPPER"),
+    (BOOT + XID.format(94), "MEMORY,PIDS,ROW_REMAPPER"),
+    (BOOT + XID.format(48), "MEMORY,PIDS,ROW_REMAPPER"),
+    # Not whole since boot: cleared (dmesg -C) or wrapped, an Xid 63 may have gone with it.
+    ("[86400.000001] eth0: link up\n", "MEMORY,PIDS,ROW_REMAPPER"),
+    ("", "MEMORY,PIDS,ROW_REMAPPER"),  # unreadable (dmesg_restrict, no root)
+    # "630" and "163" are other Xids than 63.
+    (BOOT + XID.format(630) + XID.format(163), "MEMORY,PIDS"),
+])
+def test_the_row_remapper_is_read_unless_the_kernel_log_rules_a_pending_remap_out(
+        log: str, sections: str) -> None:
+    script = "\n".join([template("lib.sh"), template("verify.sh"), r"""
+exec {FC_VXIDFD}< <(printf '%s' "$LOG")
+fc_verify_xid_text
+echo "$FC_VQ_SECTIONS"
+"""])
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
+                         timeout=30, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C", "LOG": log})
+    assert out.stdout.strip() == sections
+
+
+def test_a_read_without_the_remapper_takes_the_h200s_memory_and_processes(
+        tmp_path: Path) -> None:
+    q = (DATA / "q_mem_pids_held.txt").read_text()
+    got = read(tmp_path, q, max_mib=60000, sections="MEMORY,PIDS")
+    assert got["mode"] == ["q"] and got["calls"] == ["-q MEMORY,PIDS"]
+    full = read(tmp_path, real_q(), max_mib=60000)
+    assert got["row"] == full["row"] and got["app"] == full["app"]
+    assert got["row"][0].split("\t")[2] == "[N/A] No"

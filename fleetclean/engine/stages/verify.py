@@ -30,9 +30,15 @@ from fleetclean.engine.checks import integer, number, positive_number
 from fleetclean.engine.model import ResolvedStage
 from fleetclean.engine.stages.base import Option, Readings, StageType, packaged, seconds_ms
 
-# The one read of the GPUs (fc_verify_read_q in verify.sh, which runs the same arguments; a
-# test holds the two together), also started early by a status script (render.early_reads).
-VERIFY_Q_ARGS = "-q -d MEMORY,PIDS,ROW_REMAPPER"
+# The one read of the GPUs (fc_verify_read_q in verify.sh: FC_VQ_SECTIONS; a test holds
+# the two together): the row remapper's section only where the kernel log cannot rule out a
+# pending remap (fc_verify_gate). A status script starts the first, without it, early
+# (render.early_reads), and the remapper's beside it where needed.
+VERIFY_Q_SECTIONS = ("MEMORY,PIDS", "MEMORY,PIDS,ROW_REMAPPER")
+VERIFY_Q_ARGS = f"-q -d {VERIFY_Q_SECTIONS[0]}"
+# An Xid of an ECC event (bash ERE), after which a remap or a retirement may be pending
+# (verify.sh: FC_VECC_RE).
+ECC_XID_RE = r"NVRM: Xid \(PCI:[^)]*\): (48|63|64|92|94|95|140),"
 
 
 def _assignments(stage: ResolvedStage) -> list[str]:

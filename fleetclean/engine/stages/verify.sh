@@ -12,6 +12,12 @@
 # query from then on (fc_verify_read_csv).
 FC_VQ_PENDING=",retired_pages.pending,remapped_rows.pending"
 
+# The -q read's sections (verify.py: VERIFY_Q_SECTIONS): the row remapper's is added by
+# fc_verify_gate, unless the kernel log shows it cannot say Yes. FC_VECC_RE (verify.py:
+# ECC_XID_RE) is an Xid of an ECC event, after which a remap or retirement may be pending.
+FC_VQ_SECTIONS=MEMORY,PIDS,ROW_REMAPPER
+FC_VECC_RE='NVRM: Xid \(PCI:[^)]*\): (48|63|64|92|94|95|140),'
+
 fc_verify() {
     local max=$opt_max_used_mib t0 state settled=0 respawn="" now
     local -A leak_since=() leak_used=()
@@ -25,13 +31,19 @@ fc_verify() {
         fc_rec verify error "$max" 0 "nvidia-smi: command not found" error
         return 0
     fi
-    # The kernel log is read once, beside the first GPU query (its wall time, not after it).
-    # A status script's first line started both (render.early_reads): dmesg is done long
-    # before nvidia-smi, so its text is taken now, while nvidia-smi still works.
-    if [[ -n ${FC_VXIDFD:-} ]]; then
-        fc_verify_xid_text
-    else
-        exec {FC_VXIDFD}< <(dmesg 2>/dev/null)
+    # The kernel log is read once, first: it decides the -q read's sections
+    # (fc_verify_gate). A status script's first line started dmesg and the -q read
+    # without the row remapper (render.early_reads): dmesg is done long before nvidia-smi,
+    # so its text is taken now, while nvidia-smi still works; where the log cannot rule
+    # a pending remap out, the remapper's section is read beside it, from now.
+    [[ -n ${FC_VXIDFD:-} ]] || exec {FC_VXIDFD}< <(dmesg 2>/dev/null)
+    fc_verify_xid_text
+    if [[ -n ${FC_VQFD:-} ]]; then
+        if [[ $FC_VQ_SECTIONS == *ROW_REMAPPER* ]]; then
+            exec {FC_VRRFD}< <(nvidia-smi -q -d ROW_REMAPPER 2>&1 </dev/null; printf '\n@%d' "$?")
+        fi
+        # The GPUs' driver files too, while the early read still runs.
+        fc_verify_gpu_info_all
     fi
     fc_now_us
     t0=$REPLY
@@ -183,10 +195,13 @@ fc_verify_read() {
     fc_verify_read_csv
 }
 
-# One `nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER`: each GPU's memory used and total, its
-# processes with their memory, its pending row remaps, all in one call (the cost of one
-# bare --query-gpu: nvidia-smi allows one --query-* per call, and -x not with -d). The GPU
-# index is its place in the listing (both list by NVML index); uuid, name and device minor
+# One `nvidia-smi -q -d MEMORY,PIDS[,ROW_REMAPPER]` (FC_VQ_SECTIONS): each GPU's memory
+# used and total, its processes with their memory, its pending row remaps where asked for
+# (No where fc_verify_gate left them out), all in one call (the cost of one bare
+# --query-gpu: nvidia-smi allows one --query-* per call, and -x not with -d); after an
+# early read, the remapper's section may come from a second call (FC_VRRFD), its GPUs
+# matched by bus id. The GPU index is its place in the listing (both list by NVML index);
+# uuid, name and device minor
 # come from the driver's /proc file of its bus id (fc_verify_gpu_info). Fails, setting
 # nothing, on anything it does not take for certain: a non-zero exit (a lost GPU, an
 # infoROM warning), a value that is not a number ([N/A], N/A), no GPU, fewer GPU blocks
@@ -194,13 +209,18 @@ fc_verify_read() {
 # without a row remapper, which may have retired pages this call does not show), no /proc
 # file. Retired pages read [N/A]: what the CSV query says on every GPU with a row remapper.
 fc_verify_read_q() {
-    local out line v n=-1 sec="" attached="" pid="" type="" name="" i
+    local out line v n=-1 count=0 sec="" attached="" pid="" type="" name="" i
     local -a used=() total=() pend=() buses=() seen=() app_gpu=() app=()
+    local -A at=()
     if [[ -n ${FC_VQFD:-} ]]; then
-        fc_verify_early_q || return 1
+        fc_verify_early_q FC_VQFD || return 1
         out=$REPLY
+        if [[ -n ${FC_VRRFD:-} ]]; then
+            fc_verify_early_q FC_VRRFD || return 1
+            out+=$'\n'$REPLY
+        fi
     else
-        out=$(nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER 2>&1) || return 1
+        out=$(nvidia-smi -q -d "$FC_VQ_SECTIONS" 2>&1) || return 1
     fi
     fc_lines "$out"
     for line in "${FC_LINES[@]}"; do
@@ -209,8 +229,13 @@ fc_verify_read_q() {
             "        "[!TUP\ ]* | "            "[!TNU]*) ;;
             "GPU "*)
                 [[ -z $pid ]] || return 1
-                n=$((n + 1))
-                buses[n]=${line#GPU }
+                v=${line#GPU }
+                if [[ -z ${at[$v]:-} ]]; then
+                    at[$v]=$count
+                    buses[count]=$v
+                    count=$((count + 1))
+                fi
+                n=${at[$v]}
                 sec=""
                 ;;
             "    FB Memory Usage") sec=fb ;;
@@ -247,10 +272,11 @@ fc_verify_read_q() {
             "Attached GPUs "*) attached=${line#*: } ;;
         esac
     done
-    ((n >= 0 && attached == n + 1)) && [[ -z $pid ]] || return 1
+    ((count > 0 && attached == count)) && [[ -z $pid ]] || return 1
     local -a rows=() uuids=() minors=()
-    for ((i = 0; i <= n; i++)); do
+    for ((i = 0; i < count; i++)); do
         v=${used[i]:-} line=${total[i]:-}
+        [[ $FC_VQ_SECTIONS == *ROW_REMAPPER* ]] || pend[i]=No
         [[ ${seen[i]:-} && ${pend[i]:-} == @(Yes|No) && $v == +([0-9])" MiB" &&
             $line == +([0-9])" MiB" ]] || return 1
         fc_verify_gpu_info "${buses[i]}" || return 1
@@ -268,16 +294,17 @@ fc_verify_read_q() {
     FC_VRC=0 FC_VOUT=$out FC_VNOTE=""
 }
 
-# The -q read a status script's first line started before bash parsed the rest of the
-# script (render.early_reads: nvidia-smi's wall time overlaps bash's), used by the first
-# read only: REPLY its output as $(...) gives it; fails where nvidia-smi failed (the CSV
-# read then asks again, as it does after a failed -q call). Its last line is "@" and the
-# exit status.
+# A -q read started early, in the pipe whose descriptor is in the variable named $1
+# (FC_VQFD: what a status script's first line started before bash parsed the rest of the
+# script, render.early_reads, so that nvidia-smi's wall time overlaps bash's; FC_VRRFD:
+# the remapper's section, fc_verify), used by the first read only: REPLY its output as
+# $(...) gives it; fails where nvidia-smi failed (the CSV read then asks again, as it does
+# after a failed -q call). Its last line is "@" and the exit status.
 fc_verify_early_q() {
-    local rc
-    fc_read_fd "$FC_VQFD"
-    exec {FC_VQFD}<&-
-    FC_VQFD=""
+    local rc fd=${!1}
+    fc_read_fd "$fd"
+    exec {fd}<&-
+    printf -v "$1" ''
     # From the end, by length: a pattern anchored at one end of 12 KB is tried at every
     # place of it.
     rc=${REPLY: -5}
@@ -293,29 +320,45 @@ fc_verify_early_q() {
 # the file or one of the three is missing.
 declare -gA FC_VINFO=()
 fc_verify_gpu_info() {
-    local bus=${1:4} line key uuid="" name="" minor="" text=""
+    local bus=${1:4}
     bus=${bus,,}
-    if [[ -z ${FC_VINFO[$bus]:-} ]]; then
-        # The whole file in one read(2): read line by line, bash reads a block and seeks
-        # back to the line's end, and the driver's /proc file makes its text anew at each
-        # seek (on an H200: 2.2 ms read line by line, 0.2 ms in one read).
-        { IFS= read -r -N 65536 text <"$FC_VDRIVER/$bus/information"; } 2>/dev/null
-        fc_lines "$text"
-        for line in "${FC_LINES[@]}"; do
-            key=${line%%:*}
-            line=${line#*:}
-            line=${line#"${line%%[!$' \t']*}"}
-            case $key in
-                Model) name=$line ;;
-                "GPU UUID") uuid=$line ;;
-                "Device Minor") minor=$line ;;
-            esac
-        done
-        [[ -n $uuid && -n $name && $minor == +([0-9]) ]] || return 1
-        FC_VINFO[$bus]="$minor $uuid, $name"
-    fi
+    [[ -n ${FC_VINFO[$bus]:-} ]] || fc_verify_gpu_info_load "$bus" || return 1
     FC_VGPU_MINOR=${FC_VINFO[$bus]%% *}
     REPLY=${FC_VINFO[$bus]#* }
+}
+
+# FC_VINFO of the GPU whose driver directory is $1 (0000:18:00.0); fails when the file or
+# one of the three facts is missing.
+fc_verify_gpu_info_load() {
+    local line key uuid="" name="" minor="" text=""
+    # The whole file in one read(2): read line by line, bash reads a block and seeks
+    # back to the line's end, and the driver's /proc file makes its text anew at each
+    # seek (on an H200: 2.2 ms read line by line, 0.2 ms in one read).
+    { IFS= read -r -N 65536 text <"$FC_VDRIVER/$1/information"; } 2>/dev/null
+    fc_lines "$text"
+    for line in "${FC_LINES[@]}"; do
+        key=${line%%:*}
+        line=${line#*:}
+        line=${line#"${line%%[!$' \t']*}"}
+        case $key in
+            Model) name=$line ;;
+            "GPU UUID") uuid=$line ;;
+            "Device Minor") minor=$line ;;
+        esac
+    done
+    [[ -n $uuid && -n $name && $minor == +([0-9]) ]] || return 1
+    FC_VINFO[$1]="$minor $uuid, $name"
+}
+
+# Every GPU's FC_VINFO, read while an early -q read (render.early_reads) still runs, so
+# that its 8 files cost no wall time after it; one that fails is tried again, and fails
+# the -q read, when the read names its GPU.
+fc_verify_gpu_info_all() {
+    local dir
+    for dir in "$FC_VDRIVER"/*/; do
+        dir=${dir%/}
+        fc_verify_gpu_info_load "${dir##*/}" || :
+    done
 }
 
 # The read as it was before -q: the GPU query, the compute apps asked for at the same
@@ -576,13 +619,33 @@ fc_verify_proc() {
     return 0
 }
 
-# The kernel log dmesg printed on FC_VXIDFD, taken whole into FC_VXIDTEXT (FC_VXIDREAD=1).
+# The kernel log dmesg printed on FC_VXIDFD, read whole (FC_VXIDREAD=1), kept in FC_VXIDTEXT
+# only where it holds an Xid, and the -q read's sections decided from it (fc_verify_gate).
 FC_VXIDREAD=0 FC_VXIDTEXT=""
 fc_verify_xid_text() {
     fc_read_fd "$FC_VXIDFD"
     exec {FC_VXIDFD}<&-
     FC_VXIDFD=""
-    FC_VXIDTEXT=$REPLY FC_VXIDREAD=1
+    FC_VXIDREAD=1
+    # Searched now, while an early -q read still runs (a regex search: glob's *...*
+    # costs 2-3 times as much over 250 KB).
+    if [[ $REPLY =~ "NVRM: Xid" ]]; then
+        FC_VXIDTEXT=$REPLY
+    fi
+    fc_verify_gate "$REPLY" "$FC_VXIDTEXT"
+}
+
+# FC_VQ_SECTIONS for the kernel log $1 ($2: the same where it holds some Xid, else empty).
+# A pending row remap (or page retirement) follows an ECC event, which the driver logs as
+# an Xid (FC_VECC_RE); the -q section that shows it costs 5 ms a GPU on an H200 (the read
+# with it: 1.3x the bare query; without: 1.05x). It is left out only where the log, whole
+# since boot (its first line at 0.000000: neither cleared nor wrapped), holds no such
+# Xid; an unreadable log (no root, dmesg_restrict) proves nothing either.
+fc_verify_gate() {
+    FC_VQ_SECTIONS=MEMORY,PIDS,ROW_REMAPPER
+    [[ $1 == "[    0.000000]"* ]] || return 0
+    [[ -n $2 && $2 =~ $FC_VECC_RE ]] && return 0
+    FC_VQ_SECTIONS=MEMORY,PIDS
 }
 
 # The NVIDIA driver's Xid lines in the kernel log (started by fc_verify, where readable):
@@ -595,8 +658,7 @@ fc_verify_xids() {
     ((FC_VXIDREAD)) || return 0
     out=$FC_VXIDTEXT
     FC_VXIDREAD=0 FC_VXIDTEXT=""
-    # A regex search: glob's *...* costs 2-3 times as much over a 250 KB log.
-    [[ $out =~ "NVRM: Xid" ]] || return 0
+    [[ -n $out ]] || return 0
     read -r up _ </proc/uptime || return 0
     fc_now_us
     fc_rec boot $((REPLY / 1000000 - ${up%%.*}))
