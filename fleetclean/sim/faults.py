@@ -109,7 +109,9 @@ def clear(node_dir: Path) -> None:
     _write(node_dir / "fault", "none\n")
     if (node_dir / accounts.SUDOERS_D).is_dir():
         accounts.set_requiretty(node_dir, on=False)
-    for name in ("lost", "power", "irq", "pages.json", "gpu_count", "kern.log", "reset_delay"):
+    # kern.cleared too: a node reset by "none" has its whole boot log again.
+    for name in ("lost", "power", "irq", "pages.json", "gpu_count", "kern.log", "kern.cleared",
+                 "reset_delay"):
         (node_dir / name).unlink(missing_ok=True)
     (node_dir / "kern.log").touch()
 

@@ -115,7 +115,8 @@ def install_nvidia_smi(node_dir: Path) -> None:
 
 def install_dmesg(node_dir: Path) -> None:
     """The node's kernel log: ``dmesg`` prints the boot's messages (``bootlog``: a real
-    node's 160 KB, never empty) and then kern.log (the Xid faults); ``-C`` clears both."""
+    node's 160 KB, never empty) and then kern.log (the Xid faults); ``-C`` clears both
+    (``-c`` prints them first), as the real one clears its ring buffer."""
     _install(node_dir, BOOT_LOG, boot_log(), mode=0o644)
     _install(
         node_dir,
@@ -125,9 +126,11 @@ def install_dmesg(node_dir: Path) -> None:
         "# not two forked) as the real dmesg is.\n"
         f"boot=/usr/local/sbin/{BOOT_LOG}\n"
         f"[ -e {IN_NODE_DIR}/kern.cleared ] && boot=\n"
-        'for a in "$@"; do case $a in -C|--clear|-c|--read-clear) clear=1;; esac; done\n'
+        "clear= show=1\n"
+        'for a in "$@"; do case $a in -C|--clear) clear=1 show=;; -c|--read-clear) clear=1;; '
+        "esac; done\n"
         f'[ -n "$clear" ] || exec cat $boot {IN_NODE_DIR}/kern.log\n'
-        f"cat $boot {IN_NODE_DIR}/kern.log\n"
+        f'[ -z "$show" ] || cat $boot {IN_NODE_DIR}/kern.log\n'
         f": > {IN_NODE_DIR}/kern.log; : > {IN_NODE_DIR}/kern.cleared\n",
     )
 

@@ -305,6 +305,9 @@ XID = "[ 5342.118207] NVRM: Xid (PCI:0000:2a:00): {}, pid='<unknown>', name=<unk
     (BOOT + XID.format(13) + XID.format(63), "MEMORY,PIDS,ROW_REMAPPER"),
     (BOOT + XID.format(94), "MEMORY,PIDS,ROW_REMAPPER"),
     (BOOT + XID.format(48), "MEMORY,PIDS,ROW_REMAPPER"),
+    (BOOT + XID.format(154), "MEMORY,PIDS,ROW_REMAPPER"),  # a reset required (R550 on)
+    # Older drivers name the GPU without "PCI:".
+    (BOOT + XID.format(63).replace("(PCI:", "("), "MEMORY,PIDS,ROW_REMAPPER"),
     # Not whole since boot: cleared (dmesg -C) or wrapped, an Xid 63 may have gone with it.
     ("[86400.000001] eth0: link up\n", "MEMORY,PIDS,ROW_REMAPPER"),
     ("", "MEMORY,PIDS,ROW_REMAPPER"),  # unreadable (dmesg_restrict, no root)
@@ -331,3 +334,19 @@ def test_a_read_without_the_remapper_takes_the_h200s_memory_and_processes(
     full = read(tmp_path, real_q(), max_mib=60000)
     assert got["row"] == full["row"] and got["app"] == full["app"]
     assert got["row"][0].split("\t")[2] == "[N/A] No"
+
+
+def test_a_failed_early_read_still_reads_and_closes_the_remappers_pipe() -> None:
+    # nvidia-smi failed (a lost GPU): the remapper's call, started beside it, is read and
+    # its pipe closed too, or it would run on unread and hold the session open.
+    script = "\n".join([template("lib.sh"), template("verify.sh"), r"""
+exec {FC_VQFD}< <(printf 'Unable to determine the device handle for GPU0000:18:00.0\n@15')
+exec {FC_VRRFD}< <(printf 'Attached GPUs : 8\n@0')
+rr=$FC_VRRFD
+fc_verify_read_q
+echo "rc=$? left=${FC_VQFD:-}${FC_VRRFD:-}"
+if [[ -e /proc/$BASHPID/fd/$rr ]]; then echo open; else echo closed; fi
+"""])
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
+                         timeout=30, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
+    assert out.stdout.split() == ["rc=1", "left=", "closed"]

@@ -38,7 +38,7 @@ VERIFY_Q_SECTIONS = ("MEMORY,PIDS", "MEMORY,PIDS,ROW_REMAPPER")
 VERIFY_Q_ARGS = f"-q -d {VERIFY_Q_SECTIONS[0]}"
 # An Xid of an ECC event (bash ERE), after which a remap or a retirement may be pending
 # (verify.sh: FC_VECC_RE).
-ECC_XID_RE = r"NVRM: Xid \(PCI:[^)]*\): (48|63|64|92|94|95|140),"
+ECC_XID_RE = r"NVRM: Xid \([^)]*\): (48|63|64|92|94|95|140|154),"
 
 
 def _assignments(stage: ResolvedStage) -> list[str]:
