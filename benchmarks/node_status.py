@@ -23,7 +23,8 @@ signalled. ``--against DIR``: another checkout's status script (rendered by that
 code for the same node) is timed in the same alternating rounds as ``against``, each ratio
 status/against its own: a before/after in one run. ``--out FILE`` also writes the figures
 as JSON, in either mode; ``--parts`` adds
-rounds of the script's parts alone (``nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER``, the old
+rounds of the script's parts alone (``nvidia-smi -q -d MEMORY,PIDS``, with and without
+``ROW_REMAPPER``, which the script reads only where the kernel log cannot rule it out, the old
 two CSV queries, ``dmesg``, ``bash -c true``, the script's definitions only).
 """
 
@@ -48,6 +49,7 @@ BARE_SHELL = f"bash -c '{BARE}'"
 # The script's parts, each alone (--parts); its definitions are timed parsed from memory, as
 # its first command has them parsed (without that command and the last, fc_main's call).
 PARTS = {
+    "nvidia-smi -q -d MEMORY,PIDS": "nvidia-smi -q -d MEMORY,PIDS",
     "nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER": "nvidia-smi -q -d MEMORY,PIDS,ROW_REMAPPER",
     "old: two CSV queries in parallel": (
         "nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid "
