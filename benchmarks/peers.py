@@ -15,7 +15,9 @@ Every tool gets the same fan-out (``--forks``). For fleetclean it also reports t
 per host (user+sys of that one child from ``os.wait4``: the simulated nodes' CPU is not
 in it), its peak RSS, and its peak threads and open fds (``/proc/PID/status`` and
 ``/proc/PID/fd`` sampled every 10 ms). Ratios are peer median / fleetclean median (above 1:
-fleetclean faster), min/median/max over the repetitions. ``--profile``: one more
+fleetclean faster), min/median/max over the repetitions. Each command's whole CPU bill is
+printed too: the machine's busy time from ``/proc/stat`` while it ran, the simulated nodes'
+sshd and remote commands included, per host. ``--profile``: one more
 ``status`` at the biggest size under cProfile (every thread's CPU, merged), its top
 functions printed. The nodes share
 this machine's cores with the controller and the peers.
@@ -104,18 +106,32 @@ class Runs:
     rss: list[float] = field(default_factory=list)
     threads: list[int] = field(default_factory=list)
     fds: list[int] = field(default_factory=list)
+    machine: list[float] = field(default_factory=list)
     failed: int = 0
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu() -> float:
+    """Seconds of CPU this machine's cores have spent busy since boot (/proc/stat): every
+    process's, the simulated nodes' (sshd, bash, nvidia-smi) with the tool's own."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+    return (user + nice + system + irq + softirq + steal) / TICK
 
 
 def timed(argv: list[str], runs: Runs, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> None:
     """Run once; wall, CPU and peak RSS from wait4, threads and fds sampled."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        busy = machine_cpu()
         started = time.perf_counter()
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
         peaks = Peaks(proc.pid)
         _, status, usage = os.wait4(proc.pid, 0)
         peaks.stop()
         runs.wall.append(time.perf_counter() - started)
+        runs.machine.append(machine_cpu() - busy)
         code = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -208,6 +224,12 @@ def report(n: int, runs: dict[str, Runs]) -> None:
         print(f"{n:>5}  {label} controller: CPU {spread(r.cpu, 1000 / n)} ms/host, peak RSS "
               f"{spread(r.rss, digits=0)} MiB, peak threads {max(r.threads)}, peak fds "
               f"{max(r.fds)}", flush=True)
+    # The whole bill: the nodes share this machine's cores, so what a tool makes them do
+    # (sshd, the remote command) is paid on the same cores as the tool itself.
+    bill = "  ".join(f"{name} {spread(runs[key].machine, 1000 / n, 1)}" for name, key in (
+        ("status", "status"), ("pdsh", "pdsh"), ("parallel-ssh", "pssh"),
+        ("post-extraction", "post-extraction"), ("parallel-ssh script", "pssh pe")))
+    print(f"{n:>5}  machine CPU ms/host (every process): {bill}", flush=True)
 
 
 def main() -> int:

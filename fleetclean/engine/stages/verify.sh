@@ -653,13 +653,12 @@ fc_verify_gate() {
     FC_VQ_SECTIONS=MEMORY,PIDS
 }
 
-# The NVIDIA driver's Xid lines in the kernel log (started by fc_verify, where readable):
-# "boot" (the node's boot time, epoch seconds) and one "xid" record each (seconds since
-# boot, the line). The controller keeps the hardware ones since the host's last run. The
-# lines are split only when some Xid is there.
+# The NVIDIA driver's Xid lines in the kernel log (read by fc_verify before its first
+# poll, where readable): "boot" (the node's boot time, epoch seconds) and one "xid" record
+# each (seconds since boot, the line). The controller keeps the hardware ones since the
+# host's last run. The lines are split only when some Xid is there.
 fc_verify_xids() {
     local out="" line up _
-    [[ -n ${FC_VXIDFD:-} ]] && fc_verify_xid_text
     ((FC_VXIDREAD)) || return 0
     out=$FC_VXIDTEXT
     FC_VXIDREAD=0 FC_VXIDTEXT=""
