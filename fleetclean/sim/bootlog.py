@@ -5,12 +5,14 @@ CPU, memory range, PCI function, NVMe namespace and NIC queue, and the NVIDIA dr
 load) fills 100-250 KB, and the verification reads all of it for Xid lines. An empty log
 hid a real cost: bash read the pipe one byte per read(2), 250,000 system calls a status
 on a real node, and none here. This is a synthetic log of that size and shape (made up
-here, deterministic): every line ``[seconds.micro] text`` as dmesg prints it, none an Xid.
+here, deterministic): every line ``<level>[seconds.micro] text`` as the kernel keeps it
+(what ``dmesg -r`` prints; the node's dmesg formats it with util-linux's own, at a real
+log's cost), none an Xid.
 
 >>> text = boot_log()
 >>> 150_000 < len(text) < 260_000
 True
->>> "NVRM: Xid" in text, text.startswith("[    0.000000] Linux version")
+>>> "NVRM: Xid" in text, text.startswith("<5>[    0.000000] Linux version")
 (False, True)
 """
 
@@ -65,7 +67,9 @@ def _messages() -> Iterator[str]:
 @cache
 def boot_log() -> str:
     """The whole log, a line each, stamped from 0 s to about 40 s (made once a process:
-    every node of a fleet gets the same)."""
+    every node of a fleet gets the same): the kernel's banner at level 5 (notice), as
+    init/main.c prints it, the rest at 6 (info)."""
     lines = list(_messages())
     step = 40.0 / len(lines)
-    return "".join(f"[{i * step:12.6f}] {text}\n" for i, text in enumerate(lines))
+    return "".join(f"<{5 if i == 0 else 6}>[{i * step:12.6f}] {text}\n"
+                   for i, text in enumerate(lines))

@@ -170,8 +170,8 @@ def _xid(node_dir: Path, fault: str, args: list[str]) -> None:
 
 def _log_xid(node_dir: Path, code: int, gpu: int, text: str | None = None) -> None:
     gpus = json.loads((node_dir / "gpus.json").read_text())["gpus"]
-    with (node_dir / "kern.log").open("a") as f:
-        f.write(xid_line(code, gpus[gpu]["bus_id"], text) + "\n")
+    with (node_dir / "kern.log").open("a") as f:  # as the kernel keeps it: <level>[time] text
+        f.write(f"<4>{xid_line(code, gpus[gpu]['bus_id'], text)}\n")
 
 
 def _leak(node_dir: Path, fault: str, args: list[str]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -116,22 +117,33 @@ def install_nvidia_smi(node_dir: Path) -> None:
 def install_dmesg(node_dir: Path) -> None:
     """The node's kernel log: ``dmesg`` prints the boot's messages (``bootlog``: a real
     node's 160 KB, never empty) and then kern.log (the Xid faults); ``-C`` clears both
-    (``-c`` prints them first), as the real one clears its ring buffer."""
+    (``-c`` prints them first), as the real one clears its ring buffer. Both files hold
+    the records as the kernel keeps them, and util-linux's own dmesg formats them (``-F``):
+    a real log's cost, 4-5 ms of CPU for 160 KB, where ``cat`` took 1 ms; one process
+    unless a fault was logged, as the real one is."""
     _install(node_dir, BOOT_LOG, boot_log(), mode=0o644)
+    real = shutil.which("dmesg", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    show = f"{real} -F" if real else "sed 's/^<[0-9]*>//'"
+    boot, kern = f"/usr/local/sbin/{BOOT_LOG}", f"{IN_NODE_DIR}/kern.log"
     _install(
         node_dir,
         "dmesg",
         "#!/bin/sh\n"
-        "# The simulated node's kernel ring buffer, printed by one process (one cat exec'd,\n"
-        "# not two forked) as the real dmesg is.\n"
-        f"boot=/usr/local/sbin/{BOOT_LOG}\n"
+        "# The simulated node's kernel ring buffer (fleetclean.sim.node.install_dmesg).\n"
+        f"boot={boot}\n"
         f"[ -e {IN_NODE_DIR}/kern.cleared ] && boot=\n"
         "clear= show=1\n"
         'for a in "$@"; do case $a in -C|--clear) clear=1 show=;; -c|--read-clear) clear=1;; '
         "esac; done\n"
-        f'[ -n "$clear" ] || exec cat $boot {IN_NODE_DIR}/kern.log\n'
-        f'[ -z "$show" ] || cat $boot {IN_NODE_DIR}/kern.log\n'
-        f": > {IN_NODE_DIR}/kern.log; : > {IN_NODE_DIR}/kern.cleared\n",
+        f'if [ -z "$clear" ] && [ ! -s {kern} ]; then\n'
+        f'    if [ -n "$boot" ]; then exec {show} "$boot"; fi\n'
+        "    exit 0\n"
+        "fi\n"
+        'if [ -n "$show" ]; then\n'
+        f'    if [ -n "$boot" ]; then {show} "$boot"; fi\n'
+        f"    if [ -s {kern} ]; then {show} {kern}; fi\n"
+        "fi\n"
+        f'[ -z "$clear" ] || {{ : > {kern}; : > {IN_NODE_DIR}/kern.cleared; }}\n',
     )
 
 

@@ -250,6 +250,8 @@ def test_faulty_gpus_give_the_real_messages_and_statuses(sim_fleet_factory: Fact
     # and no Xid; dmesg -C empties the buffer as the real one does.
     log = fleet.run_in("node01", ["dmesg"]).stdout
     assert len(log) > 150_000 and "Xid" not in log and "NVRM: loading NVIDIA" in log
+    # Formatted as dmesg prints the kernel's records: the level is not shown.
+    assert log.startswith("[    0.000000] Linux version") and "\n<" not in log
     fleet.run_in("node01", ["dmesg", "-C"])
     assert fleet.run_in("node01", ["dmesg"]).stdout == ""
 
