@@ -123,7 +123,7 @@ def install_dmesg(node_dir: Path) -> None:
     unless a fault was logged, as the real one is."""
     _install(node_dir, BOOT_LOG, boot_log(), mode=0o644)
     real = shutil.which("dmesg", path="/usr/bin:/bin:/usr/sbin:/sbin")
-    show = f"{real} -F" if real else "sed 's/^<[0-9]*>//'"
+    fmt = f"{real} -F" if real else "sed 's/^<[0-9]*>//'"  # the script's $show is a flag
     boot, kern = f"/usr/local/sbin/{BOOT_LOG}", f"{IN_NODE_DIR}/kern.log"
     _install(
         node_dir,
@@ -136,12 +136,12 @@ def install_dmesg(node_dir: Path) -> None:
         'for a in "$@"; do case $a in -C|--clear) clear=1 show=;; -c|--read-clear) clear=1;; '
         "esac; done\n"
         f'if [ -z "$clear" ] && [ ! -s {kern} ]; then\n'
-        f'    if [ -n "$boot" ]; then exec {show} "$boot"; fi\n'
+        f'    if [ -n "$boot" ]; then exec {fmt} "$boot"; fi\n'
         "    exit 0\n"
         "fi\n"
         'if [ -n "$show" ]; then\n'
-        f'    if [ -n "$boot" ]; then {show} "$boot"; fi\n'
-        f"    if [ -s {kern} ]; then {show} {kern}; fi\n"
+        f'    if [ -n "$boot" ]; then {fmt} "$boot"; fi\n'
+        f"    if [ -s {kern} ]; then {fmt} {kern}; fi\n"
         "fi\n"
         f'[ -z "$clear" ] || {{ : > {kern}; : > {IN_NODE_DIR}/kern.cleared; }}\n',
     )
