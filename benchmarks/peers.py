@@ -17,7 +17,8 @@ in it), its peak RSS, and its peak threads and open fds (``/proc/PID/status`` an
 ``/proc/PID/fd`` sampled every 10 ms). Ratios are peer median / fleetclean median (above 1:
 fleetclean faster), min/median/max over the repetitions. Each command's whole CPU bill is
 printed too: the machine's busy time from ``/proc/stat`` while it ran, the simulated nodes'
-sshd and remote commands included, per host. ``--profile``: one more
+sshd and remote commands included, per host, and split into the tool's own process tree
+(pdsh with its ssh clients; ``wait4``) and the rest, the nodes' share. ``--profile``: one more
 ``status`` at the biggest size under cProfile (every thread's CPU, merged), its top
 functions printed. The nodes share
 this machine's cores with the controller and the peers.
@@ -230,6 +231,17 @@ def report(n: int, runs: dict[str, Runs]) -> None:
         ("status", "status"), ("pdsh", "pdsh"), ("parallel-ssh", "pssh"),
         ("post-extraction", "post-extraction"), ("parallel-ssh script", "pssh pe")))
     print(f"{n:>5}  machine CPU ms/host (every process): {bill}", flush=True)
+    # Split between the controller (the tool's process tree: pdsh with its ssh clients)
+    # and the nodes (the rest of the machine's busy time: sshd, the remote command). On a
+    # real fleet only the first is paid on one machine; the second runs on every node's
+    # own cores, in parallel.
+    names = (("status", "status"), ("pdsh", "pdsh"), ("parallel-ssh", "pssh"))
+    tool = "  ".join(f"{name} {spread(runs[key].cpu, 1000 / n, 1)}" for name, key in names)
+    rest = {key: [m - c for m, c in zip(runs[key].machine, runs[key].cpu, strict=True)]
+            for _, key in names}
+    nodes = "  ".join(f"{name} {spread(rest[key], 1000 / n, 1)}" for name, key in names)
+    print(f"{n:>5}  controller CPU ms/host (the tool, with its children): {tool}", flush=True)
+    print(f"{n:>5}  nodes' CPU ms/host (machine minus tool): {nodes}", flush=True)
 
 
 def main() -> int:

@@ -31,7 +31,7 @@ from fleetclean import __version__
 from fleetclean.engine.model import ResolvedPlaybook, Scope
 from fleetclean.engine.stages import stage_type, template
 from fleetclean.engine.stages.base import q
-from fleetclean.engine.stages.verify import VERIFY, VERIFY_Q_ARGS
+from fleetclean.engine.stages.verify import KERNEL_LOG_SED, VERIFY, VERIFY_Q_ARGS
 
 # Non-interactive SSH shells often lack the sbin directories; ours come after the caller's.
 _PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -114,7 +114,8 @@ def early_reads() -> str:
     tail as ``fc_main`` gives it, and neither can read the script on standard input.
 
     The -q read leaves the row remapper's section out: the verification reads it beside
-    this one where the kernel log cannot rule a pending remap out (fc_verify_gate).
+    this one where the kernel log cannot rule a pending remap out (fc_verify_gate). Of
+    the kernel log, sed passes on only what the verification reads (``KERNEL_LOG_SED``).
 
     >>> "nvidia-smi -q -d MEMORY,PIDS " in early_reads()
     True
@@ -122,7 +123,8 @@ def early_reads() -> str:
     path = f"PATH=$PATH:{_PATH_TAIL}"
     return (f"exec {{FC_VQFD}}< <({path} nvidia-smi {VERIFY_Q_ARGS} 2>&1 </dev/null; "
             "printf '\\n@%d' \"$?\"); "
-            f"exec {{FC_VXIDFD}}< <({path} dmesg 2>/dev/null </dev/null); ")
+            f"exec {{FC_VXIDFD}}< <({path}; dmesg 2>/dev/null </dev/null | "
+            f"sed -n '{KERNEL_LOG_SED}'); ")
 
 
 def read_whole(size: int, early: str = "") -> str:

@@ -17,6 +17,9 @@ FC_VQ_PENDING=",retired_pages.pending,remapped_rows.pending"
 # ECC_XID_RE) is an Xid of an ECC event, after which a remap or retirement may be pending.
 FC_VQ_SECTIONS=MEMORY,PIDS,ROW_REMAPPER
 FC_VECC_RE='NVRM: Xid \([^)]*\): (48|63|64|92|94|95|140|154),'
+# What of dmesg's output reaches bash (verify.py: KERNEL_LOG_SED): its first line and the
+# driver's Xid lines, not the rest of a boot log that bash would read a byte at a time.
+FC_VKLOG_SED='1{p;d;};/NVRM: Xid/p'
 
 fc_verify() {
     local max=$opt_max_used_mib t0 state settled=0 respawn="" now
@@ -36,7 +39,7 @@ fc_verify() {
     # without the row remapper (render.early_reads): dmesg is done long before nvidia-smi,
     # so its text is taken now, while nvidia-smi still works; where the log cannot rule
     # a pending remap out, the remapper's section is read beside it, from now.
-    [[ -n ${FC_VXIDFD:-} ]] || exec {FC_VXIDFD}< <(dmesg 2>/dev/null)
+    [[ -n ${FC_VXIDFD:-} ]] || exec {FC_VXIDFD}< <(dmesg 2>/dev/null | sed -n "$FC_VKLOG_SED")
     fc_verify_xid_text
     if [[ -n ${FC_VQFD:-} ]]; then
         if [[ $FC_VQ_SECTIONS == *ROW_REMAPPER* ]]; then
@@ -620,8 +623,9 @@ fc_verify_proc() {
     return 0
 }
 
-# The kernel log dmesg printed on FC_VXIDFD, read whole (FC_VXIDREAD=1), kept in FC_VXIDTEXT
-# only where it holds an Xid, and the -q read's sections decided from it (fc_verify_gate).
+# The kernel log dmesg printed on FC_VXIDFD (its first line and Xid lines: FC_VKLOG_SED),
+# read whole (FC_VXIDREAD=1), kept in FC_VXIDTEXT only where it holds an Xid, and the -q
+# read's sections decided from it (fc_verify_gate).
 FC_VXIDREAD=0 FC_VXIDTEXT=""
 fc_verify_xid_text() {
     fc_read_fd "$FC_VXIDFD"
@@ -629,7 +633,7 @@ fc_verify_xid_text() {
     FC_VXIDFD=""
     FC_VXIDREAD=1
     # Searched now, while an early -q read still runs (a regex search: glob's *...*
-    # costs 2-3 times as much over 250 KB).
+    # costs 2-3 times as much over a flapping GPU's thousands of Xid lines).
     if [[ $REPLY =~ "NVRM: Xid" ]]; then
         FC_VXIDTEXT=$REPLY
     fi
