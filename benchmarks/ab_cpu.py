@@ -7,7 +7,9 @@ inventory a simulated fleet's (``fleetclean sim up --nodes 64 ...``). Per repeti
 once with each tree, the order alternating between repetitions so that a drift in the
 machine's load hits both alike. The CPU is user+sys of the fleetclean process and its
 threads from ``os.wait4`` (the simulated nodes' CPU is not in it), divided by the hosts;
-printed min/median/max with the load average before and after.
+printed min/median/max with the load average before and after. Also the machine's busy
+time while each ran (``/proc/stat``): the whole bill, the simulated nodes' sshd and script
+included, which is where a change to the scripts shows.
 """
 
 from __future__ import annotations
@@ -29,8 +31,16 @@ def hosts_in(inventory: Path) -> int:
     return len(load_inventory(inventory).select(None))
 
 
-def one(tree: Path, argv: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of one run; a run that fails is said and still counted."""
+def machine_busy() -> float:
+    """Seconds every core of this machine has been busy since boot."""
+    fields = list(map(int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]))
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def one(tree: Path, argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """(CPU seconds, wall seconds, the machine's busy seconds) of one run; a run that fails
+    is said and still counted."""
+    busy = machine_busy()
     started = time.perf_counter()
     proc = subprocess.Popen([str(tree / ".venv" / "bin" / "fleetclean"), *argv],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
@@ -40,7 +50,8 @@ def one(tree: Path, argv: list[str], env: dict[str, str]) -> tuple[float, float]
     code = os.waitstatus_to_exitcode(status)
     if code not in (0, 1):  # 1: some host dirty, which a status of a busy fleet is
         print(f"  note: {tree.name} {argv[0]}: exit {code}: {err[-300:]}", flush=True)
-    return usage.ru_utime + usage.ru_stime, time.perf_counter() - started
+    return (usage.ru_utime + usage.ru_stime, time.perf_counter() - started,
+            machine_busy() - busy)
 
 
 def main() -> int:
@@ -57,22 +68,25 @@ def main() -> int:
     env = dict(os.environ, NO_COLOR="1", HOME=home, FLEETCLEAN_STATE_DIR=f"{home}/state")
     cpu: dict[tuple[str, str], list[float]] = {(t, c): [] for t in trees for c in COMMANDS}
     wall: dict[tuple[str, str], list[float]] = {(t, c): [] for t in trees for c in COMMANDS}
+    bill: dict[tuple[str, str], list[float]] = {(t, c): [] for t in trees for c in COMMANDS}
     print(f"{n} hosts, --forks {args.forks}, load {os.getloadavg()}", flush=True)
     for rep in range(args.reps):
         order = list(trees) if rep % 2 == 0 else list(trees)[::-1]
         for command, argv in COMMANDS.items():
             for tree in order:
-                used, took = one(trees[tree], [*argv, "-i", str(args.inventory),
-                                               "-f", str(args.forks)], env)
+                used, took, whole = one(trees[tree], [*argv, "-i", str(args.inventory),
+                                                      "-f", str(args.forks)], env)
                 cpu[(tree, command)].append(used * 1000 / n)
                 wall[(tree, command)].append(took)
+                bill[(tree, command)].append(whole * 1000 / n)
     print(f"load after {os.getloadavg()}")
     for command in COMMANDS:
         for tree in trees:
             xs = cpu[(tree, command)]
             print(f"{command:16} {tree:5} CPU ms/host {statistics.median(xs):.2f} "
                   f"({min(xs):.2f}-{max(xs):.2f}), wall "
-                  f"{statistics.median(wall[(tree, command)]):.1f} s; "
+                  f"{statistics.median(wall[(tree, command)]):.2f} s, machine CPU ms/host "
+                  f"{statistics.median(bill[(tree, command)]):.1f}; "
                   f"runs {' '.join(f'{x:.1f}' for x in xs)}")
     return 0
 

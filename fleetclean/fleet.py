@@ -18,13 +18,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fleetclean.models import Host, HostResult, HostStatus, RunResult, ScriptReport
 from fleetclean.results import parse
 from fleetclean.results.reasons import dirty_reason, refused_reason
-from fleetclean.transport import Options, ScriptOutput
+from fleetclean.transport import Options, ScriptOutput, dialing
 
 if TYPE_CHECKING:
     from fleetclean.transport.local import LocalSession
@@ -58,6 +58,9 @@ class Event:
     kind: str
     stage: str = ""
     result: HostResult | None = None
+    # "start": where the host's connection is while it connects, in words (None: no
+    # step known), for a live view to ask (transport.dialing).
+    dialing: Callable[[], str | None] | None = field(default=None, compare=False, repr=False)
 
 
 EventCallback = Callable[[Event], None]
@@ -168,7 +171,7 @@ def _run_one(
     if cancel.is_set():
         return None
     name = job.host.name
-    emit(Event(name, "start"))
+    emit(Event(name, "start", dialing=dialing.probe()))
     t0 = time.monotonic()
 
     def on_line(line: str) -> None:
@@ -176,7 +179,10 @@ def _run_one(
         if stage:
             emit(Event(name, "stage", stage))
 
-    output = session.run(job.host, job.pieces, on_line)
+    try:
+        output = session.run(job.host, job.pieces, on_line)
+    finally:
+        dialing.done()  # this worker thread's next host starts afresh
     result = host_result(name, output, time.monotonic() - t0)
     emit(Event(name, "done", result=result))
     return result

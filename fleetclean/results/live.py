@@ -2,7 +2,9 @@
 
 At any fleet size the view stays a dozen lines: how many hosts are queued, connecting,
 running (by stage) and done (by status), and the hosts that have been going longest, which
-are the ones a person waits for. A small fleet also gets one line per host.
+are the ones a person waits for; one still connecting says how far it got (waiting for a
+startup slot, the SSH banner, the key exchange, authentication: ``transport.dialing``). A
+small fleet also gets one line per host.
 
 Cheap at 1,000 hosts: an event only moves counters (O(1), under a lock); drawing happens
 on rich's refresh thread a few times a second, and costs O(states + slowest shown), never
@@ -12,13 +14,15 @@ slowest needs no sort.
 >>> import io
 >>> from rich.console import Console
 >>> from fleetclean.fleet import Event
->>> clock = iter([0.0, 1.0, 5.0]).__next__
+>>> clock = iter([0.0, 1.0, 5.0, 6.0, 7.0]).__next__
 >>> live = LiveProgress(Console(file=io.StringIO()), ["gpu01", "gpu02"], clock=clock)
 >>> live(Event("gpu01", "start")); live(Event("gpu01", "stage", "stop-server"))
 >>> live.counts()
 {'queued': 1, 'running': 1}
 >>> live.slowest()
 [('gpu01', 4.0, 'stop-server')]
+>>> live(Event("gpu02", "start", dialing=lambda: "authentication")); live.slowest()[1][2]
+'connecting (authentication)'
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
@@ -41,6 +47,18 @@ if TYPE_CHECKING:
 
 _DONE_STYLE = {"clean": "green", "dirty": "yellow", "faulty": "bold magenta"}
 _ORDER = [s.value for s in HostStatus]
+
+
+@dataclass
+class _Active:
+    since: float
+    stage: str = ""  # the stage it runs; "" while connecting
+    dialing: Callable[[], str | None] | None = None  # how far it got, while connecting
+
+
+def _connecting(dialing: Callable[[], str | None] | None) -> str:
+    where = dialing() if dialing is not None else None
+    return f"connecting ({where})" if where else "connecting"
 
 
 class LiveProgress:
@@ -66,8 +84,8 @@ class LiveProgress:
         self._started = clock()
         self._lock = threading.Lock()
         self._queued = len(self._hosts)
-        # host -> [start time, stage or "" while connecting]; insertion order = start order.
-        self._active: dict[str, list[float | str]] = {}
+        # host -> start time, stage ("" while connecting); insertion order = start order.
+        self._active: dict[str, _Active] = {}
         self._stages: Counter[str] = Counter()  # running hosts by current stage
         self._done: Counter[str] = Counter()  # finished hosts by status
         self._state: dict[str, str] = {}  # only kept for the small-fleet per-host lines
@@ -90,27 +108,26 @@ class LiveProgress:
     def __call__(self, event: Event) -> None:
         with self._lock:
             if event.kind == "start":
-                self._start(event.host)
+                self._start(event.host, event.dialing)
             elif event.kind == "stage":
                 self._stage(event.host, event.stage)
             elif event.kind == "done" and event.result is not None:
                 self._finish(event.host, event.result.status.value)
 
-    def _start(self, host: str) -> None:
+    def _start(self, host: str, dialing: Callable[[], str | None] | None) -> None:
         if host in self._active:
             return
         self._queued -= 1
-        self._active[host] = [self._clock(), ""]
+        self._active[host] = _Active(self._clock(), dialing=dialing)
         self._state[host] = "connecting"
 
     def _stage(self, host: str, stage: str) -> None:
         entry = self._active.get(host)
         if entry is None:
             return
-        old = str(entry[1])
-        if old:
-            self._stages[old] -= 1
-        entry[1] = stage
+        if entry.stage:
+            self._stages[entry.stage] -= 1
+        entry.stage = stage
         self._stages[stage] += 1
         self._state[host] = stage
 
@@ -118,8 +135,8 @@ class LiveProgress:
         entry = self._active.pop(host, None)
         if entry is None:  # done without a start: count it as leaving the queue
             self._queued -= 1
-        elif entry[1]:
-            self._stages[str(entry[1])] -= 1
+        elif entry.stage:
+            self._stages[entry.stage] -= 1
         self._done[status] += 1
         self._state[host] = status
 
@@ -134,15 +151,14 @@ class LiveProgress:
         return {k: v for k, v in phases.items() if v}
 
     def slowest(self) -> list[tuple[str, float, str]]:
-        """(host, seconds since it started, stage or "connecting"), longest first."""
+        """(host, seconds since it started, its stage or "connecting (how far)"), longest
+        first."""
         now = self._clock()
         with self._lock:
-            oldest = []
-            for host, (since, stage) in self._active.items():
-                oldest.append((host, now - float(since), str(stage) or "connecting"))
-                if len(oldest) == self.SLOWEST:
-                    break
-        return oldest
+            oldest = [(host, now - entry.since, entry.stage, entry.dialing)
+                      for host, entry in islice(self._active.items(), self.SLOWEST)]
+        # Asked outside the lock: it reads the host's connection, which its thread changes.
+        return [(host, age, stage or _connecting(dialing)) for host, age, stage, dialing in oldest]
 
     def render(self) -> RenderableType:
         lines: list[RenderableType] = []

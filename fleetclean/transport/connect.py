@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fleetclean.transport import dialing
 from fleetclean.transport.base import Failed, TransportFailure
 from fleetclean.transport.classify import Phase, Where, classify, phase_of
 from fleetclean.transport.hops import Target
@@ -75,6 +76,7 @@ def where(target: Target) -> Where:
 
 def tcp(target: Target, limit: float) -> TcpSock:
     """The TCP phase, done here so that its failure is told apart from the SSH phases."""
+    dialing.note(Phase.TCP.value)
     started = time.monotonic()
     try:
         return TcpSock(socket.create_connection((target.address, target.port), timeout=limit))
@@ -163,6 +165,7 @@ def _retrying(
     tries = 0
     while True:
         tries += 1
+        dialing.note(dialing.SLOT)
         with ctx.startups.slot(key):
             conn, failure, again = attempt()
         if conn is not None:
@@ -179,6 +182,7 @@ def _attempt_given(
     conn: Any, spot: Where, limit: float
 ) -> tuple[Any, TransportFailure | None, str | None]:
     started = time.monotonic()
+    dialing.note(conn)
     try:
         conn.open()
         return conn, None, None
@@ -197,6 +201,7 @@ def _attempt(
     "dropped", "hop lost" or None)."""
     conn = _connection(target, sock, ctx, limit)
     started = time.monotonic()
+    dialing.note(conn)
     try:
         conn.open()
         running(conn)

@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from fleetclean.transport import dialing
 from fleetclean.transport.base import Failed, TransportFailure
 from fleetclean.transport.classify import Phase, Where, timed_out
 from fleetclean.transport.connect import Context, Sock, open_connection, tcp
@@ -212,7 +213,8 @@ class Pool:
             via = hops[-2]
             make = lambda: _socket(before, via, hop, limit)  # noqa: E731
         try:
-            return open_connection(hop, self._ctx, make)
+            with dialing.via_hop():
+                return open_connection(hop, self._ctx, make)
         except Failed as exc:
             failure = name_hop(exc.failure, hop)
             if remember:

@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from fleetclean.models import Host
+from fleetclean.transport import dialing
 from fleetclean.transport.base import (
     Failed,
     LineCallback,
@@ -136,6 +137,7 @@ class Session:
         if conn is not None and conn.is_connected:
             if host.name not in self._given:
                 running(conn)
+            dialing.note(Phase.CHANNEL.value)
             return conn, True
         return self.connect(host), False
 

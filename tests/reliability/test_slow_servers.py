@@ -9,6 +9,7 @@ real sim node's sshd behind a proxy that delays every byte the server sends.
 from __future__ import annotations
 
 import contextlib
+import io
 import socket
 import threading
 import time
@@ -17,9 +18,17 @@ from pathlib import Path
 
 import pytest
 import yaml
+from rich.console import Console
 from simhelp import Cli
 
+from fleetclean.engine.playbook import load_playbook
+from fleetclean.engine.render import Renderer
+from fleetclean.engine.variables import resolve
+from fleetclean.fleet import Job, run_fleet
+from fleetclean.models import Host
+from fleetclean.results.live import LiveProgress
 from fleetclean.sim import SimFleet
+from fleetclean.transport import Options
 
 CONNECT_TIMEOUT = 2
 
@@ -180,3 +189,33 @@ def test_stalled_and_slow_sshds_among_fast_ones_each_get_their_own_outcome(
     assert hosts["node01"]["duration_s"] < limit + 8
     assert res.json()["summary"] == {"hosts": 4, "clean": 2, "dirty": 0, "faulty": 0,
                                      "failed": 2}
+
+
+@pytest.mark.sim
+def test_the_live_view_says_how_far_each_slow_host_got_while_it_connects(
+    sim_fleet_factory: Callable[..., SimFleet]
+) -> None:
+    """While it waits, a server silent after its banner shows as in the key exchange and
+    one slow to authenticate as authenticating; the fast ones are done meanwhile."""
+    fleet = sim_fleet_factory(3)
+    fleet.set_fault("node01", "stall")
+    fleet.set_fault("node02", "slow-auth", 60)
+    book = resolve(load_playbook("status"), {}, {})
+    renderer = Renderer()
+    jobs = [Job(Host(n.name, n.address, port=22, user="root", key=str(fleet.client_key_path)),
+                renderer.pieces(book, host_name=n.name)) for n in fleet.nodes]
+    opts = Options(connect_timeout=4, known_hosts=(str(fleet.known_hosts_path),))
+    live = LiveProgress(Console(file=io.StringIO()), [n.name for n in fleet.nodes])
+    seen: dict[str, set[str]] = {"node01": set(), "node02": set()}
+    run = threading.Thread(target=run_fleet, args=(jobs,),
+                           kwargs={"playbook": "status", "opts": opts, "on_event": live})
+    run.start()
+    while run.is_alive():
+        for host, _, doing in live.slowest():
+            if host in seen:
+                seen[host].add(doing)
+        time.sleep(0.05)
+    run.join()
+    assert "connecting (key exchange)" in seen["node01"], seen
+    assert "connecting (authentication)" in seen["node02"], seen
+    assert live.counts() == {"done": 3}
