@@ -115,7 +115,8 @@ def early_reads() -> str:
 
     The -q read leaves the row remapper's section out: the verification reads it beside
     this one where the kernel log cannot rule a pending remap out (fc_verify_gate). Of
-    the kernel log, sed passes on only what the verification reads (``KERNEL_LOG_SED``).
+    the kernel log, sed passes on only what the verification reads (``KERNEL_LOG_SED``),
+    where the node has sed (verify.sh: fc_verify_klog).
 
     >>> "nvidia-smi -q -d MEMORY,PIDS " in early_reads()
     True
@@ -123,8 +124,9 @@ def early_reads() -> str:
     path = f"PATH=$PATH:{_PATH_TAIL}"
     return (f"exec {{FC_VQFD}}< <({path} nvidia-smi {VERIFY_Q_ARGS} 2>&1 </dev/null; "
             "printf '\\n@%d' \"$?\"); "
-            f"exec {{FC_VXIDFD}}< <({path}; dmesg 2>/dev/null </dev/null | "
-            f"sed -n '{KERNEL_LOG_SED}'); ")
+            f"exec {{FC_VXIDFD}}< <({path}; if command -v sed >/dev/null 2>&1; then "
+            f"dmesg 2>/dev/null </dev/null | sed -n '{KERNEL_LOG_SED}'; "
+            "else dmesg 2>/dev/null </dev/null; fi); ")
 
 
 def read_whole(size: int, early: str = "") -> str:

@@ -21,6 +21,16 @@ FC_VECC_RE='NVRM: Xid \([^)]*\): (48|63|64|92|94|95|140|154),'
 # driver's Xid lines, not the rest of a boot log that bash would read a byte at a time.
 FC_VKLOG_SED='1{p;d;};/NVRM: Xid/p'
 
+# The kernel log as the verification reads it: through sed where the node has it (it is not
+# among what fleetclean asks of a node), else whole. render.early_reads starts the same.
+fc_verify_klog() {
+    if command -v sed >/dev/null 2>&1; then
+        dmesg 2>/dev/null </dev/null | sed -n "$FC_VKLOG_SED"
+    else
+        dmesg 2>/dev/null </dev/null
+    fi
+}
+
 fc_verify() {
     local max=$opt_max_used_mib t0 state settled=0 respawn="" now
     local -A leak_since=() leak_used=()
@@ -39,7 +49,7 @@ fc_verify() {
     # without the row remapper (render.early_reads): dmesg is done long before nvidia-smi,
     # so its text is taken now, while nvidia-smi still works; where the log cannot rule
     # a pending remap out, the remapper's section is read beside it, from now.
-    [[ -n ${FC_VXIDFD:-} ]] || exec {FC_VXIDFD}< <(dmesg 2>/dev/null | sed -n "$FC_VKLOG_SED")
+    [[ -n ${FC_VXIDFD:-} ]] || exec {FC_VXIDFD}< <(fc_verify_klog)
     fc_verify_xid_text
     if [[ -n ${FC_VQFD:-} ]]; then
         if [[ $FC_VQ_SECTIONS == *ROW_REMAPPER* ]]; then
