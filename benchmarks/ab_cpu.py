@@ -32,8 +32,9 @@ def hosts_in(inventory: Path) -> int:
 
 
 def machine_busy() -> float:
-    """Seconds every core of this machine has been busy since boot."""
-    fields = list(map(int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]))
+    """Seconds every core of this machine has been busy since boot (user to softirq; not
+    steal, the hypervisor's time for other guests)."""
+    fields = list(map(int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]))
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 

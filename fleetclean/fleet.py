@@ -179,10 +179,7 @@ def _run_one(
         if stage:
             emit(Event(name, "stage", stage))
 
-    try:
-        output = session.run(job.host, job.pieces, on_line)
-    finally:
-        dialing.done()  # this worker thread's next host starts afresh
+    output = session.run(job.host, job.pieces, on_line)
     result = host_result(name, output, time.monotonic() - t0)
     emit(Event(name, "done", result=result))
     return result

@@ -162,13 +162,17 @@ class LiveProgress:
 
     def render(self) -> RenderableType:
         lines: list[RenderableType] = []
-        if len(self._hosts) <= self.LINES_UP_TO:
+        small = len(self._hosts) <= self.LINES_UP_TO
+        if small:
             with self._lock:
                 states = {h: self._state.get(h, "queued") for h in self._hosts}
-            lines += [Text.assemble((f"{h:<20}", "bold"), " ", s) for h, s in states.items()]
+                connecting = {h: e.dialing for h, e in self._active.items() if not e.stage}
+            lines += [Text.assemble((f"{h:<20}", "bold"), " ",
+                                    _connecting(connecting[h]) if h in connecting else s)
+                      for h, s in states.items()]
         lines += self._summary()
-        slowest = self.slowest()
-        if slowest and len(self._hosts) > self.LINES_UP_TO:
+        slowest = [] if small else self.slowest()
+        if slowest:
             lines.append(Text("longest running:", style="dim"))
             width = max(len(h) for h, _, _ in slowest)
             lines += [Text(f"  {h:<{width}}  {s:6.1f}s  {stage}") for h, s, stage in slowest]

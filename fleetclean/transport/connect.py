@@ -175,6 +175,7 @@ def _retrying(
         pause = backoff(tries)
         if again is None or tries >= MAX_ATTEMPTS or time.monotonic() - first + pause > limit:
             raise Failed(failure or _gave_up(where, tries, time.monotonic() - first))
+        dialing.note(dialing.RETRY)
         time.sleep(pause)
 
 

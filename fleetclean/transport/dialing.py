@@ -9,9 +9,9 @@ Keyed by thread, because a host is dialed start to finish on one worker thread: 
 passed down through the connection code's layers, a step costs one dict write, and reading
 it costs the view, not the host.
 
->>> note("slot"); probe()()
+>>> where = probe(); note("slot"); where()
 'waiting for a startup slot'
->>> done(); probe()() is None
+>>> done(); where() is None
 True
 """
 
@@ -23,13 +23,19 @@ from contextlib import contextmanager
 from typing import Any
 
 SLOT = "slot"  # waiting for a startup slot of the sshd (pace.Startups)
+RETRY = "retry"  # dropped before its banner (MaxStartups), or its jump host lost: a pause
 HOP = "hop"  # connecting to a jump host on the way
+THROUGH = "through"  # the jump host opening its channel to the host
+PROXY = "proxy"  # starting the ProxyCommand
 
 # The connection phases by their classify.Phase values (a test holds the two together):
 # classify imports paramiko, which a local run never loads.
 _WORDS = {
     SLOT: "waiting for a startup slot",
+    RETRY: "dropped, trying again",
     HOP: "connecting to the jump host",
+    THROUGH: "through the jump host",
+    PROXY: "starting the ProxyCommand",
     "tcp": "TCP connect",
     "banner": "waiting for the SSH banner",
     "kex": "key exchange",
@@ -41,6 +47,9 @@ _WORDS = {
 # its own entries; dict get/set/pop are atomic under the GIL.
 _NOTES: dict[int, Any] = {}
 _HOPS: dict[int, int] = {}  # thread ident -> jump-host connections it is inside
+# thread ident -> the token of the probe given out for its current host: a probe kept after
+# its host finished answers None, not the next host's steps on the same thread.
+_OWNER: dict[int, object] = {}
 
 
 def note(step: Any) -> None:
@@ -69,18 +78,22 @@ def via_hop() -> Iterator[None]:
 
 
 def done() -> None:
-    """The calling thread's host is connected, or gave up: nothing to show."""
-    _NOTES.pop(threading.get_ident(), None)
+    """The calling thread's host is done (connected and run, or gave up): nothing to show,
+    and its probe answers None from now on."""
+    ident = threading.get_ident()
+    _NOTES.pop(ident, None)
+    _OWNER.pop(ident, None)
 
 
 def probe() -> Callable[[], str | None]:
     """Where the calling thread's host is, in words, readable from any thread (None: no
-    step noted, as for a local host)."""
+    step noted, as for a local host, or the host is done)."""
     ident = threading.get_ident()
+    token = _OWNER[ident] = object()
 
     def where() -> str | None:
         step = _NOTES.get(ident)
-        if step is None:
+        if step is None or _OWNER.get(ident) is not token:
             return None
         if not isinstance(step, str):
             from fleetclean.transport.classify import phase_of  # loaded by the connection

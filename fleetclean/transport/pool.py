@@ -102,6 +102,11 @@ class _Lane:
         return bool(self.conn.is_connected)
 
 
+def _proxy(command: str) -> ProxySock:
+    dialing.note(dialing.PROXY)
+    return ProxySock(command)
+
+
 class Pool:
     """Open connections per hop chain; failures of a hop kept for the run."""
 
@@ -120,14 +125,16 @@ class Pool:
             return lambda: self.channel_to(route.hops, target, limit)
         command = route.proxy_command
         if command:
-            return lambda: ProxySock(command)
+            return lambda: _proxy(command)
         return lambda: tcp(target, limit)
 
     def channel_to(self, hops: tuple[Target, ...], target: Target, limit: float) -> HopSocket:
         """A channel to ``target`` through the last of ``hops``, on a lane with room."""
+        dialing.note(dialing.THROUGH)
         key: ChainKey = tuple(h.ident for h in hops)
         for _ in range(2 * MAX_LANES):
             lane = self._lane(hops, key)
+            dialing.note(dialing.THROUGH)  # after a jump host this thread connected itself
             try:
                 chan = channel(lane.conn, hops[-1], target, limit)
             except _Refused as exc:

@@ -164,6 +164,12 @@ class Session:
         if host.connection == "local":
             return run_local(host, script, self.opts, on_line)
         try:
+            return self._run(host, script, on_line)
+        finally:
+            dialing.done()  # the steps noted on this thread were this host's
+
+    def _run(self, host: Host, script: Script, on_line: LineCallback | None) -> ScriptOutput:
+        try:
             conn, reused = self._acquire(host)
             out = self._run_on(conn, host, script, on_line)
             if reused and out.failure is not None and not out.started and not conn.is_connected:

@@ -28,7 +28,7 @@ class Worker:
     worker thread, which the test drives one step at a time."""
 
     def __init__(self) -> None:
-        self.steps: list[Callable[[], object]] = []
+        self.steps: list[Callable[[], object] | None] = []  # None: end the thread
         self.go, self.ran = threading.Semaphore(0), threading.Semaphore(0)
         self.probe: Callable[[], str | None] = lambda: None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -38,13 +38,22 @@ class Worker:
     def _run(self) -> None:
         while True:
             self.go.acquire()
-            self.steps.pop(0)()
+            step = self.steps.pop(0)
+            if step is None:
+                return
+            step()
             self.ran.release()
 
     def do(self, step: Callable[[], object]) -> None:
         self.steps.append(step)
         self.go.release()
         assert self.ran.acquire(timeout=10)
+
+    def stop(self) -> None:
+        self.do(dialing.done)
+        self.steps.append(None)
+        self.go.release()
+        self.thread.join(timeout=10)
 
 
 def noting(step: object) -> Callable[[], None]:
@@ -62,8 +71,19 @@ def test_each_step_and_phase_is_read_from_another_thread() -> None:
         shown.append(worker.probe())
     assert shown == ["waiting for a startup slot", "TCP connect", "waiting for the SSH banner",
                      "key exchange", "authentication", "opening the session"]
-    worker.do(dialing.done)
+    worker.stop()
     assert worker.probe() is None
+
+
+def test_a_probe_kept_after_its_host_is_done_does_not_show_the_next_host() -> None:
+    worker = Worker()
+    first = worker.probe
+    worker.do(noting(dialing.SLOT))
+    worker.do(dialing.done)
+    worker.do(lambda: setattr(worker, "probe", dialing.probe()))  # the thread's next host
+    worker.do(noting(Phase.TCP.value))
+    assert (first(), worker.probe()) == (None, "TCP connect")
+    worker.stop()
 
 
 def test_a_jump_hosts_own_steps_are_not_the_hosts() -> None:
@@ -75,20 +95,25 @@ def test_a_jump_hosts_own_steps_are_not_the_hosts() -> None:
     worker.do(lambda: hop.__exit__(None, None, None))
     worker.do(lambda: dialing.note(connection(transport(True, True, False))))
     assert worker.probe() == "authentication"
-    worker.do(dialing.done)
+    worker.stop()
 
 
 def test_one_hosts_steps_are_not_another_threads() -> None:
     a, b = Worker(), Worker()
     a.do(lambda: dialing.note(dialing.SLOT))
     assert (a.probe(), b.probe()) == ("waiting for a startup slot", None)
-    a.do(dialing.done)
+    a.stop()
+    b.stop()
 
 
-def test_every_connection_phase_has_words() -> None:
+def test_every_connection_phase_and_step_has_words() -> None:
     probe = dialing.probe()
-    for phase in set(Phase) - {Phase.SCRIPT}:
-        dialing.note(phase.value)
-        words = probe()
-        assert words and words != phase.value, phase
-    dialing.done()
+    steps = [p.value for p in set(Phase) - {Phase.SCRIPT}] + [
+        dialing.SLOT, dialing.RETRY, dialing.HOP, dialing.THROUGH, dialing.PROXY]
+    try:
+        for step in steps:
+            dialing.note(step)
+            words = probe()
+            assert words and words != step, step
+    finally:
+        dialing.done()

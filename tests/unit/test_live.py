@@ -138,3 +138,17 @@ def test_nothing_is_drawn_when_stderr_is_not_a_terminal() -> None:
             live(Event(host, "start"))
             live(done(host, HostStatus.CLEAN))
     assert out.getvalue() == ""
+
+
+@pytest.mark.parametrize("n", [2, 100])
+def test_a_host_still_connecting_says_how_far_it_got(n: int) -> None:
+    """One line per host in a small fleet, the longest-running lines in a big one."""
+    hosts = names(n)
+    live = LiveProgress(Console(file=io.StringIO()), hosts, clock=Clock())
+    live(Event(hosts[0], "start", dialing=lambda: "authentication"))
+    live(Event(hosts[1], "start"))  # nothing known of its connection (a local host)
+    lines = shown(live)
+    assert any(line.startswith(hosts[0]) and line.endswith("connecting (authentication)")
+               for line in (x.strip() for x in lines)), lines
+    assert any(line.startswith(hosts[1]) and line.endswith("connecting")
+               for line in (x.strip() for x in lines)), lines
