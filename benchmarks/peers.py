@@ -19,9 +19,9 @@ fleetclean faster), min/median/max over the repetitions. Each command's whole CP
 printed too: the machine's busy time from ``/proc/stat`` while it ran, the simulated nodes'
 sshd and remote commands included, per host, and split into the tool's own process tree
 (pdsh with its ssh clients; ``wait4``) and the rest, the nodes' share (with this script's
-own sampling of the tool's threads and fds, about 0.2 ms a host, and anything else running). ``--profile``: one more
-``status`` at the biggest size under cProfile (every thread's CPU, merged), its top
-functions printed. The nodes share
+own sampling of the tool's threads and fds, about 0.2 ms a host, and anything else
+running). ``--profile``: one more ``status`` at the biggest size under cProfile (every
+thread's CPU, merged), its top functions printed. The nodes share
 this machine's cores with the controller and the peers.
 """
 
