@@ -33,9 +33,13 @@ def slurm_env(slurm_fleet: SimFleet, monkeypatch: pytest.MonkeyPatch) -> SimFlee
     return slurm_fleet
 
 
-def teardown(cli: Cli, fleet: SimFleet, *extra: str) -> dict[str, dict[str, object]]:
+def teardown(cli: Cli, fleet: SimFleet, *extra: str,
+             verify: int = 1) -> dict[str, dict[str, object]]:
+    """post-extraction on the Slurm partition's nodes; ``verify``: the verification's
+    timeout, short where a node must end dirty (it is waited out), long where every node
+    must end clean (the verification ends as soon as the GPUs are free)."""
     result = cli("run", "post-extraction", "-i", "slurm:", "-F", fleet.ssh_config_path,
-                 "-e", "verify_timeout=1", "--json", *extra)
+                 "-e", f"verify_timeout={verify}", "--json", *extra)
     assert result.code in (0, 1), result.err
     return {h["host"]: h for h in result.json()["hosts"]}
 
@@ -64,7 +68,7 @@ def test_a_node_left_dirty_is_drained_and_resumed_once_clean(slurm_env: SimFleet
                 "--json")
     assert still.host("node02")["slurm"]["action"] == "none"
     # Without the protection the teardown frees the GPU, and the node comes back.
-    hosts = teardown(cli, fleet, "--resume-clean")
+    hosts = teardown(cli, fleet, "--resume-clean", verify=20)
     assert hosts["node02"]["status"] == "clean"
     assert hosts["node02"]["slurm"]["action"] == "resume"
     assert wait_for(lambda: node_idle(fleet, "node02"))
