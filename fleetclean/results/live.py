@@ -2,13 +2,14 @@
 
 At any fleet size the view stays a dozen lines: how many hosts are queued, connecting,
 running (by stage) and done (by status), and the hosts that have been going longest, which
-are the ones a person waits for; one still connecting says how far it got (waiting for a
-startup slot, the SSH banner, the key exchange, authentication: ``transport.dialing``). A
-small fleet also gets one line per host.
+are the ones a person waits for; the hosts still connecting are counted by how far they got
+(waiting for a startup slot, the SSH banner, the key exchange, authentication:
+``transport.dialing``), and each of the longest says it. A small fleet also gets one line
+per host.
 
 Cheap at 1,000 hosts: an event only moves counters (O(1), under a lock); drawing happens
-on rich's refresh thread a few times a second, and costs O(states + slowest shown), never
-O(hosts). The oldest active hosts come first in an insertion-ordered dict, so finding the
+on rich's refresh thread a few times a second, and costs O(states + active hosts, which
+``--forks`` bounds), never O(hosts). The oldest active hosts come first in an insertion-ordered dict, so finding the
 slowest needs no sort.
 
 >>> import io
@@ -183,6 +184,8 @@ class LiveProgress:
         counts = self.counts()
         with self._lock:
             stages = [(s, n) for s, n in self._stages.items() if n]
+            # At most --forks hosts are active: asking each connecting one stays bounded.
+            dialing = [e.dialing for e in self._active.values() if not e.stage and e.dialing]
             done = sorted(((s, n) for s, n in self._done.items() if n),
                           key=lambda sn: _ORDER.index(sn[0]) if sn[0] in _ORDER else 99)
         elapsed = self._clock() - self._started
@@ -192,6 +195,9 @@ class LiveProgress:
         )]
         where = [f"{phase} {counts[phase]}" for phase in ("queued", "connecting")
                  if counts.get(phase)]
+        steps = Counter(step for step in (probe() for probe in dialing) if step)
+        if steps and where and where[-1].startswith("connecting"):
+            where[-1] += " (" + ", ".join(f"{s} {n}" for s, n in steps.most_common()) + ")"
         if stages:
             where.append(f"running {counts['running']} (" +
                          ", ".join(f"{s} {n}" for s, n in stages) + ")")

@@ -4,6 +4,7 @@ lines whatever the fleet size; fed synthetic fleet events (no SSH)."""
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 import pytest
 from rich.console import Console
@@ -152,3 +153,20 @@ def test_a_host_still_connecting_says_how_far_it_got(n: int) -> None:
                for line in (x.strip() for x in lines)), lines
     assert any(line.startswith(hosts[1]) and line.endswith("connecting")
                for line in (x.strip() for x in lines)), lines
+
+
+def saying(step: str | None) -> Callable[[], str | None]:
+    return lambda: step
+
+
+def test_the_hosts_still_connecting_are_counted_by_how_far_they_got() -> None:
+    hosts = names(1000)
+    live = LiveProgress(Console(file=io.StringIO()), hosts, clock=Clock())
+    steps = ["authentication", "waiting for a startup slot", "authentication", None]
+    for host, step in zip(hosts[:4], steps, strict=True):
+        live(Event(host, "start", dialing=saying(step)))
+    live(Event(hosts[4], "start"))
+    live(Event(hosts[4], "stage", "verify"))
+    lines = [line.strip() for line in shown(live)]
+    assert ("queued 995 · connecting 4 (authentication 2, waiting for a startup slot 1) · "
+            "running 1 (verify 1)") in lines, lines
