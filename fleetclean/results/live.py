@@ -9,8 +9,8 @@ per host.
 
 Cheap at 1,000 hosts: an event only moves counters (O(1), under a lock); drawing happens
 on rich's refresh thread a few times a second, and costs O(states + active hosts, which
-``--forks`` bounds), never O(hosts). The oldest active hosts come first in an insertion-ordered dict, so finding the
-slowest needs no sort.
+``--forks`` bounds), never O(hosts). The oldest active hosts come first in an
+insertion-ordered dict, so finding the slowest needs no sort.
 
 >>> import io
 >>> from rich.console import Console
