@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pwd
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -103,7 +104,10 @@ def test_gpus_limits_kills_and_verification_to_those_gpus(
     reason = status.host("node01")["error"]
     assert reason.startswith(f"GPU5 5000 MiB; held by {other} ") and reason.endswith(
         "(root; GPU5)"), reason
-    assert str(mine) not in reason and str(theirs) not in reason
+    # The holders it names (a PID after "held by " or after the previous holder's "), "):
+    # not a substring test, which PID 7 fails inside "held by 17".
+    named = {int(pid) for pid in re.findall(r"(?:held by |\), )(\d+) ", reason)}
+    assert named == {other}, reason
 
     check = cli("run", "post-extraction", "-i", fleet.inventory_path, "--gpus", "0,3",
                 "--check")
