@@ -1,7 +1,7 @@
 """How far each host's connection has got, for the live view: while a host is connecting,
 its worker thread notes each step (waiting for a startup slot of a busy sshd or bastion,
 the TCP connect, then the connection, whose SSH phase is read off paramiko's transport),
-and the view asks a few times a second for the hosts that have been at it longest. At
+and the view asks a few times a second, for each host still connecting (at most --forks). At
 1,000 hosts a run that hangs shows where: sshd slow to authenticate (PAM, LDAP), silent
 after its banner, or fleetclean pacing its own new connections.
 

@@ -41,8 +41,8 @@ VERIFY_Q_ARGS = f"-q -d {VERIFY_Q_SECTIONS[0]}"
 ECC_XID_RE = r"NVRM: Xid \([^)]*\): (48|63|64|92|94|95|140|154),"
 # What of the kernel log reaches bash (a sed script; verify.sh: FC_VKLOG_SED): its first
 # line, which says whether the log is whole since boot, and the driver's Xid lines. bash's
-# read takes about 60 ns of CPU a byte on the H200's host, 10 ms for a 160 KB boot log,
-# which sed passes over in C (benchmarks/RESULTS.md).
+# read and matches took 11.7 ms of CPU for a 160 KB boot log on the H200's host, which sed
+# passes over in C (benchmarks/RESULTS.md).
 KERNEL_LOG_SED = "1{p;d;};/NVRM: Xid/p"
 
 

@@ -18,7 +18,8 @@ FC_VQ_PENDING=",retired_pages.pending,remapped_rows.pending"
 FC_VQ_SECTIONS=MEMORY,PIDS,ROW_REMAPPER
 FC_VECC_RE='NVRM: Xid \([^)]*\): (48|63|64|92|94|95|140|154),'
 # What of dmesg's output reaches bash (verify.py: KERNEL_LOG_SED): its first line and the
-# driver's Xid lines, not the rest of a boot log that bash would read a byte at a time.
+# driver's Xid lines, not the rest of a boot log, every byte of which bash's read and
+# matches would go over one at a time.
 FC_VKLOG_SED='1{p;d;};/NVRM: Xid/p'
 
 # The kernel log as the verification reads it: through sed where the node has it (it is not
