@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fleetclean import fleet
 from fleetclean.commands.env import Env, error_line
-from fleetclean.commands.steps import options
+from fleetclean.commands.steps import fitted_forks, options
 from fleetclean.errors import UsageError
 from fleetclean.models import RunResult
 from fleetclean.results.lastseen import apply_history
@@ -23,6 +23,7 @@ from fleetclean.results.lastseen import apply_history
 
 def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env) -> RunResult:
     opts = options(args)
+    forks = fitted_forks(args, env)
     cancel = threading.Event()
     # A live view only for a person watching the table come: not for --json/--csv, not
     # into a pipe or log (and then neither rich's live machinery is imported).
@@ -31,11 +32,10 @@ def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env
         from fleetclean.results.live import LiveProgress
 
         with LiveProgress(console, [j.host.name for j in jobs]) as progress:
-            result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks,
+            result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=forks,
                                      on_event=progress, cancel=cancel)
     else:
-        result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks,
-                                 cancel=cancel)
+        result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=forks, cancel=cancel)
     # Faults that need each host's past (its GPU count, Xids since its last run).
     return apply_history(result, [j.host for j in jobs])
 

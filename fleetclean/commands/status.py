@@ -7,10 +7,11 @@ import time
 from typing import TYPE_CHECKING
 
 from fleetclean.commands import slurm_step
-from fleetclean.commands.env import Env
+from fleetclean.commands.env import Env, error_line
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
 from fleetclean.commands.steps import (
     ask_become_pass,
+    fitted_forks,
     inventory_sources,
     options,
     render_jobs,
@@ -51,15 +52,24 @@ def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env)
 
     from fleetclean import fleet
     from fleetclean.results import table
+    from fleetclean.transport import fdlimit
     from fleetclean.transport.session import Session
 
     opts = options(args)
+    forks = fitted_forks(args, env)
+    # One file a host between refreshes: 1,000 hosts are more than Linux's usual soft
+    # limit (1,024 with the run's own), far more than macOS's (256).
+    kept = fdlimit.kept_that_fit(len(jobs), forks)
+    if kept < len(jobs):
+        error_line(env, f"fleetclean: warning: status --watch keeps {kept} of {len(jobs)} "
+                        "hosts' connections, all the open-files limit (ulimit -n) leaves "
+                        "room for; the others log in again at every refresh")
     console = env.console()
     try:
-        with Session(opts, keep=True) as session, \
+        with Session(opts, keep=True, keep_at_most=kept) as session, \
                 Live(console=console, auto_refresh=False) as live:
             while True:
-                result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=args.forks,
+                result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=forks,
                                          session=session)
                 if result.interrupted:
                     break

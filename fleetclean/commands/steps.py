@@ -52,6 +52,19 @@ def select_hosts(args: argparse.Namespace, env: Env, *, warn: bool = False) -> l
     return hosts
 
 
+def fitted_forks(args: argparse.Namespace, env: Env) -> int:
+    """``--forks``, or as many hosts at once as the open-files limit leaves room for (the
+    run itself fits them the same way: transport.fdlimit), said once on stderr."""
+    from fleetclean.transport import fdlimit
+
+    fits = fdlimit.forks_that_fit(args.forks)
+    if fits < args.forks:
+        error_line(env, f"fleetclean: warning: the open-files limit (ulimit -n) leaves room "
+                        f"for {fits} hosts at once: running {fits} at a time, not --forks "
+                        f"{args.forks}")
+    return fits
+
+
 def ask_become_pass(args: argparse.Namespace, jobs: list[fleet.Job]) -> list[fleet.Job]:
     """``-K``: asked once, after every input was checked and before any connection."""
     import dataclasses

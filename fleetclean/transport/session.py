@@ -5,7 +5,8 @@ callback, and returns what came back or *why nothing could* as a ``TransportFail
 (never an exception), so one bad host never hides the others.
 
 A session made with ``keep=True`` (``status --watch``) keeps each host's connection open
-after its script for the next run: one handshake per host for the whole watch. A kept
+after its script for the next run: one handshake per host for the whole watch (at most
+``keep_at_most`` of them, which the open-files limit sets: ``transport.fdlimit``). A kept
 connection that has dropped meanwhile is replaced, and so is one that turns out dead when
 the next session channel is asked of it (nothing has run on the host then). Connections a
 caller hands in (``adopt``, the library API's fabric ``Connection``s) are used the same way
@@ -61,13 +62,17 @@ def target_of(host: Host) -> Target:
 class Session:
     """Shared state for one fleet run: host keys, parsed keys and configs, jump hosts."""
 
-    def __init__(self, opts: Options, *, keep: bool = False) -> None:
+    def __init__(self, opts: Options, *, keep: bool = False,
+                 keep_at_most: int | None = None) -> None:
         self.opts = opts
         self._ctx = Context(opts.connect_timeout, KnownHostsCache(opts.known_hosts),
                             opts.accept_new_host_keys)
         self._configs = Configs()
         self._pool = Pool(self._ctx)
         self._keep = keep
+        # Kept connections hold a file each: no more than the open-files limit leaves room
+        # for (transport.fdlimit); the others log in again at each run.
+        self._keep_at_most = keep_at_most
         self._lock = threading.Lock()
         self._open: set[Any] = set()
         self._kept: dict[str, Any] = {}
@@ -148,7 +153,9 @@ class Session:
             self._open.discard(conn)
             if host.name in self._given:
                 return
-            keep = self._keep and conn.is_connected
+            keep = self._keep and conn.is_connected and (
+                self._keep_at_most is None or host.name in self._kept
+                or len(self._kept) < self._keep_at_most)
             if keep:
                 self._kept[host.name] = conn
             else:

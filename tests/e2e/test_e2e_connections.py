@@ -4,9 +4,11 @@ runs on fabric ``Connection``s its caller made (and leaves them as it found them
 from __future__ import annotations
 
 import gc
+import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -79,6 +81,56 @@ def test_status_watch_logs_in_once_per_host_and_again_only_where_dropped(
     assert proc.returncode == 130, err
     after = counts(fleet, "Accepted publickey")
     assert {n: after[n] - logins[n] for n in after} == {"node01": 1, "node02": 2, "node03": 1}
+
+
+def limited_cli(tmp_path: Path, files: int, *argv: str) -> subprocess.Popen[str]:
+    """fleetclean in a child of this test whose soft and hard limits on open files are
+    ``files``."""
+    code = ("import resource, runpy, sys; "
+            f"resource.setrlimit(resource.RLIMIT_NOFILE, ({files}, {files})); "
+            "sys.argv[0] = 'fleetclean'; runpy.run_module('fleetclean', run_name='__main__')")
+    env = dict(os.environ, FLEETCLEAN_STATE_DIR=str(tmp_path / "state"), NO_COLOR="1")
+    return subprocess.Popen([sys.executable, "-c", code, *argv], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_forks_beyond_the_open_files_limit_are_scaled_down_and_said(
+    fleet: SimFleet, tmp_path: Path
+) -> None:
+    proc = limited_cli(tmp_path, 80, "status", "-f", "64", "--json", "-i",
+                       str(fleet.inventory_path))
+    out, err = proc.communicate(timeout=120)
+    assert "leaves room for 4 hosts at once: running 4 at a time, not --forks 64" in err, err
+    assert proc.returncode == 0, err
+    assert {h["status"] for h in json.loads(out)["hosts"]} == {"clean"}
+
+
+def test_status_watch_keeps_no_more_connections_than_its_open_files_limit_allows(
+    fleet: SimFleet, tmp_path: Path
+) -> None:
+    """Under a hard limit of 82 files (64 for the process's own, 4 for each of --forks 4),
+    two hosts' connections are kept and the third logs in at every refresh: said once,
+    and every host still refreshed, none failing for want of a file."""
+    logins, sessions = counts(fleet, "Accepted publickey"), counts(fleet, "Starting session")
+
+    proc = limited_cli(tmp_path, 82, "status", "--watch", "0.2", "-f", "4", "-i",
+                       str(fleet.inventory_path))
+    try:
+        wait_for("three refreshes of every host", lambda: all(
+            n - sessions[h] >= 3 for h, n in counts(fleet, "Starting session").items()))
+    finally:
+        proc.send_signal(signal.SIGINT)  # our own child, by PID
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+    assert proc.returncode == 130, err
+    assert "status --watch keeps 2 of 3 hosts' connections" in err, err
+    assert "Too many open files" not in out + err
+    after = counts(fleet, "Accepted publickey")
+    new = sorted(after[n] - logins[n] for n in after)
+    assert new[:2] == [1, 1] and new[2] >= 3, new
 
 
 def _connections(fleet: SimFleet) -> list[Connection]:
