@@ -56,7 +56,7 @@ def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env)
     from fleetclean.transport.session import Session
 
     opts = options(args)
-    forks = fitted_forks(args, env)
+    forks = fitted_forks(args, env, len(jobs))
     # One file a host between refreshes: 1,000 hosts are more than Linux's usual soft
     # limit (1,024 with the run's own), far more than macOS's (256).
     kept = fdlimit.kept_that_fit(len(jobs), forks)

@@ -52,13 +52,15 @@ def select_hosts(args: argparse.Namespace, env: Env, *, warn: bool = False) -> l
     return hosts
 
 
-def fitted_forks(args: argparse.Namespace, env: Env) -> int:
-    """``--forks``, or as many hosts at once as the open-files limit leaves room for (the
-    run itself fits them the same way: transport.fdlimit), said once on stderr."""
+def fitted_forks(args: argparse.Namespace, env: Env, hosts: int) -> int:
+    """``--forks`` (no more than the ``hosts``), or as many hosts at once as the open-files
+    limit leaves room for (the run itself fits them the same way: transport.fdlimit), said
+    once on stderr."""
     from fleetclean.transport import fdlimit
 
-    fits = fdlimit.forks_that_fit(args.forks)
-    if fits < args.forks:
+    wanted = max(1, min(args.forks, hosts))
+    fits = fdlimit.forks_that_fit(wanted)
+    if fits < wanted:
         error_line(env, f"fleetclean: warning: the open-files limit (ulimit -n) leaves room "
                         f"for {fits} hosts at once: running {fits} at a time, not --forks "
                         f"{args.forks}")
