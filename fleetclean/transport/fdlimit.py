@@ -13,7 +13,6 @@ True
 
 from __future__ import annotations
 
-import resource
 import sys
 
 SPARE = 64  # the interpreter's own files: stdio, logs, run records, the terminal
@@ -26,6 +25,10 @@ _MACOS_OPEN_MAX = 10240
 def raise_soft(wanted: int) -> int:
     """Raise this process's soft limit on open files to ``wanted`` where it is lower (up
     to the hard limit); the soft limit after it (``sys.maxsize``: unlimited)."""
+    if sys.platform == "win32":  # no RLIMIT_NOFILE there, nor this kind of limit on sockets
+        return sys.maxsize
+    import resource  # POSIX only
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return sys.maxsize
