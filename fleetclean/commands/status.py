@@ -57,8 +57,8 @@ def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env)
 
     opts = options(args)
     forks = fitted_forks(args, env, len(jobs))
-    # One file a host between refreshes: 1,000 hosts are more than Linux's usual soft
-    # limit (1,024 with the run's own), far more than macOS's (256).
+    # One file a host between refreshes: 1,000 hosts come within a few files of Linux's
+    # usual soft limit (1,024, with the run's own), and far past macOS's (256).
     kept = fdlimit.kept_that_fit(len(jobs), forks)
     if kept < len(jobs):
         error_line(env, f"fleetclean: warning: status --watch keeps {kept} of {len(jobs)} "
