@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from peers import machine_cpu
+
 COMMANDS = {"status": ["status"], "post-extraction": ["run", "post-extraction", "--no-record"]}
 
 
@@ -31,17 +33,10 @@ def hosts_in(inventory: Path) -> int:
     return len(load_inventory(inventory).select(None))
 
 
-def machine_busy() -> float:
-    """Seconds every core of this machine has been busy since boot (user to softirq; not
-    steal, the hypervisor's time for other guests)."""
-    fields = list(map(int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]))
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-
-
 def one(tree: Path, argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
     """(CPU seconds, wall seconds, the machine's busy seconds) of one run; a run that fails
     is said and still counted."""
-    busy = machine_busy()
+    busy = machine_cpu()
     started = time.perf_counter()
     proc = subprocess.Popen([str(tree / ".venv" / "bin" / "fleetclean"), *argv],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
@@ -52,7 +47,7 @@ def one(tree: Path, argv: list[str], env: dict[str, str]) -> tuple[float, float,
     if code not in (0, 1):  # 1: some host dirty, which a status of a busy fleet is
         print(f"  note: {tree.name} {argv[0]}: exit {code}: {err[-300:]}", flush=True)
     return (usage.ru_utime + usage.ru_stime, time.perf_counter() - started,
-            machine_busy() - busy)
+            machine_cpu() - busy)
 
 
 def main() -> int:
