@@ -48,7 +48,7 @@ def _handler(command: str) -> Handler:
 
 
 def main(argv: Sequence[str] | None = None, env: Env | None = None) -> int:
-    env = env or Env()
+    env = env or Env(own_process=argv is None)
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = env.debug
     try:

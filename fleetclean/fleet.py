@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from fleetclean.models import Host, HostResult, HostStatus, RunResult, ScriptReport
 from fleetclean.results import parse
 from fleetclean.results.reasons import dirty_reason, refused_reason
-from fleetclean.transport import Options, ScriptOutput, dialing, fdlimit
+from fleetclean.transport import Options, ScriptOutput, dialing, limits
 
 if TYPE_CHECKING:
     from fleetclean.transport.local import LocalSession
@@ -83,7 +83,7 @@ def run_fleet(
     ones), left open; by default one for this run alone."""
     cancel = cancel or threading.Event()
     started = time.monotonic()
-    forks = fdlimit.forks_that_fit(forks)  # never more in flight than files to hold them
+    forks = limits.fit_forks(forks).n  # never more in flight than files and threads allow
     if session is not None:
         return _run_all(jobs, playbook, session, forks=forks, on_event=on_event,
                         cancel=cancel, started=started)

@@ -23,6 +23,9 @@ class Env:
     stderr: TextIO = field(default_factory=lambda: sys.stderr)
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     no_color: bool = False
+    # The process's own command line (the ``fleetclean`` program, not ``main()`` called
+    # from Python, as the tests do): only then may a command start the process again.
+    own_process: bool = False
 
     def console(self, *, stderr: bool = False) -> Console:
         from rich.console import Console

@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 
 
 def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
+    if args.watch is not None and env.own_process:
+        # Before anything is said, asked or sent: this may start the process again.
+        from fleetclean.commands.memory import thread_caches_off
+
+        thread_caches_off()
     check_prom(args)
     slurm_options.check(args, inventory_sources(args, env))
     hosts = select_hosts(args, env, warn=True)
@@ -52,21 +57,22 @@ def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env)
 
     from fleetclean import fleet
     from fleetclean.results import table
-    from fleetclean.transport import fdlimit
+    from fleetclean.transport import limits
     from fleetclean.transport.session import Session
 
     opts = options(args)
     forks = fitted_forks(args, env, len(jobs))
-    # One file a host between refreshes: 1,000 hosts come within a few files of Linux's
-    # usual soft limit (1,024, with the run's own), and far past macOS's (256).
-    kept = fdlimit.kept_that_fit(len(jobs), forks)
-    if kept < len(jobs):
-        error_line(env, f"fleetclean: warning: status --watch keeps {kept} of {len(jobs)} "
-                        "hosts' connections, all the open-files limit (ulimit -n) leaves "
-                        "room for; the others log in again at every refresh")
+    # One file and one thread a host between refreshes: 1,000 hosts come within a few
+    # files of Linux's usual soft limit (1,024, with the run's own), far past macOS's
+    # (256), and past a container's pids limit of 1,024.
+    kept = limits.fit_kept(len(jobs), forks)
+    if kept.n < len(jobs):
+        error_line(env, f"fleetclean: warning: status --watch keeps {kept.n} of {len(jobs)} "
+                        f"hosts' connections, all {kept.by} leaves room for; the others log "
+                        "in again at every refresh")
     console = env.console()
     try:
-        with Session(opts, keep=True, keep_at_most=kept) as session, \
+        with Session(opts, keep=True, keep_at_most=kept.n) as session, \
                 Live(console=console, auto_refresh=False) as live:
             while True:
                 result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=forks,

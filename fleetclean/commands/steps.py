@@ -53,18 +53,17 @@ def select_hosts(args: argparse.Namespace, env: Env, *, warn: bool = False) -> l
 
 
 def fitted_forks(args: argparse.Namespace, env: Env, hosts: int) -> int:
-    """``--forks`` (no more than the ``hosts``), or as many hosts at once as the open-files
-    limit leaves room for (the run itself fits them the same way: transport.fdlimit), said
-    once on stderr."""
-    from fleetclean.transport import fdlimit
+    """``--forks`` (no more than the ``hosts``), or as many hosts at once as the limits on
+    open files and threads leave room for (the run itself fits them the same way:
+    transport.limits), said once on stderr."""
+    from fleetclean.transport import limits
 
     wanted = max(1, min(args.forks, hosts))
-    fits = fdlimit.forks_that_fit(wanted)
-    if fits < wanted:
-        error_line(env, f"fleetclean: warning: the open-files limit (ulimit -n) leaves room "
-                        f"for {fits} hosts at once: running {fits} at a time, not --forks "
-                        f"{args.forks}")
-    return fits
+    fits = limits.fit_forks(wanted)
+    if fits.n < wanted:
+        error_line(env, f"fleetclean: warning: {fits.by} leaves room for {fits.n} hosts at "
+                        f"once: running {fits.n} at a time, not --forks {args.forks}")
+    return fits.n
 
 
 def ask_become_pass(args: argparse.Namespace, jobs: list[fleet.Job]) -> list[fleet.Job]:

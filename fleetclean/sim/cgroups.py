@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleetclean.cgroupfs import Hierarchy, mounted_hierarchies, own_cgroups
 from fleetclean.errors import SimError
 from fleetclean.sim import nodecg
 
@@ -48,21 +49,6 @@ REMOVE_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
-class Hierarchy:
-    """One mounted cgroup hierarchy: ``key`` is its name in /proc/PID/cgroup (``memory``,
-    ``cpu,cpuacct``, ``name=systemd``; ``""`` for cgroup2), ``options`` its super options."""
-
-    mount: str
-    fstype: str
-    key: str
-    options: str
-
-    @property
-    def v2(self) -> bool:
-        return self.fstype == "cgroup2"
-
-
-@dataclass(frozen=True)
 class Plan:
     """Where one fleet's cgroups go: its mode and its prefix in each hierarchy used."""
 
@@ -70,55 +56,6 @@ class Plan:
     hierarchies: tuple[Hierarchy, ...]
     prefixes: tuple[str, ...]
     why: str = ""  # for mode none: what made every hierarchy unusable
-
-
-def mounted_hierarchies(mountinfo: str) -> list[Hierarchy]:
-    """The cgroup hierarchies of a mountinfo text, each once (its first mount point).
-
-    >>> text = ("35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\\n"
-    ...         "40 31 0:37 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,name=systemd\\n"
-    ...         "41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw,nsdelegate\\n")
-    >>> [(h.key, h.options) for h in mounted_hierarchies(text)]
-    [('memory', 'rw,memory'), ('name=systemd', 'rw,name=systemd'), ('', 'rw,nsdelegate')]
-    """
-    found: dict[str, Hierarchy] = {}
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if "-" not in fields:
-            continue
-        sep = fields.index("-")
-        fstype, options = fields[sep + 1], fields[sep + 3]
-        if fstype not in ("cgroup", "cgroup2") or fields[3] != "/":
-            continue  # a bind of a sub-cgroup (a container's view) is not the hierarchy
-        key = "" if fstype == "cgroup2" else _v1_key(options)
-        found.setdefault(key, Hierarchy(fields[4], fstype, key, options))
-    return list(found.values())
-
-
-def _v1_key(options: str) -> str:
-    # /proc/PID/cgroup lists a v1 hierarchy's controllers in the kernel's order, which is
-    # also the order of its super options; a named hierarchy is "name=X" (after them).
-    words = [o for o in options.split(",") if o not in ("rw", "ro")]
-    named = [w for w in words if w.startswith("name=")]
-    known = [w for w in words if "=" not in w and w not in _V1_FLAGS]
-    return ",".join(known + named)
-
-
-_V1_FLAGS = {"noprefix", "xattr", "clone_children", "cpuset_v2_mode", "none", "favordynmods"}
-
-
-def own_cgroups(proc_cgroup: str) -> dict[str, str]:
-    """``{key: path}`` from a /proc/PID/cgroup text.
-
-    >>> own_cgroups("4:memory:/process_api/ab\\n0::/\\n")
-    {'memory': '/process_api/ab', '': '/'}
-    """
-    out: dict[str, str] = {}
-    for line in proc_cgroup.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3:
-            out[parts[1]] = parts[2]
-    return out
 
 
 def select(hierarchies: Sequence[Hierarchy], mode: str) -> list[Hierarchy]:

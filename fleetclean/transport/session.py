@@ -6,7 +6,8 @@ callback, and returns what came back or *why nothing could* as a ``TransportFail
 
 A session made with ``keep=True`` (``status --watch``) keeps each host's connection open
 after its script for the next run: one handshake per host for the whole watch (at most
-``keep_at_most`` of them, which the open-files limit sets: ``transport.fdlimit``). A kept
+``keep_at_most`` of them, which the limits on open files and threads set:
+``transport.limits``). A kept
 connection that has dropped meanwhile is replaced, and so is one that turns out dead when
 the next session channel is asked of it (nothing has run on the host then). Connections a
 caller hands in (``adopt``, the library API's fabric ``Connection``s) are used the same way
@@ -70,8 +71,8 @@ class Session:
         self._configs = Configs()
         self._pool = Pool(self._ctx)
         self._keep = keep
-        # Kept connections hold a file each: no more than the open-files limit leaves room
-        # for (transport.fdlimit); the others log in again at each run.
+        # Kept connections hold a file and a thread each: no more than the limits leave
+        # room for (transport.limits); the others log in again at each run.
         self._keep_at_most = keep_at_most
         self._lock = threading.Lock()
         self._open: set[Any] = set()

@@ -42,6 +42,9 @@ the fix belongs to another module's job, at the place named:
   one collection in a whole 256-host run (issue #18). ``_Transport.run`` breaks those
   three cycles once its thread is done, so reference counting frees a transport as soon as
   its host is.
+  A connection kept open between refreshes (``status --watch``) held the same timer, done
+  and cancelled but still referenced, and ``TcpSock``'s last chunk read, for as long as it
+  was kept: ``idle`` lets go of the timer, and ``TcpSock`` of each chunk once served.
 - paramiko's transport thread wakes every 0.1 s (``Transport._active_check_timeout``,
   https://github.com/paramiko/paramiko/issues/361) to look at its own state: 0.55 ms of CPU
   per second per open connection, so 2-3 ms per host of a teardown whose script runs a few
@@ -164,8 +167,31 @@ def running(conn: Any) -> None:
 
 
 def idle(conn: Any) -> None:
-    """A kept connection, waiting for its next use: every ``IDLE_POLL_S``."""
+    """A kept connection, waiting for its next use: every ``IDLE_POLL_S``; and without
+    its handshake timer, once the handshake is done (see the module's list)."""
     _poll(conn, IDLE_POLL_S)
+    transport = conn.client.get_transport()
+    if transport is not None:
+        drop_handshake_timer(transport.packetizer)
+
+
+def drop_handshake_timer(packetizer: Any) -> None:
+    """Let go of the handshake timer of a packetizer whose handshake is complete: its
+    thread has ended (``complete_handshake`` cancelled it), but the ``Timer`` object stays
+    with its two ``Event`` objects, about 4 KB a kept connection. Without one, paramiko
+    answers that the handshake did not time out, as it does for a completed one, and a
+    rekey starts a new timer.
+
+    >>> class P: _Packetizer__timer, _Packetizer__handshake_complete = object(), True
+    >>> p = P(); drop_handshake_timer(p); p._Packetizer__timer is None
+    True
+    >>> t = p._Packetizer__timer = object(); p._Packetizer__handshake_complete = False
+    >>> drop_handshake_timer(p); p._Packetizer__timer is t
+    True
+    """
+    # private attributes, in paramiko 2.x-5.x; a handshake still under way keeps its timer
+    if getattr(packetizer, "_Packetizer__handshake_complete", False):
+        packetizer._Packetizer__timer = None
 
 
 def _poll(conn: Any, seconds: float) -> None:
@@ -425,14 +451,17 @@ class TcpSock:
     8 KiB, not more: a status run's packets fit in it, and every ``recv`` allocates its
     whole size in the transport thread's malloc arena; with 64 KiB the controller's peak RSS
     grew by 19 MiB at 256 hosts (post-extraction: 97 MiB before this class, 116 with 64 KiB,
-    102 with 8 KiB) and by 77 MiB at 1,000 (217 MiB, over the 150 MiB bound).
+    102 with 8 KiB) and by 77 MiB at 1,000 (217 MiB, over the 150 MiB bound). A chunk whose
+    bytes are all served is let go: a kept connection, idle between refreshes, holds none.
 
     >>> a, b = socket.socketpair()
     >>> _ = b.sendall(b"SSH-2.0-x\\r\\nrest")
     >>> b.shutdown(socket.SHUT_WR)
     >>> sock = TcpSock(a)
-    >>> sock.recv(4), sock.recv(100), sock.recv(4)
-    (b'SSH-', b'2.0-x\\r\\nrest', b'')
+    >>> sock.recv(4), sock._read
+    (b'SSH-', b'SSH-2.0-x\\r\\nrest')
+    >>> sock.recv(100), sock._read, sock.recv(4)
+    (b'2.0-x\\r\\nrest', b'', b'')
     >>> sock.close(); b.close()
     """
 
@@ -452,7 +481,10 @@ class TcpSock:
             self._read, self._at = data, 0
         start = self._at
         self._at = min(start + size, len(self._read))
-        return self._read[start:self._at]
+        data = self._read[start:self._at]
+        if self._at == len(self._read):  # all served: a kept connection holds no chunk
+            self._read, self._at = b"", 0
+        return data
 
     @property
     def _closed(self) -> bool:  # what paramiko's Transport.stop_thread looks at

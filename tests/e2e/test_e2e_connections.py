@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import paramiko
@@ -19,9 +19,10 @@ import pytest
 from fabric import Connection, Group
 from simhelp import Cli, spawn_cli
 
-from fleetclean import api
+from fleetclean import api, cgroupfs
+from fleetclean.commands import memory
 from fleetclean.models import HostStatus
-from fleetclean.sim import SimFleet
+from fleetclean.sim import SimFleet, cgroups
 
 pytestmark = pytest.mark.sim
 
@@ -83,15 +84,57 @@ def test_status_watch_logs_in_once_per_host_and_again_only_where_dropped(
     assert {n: after[n] - logins[n] for n in after} == {"node01": 1, "node02": 2, "node03": 1}
 
 
-def limited_cli(tmp_path: Path, files: int, *argv: str) -> subprocess.Popen[str]:
+def limited_cli(tmp_path: Path, files: int | None, *argv: str,
+                cgroup: Path | None = None) -> subprocess.Popen[str]:
     """fleetclean in a child of this test whose soft and hard limits on open files are
-    ``files``."""
-    code = ("import resource, runpy, sys; "
-            f"resource.setrlimit(resource.RLIMIT_NOFILE, ({files}, {files})); "
+    ``files`` (None: as they are); in ``cgroup`` (which the child joins itself) if given."""
+    limit = "" if files is None else (
+        f"resource.setrlimit(resource.RLIMIT_NOFILE, ({files}, {files})); ")
+    code = (f"import resource, runpy, sys; {limit}"
             "sys.argv[0] = 'fleetclean'; runpy.run_module('fleetclean', run_name='__main__')")
     env = dict(os.environ, FLEETCLEAN_STATE_DIR=str(tmp_path / "state"), NO_COLOR="1")
-    return subprocess.Popen([sys.executable, "-c", code, *argv], env=env,
+    command = [sys.executable, "-c", code, *argv]
+    if cgroup is not None:
+        command = ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', "sh",
+                   *command]
+    return subprocess.Popen(command, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def pids_cgroup() -> Iterator[Path]:
+    """A cgroup of the pids controller, below this test's own, for the child that joins
+    it; removed after (the simulator's prefix: ``sim down`` knows it as ours)."""
+    mountinfo, own = Path("/proc/self/mountinfo").read_text(), Path("/proc/self/cgroup")
+    mine = cgroupfs.own_cgroups(own.read_text())
+    made: Path | None = None
+    for h in cgroupfs.mounted_hierarchies(mountinfo):
+        where = cgroupfs.in_mount(h, mine.get(h.key, "/"))
+        if where is None or not (h.v2 or "pids" in h.key.split(",")):
+            continue
+        path = Path(where) / f"{cgroups.PREFIX}test-{os.getpid()}"
+        try:
+            path.mkdir()
+        except OSError:
+            continue
+        if (path / "pids.max").exists():
+            made = path
+            break
+        path.rmdir()
+    if made is None:
+        pytest.skip("no writable cgroup with the pids controller on this machine")
+    try:
+        yield made
+    finally:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                made.rmdir()  # empty once the child has exited
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
 
 def test_forks_beyond_the_open_files_limit_are_scaled_down_and_said(
@@ -106,20 +149,20 @@ def test_forks_beyond_the_open_files_limit_are_scaled_down_and_said(
     assert {h["status"] for h in json.loads(out)["hosts"]} == {"clean"}
 
 
-def test_status_watch_keeps_no_more_connections_than_its_open_files_limit_allows(
-    fleet: SimFleet, tmp_path: Path
-) -> None:
-    """Under a hard limit of 78 files (64 for the process's own, 4 for each of the 3
-    hosts in flight at once, and 2 left), two hosts' connections are kept and the third
-    logs in at every refresh: said once, and every host still refreshed, none failing for
-    want of a file."""
+def watch_under_limits(fleet: SimFleet, proc_of: Callable[[], subprocess.Popen[str]],
+                       ) -> tuple[str, list[int]]:
+    """Start the watch ``proc_of`` makes, let every host refresh three times, stop it with
+    Ctrl-C: its stderr and each host's new logins, fewest first."""
     logins, sessions = counts(fleet, "Accepted publickey"), counts(fleet, "Starting session")
-
-    proc = limited_cli(tmp_path, 78, "status", "--watch", "0.2", "-f", "4", "-i",
-                       str(fleet.inventory_path))
+    proc = proc_of()
     try:
         wait_for("three refreshes of every host", lambda: all(
             n - sessions[h] >= 3 for h, n in counts(fleet, "Starting session").items()))
+        # The watch started itself again (same PID) without glibc's per-thread caches.
+        if memory.wanted(os.environ):
+            environ = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+            assert memory.TUNABLE.encode() in b":".join(
+                v.partition(b"=")[2] for v in environ if v.startswith(b"GLIBC_TUNABLES="))
     finally:
         proc.send_signal(signal.SIGINT)  # our own child, by PID
         try:
@@ -128,11 +171,39 @@ def test_status_watch_keeps_no_more_connections_than_its_open_files_limit_allows
             proc.kill()
             out, err = proc.communicate()
     assert proc.returncode == 130, err
-    assert "status --watch keeps 2 of 3 hosts' connections" in err, err
-    assert "Too many open files" not in out + err
+    assert "Too many open files" not in out + err and "new thread" not in out + err
     after = counts(fleet, "Accepted publickey")
-    new = sorted(after[n] - logins[n] for n in after)
+    return err, sorted(after[n] - logins[n] for n in after)
+
+
+def test_status_watch_keeps_no_more_connections_than_its_open_files_limit_allows(
+    fleet: SimFleet, tmp_path: Path
+) -> None:
+    """Under a hard limit of 78 files (64 for the process's own, 4 for each of the 3
+    hosts in flight at once, and 2 left), two hosts' connections are kept and the third
+    logs in at every refresh: said once, and every host still refreshed, none failing for
+    want of a file."""
+    err, new = watch_under_limits(fleet, lambda: limited_cli(
+        tmp_path, 78, "status", "--watch", "0.2", "-f", "4", "-i", str(fleet.inventory_path)))
+    assert "status --watch keeps 2 of 3 hosts' connections" in err, err
+    assert "open-files limit (ulimit -n)" in err, err
     assert new[:2] == [1, 1] and new[2] >= 3, new
+
+
+def test_status_watch_keeps_no_more_connections_than_its_cgroups_pids_limit_allows(
+    fleet: SimFleet, tmp_path: Path, pids_cgroup: Path
+) -> None:
+    """In a cgroup whose pids.max leaves room for the watch's own threads, one host in
+    flight, and one more (limits.THREAD_SPARE, THREADS_PER_HOST): one host's connection
+    is kept or none (the process's own threads when it looks: one or two), the others log
+    in at every refresh; said, with the file that sets it, and no thread refused."""
+    (pids_cgroup / "pids.max").write_text(f"{1 + 16 + 3 + 1}\n")
+    err, new = watch_under_limits(fleet, lambda: limited_cli(
+        tmp_path, None, "status", "--watch", "0.2", "-f", "1", "-i",
+        str(fleet.inventory_path), cgroup=pids_cgroup))
+    kept = [k for k in (0, 1) if f"status --watch keeps {k} of 3 hosts' connections" in err]
+    assert kept and f"{pids_cgroup.name}/pids.max" in err, err
+    assert new[:kept[0]] == [1] * kept[0] and min(new[kept[0]:]) >= 3, new
 
 
 def _connections(fleet: SimFleet) -> list[Connection]:

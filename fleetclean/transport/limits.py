@@ -1,0 +1,140 @@
+"""Files and threads for a run, within what this process may have: every host in flight
+holds a socket (and a ProxyCommand's pipes) and paramiko's thread, and ``status --watch``
+keeps one connection, a socket and a thread, per host for the whole watch.
+
+Open files: the usual soft limit is 1,024 on Linux and 256 on macOS, the hard limit far
+higher (often 524,288 under systemd): the soft one is raised as far as a run needs and the
+hard one allows, before any host is contacted. Threads: a cgroup's ``pids.max`` (a
+container's, a systemd unit's ``TasksMax``, Kubernetes' pod pids limit) counts each thread
+as a task, and past it no thread starts. What does not fit is scaled down (fewer hosts at
+once, fewer connections kept) and said by :class:`Fit`, never left to fail hosts with "Too
+many open files" or "can't start new thread" halfway through.
+
+>>> fits = fit_forks(64)
+>>> 1 <= fits.n <= 64
+True
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+from fleetclean import cgroupfs
+
+SPARE = 64  # the interpreter's own files: stdio, logs, run records, the terminal
+PER_HOST = 4  # a host in flight: its socket, or a ProxyCommand's socket and pipes
+PER_KEPT = 1  # a kept connection between refreshes: its socket
+# Threads: the main one, the live view's, a ProxyCommand's stderr reader, and what the
+# libraries start; a host in flight has its worker, paramiko's transport thread and its
+# handshake timer; a kept connection its transport thread.
+THREAD_SPARE = 16
+THREADS_PER_HOST = 3
+THREADS_PER_KEPT = 1
+# macOS refuses a soft limit above OPEN_MAX (10,240) even under an unlimited hard limit.
+_MACOS_OPEN_MAX = 10240
+FILES = "the open-files limit (ulimit -n)"
+
+
+class Fit(NamedTuple):
+    """How many fit, and what cut them (``""``: nothing, all that was asked)."""
+
+    n: int
+    by: str = ""
+
+
+def raise_soft(wanted: int) -> int:
+    """Raise this process's soft limit on open files to ``wanted`` where it is lower (up
+    to the hard limit); the soft limit after it (``sys.maxsize``: unlimited)."""
+    if sys.platform == "win32":  # no RLIMIT_NOFILE there, nor this kind of limit on sockets
+        return sys.maxsize
+    import resource  # POSIX only
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return sys.maxsize
+    if soft >= wanted:
+        return soft
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if sys.platform == "darwin":
+        target = min(target, _MACOS_OPEN_MAX)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):  # a platform's own cap: keep what there is
+        return soft
+    return target
+
+
+def threads_left(root: Path = Path("/")) -> Fit:
+    """How many more threads this process may start before a cgroup's ``pids.max`` refuses
+    one (its own cgroup's or an ancestor's, in the pids hierarchy of cgroup v1 or in
+    cgroup2), and the file that sets it; ``sys.maxsize`` where none does. ``root``: where
+    ``/proc`` and ``/sys`` are (a test's tree).
+
+    Not counted: ``ulimit -u`` (RLIMIT_NPROC counts every process of the user, which only
+    a walk of all of /proc could count) and the kernel's ``threads-max``.
+    """
+    try:
+        mountinfo = (root / "proc/self/mountinfo").read_text()
+        own = cgroupfs.own_cgroups((root / "proc/self/cgroup").read_text())
+    except OSError:  # not Linux, or no /proc
+        return Fit(sys.maxsize)
+    left = Fit(sys.maxsize)
+    for hierarchy in cgroupfs.mounted_hierarchies(mountinfo, binds=True):
+        if not (hierarchy.v2 or "pids" in hierarchy.key.split(",")):
+            continue
+        where = cgroupfs.in_mount(hierarchy, own.get(hierarchy.key, ""))
+        if where is None:
+            continue
+        cgroup = root / where.lstrip("/")
+        top = root / hierarchy.mount.lstrip("/")
+        while cgroup != top and top in cgroup.parents:  # the root cgroup has no limit
+            room = _room(cgroup)
+            if room is not None and room < left.n:
+                left = Fit(room, f"{cgroup.relative_to(root).as_posix()}/pids.max")
+            cgroup = cgroup.parent
+    return left
+
+
+def _room(cgroup: Path) -> int | None:
+    """``pids.max`` less ``pids.current`` of one cgroup; None where it sets no limit."""
+    try:
+        most = (cgroup / "pids.max").read_text().strip()
+        now = int((cgroup / "pids.current").read_text())
+    except (OSError, ValueError):  # no pids controller there
+        return None
+    return None if most == "max" else max(0, int(most) - now)
+
+
+def fit_forks(forks: int, root: Path = Path("/")) -> Fit:
+    """How many hosts may be in flight at once: ``forks``, or as many as the limits on
+    open files and threads allow (at least one)."""
+    files = (raise_soft(SPARE + forks * PER_HOST) - SPARE) // PER_HOST
+    threads = threads_left(root)
+    by_threads = (threads.n - THREAD_SPARE) // THREADS_PER_HOST
+    return _fit(forks, 1, [(files, FILES), (by_threads, f"the cgroup's limit ({threads.by})")])
+
+
+def fit_kept(hosts: int, forks: int, root: Path = Path("/")) -> Fit:
+    """How many hosts' connections a watch may keep between refreshes, ``forks`` hosts
+    being in flight besides: every host's, or as many as the limits allow."""
+    files = (raise_soft(SPARE + forks * PER_HOST + hosts * PER_KEPT) - SPARE
+             - forks * PER_HOST) // PER_KEPT
+    threads = threads_left(root)
+    by_threads = (threads.n - THREAD_SPARE - forks * THREADS_PER_HOST) // THREADS_PER_KEPT
+    return _fit(hosts, 0, [(files, FILES), (by_threads, f"the cgroup's limit ({threads.by})")])
+
+
+def _fit(wanted: int, least: int, bounds: list[tuple[int, str]]) -> Fit:
+    """``wanted``, or the tightest of ``bounds`` (each a count and what sets it), at least
+    ``least``.
+
+    >>> _fit(64, 1, [(100, "files"), (9, "threads")]), _fit(8, 1, [(100, "files")])
+    (Fit(n=9, by='threads'), Fit(n=8, by=''))
+    """
+    fit = Fit(wanted)
+    for n, by in bounds:
+        if n < fit.n:
+            fit = Fit(max(least, n), by)
+    return fit

@@ -1,0 +1,125 @@
+"""The limits a run works within (transport.limits). Open files: the soft limit raised as
+far as the hard one allows, and what does not fit scaled down, in a child process whose
+limits the test sets (this process's own stay as they are). Threads: a cgroup's pids.max,
+read from a tree laid out as Linux's /proc and /sys are (cgroup v1, v2, a container's)."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetclean.transport import limits
+
+CHILD = r"""
+import json, resource, sys
+soft, hard = map(int, sys.argv[1:3])
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+from pathlib import Path
+from fleetclean.transport import limits
+none = Path("/nonexistent")  # no /proc: this machine's own cgroups left out
+out = {"forks": limits.fit_forks(int(sys.argv[3]), none).n,
+       "kept": limits.fit_kept(int(sys.argv[4]), int(sys.argv[5]), none).n}
+out["soft"] = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+print(json.dumps(out))
+"""
+
+
+def limited(soft: int, hard: int, forks: int, hosts: int, in_flight: int) -> dict[str, int]:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(soft), str(hard), str(forks),
+                          str(hosts), str(in_flight)],
+                         capture_output=True, text=True, check=True, timeout=60)
+    result: dict[str, int] = json.loads(out.stdout)
+    return result
+
+
+@pytest.mark.parametrize(("limits", "asked", "want"), [
+    # (soft, hard), (forks, hosts, hosts in flight beside the kept ones)
+    # macOS's soft 256 under a higher hard limit: raised, nothing scaled down.
+    ((256, 4096), (64, 1000, 64), {"forks": 64, "kept": 1000, "soft": 64 + 256 + 1000}),
+    # Linux's 1,024: a watch of 1,000 hosts needs more; the hard limit allows it.
+    ((1024, 4096), (64, 1000, 64), {"forks": 64, "kept": 1000, "soft": 1320}),
+    # A hard limit that does not allow it: fewer hosts at once, fewer connections kept.
+    ((100, 100), (64, 1000, 8), {"forks": 9, "kept": 4, "soft": 100}),
+    ((200, 200), (8, 1000, 8), {"forks": 8, "kept": 104, "soft": 200}),
+    # Room enough already: left as it is.
+    ((20000, 20000), (64, 256, 64), {"forks": 64, "kept": 256, "soft": 20000}),
+])
+def test_the_soft_limit_is_raised_as_far_as_needed_and_what_does_not_fit_is_scaled_down(
+        limits: tuple[int, int], asked: tuple[int, int, int], want: dict[str, int]) -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < limits[1]:
+        pytest.skip(f"this machine's hard limit on open files is {hard}, under {limits[1]}")
+    assert limited(*limits, *asked) == want
+
+
+def cgroup_tree(tmp: Path, mountinfo: str, own: str, files: dict[str, str]) -> Path:
+    """A root holding proc/self/{mountinfo,cgroup} and the cgroup ``files`` given."""
+    (tmp / "proc/self").mkdir(parents=True)
+    (tmp / "proc/self/mountinfo").write_text(mountinfo)
+    (tmp / "proc/self/cgroup").write_text(own)
+    for name, text in files.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_text(text)
+    return tmp
+
+
+V2 = "30 1 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n"
+V1 = ("31 1 0:27 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n"
+      "32 1 0:28 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n")
+
+
+def test_a_pids_limit_in_cgroup2_bounds_the_threads_and_is_named(tmp_path: Path) -> None:
+    root = cgroup_tree(tmp_path, V2, "0::/system.slice/job.service\n", {
+        "sys/fs/cgroup/system.slice/job.service/pids.max": "1024\n",
+        "sys/fs/cgroup/system.slice/job.service/pids.current": "24\n",
+        "sys/fs/cgroup/system.slice/pids.max": "max\n",
+        "sys/fs/cgroup/system.slice/pids.current": "300\n"})
+    assert limits.threads_left(root) == (
+        1000, "sys/fs/cgroup/system.slice/job.service/pids.max")
+    # A watch of 1,000 hosts, 64 in flight: 1,000 - 16 - 64 * 3 connections kept.
+    assert limits.fit_kept(1000, 64, root) == (
+        792, "the cgroup's limit (sys/fs/cgroup/system.slice/job.service/pids.max)")
+    assert limits.fit_forks(64, root) == (64, "")
+
+
+def test_an_ancestors_tighter_limit_counts_in_cgroup_v1(tmp_path: Path) -> None:
+    root = cgroup_tree(tmp_path, V1, "5:memory:/x\n4:pids:/kubepods/pod1/c1\n0::/\n", {
+        "sys/fs/cgroup/pids/kubepods/pod1/c1/pids.max": "max\n",
+        "sys/fs/cgroup/pids/kubepods/pod1/c1/pids.current": "5\n",
+        "sys/fs/cgroup/pids/kubepods/pod1/pids.max": "100\n",  # the pod's limit
+        "sys/fs/cgroup/pids/kubepods/pod1/pids.current": "40\n"})
+    assert limits.threads_left(root) == (60, "sys/fs/cgroup/pids/kubepods/pod1/pids.max")
+    assert limits.fit_forks(64, root).n == (60 - 16) // 3
+    assert limits.fit_kept(30, 8, root).n == 60 - 16 - 8 * 3
+
+
+def test_a_containers_own_cgroup_bound_without_a_namespace(tmp_path: Path) -> None:
+    # Docker without a cgroup namespace: the mount shows the container's cgroup, and
+    # /proc/self/cgroup names it by its path from the hierarchy's root.
+    mounts = "40 1 0:27 /docker/ab12 /sys/fs/cgroup/pids ro - cgroup cgroup rw,pids\n"
+    root = cgroup_tree(tmp_path, mounts, "4:pids:/docker/ab12\n", {
+        "sys/fs/cgroup/pids/pids.max": "200\n",
+        "sys/fs/cgroup/pids/pids.current": "3\n"})
+    # The container's own cgroup is the mount's top, whose limit is the container's.
+    assert limits.threads_left(root).n == sys.maxsize
+
+
+def test_no_limit_no_cgroups_or_no_proc_leave_the_threads_unbounded(tmp_path: Path) -> None:
+    root = cgroup_tree(tmp_path / "a", V2, "0::/user.slice\n", {
+        "sys/fs/cgroup/user.slice/pids.max": "max\n",
+        "sys/fs/cgroup/user.slice/pids.current": "12\n"})
+    assert limits.threads_left(root) == (sys.maxsize, "")
+    assert limits.threads_left(cgroup_tree(tmp_path / "b", V2, "0::/\n", {})).n == sys.maxsize
+    assert limits.threads_left(tmp_path / "none").n == sys.maxsize
+
+
+def test_a_full_cgroup_still_runs_one_host_at_a_time(tmp_path: Path) -> None:
+    root = cgroup_tree(tmp_path, V2, "0::/c\n", {"sys/fs/cgroup/c/pids.max": "10\n",
+                                                  "sys/fs/cgroup/c/pids.current": "10\n"})
+    assert limits.fit_forks(64, root).n == 1
+    assert limits.fit_kept(5, 1, root).n == 0
