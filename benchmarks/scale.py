@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fleetclean.commands import memory
 from fleetclean.sim import SimFleet
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,13 +98,14 @@ class Peaks:
         self._thread.join()
 
 
-def controller(label: str, argv: list[str], program: list[str] | None = None) -> tuple[
-        Run, dict[str, Any]]:
+def controller(label: str, argv: list[str], program: list[str] | None = None,
+               env: dict[str, str] | None = None) -> tuple[Run, dict[str, Any]]:
     """Run fleetclean (or ``program``) once; its own CPU and peak RSS come from wait4 on
     that child, its peak threads and fds from /proc while it runs."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
-        proc = subprocess.Popen([*(program or [FLEETCLEAN]), *argv], stdout=out, stderr=err)
+        proc = subprocess.Popen([*(program or [FLEETCLEAN]), *argv], stdout=out, stderr=err,
+                                env=env)
         peaks = Peaks(proc.pid)
         _, status, usage = os.wait4(proc.pid, 0)
         peaks.stop()
@@ -274,10 +276,13 @@ def bastion_runs(fleet: SimFleet, tmp: Path, forks: int, slow: set[str]) -> int:
 
 
 def watch_runs(fleet: SimFleet, where: list[str], refreshes: int) -> None:
-    """``status --watch``: a first run, then ``refreshes`` on the kept connections."""
+    """``status --watch``: a first run, then ``refreshes`` on the kept connections, in a
+    process started as the CLI's watch starts itself (commands/memory.py)."""
     logins = sshd_log_count(fleet, "Accepted publickey")
+    tunables = memory.wanted(os.environ)
+    env = dict(os.environ, **({"GLIBC_TUNABLES": tunables} if tunables else {}))
     run, data = controller("status --watch", [str(refreshes), *where],
-                           program=[sys.executable, "-c", WATCH_PY])
+                           program=[sys.executable, "-c", WATCH_PY], env=env)
     logins = sshd_log_count(fleet, "Accepted publickey") - logins
     n = len(fleet.nodes)
     first, rest = data["runs"][0], data["runs"][1:]

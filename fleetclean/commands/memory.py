@@ -4,7 +4,7 @@ A watch keeps one connection per host between refreshes, and paramiko gives each
 thread (``Transport.run``). glibc keeps, per thread, a cache of the small blocks that thread
 freed (tcache: up to 7 of each size to 1 KiB), for that thread alone to reuse; an idle
 connection's thread keeps its cache for the whole watch. At 1,000 hosts those caches were
-34 MiB of the watch's 161 MiB peak (``benchmarks/RESULTS.md``, issue 18, sixth round), with
+35 MiB of the watch's 162 MiB peak (``benchmarks/RESULTS.md``, issue 18, sixth round), with
 no CPU cost seen from turning them off. glibc reads the switch (``GLIBC_TUNABLES``) only when a
 process starts, and has no call to change it later (``mallopt`` knows no tcache), so a watch
 starts itself once more, at once, with it set: before it has printed, asked or connected
