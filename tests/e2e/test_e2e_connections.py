@@ -101,6 +101,20 @@ def limited_cli(tmp_path: Path, files: int | None, *argv: str,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _can_join(cgroup: Path) -> bool:
+    """Whether a process of this test may be moved into ``cgroup`` (a sleep it starts,
+    moved, then killed by its PID)."""
+    probe = subprocess.Popen(["sleep", "30"])
+    try:
+        (cgroup / "cgroup.procs").write_text(f"{probe.pid}\n")
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.kill()  # our own child, by PID
+        probe.wait()
+
+
 @pytest.fixture
 def pids_cgroup() -> Iterator[Path]:
     """A cgroup of the pids controller, below this test's own, for the child that joins
@@ -117,7 +131,7 @@ def pids_cgroup() -> Iterator[Path]:
             path.mkdir()
         except OSError:
             continue
-        if (path / "pids.max").exists():
+        if (path / "pids.max").exists() and _can_join(path):
             made = path
             break
         path.rmdir()
