@@ -12,6 +12,7 @@ makes its nodes' cgroups with them (``sim.cgroups``); a run reads the pids limit
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 
@@ -30,7 +31,6 @@ class Hierarchy:
     @property
     def v2(self) -> bool:
         return self.fstype == "cgroup2"
-
 
 
 def mounted_hierarchies(mountinfo: str, binds: bool = False) -> list[Hierarchy]:
@@ -54,8 +54,19 @@ def mounted_hierarchies(mountinfo: str, binds: bool = False) -> list[Hierarchy]:
         if fstype not in ("cgroup", "cgroup2") or (fields[3] != "/" and not binds):
             continue  # a bind of a sub-cgroup (a container's view) is not the hierarchy
         key = "" if fstype == "cgroup2" else _v1_key(options)
-        found.setdefault(key, Hierarchy(fields[4], fstype, key, options, fields[3]))
+        found.setdefault(key, Hierarchy(_unescape(fields[4]), fstype, key, options,
+                                        _unescape(fields[3])))
     return list(found.values())
+
+
+def _unescape(field: str) -> str:
+    r"""A mountinfo path as it is: the kernel writes space, tab, newline and backslash
+    in it as octal escapes.
+
+    >>> _unescape(r"/mnt/my\040cgroups")
+    '/mnt/my cgroups'
+    """
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def _v1_key(options: str) -> str:
@@ -90,7 +101,12 @@ def in_mount(hierarchy: Hierarchy, cgroup: str) -> str | None:
 
     >>> in_mount(Hierarchy("/sys/fs/cgroup", "cgroup2", "", "rw"), "/user.slice")
     '/sys/fs/cgroup/user.slice'
+    >>> in_mount(Hierarchy("/sys/fs/cgroup", "cgroup2", "", "rw"), "/../other") is None
+    True
     """
+    # ".." parts: a cgroup outside this process's cgroup namespace, not in its mount
+    if ".." in cgroup.split("/"):
+        return None
     root = hierarchy.root.rstrip("/")
     if cgroup != root and not cgroup.startswith(root + "/"):
         return None

@@ -83,10 +83,12 @@ def run_fleet(
     ones), left open; by default one for this run alone."""
     cancel = cancel or threading.Event()
     started = time.monotonic()
-    forks = limits.fit_forks(forks).n  # never more in flight than files and threads allow
     if session is not None:
+        # the caller fitted ``forks`` before it opened the session: fitted again here, a
+        # watch's kept connections (threads in pids.current) would shrink it at each refresh
         return _run_all(jobs, playbook, session, forks=forks, on_event=on_event,
                         cancel=cancel, started=started)
+    forks = limits.fit_forks(forks).n  # never more in flight than files and threads allow
     try:
         own = _session(jobs, opts)
     except KeyboardInterrupt:  # during that import: nothing has started anywhere

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 
 TUNABLE = "glibc.malloc.tcache_count=0"
 
@@ -50,15 +50,56 @@ def wanted(environ: Mapping[str, str]) -> str | None:
     return tunables(environ)
 
 
-def thread_caches_off() -> None:
+def thread_caches_off(environ: dict[str, str]) -> None:
     """Start this process again with glibc's thread caches off, where it runs on glibc
-    and they are on; otherwise (or where the new start cannot be made) go on as it is."""
+    and they are on; otherwise (or where the new start cannot be made) go on as it is.
+    In the process so started, put ``GLIBC_TUNABLES`` back as the user had it, in
+    ``os.environ`` and in ``environ`` (the command's copy), so that what the run starts
+    (a ProxyCommand, a local host's script) does not inherit the switch."""
+    if _REEXEC in os.environ:  # started again already: once is all (never a loop)
+        was = os.environ[_REEXEC]
+        for copy in (os.environ, environ):
+            if _REEXEC in copy:
+                _restore(copy, was)
+        return
     value = wanted(os.environ)
-    if value is None or not sys.executable or not sys.orig_argv:
+    if value is None or not _restartable():
         return
     sys.stdout.flush()
     sys.stderr.flush()
+    user = os.environ.get("GLIBC_TUNABLES")
     try:
-        os.execve(sys.executable, sys.orig_argv, {**os.environ, "GLIBC_TUNABLES": value})
+        os.execve(sys.executable, sys.orig_argv,
+                  {**os.environ, "GLIBC_TUNABLES": value,
+                   _REEXEC: "-" if user is None else f"+{user}"})
     except OSError:  # an interpreter that cannot be started again: keep the caches
         return
+
+
+# Set in the process started again: "+" and the user's GLIBC_TUNABLES, or "-" for none.
+_REEXEC = "FLEETCLEAN_GLIBC_TUNABLES_BEFORE"
+
+
+def _restore(environ: MutableMapping[str, str], before: str) -> None:
+    """Put ``GLIBC_TUNABLES`` back as ``before`` (a ``_REEXEC`` value) says.
+
+    >>> e = {"GLIBC_TUNABLES": TUNABLE, _REEXEC: "-"}; _restore(e, "-"); e
+    {}
+    >>> e = {"GLIBC_TUNABLES": f"a=1:{TUNABLE}"}; _restore(e, "+a=1"); e
+    {'GLIBC_TUNABLES': 'a=1'}
+    """
+    environ.pop(_REEXEC, None)
+    if before.startswith("+"):
+        environ["GLIBC_TUNABLES"] = before[1:]
+    else:
+        environ.pop("GLIBC_TUNABLES", None)
+
+
+def _restartable() -> bool:
+    """Whether ``sys.orig_argv`` starts this same command again: a script or ``-m``
+    module whose arguments it ends with, not ``-c`` code or a program read from stdin
+    (whose text is gone)."""
+    if not sys.executable or not sys.orig_argv or sys.argv[0] in ("", "-", "-c"):
+        return False
+    rest = sys.argv[1:]
+    return not rest or sys.orig_argv[-len(rest):] == rest

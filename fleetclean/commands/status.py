@@ -31,7 +31,7 @@ def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
         # Before anything is said, asked or sent: this may start the process again.
         from fleetclean.commands.memory import thread_caches_off
 
-        thread_caches_off()
+        thread_caches_off(env.environ)
     check_prom(args)
     slurm_options.check(args, inventory_sources(args, env))
     hosts = select_hosts(args, env, warn=True)

@@ -89,11 +89,18 @@ def threads_left(root: Path = Path("/")) -> Fit:
             continue
         cgroup = root / where.lstrip("/")
         top = root / hierarchy.mount.lstrip("/")
-        while cgroup != top and top in cgroup.parents:  # the root cgroup has no limit
-            room = _room(cgroup)
+        # up to the mount's top too: where a container sees its own cgroup as the root
+        # (a cgroup namespace, or a v1 bind of it), its pids.max is there; the true root
+        # cgroup has none, so reading it costs nothing
+        chain = [cgroup, *cgroup.parents]
+        if top not in chain:
+            continue
+        for level in chain:
+            room = _room(level)
             if room is not None and room < left.n:
-                left = Fit(room, f"{cgroup.relative_to(root).as_posix()}/pids.max")
-            cgroup = cgroup.parent
+                left = Fit(room, f"{level.relative_to(root).as_posix()}/pids.max")
+            if level == top:
+                break
     return left
 
 

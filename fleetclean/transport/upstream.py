@@ -175,15 +175,28 @@ def idle(conn: Any) -> None:
         drop_handshake_timer(transport.packetizer)
 
 
+class _SpentTimer:
+    """Stands in for a completed handshake's timer: paramiko's transport thread cancels it
+    again after every message it reads (``complete_handshake``), so it must stay truthy and
+    cancellable; one object serves every connection."""
+
+    def cancel(self) -> None:
+        pass
+
+
+_SPENT = _SpentTimer()
+
+
 def drop_handshake_timer(packetizer: Any) -> None:
     """Let go of the handshake timer of a packetizer whose handshake is complete: its
     thread has ended (``complete_handshake`` cancelled it), but the ``Timer`` object stays
-    with its two ``Event`` objects, about 4 KB a kept connection. Without one, paramiko
-    answers that the handshake did not time out, as it does for a completed one, and a
-    rekey starts a new timer.
+    with its two ``Event`` objects, about 4 KB a kept connection. A shared stand-in takes
+    its place, not None: the transport thread reads the attribute twice without a lock
+    (``if self.__timer: self.__timer.cancel()``), and paramiko starts the timer only once
+    per connection, so nothing would ever replace it.
 
     >>> class P: _Packetizer__timer, _Packetizer__handshake_complete = object(), True
-    >>> p = P(); drop_handshake_timer(p); p._Packetizer__timer is None
+    >>> p = P(); drop_handshake_timer(p); p._Packetizer__timer is _SPENT
     True
     >>> t = p._Packetizer__timer = object(); p._Packetizer__handshake_complete = False
     >>> drop_handshake_timer(p); p._Packetizer__timer is t
@@ -191,7 +204,7 @@ def drop_handshake_timer(packetizer: Any) -> None:
     """
     # private attributes, in paramiko 2.x-5.x; a handshake still under way keeps its timer
     if getattr(packetizer, "_Packetizer__handshake_complete", False):
-        packetizer._Packetizer__timer = None
+        packetizer._Packetizer__timer = _SPENT
 
 
 def _poll(conn: Any, seconds: float) -> None:

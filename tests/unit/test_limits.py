@@ -105,7 +105,24 @@ def test_a_containers_own_cgroup_bound_without_a_namespace(tmp_path: Path) -> No
     root = cgroup_tree(tmp_path, mounts, "4:pids:/docker/ab12\n", {
         "sys/fs/cgroup/pids/pids.max": "200\n",
         "sys/fs/cgroup/pids/pids.current": "3\n"})
-    # The container's own cgroup is the mount's top, whose limit is the container's.
+    # The container's own cgroup is the mount's top, and its limit is the container's.
+    assert limits.threads_left(root) == (197, "sys/fs/cgroup/pids/pids.max")
+
+
+def test_a_containers_own_cgroup_under_a_cgroup_namespace(tmp_path: Path) -> None:
+    # Docker and Kubernetes on cgroup2 give a container its own cgroup namespace: it sees
+    # its cgroup as "/", at the mount's top, where its pids.max is.
+    root = cgroup_tree(tmp_path, V2, "0::/\n", {
+        "sys/fs/cgroup/pids.max": "4096\n",
+        "sys/fs/cgroup/pids.current": "96\n"})
+    assert limits.threads_left(root) == (4000, "sys/fs/cgroup/pids.max")
+    assert limits.fit_forks(2000, root).n == (4000 - 16) // 3
+
+
+def test_a_cgroup_outside_the_namespace_is_not_read(tmp_path: Path) -> None:
+    root = cgroup_tree(tmp_path, V2, "0::/../sibling\n", {
+        "sys/fs/cgroup/pids.max": "50\n",
+        "sys/fs/cgroup/pids.current": "1\n"})
     assert limits.threads_left(root).n == sys.maxsize
 
 
