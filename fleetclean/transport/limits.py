@@ -6,9 +6,10 @@ Open files: the usual soft limit is 1,024 on Linux and 256 on macOS, the hard li
 higher (often 524,288 under systemd): the soft one is raised as far as a run needs and the
 hard one allows, before any host is contacted. Threads: a cgroup's ``pids.max`` (a
 container's, a systemd unit's ``TasksMax``, Kubernetes' pod pids limit) counts each thread
-as a task, and past it no thread starts. What does not fit is scaled down (fewer hosts at
-once, fewer connections kept) and said by :class:`Fit`, never left to fail hosts with "Too
-many open files" or "can't start new thread" halfway through.
+as a task, and past it no thread starts; so does ``ulimit -u`` (RLIMIT_NPROC), which on Linux
+counts every thread of every process of the user. What does not fit is scaled down (fewer
+hosts at once, fewer connections kept) and said by :class:`Fit`, never left to fail hosts
+with "Too many open files" or "can't start new thread" halfway through.
 
 >>> fits = fit_forks(64)
 >>> 1 <= fits.n <= 64
@@ -17,6 +18,8 @@ True
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -35,6 +38,7 @@ THREADS_PER_KEPT = 1
 # macOS refuses a soft limit above OPEN_MAX (10,240) even under an unlimited hard limit.
 _MACOS_OPEN_MAX = 10240
 FILES = "the open-files limit (ulimit -n)"
+USER_TASKS = "the user's limit on processes (ulimit -u)"
 
 
 class Fit(NamedTuple):
@@ -72,8 +76,8 @@ def threads_left(root: Path = Path("/")) -> Fit:
     cgroup2), and the file that sets it; ``sys.maxsize`` where none does. ``root``: where
     ``/proc`` and ``/sys`` are (a test's tree).
 
-    Not counted: ``ulimit -u`` (RLIMIT_NPROC counts every process of the user, which only
-    a walk of all of /proc could count) and the kernel's ``threads-max``.
+    Not counted here: ``ulimit -u`` (:func:`user_tasks_left`) and the kernel's
+    ``threads-max`` (a system-wide ceiling, tens of thousands and more).
     """
     try:
         mountinfo = (root / "proc/self/mountinfo").read_text()
@@ -104,6 +108,72 @@ def threads_left(root: Path = Path("/")) -> Fit:
     return left
 
 
+def user_tasks_left(root: Path = Path("/"), limit: int | None = None,
+                    uid: int | None = None) -> Fit:
+    """How many more threads this process may start before ``ulimit -u`` refuses one: on
+    Linux, RLIMIT_NPROC counts every thread of every process whose real user is this one
+    (macOS counts processes, not threads; root is never refused). The soft limit is raised
+    to the hard one first, as far as the hard one allows. ``limit`` and ``uid``: a test's
+    (the soft limit, the real user), with ``root`` its /proc.
+
+    The user's threads are counted by a walk of /proc only where the limit is tight: the
+    machine's threads of every user (``/proc/loadavg``'s fourth field) are an upper bound
+    that is read at once."""
+    if limit is None:
+        if not sys.platform.startswith("linux"):
+            return Fit(sys.maxsize)
+        import resource  # POSIX only
+
+        uid = os.getuid()
+        # INIT_USER is exempt (kernel/fork.c), as is CAP_SYS_RESOURCE or CAP_SYS_ADMIN,
+        # which root holds outside a user namespace
+        if uid == 0:
+            return Fit(sys.maxsize)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        if soft != hard:
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NPROC, (hard, hard))
+                soft = hard
+        if soft == resource.RLIM_INFINITY:
+            return Fit(sys.maxsize)
+        limit = soft
+    try:
+        everyone = int((root / "proc/loadavg").read_text().split()[3].split("/")[1])
+    except (OSError, IndexError, ValueError):
+        return Fit(sys.maxsize)  # no /proc to count with: nothing known, nothing cut
+    if limit - everyone > _ROOMY:
+        return Fit(limit - everyone, USER_TASKS)
+    return Fit(max(0, limit - _threads_of(root / "proc", uid)), USER_TASKS)
+
+
+# Room for this many more threads on the machine as a whole: no walk of /proc needed.
+_ROOMY = 4096
+
+
+def _threads_of(proc: Path, uid: int | None) -> int:
+    """The threads of every process whose real user is ``uid``, from /proc/PID/status."""
+    count = 0
+    for status in proc.glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines()
+                          if line.startswith(("Uid:", "Threads:")))
+            if int(fields["Uid"].split()[0]) == uid:
+                count += int(fields["Threads"])
+        except (OSError, KeyError, ValueError, IndexError):  # gone meanwhile, or unreadable
+            continue
+    return count
+
+
+def tasks_left(root: Path = Path("/")) -> Fit:
+    """The tighter of :func:`threads_left` and :func:`user_tasks_left`, said as what
+    sets it."""
+    cgroup = threads_left(root)
+    user = user_tasks_left(root)
+    if user.n < cgroup.n:
+        return user
+    return Fit(cgroup.n, f"the cgroup's limit ({cgroup.by})" if cgroup.by else "")
+
+
 def _room(cgroup: Path) -> int | None:
     """``pids.max`` less ``pids.current`` of one cgroup; None where it sets no limit."""
     try:
@@ -118,9 +188,9 @@ def fit_forks(forks: int, root: Path = Path("/")) -> Fit:
     """How many hosts may be in flight at once: ``forks``, or as many as the limits on
     open files and threads allow (at least one)."""
     files = (raise_soft(SPARE + forks * PER_HOST) - SPARE) // PER_HOST
-    threads = threads_left(root)
+    threads = tasks_left(root)
     by_threads = (threads.n - THREAD_SPARE) // THREADS_PER_HOST
-    return _fit(forks, 1, [(files, FILES), (by_threads, f"the cgroup's limit ({threads.by})")])
+    return _fit(forks, 1, [(files, FILES), (by_threads, threads.by)])
 
 
 def fit_kept(hosts: int, forks: int, root: Path = Path("/")) -> Fit:
@@ -128,9 +198,9 @@ def fit_kept(hosts: int, forks: int, root: Path = Path("/")) -> Fit:
     being in flight besides: every host's, or as many as the limits allow."""
     files = (raise_soft(SPARE + forks * PER_HOST + hosts * PER_KEPT) - SPARE
              - forks * PER_HOST) // PER_KEPT
-    threads = threads_left(root)
+    threads = tasks_left(root)
     by_threads = (threads.n - THREAD_SPARE - forks * THREADS_PER_HOST) // THREADS_PER_KEPT
-    return _fit(hosts, 0, [(files, FILES), (by_threads, f"the cgroup's limit ({threads.by})")])
+    return _fit(hosts, 0, [(files, FILES), (by_threads, threads.by)])
 
 
 def _fit(wanted: int, least: int, bounds: list[tuple[int, str]]) -> Fit:

@@ -140,3 +140,100 @@ def test_a_full_cgroup_still_runs_one_host_at_a_time(tmp_path: Path) -> None:
                                                   "sys/fs/cgroup/c/pids.current": "10\n"})
     assert limits.fit_forks(64, root).n == 1
     assert limits.fit_kept(5, 1, root).n == 0
+
+
+def proc_tree(tmp: Path, everyone: int, tasks: dict[int, tuple[int, int]]) -> Path:
+    """A /proc with loadavg's count of every thread and ``{pid: (real uid, threads)}``."""
+    (tmp / "proc").mkdir(parents=True)
+    (tmp / "proc/loadavg").write_text(f"0.08 1.04 0.97 1/{everyone} 6876\n")
+    for pid, (uid, threads) in tasks.items():
+        (tmp / f"proc/{pid}").mkdir()
+        (tmp / f"proc/{pid}/status").write_text(
+            f"Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nPid:\t{pid}\n"
+            f"Uid:\t{uid}\t{uid + 1}\t{uid}\t{uid}\nGid:\t100\t100\t100\t100\n"
+            f"Threads:\t{threads}\n")
+    return tmp
+
+
+def test_the_users_threads_are_counted_by_real_user_where_the_limit_is_tight(
+    tmp_path: Path
+) -> None:
+    # 1000's threads: 40 + 2; 1001's (and 1000's effective-only) are not theirs.
+    root = proc_tree(tmp_path, 300, {7: (1000, 40), 8: (1001, 200), 9: (1000, 2),
+                                     10: (999, 50)})
+    assert limits.user_tasks_left(root, limit=256, uid=1000) == (214, limits.USER_TASKS)
+    # Far from the limit even if every thread of the machine were the user's: not walked.
+    assert limits.user_tasks_left(root, limit=100_000, uid=1000).n == 100_000 - 300
+    assert limits.user_tasks_left(tmp_path / "none", limit=256, uid=1000).n == sys.maxsize
+
+
+NPROC_CHILD = r"""
+import json, resource, threading
+from fleetclean.transport import limits
+left = limits.user_tasks_left()
+fits = limits.fit_forks(64)
+soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+stop, started = threading.Event(), 0
+try:
+    while started < 1000:
+        threading.Thread(target=stop.wait, daemon=True).start()
+        started += 1
+except RuntimeError:  # can't start new thread: the kernel refused it
+    pass
+stop.set()
+print(json.dumps({"left": left.n, "by": left.by, "forks": fits.n, "forks_by": fits.by,
+                  "started": started, "soft": soft}))
+"""
+
+
+def _world_runnable(path: Path) -> bool:
+    """Whether any user may run ``path``: every folder above it searchable by all."""
+    path = path.resolve()
+    return all(p.stat().st_mode & 0o001 for p in path.parents) and bool(
+        path.stat().st_mode & 0o005 == 0o005)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_NPROC counts threads on Linux")
+def test_the_users_process_limit_is_counted_as_the_kernel_counts_it(tmp_path: Path) -> None:
+    """A child as a user that runs nothing else, under ``ulimit -u`` 30 (hard 40): the soft
+    limit is raised to 40, the room counted is exactly the threads the kernel then lets it
+    start, and --forks 64 is cut to what fits, naming ``ulimit -u``."""
+    import os
+    import shutil
+    import tempfile
+
+    if os.getuid() != 0:
+        pytest.skip("needs root, to run the child as a user of its own")
+    python = next((Path(p) for p in ("/usr/bin/python3", sys.executable)
+                   if Path(p).exists() and _world_runnable(Path(p))), None)
+    if python is None:
+        pytest.skip("no Python interpreter that another user may run")
+    uid = 61000 + os.getpid() % 1000
+    if any(f"\t{uid}\t" in s.read_text() for s in Path("/proc").glob("[0-9]*/status")
+           if s.exists()):
+        pytest.skip(f"uid {uid} runs something on this machine")
+    # The two modules the child needs, where that user may read them.
+    code = Path(tempfile.mkdtemp(prefix="fleetclean-nproc-"))
+    try:
+        for package in ("fleetclean", "fleetclean/transport"):
+            (code / package).mkdir()
+            (code / package / "__init__.py").write_text("")
+        src = Path(limits.__file__).parent.parent
+        shutil.copy(src / "cgroupfs.py", code / "fleetclean/cgroupfs.py")
+        shutil.copy(src / "transport/limits.py", code / "fleetclean/transport/limits.py")
+        for p in [code, *code.rglob("*")]:
+            p.chmod(0o755)
+        out = subprocess.run(
+            [str(python), "-c", NPROC_CHILD], check=False, capture_output=True, text=True,
+            env={"PYTHONPATH": str(code), "PATH": "/usr/bin:/bin"}, cwd=code, timeout=60,
+            user=uid, group=uid, extra_groups=[],
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NPROC, (30, 40)))
+    finally:
+        shutil.rmtree(code)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen["soft"] == 40
+    assert seen["left"] == 39 and seen["by"] == limits.USER_TASKS  # 40 less the child
+    assert seen["started"] == seen["left"]  # what the kernel allowed, to the thread
+    assert seen["forks"] == (39 - limits.THREAD_SPARE) // limits.THREADS_PER_HOST
+    assert seen["forks_by"] == limits.USER_TASKS
