@@ -111,8 +111,11 @@ def run(
                    known_hosts=tuple(known_hosts), accept_new_host_keys=accept_new_host_keys)
     if not jobs:
         return RunResult(playbook=book.name, duration_s=0.0, hosts=())
+    from fleetclean.transport import limits
     from fleetclean.transport.session import Session
 
+    # run_fleet leaves a caller's session's forks as they are (a watch fits them once)
+    forks = limits.fit_forks(min(forks, len(jobs))).n
     with Session(opts) as session:
         for name, conn in named:
             session.adopt(name, conn)

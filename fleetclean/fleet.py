@@ -80,12 +80,13 @@ def run_fleet(
     running ones (they are bounded by their own timeouts); the result is then marked
     interrupted, also when it comes before the first host started. A second
     KeyboardInterrupt propagates. ``session``: the caller's own (kept connections, adopted
-    ones), left open; by default one for this run alone."""
+    ones), left open, with ``forks`` as the caller fitted them (``limits.fit_forks``); by
+    default one for this run alone, ``forks`` fitted here."""
     cancel = cancel or threading.Event()
     started = time.monotonic()
     if session is not None:
-        # the caller fitted ``forks`` before it opened the session: fitted again here, a
-        # watch's kept connections (threads in pids.current) would shrink it at each refresh
+        # fitted again here, a watch's forks would shrink at every refresh: its kept
+        # connections' threads count in pids.current and against ulimit -u
         return _run_all(jobs, playbook, session, forks=forks, on_event=on_event,
                         cancel=cancel, started=started)
     forks = limits.fit_forks(forks).n  # never more in flight than files and threads allow

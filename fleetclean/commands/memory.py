@@ -97,8 +97,9 @@ def _restore(environ: MutableMapping[str, str], before: str) -> None:
 
 def _restartable() -> bool:
     """Whether ``sys.orig_argv`` starts this same command again: a script or ``-m``
-    module whose arguments it ends with, not ``-c`` code or a program read from stdin
-    (whose text is gone)."""
+    module whose arguments it ends with (not where the program rewrote ``sys.argv``).
+    Not a program read from stdin, whose text is gone; not ``-c`` code either, whose text
+    is there but which is not the CLI (a test's or a tool's own code, left as it runs)."""
     if not sys.executable or not sys.orig_argv or sys.argv[0] in ("", "-", "-c"):
         return False
     rest = sys.argv[1:]

@@ -4,12 +4,14 @@ keeps one connection, a socket and a thread, per host for the whole watch.
 
 Open files: the usual soft limit is 1,024 on Linux and 256 on macOS, the hard limit far
 higher (often 524,288 under systemd): the soft one is raised as far as a run needs and the
-hard one allows, before any host is contacted. Threads: a cgroup's ``pids.max`` (a
-container's, a systemd unit's ``TasksMax``, Kubernetes' pod pids limit) counts each thread
-as a task, and past it no thread starts; so does ``ulimit -u`` (RLIMIT_NPROC), which on Linux
-counts every thread of every process of the user. What does not fit is scaled down (fewer
-hosts at once, fewer connections kept) and said by :class:`Fit`, never left to fail hosts
-with "Too many open files" or "can't start new thread" halfway through.
+hard one allows, before any host is contacted. Threads: a cgroup's ``pids.max`` counts
+each thread as a task, and past it no thread starts: a systemd unit's ``TasksMax``, a
+container's own limit (Docker's ``--pids-limit``), a pod's where the container can see the
+pod's cgroup (cgroup v1; under cgroup2 a container's namespace hides it). So does
+``ulimit -u`` (RLIMIT_NPROC), which on Linux counts every thread of every process of the
+user. What does not fit is scaled down (fewer hosts at once, fewer connections kept) and
+said by :class:`Fit`, never left to fail hosts with "Too many open files" or "can't start
+new thread" halfway through.
 
 >>> fits = fit_forks(64)
 >>> 1 <= fits.n <= 64
@@ -108,26 +110,32 @@ def threads_left(root: Path = Path("/")) -> Fit:
     return left
 
 
-def user_tasks_left(root: Path = Path("/"), limit: int | None = None,
-                    uid: int | None = None) -> Fit:
-    """How many more threads this process may start before ``ulimit -u`` refuses one: on
-    Linux, RLIMIT_NPROC counts every thread of every process whose real user is this one
-    (macOS counts processes, not threads; root is never refused). The soft limit is raised
-    to the hard one first, as far as the hard one allows. ``limit`` and ``uid``: a test's
-    (the soft limit, the real user), with ``root`` its /proc.
+class Given(NamedTuple):
+    """A test's ``ulimit -u`` and real user, in place of this process's own."""
 
-    The user's threads are counted by a walk of /proc only where the limit is tight: the
-    machine's threads of every user (``/proc/loadavg``'s fourth field) are an upper bound
-    that is read at once."""
-    if limit is None:
+    limit: int
+    uid: int
+
+
+def user_tasks_left(need: int, root: Path = Path("/"), given: Given | None = None) -> Fit:
+    """How many more threads this process may start before ``ulimit -u`` refuses one, where
+    ``need`` more are wanted: on Linux, RLIMIT_NPROC counts every thread of every process
+    whose real user is this one (macOS counts processes, not threads). Root is never
+    refused; root inside a user namespace (rootless Podman, LXC) is, and is counted. The
+    soft limit is first raised to the hard one. ``given`` and ``root``: a test's limit and
+    user, and its /proc.
+
+    The user's threads are counted by a walk of /proc only where ``need`` might not fit:
+    the machine's threads of every user (``/proc/loadavg``'s fourth field) are an upper
+    bound that is read at once. Inside a container without a user namespace the kernel
+    also counts the user's threads outside it, which its /proc does not show: those are
+    taken as the user's too (every thread the machine has that /proc does not list)."""
+    if given is None:
         if not sys.platform.startswith("linux"):
             return Fit(sys.maxsize)
         import resource  # POSIX only
 
-        uid = os.getuid()
-        # INIT_USER is exempt (kernel/fork.c), as is CAP_SYS_RESOURCE or CAP_SYS_ADMIN,
-        # which root holds outside a user namespace
-        if uid == 0:
+        if _exempt(root):
             return Fit(sys.maxsize)
         soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
         if soft != hard:
@@ -136,39 +144,52 @@ def user_tasks_left(root: Path = Path("/"), limit: int | None = None,
                 soft = hard
         if soft == resource.RLIM_INFINITY:
             return Fit(sys.maxsize)
-        limit = soft
+        given = Given(soft, os.getuid())
     try:
         everyone = int((root / "proc/loadavg").read_text().split()[3].split("/")[1])
     except (OSError, IndexError, ValueError):
         return Fit(sys.maxsize)  # no /proc to count with: nothing known, nothing cut
-    if limit - everyone > _ROOMY:
-        return Fit(limit - everyone, USER_TASKS)
-    return Fit(max(0, limit - _threads_of(root / "proc", uid)), USER_TASKS)
+    if given.limit - everyone >= need:
+        return Fit(given.limit - everyone, USER_TASKS)  # at least that much: enough
+    mine, listed = _threads_of(root / "proc", given.uid)
+    unseen = max(0, everyone - listed)
+    return Fit(max(0, given.limit - mine - unseen), USER_TASKS)
 
 
-# Room for this many more threads on the machine as a whole: no walk of /proc needed.
-_ROOMY = 4096
+def _exempt(root: Path) -> bool:
+    """Whether ``ulimit -u`` binds nobody here: the kernel lets uid 0 of the first user
+    namespace past it (kernel/fork.c, INIT_USER), not uid 0 of another one."""
+    if os.getuid() != 0:
+        return False
+    try:
+        first = (root / "proc/self/uid_map").read_text().split()
+    except OSError:  # no user namespaces in this kernel: root is root
+        return True
+    return first[:3] == ["0", "0", "4294967295"]
 
 
-def _threads_of(proc: Path, uid: int | None) -> int:
-    """The threads of every process whose real user is ``uid``, from /proc/PID/status."""
-    count = 0
+def _threads_of(proc: Path, uid: int) -> tuple[int, int]:
+    """The threads of every process whose real user is ``uid``, and of every process
+    listed, from /proc/PID/status (bytes: a process's name need not be UTF-8)."""
+    mine = listed = 0
     for status in proc.glob("[0-9]*/status"):
         try:
-            fields = dict(line.split(":", 1) for line in status.read_text().splitlines()
-                          if line.startswith(("Uid:", "Threads:")))
-            if int(fields["Uid"].split()[0]) == uid:
-                count += int(fields["Threads"])
+            fields = dict(line.split(b":", 1) for line in status.read_bytes().splitlines()
+                          if line.startswith((b"Uid:", b"Threads:")))
+            threads = int(fields[b"Threads"])
+            listed += threads
+            if int(fields[b"Uid"].split()[0]) == uid:
+                mine += threads
         except (OSError, KeyError, ValueError, IndexError):  # gone meanwhile, or unreadable
             continue
-    return count
+    return mine, listed
 
 
-def tasks_left(root: Path = Path("/")) -> Fit:
+def tasks_left(need: int, root: Path = Path("/")) -> Fit:
     """The tighter of :func:`threads_left` and :func:`user_tasks_left`, said as what
     sets it."""
     cgroup = threads_left(root)
-    user = user_tasks_left(root)
+    user = user_tasks_left(need, root)
     if user.n < cgroup.n:
         return user
     return Fit(cgroup.n, f"the cgroup's limit ({cgroup.by})" if cgroup.by else "")
@@ -188,7 +209,7 @@ def fit_forks(forks: int, root: Path = Path("/")) -> Fit:
     """How many hosts may be in flight at once: ``forks``, or as many as the limits on
     open files and threads allow (at least one)."""
     files = (raise_soft(SPARE + forks * PER_HOST) - SPARE) // PER_HOST
-    threads = tasks_left(root)
+    threads = tasks_left(THREAD_SPARE + forks * THREADS_PER_HOST, root)
     by_threads = (threads.n - THREAD_SPARE) // THREADS_PER_HOST
     return _fit(forks, 1, [(files, FILES), (by_threads, threads.by)])
 
@@ -198,7 +219,8 @@ def fit_kept(hosts: int, forks: int, root: Path = Path("/")) -> Fit:
     being in flight besides: every host's, or as many as the limits allow."""
     files = (raise_soft(SPARE + forks * PER_HOST + hosts * PER_KEPT) - SPARE
              - forks * PER_HOST) // PER_KEPT
-    threads = tasks_left(root)
+    threads = tasks_left(THREAD_SPARE + forks * THREADS_PER_HOST + hosts * THREADS_PER_KEPT,
+                         root)
     by_threads = (threads.n - THREAD_SPARE - forks * THREADS_PER_HOST) // THREADS_PER_KEPT
     return _fit(hosts, 0, [(files, FILES), (by_threads, threads.by)])
 

@@ -18,6 +18,8 @@ pytestmark = pytest.mark.skipif(memory.wanted({}) is None, reason="not Linux wit
 CHILD = """
 import json, os, sys
 from fleetclean.commands import memory
+if sys.argv[1:2] == ["rewrite"]:
+    sys.argv[1:] = ["something", "else"]  # a program that rewrote its own arguments
 start = os.environ.get("GLIBC_TUNABLES")  # as this process (the last one) started
 env = dict(os.environ)
 memory.thread_caches_off(env)
@@ -71,3 +73,8 @@ def test_a_users_own_cache_count_or_code_that_cannot_be_started_again_is_left_al
     # -c code: its text is in orig_argv, but a program from stdin would not be: never
     # started again from anything but a script or a module.
     assert run_child(tmp_path, "y", code=True)["started_with"] is None
+
+
+def test_a_program_that_rewrote_its_arguments_is_not_started_again(tmp_path: Path) -> None:
+    # Started again from sys.orig_argv, it would run with arguments it no longer has.
+    assert run_child(tmp_path, "rewrite", "x")["started_with"] is None
