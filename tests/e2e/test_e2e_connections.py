@@ -270,6 +270,37 @@ def test_the_library_cleans_hosts_given_as_fabric_connections(fleet: SimFleet) -
     conns[2].close()
 
 
+API_UNDER_LIMIT = r"""
+import json, resource, sys, threading
+resource.setrlimit(resource.RLIMIT_NOFILE, (72, 72))
+from fabric import Connection
+from fleetclean import api
+key, known, *addresses = sys.argv[1:]
+conns = [Connection(a, user="root", connect_kwargs={"key_filename": key}) for a in addresses]
+lock, now, most = threading.Lock(), [0], [0]
+def seen(event):
+    with lock:
+        now[0] += {"start": 1, "done": -1}.get(event.kind, 0)
+        most[0] = max(most[0], now[0])
+result = api.status(conns, forks=64, known_hosts=[known], on_event=seen)
+print(json.dumps({"most": most[0], "statuses": [h.status.value for h in result.hosts]}))
+"""
+
+
+def test_the_library_runs_no_more_hosts_at_once_than_its_open_files_limit_allows(
+    fleet: SimFleet
+) -> None:
+    # 64 files for the process's own, 4 for each host in flight: two of the three at once.
+    out = subprocess.run(
+        [sys.executable, "-c", API_UNDER_LIMIT, str(fleet.client_key_path),
+         str(fleet.known_hosts_path), *(n.address for n in fleet.nodes)],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen["statuses"] == ["clean"] * 3
+    assert seen["most"] == 2
+
+
 def test_the_library_refuses_an_unknown_host_key_of_a_group(
     fleet: SimFleet, tmp_path: Path
 ) -> None:
