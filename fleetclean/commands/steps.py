@@ -15,7 +15,7 @@ from fleetclean.models import Host
 
 if TYPE_CHECKING:
     from fleetclean import fleet
-    from fleetclean.engine.model import Scope
+    from fleetclean.engine.model import ResolvedPlaybook, Scope
     from fleetclean.slurm.nodes import Runner
     from fleetclean.transport import Options
 
@@ -186,8 +186,15 @@ def render_jobs(
     become.refuse_password_vars(extra_vars)
     renderer = Renderer(scope)
     jobs = []
+    # Most hosts of a fleet share their variables (group_vars), and resolving them is most
+    # of a post-extraction's rendering (0.24 ms a host): once per distinct set. repr keys
+    # them exactly for what YAML and INI give (str, int, float, bool, None, lists, maps).
+    resolved_for: dict[str, ResolvedPlaybook] = {}
     for host in hosts:
-        resolved = resolve(book, host.vars, extra_vars)
+        key = repr(host.vars)
+        resolved = resolved_for.get(key)
+        if resolved is None:
+            resolved = resolved_for[key] = resolve(book, host.vars, extra_vars)
         pieces = renderer.pieces(resolved, check=check, force=force, host_name=host.name)
         jobs.append(fleet.Job(host, pieces))
     return book.name, jobs, extra_vars
