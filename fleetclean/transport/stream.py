@@ -27,7 +27,12 @@ from fleetclean.transport.sshlib import paramiko
 # How long a finished script's channel may stay open (a background process holding it)
 # before the run stops reading.
 EOF_GRACE_S = 2.0
-WAKE_S = 0.25  # the longest the loop sleeps without data: to see the exit status, the end
+# The longest the loop sleeps without data, to see an exit status that comes without EOF
+# (a background process holding stdout): it then waits EOF_GRACE_S more. The deadline needs
+# no wake (each wait ends at it) and EOF wakes the read at once. A wake costs ~40 us of CPU
+# (paramiko's timed-out read raising and catching its timeout), every host in flight pays
+# it: at 0.25 s that was 13 wakes a host in a post-extraction at 128 hosts, 0.5 ms of its CPU.
+WAKE_S = 1.0
 
 
 class NoSession(Exception):
