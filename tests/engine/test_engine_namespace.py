@@ -208,3 +208,45 @@ def test_nvidia_smi_failures_become_host_errors() -> None:
     assert r.report.error is not None and "[N/A]" in r.report.error
     r = run_in_namespace(script("status"), setup="rm /tmp/fakebin/nvidia-smi\n")
     assert r.report.error == "nvidia-smi: command not found"
+
+
+# Each record as the reader got it: (seconds, kind, first field), timestamped on arrival.
+STAMPED = ('bash -s | while IFS= read -r l; do printf "%s\\t%s\\n" "$EPOCHREALTIME" "$l"; '
+           "done > /tmp/stamped")
+
+
+def arrivals(r: Any) -> dict[tuple[str, str], float]:
+    out = {}
+    for line in after(r).splitlines():
+        at, _, record = line.partition("\t")
+        fields = record.split("\t")
+        if fields[0] == "@@fleetclean" and len(fields) > 2:
+            out.setdefault((fields[1], fields[2]), float(at))
+    return out
+
+
+def test_what_is_written_before_a_lock_wait_arrives_before_it() -> None:
+    # Records written together go out in one write (lib.sh: fc_hold), never held across a
+    # wait: the controller sees the host begin while it waits for another run's lock.
+    r = run_in_namespace(
+        script("pre-restart", {"lock_wait": "1"}),
+        setup="mkdir -m 0700 /run/fleetclean-lock; exec 8>/run/fleetclean-lock/lock; flock 8\n",
+        run=f"{STAMPED}; exec 8>&-", after="cat /tmp/stamped\n")
+    got = arrivals(r)
+    assert got[("lock", "busy")] - got[("begin", "1")] > 0.8
+    assert ("done", "0") in got  # what was held after the wait was written too
+
+
+def test_a_stage_is_seen_starting_before_its_work_ends(tmp_path: Any) -> None:
+    pb = load_playbook(playbook_file(tmp_path, (
+        "name: nap\nstages:\n"
+        "  - {name: first, type: remove, paths: ['/tmp/none'], missing_ok: true}\n"
+        "  - {name: nap, type: shell, command: 'sleep 1'}\n")))
+    r = run_in_namespace(render_script(resolve(pb, {}, {})), run=STAMPED,
+                         after="cat /tmp/stamped\n")
+    got = arrivals(r)
+    # The first stage's end, held until the next record, left with the second's start,
+    # not after its sleep.
+    assert got[("end", "2")] - got[("end", "1")] > 0.8
+    assert got[("end", "2")] - got[("stage", "2")] > 0.8
+    assert ("done", "0") in got

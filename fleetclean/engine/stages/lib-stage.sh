@@ -20,6 +20,7 @@ fc_stage() {
     local name=$2 type=$3 fn t0
     FC_STAGE_NAME=$name
     fc_rec stage "$FC_IDX" "$name" "$type"
+    fc_release
     if ((FC_HALT)); then
         fc_rec end "$FC_IDX" skipped 0 0 0 0 "not run: $FC_HALT_REASON"
         return 0
@@ -32,6 +33,9 @@ fc_stage() {
     "$fn"
     fc_report_denied
     fc_now_us
+    # Held until the next stage's record, the verification's or fc_finish's end: fc_main
+    # only sets options in between.
+    fc_hold
     fc_rec end "$FC_IDX" "$FC_STATUS" "$FC_MATCHED" "$FC_SIGNALLED" "$FC_REMAINING" \
         "$(((REPLY - t0) / 1000))" "$FC_MESSAGE"
 }

@@ -18,6 +18,8 @@ FC_SCOPE_GPUS_ON=0
 # Resolve the scope on this host and say it in a "scope" record (user, UID, job, the GPUs
 # judged); a user this host does not know, or GPUs it cannot tell apart, halt the stages.
 fc_scope_begin() {
+    # What fc_begin held leaves now: `id` and the job's GPUs may take their time.
+    fc_release
     FC_SCOPED=1
     if [[ $FC_SCOPE_USER =~ ^[0-9]+$ ]]; then
         FC_SCOPE_UID=$FC_SCOPE_USER

@@ -36,6 +36,7 @@ fc_verify() {
     local max=$opt_max_used_mib t0 state settled=0 respawn="" now
     local -A leak_since=() leak_used=()
     fc_rec stage verify verify verify
+    fc_release
     if ((FC_HALT)); then
         fc_rec verify skipped "$max" 0 "not run: $FC_HALT_REASON" skipped
         return 0
@@ -166,9 +167,14 @@ fc_verify_state() {
 # and the verdict with its rule.
 fc_verify_end() {
     local state=$1 max=$2 ms=$3 respawn=$4
+    # Held through fc_finish, which follows. The rows go out before any process is named
+    # (a /proc read of a process stuck in the kernel can hang), then each process's records.
+    fc_hold
     fc_verify_rows_out
-    [[ $state == dirty || $state == leak || $state == stuck || $state == refused ]] &&
+    if [[ $state == dirty || $state == leak || $state == stuck || $state == refused ]]; then
+        fc_flush
         fc_verify_report
+    fi
     fc_verify_xids
     case $state in
         ok) fc_rec verify ok "$max" "$ms" "every GPU at or under $max MiB" clean ;;
@@ -579,6 +585,7 @@ fc_verify_report() {
         [[ -n ${named[$pid]:-} ]] && continue
         named[$pid]=1
         fc_verify_proc "$pid"
+        fc_flush
     done
     for idx in "${!FC_VHOLD[@]}" "${!FC_VPROT[@]}"; do
         for pid in ${FC_VHOLD[$idx]:-} ${FC_VPROT[$idx]:-}; do
@@ -589,6 +596,7 @@ fc_verify_report() {
             [[ -n ${named[$pid]:-} ]] && continue
             named[$pid]=1
             fc_verify_proc "$pid" "$why"
+            fc_flush
         done
     done
     for idx in "${FC_VBARE[@]}"; do
