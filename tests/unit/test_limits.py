@@ -255,4 +255,7 @@ def test_the_users_process_limit_is_counted_as_the_kernel_counts_it(tmp_path: Pa
     # /proc/loadavg and of /proc may count as one the walk did not see (a few at most).
     assert seen["started"] - 4 <= seen["left"] <= seen["started"]
     assert seen["by"] == seen["forks_by"] == limits.USER_TASKS
-    assert seen["forks"] == (seen["left"] - limits.THREAD_SPARE) // limits.THREADS_PER_HOST
+    # fit_forks counts again, within the same few short of the kernel's count.
+    fits = [(n - limits.THREAD_SPARE) // limits.THREADS_PER_HOST
+            for n in (seen["started"] - 4, seen["started"])]
+    assert fits[0] <= seen["forks"] <= fits[1]
