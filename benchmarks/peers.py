@@ -1,9 +1,10 @@
 """fleetclean against pdsh and parallel-ssh from 1 to 1,000 nodes, in one invocation.
 
 Run as root on Linux: ``.venv/bin/python benchmarks/peers.py [--sizes 1 8 64 256 1000]
-[--reps 3] [--busy 0.1] [--forks 64] [--profile]``. One simulated fleet of the biggest size,
-an SGLang tp8 server on ``--busy`` of its nodes (spread evenly); each size is the first N
-nodes. Per size and repetition, interleaved so that load drifts hit every tool alike:
+[--reps 3] [--busy 0.1] [--forks 64] [--profile [status] [post-extraction]]``. One simulated
+fleet of the biggest size, an SGLang tp8 server on ``--busy`` of its nodes (spread evenly);
+each size is the first N nodes. Per size and repetition, interleaved so that load drifts
+hit every tool alike:
 
 - ``fleetclean status`` (the table, as a person runs it), ``pdsh -R ssh`` with
   curve25519 (what paramiko negotiates) and parallel-ssh, both running
@@ -20,8 +21,9 @@ printed too: the machine's busy time from ``/proc/stat`` while it ran, the simul
 sshd and remote commands included, per host, and split into the tool's own process tree
 (pdsh with its ssh clients; ``wait4``) and the rest, the nodes' share (with this script's
 own sampling of the tool's threads and fds, about 0.2 ms a host, and anything else
-running). ``--profile``: one more ``status`` at the biggest size under cProfile (every
-thread's CPU, merged), its top functions printed. The nodes share
+running). ``--profile``: one more ``status`` (or each run named: ``status``,
+``post-extraction``) at the biggest size under cProfile (every thread's CPU, merged), its
+top functions printed. The nodes share
 this machine's cores with the controller and the peers.
 """
 
@@ -200,14 +202,16 @@ class Bench:
             self.refill(n)
         return runs
 
-    def profile(self, n: int) -> None:
-        """Where a status run's CPU goes at ``n`` hosts: every thread's profile, merged."""
+    def profile(self, n: int, what: str) -> None:
+        """Where a run's CPU goes at ``n`` hosts: every thread's profile, merged."""
         inv = self.tmp / f"inv{n}.yaml"
         out = self.tmp / "run.prof"
-        subprocess.run([sys.executable, "-c", PROFILE_PY, str(out), "status", "-i", str(inv),
+        argv = ["status"] if what == "status" else ["run", what, "--no-record"]
+        subprocess.run([sys.executable, "-c", PROFILE_PY, str(out), *argv, "-i", str(inv),
                         "-f", str(self.args.forks)], env=self.env, capture_output=True,
                        check=False)
-        print(f"--- profile: status at {n} hosts, every thread's CPU, by own time")
+        self.refill(n)
+        print(f"--- profile: {what} at {n} hosts, every thread's CPU, by own time")
         pstats.Stats(str(out)).sort_stats("tottime").print_stats(22)
         print("--- by cumulative time")
         pstats.Stats(str(out)).sort_stats("cumulative").print_stats(22)
@@ -254,7 +258,8 @@ def main() -> int:
                     help=f"repetitions at {BIG} nodes and more (default: --reps)")
     ap.add_argument("--busy", type=float, default=0.1, metavar="F")
     ap.add_argument("--forks", type=int, default=64)
-    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--profile", nargs="*", choices=("status", "post-extraction"),
+                    metavar="RUN", help="status (the default) and/or post-extraction")
     args = ap.parse_args()
     ensure_peers(True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the fleet still goes down
@@ -267,8 +272,8 @@ def main() -> int:
               f"{args.forks}, {args.reps} repetitions, nproc {os.cpu_count()}", flush=True)
         for n in args.sizes:
             report(n, bench.size(n))
-        if args.profile:
-            bench.profile(max(args.sizes))
+        for what in ([] if args.profile is None else args.profile or ["status"]):
+            bench.profile(max(args.sizes), what)
     print(f"whole run {time.perf_counter() - started:.0f} s")
     return 0
 
