@@ -150,12 +150,13 @@ def stream(
             if chan.status_event.wait(min(left, WAKE_S)):
                 break
             continue
-        at_eof = reader.read(min(left, WAKE_S))
+        grace = WAKE_S if status_at is None else EOF_GRACE_S - (time.monotonic() - status_at)
+        at_eof = reader.read(max(0.0, min(left, grace)))
         if not at_eof and chan.exit_status_ready():
             # A process the script left in the background can hold stdout open for ever:
             # after the status, EOF gets a few seconds, not the whole --timeout.
             status_at = status_at or time.monotonic()
-            if time.monotonic() - status_at > EOF_GRACE_S:
+            if time.monotonic() - status_at >= EOF_GRACE_S:
                 break
     return _finish(chan, reader, host)
 

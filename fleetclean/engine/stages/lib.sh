@@ -377,9 +377,7 @@ fc_lock() {
         fc_rec lock none "$FC_LOCK_PATH"
         return 0
     fi
-    # Most often the lock is free: taken without waiting, with "begin" still held. Else what
-    # is held goes out before the wait, which may last lock_wait seconds.
-    if flock -n 9 || { fc_release; flock -w "$FC_LOCK_WAIT" 9; }; then
+    if flock -w "$FC_LOCK_WAIT" 9; then
         fc_rec lock ok "$FC_LOCK_PATH"
         return 0
     fi
@@ -387,7 +385,9 @@ fc_lock() {
     return 1
 }
 
-# Held from here to the first stage's record (fc_main runs no command in between).
+# A read-only run's records are held from here to its first stage's record: fc_main only
+# sets variables in between. A teardown's "begin" goes out before the lock is taken, which
+# may wait lock_wait seconds (and its directory be made on a slow file system).
 fc_begin() {
     fc_hold
     fc_rec begin 1 "$FC_PLAYBOOK" "$FC_HOST" "$FC_CHECK"
@@ -398,18 +398,24 @@ fc_begin() {
         fc_rec lock none ""
         return 0
     fi
+    fc_release
     fc_lock
 }
 
 fc_finish() {
     local p
-    fc_hold
+    # What is held (the verdict) goes out before /proc is read again: a command line's read
+    # waits for its process's memory map, which one stuck in the kernel may hold for ever.
+    if ((${#FC_WATCH[@]} || ${#FC_STUCK[@]})); then
+        fc_release
+    fi
     # Only a stage that signals watches anything (lib-stage.sh reports what lives on).
     ((${#FC_WATCH[@]} == 0)) || fc_report_left
     # A process stuck in the kernel may let go later (the driver answers): say so.
     for p in "${!FC_STUCK[@]}"; do
         fc_alive "$p" "${FC_STUCK[$p]}" || fc_rec unstuck "$p"
     done
+    fc_hold
     fc_rec "done" 0
     fc_release
 }

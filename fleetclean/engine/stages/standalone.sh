@@ -82,6 +82,7 @@ fc_standalone() {
     local log=$1 fn=$2 line end
     fc_tap_begin "$log"
     "$fn" </dev/null
+    fc_release  # fc_main's fc_finish did; the records below go to the log, not stdout, too
     fc_judge
     FC_TAP=0
     fc_now_us

@@ -167,12 +167,11 @@ fc_verify_state() {
 # and the verdict with its rule.
 fc_verify_end() {
     local state=$1 max=$2 ms=$3 respawn=$4
-    # Held through fc_finish, which follows. The rows go out before any process is named
-    # (a /proc read of a process stuck in the kernel can hang), then each process's records.
+    # Held through fc_finish, which follows; what is held goes out before any process is
+    # read in /proc (a process stuck in the kernel can hang a read of its command line).
     fc_hold
     fc_verify_rows_out
     if [[ $state == dirty || $state == leak || $state == stuck || $state == refused ]]; then
-        fc_flush
         fc_verify_report
     fi
     fc_verify_xids
@@ -578,15 +577,22 @@ fc_verify_all_stuck() {
 fc_verify_report() {
     local line pid idx i why
     local -A named=()
+    # nvidia-smi's apps first, in one write, before any process is read; then each process's
+    # records, together once its reads are done.
+    for line in "${FC_VAPPS[@]}"; do
+        [[ $line =~ ^[0-9]+, ]] && fc_rec app "$line"
+    done
+    fc_flush
     for line in "${FC_VAPPS[@]}"; do
         [[ $line =~ ^[0-9]+, ]] || continue
-        fc_rec app "$line"
         pid=${line%%,*}
         [[ -n ${named[$pid]:-} ]] && continue
         named[$pid]=1
         fc_verify_proc "$pid"
         fc_flush
     done
+    # Device-file holders (where the apps do not explain a GPU: rare) as they are read.
+    fc_release
     for idx in "${!FC_VHOLD[@]}" "${!FC_VPROT[@]}"; do
         for pid in ${FC_VHOLD[$idx]:-} ${FC_VPROT[$idx]:-}; do
             fc_verify_why_not "$pid" || REPLY=""
@@ -596,9 +602,9 @@ fc_verify_report() {
             [[ -n ${named[$pid]:-} ]] && continue
             named[$pid]=1
             fc_verify_proc "$pid" "$why"
-            fc_flush
         done
     done
+    fc_hold
     for idx in "${FC_VBARE[@]}"; do
         for i in "${!FC_VIDX[@]}"; do
             [[ ${FC_VIDX[$i]} == "$idx" ]] && fc_rec bare "$idx" "${FC_VUSED[$i]}"
@@ -637,8 +643,11 @@ fc_verify_proc() {
     else
         REPLY=""  # not in this PID namespace (a container's process): nvidia-smi's pid
     fi
-    fc_rec proc "$pid" "$user" "${FC_CMD[$pid]:-}" "$REPLY" "$stuck"
+    local why=$REPLY
+    # The owner's reads (its ancestors' command lines) before this process's "proc" record:
+    # a held record never waits on a read.
     [[ -n ${FC_START[$pid]:-} ]] && fc_owner_records "$pid"
+    fc_rec proc "$pid" "$user" "${FC_CMD[$pid]:-}" "$why" "$stuck"
     return 0
 }
 
