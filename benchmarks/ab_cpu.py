@@ -10,6 +10,12 @@ threads from ``os.wait4`` (the simulated nodes' CPU is not in it), divided by th
 printed min/median/max with the load average before and after. Also the machine's busy
 time while each ran (``/proc/stat``): the whole bill, the simulated nodes' sshd and script
 included, which is where a change to the scripts shows.
+
+``--busy F``: the inventory is a simulated fleet's own (``STATE/inventory.yaml``), and an
+SGLang tp8 server is started on that fraction of its nodes before every post-extraction
+(which stops them) and before each repetition's status runs: every run of either tree finds
+the same busy fleet (at 1,000 nodes: ``fleetclean sim up --nodes 1000 --state-dir STATE``,
+then ``--busy 0.1``).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from peers import machine_cpu
@@ -50,6 +57,24 @@ def one(tree: Path, argv: list[str], env: dict[str, str]) -> tuple[float, float,
             machine_cpu() - busy)
 
 
+def busy_refill(inventory: Path, busy: float) -> Callable[[], None]:
+    """What makes ``busy`` of the fleet's nodes busy again (nothing for 0)."""
+    if not busy:
+        return lambda: None
+    from fleetclean.sim import SimFleet
+    from fleetclean.sim.cli import busy_nodes
+
+    fleet = SimFleet.load(inventory.parent)
+    names = busy_nodes([node.name for node in fleet.nodes], busy)
+
+    def refill() -> None:
+        idle = [name for name in names
+                if not any("sglang" in p.cmdline for p in fleet.processes(name))]
+        fleet.spawn_all(idle, "sglang")
+
+    return refill
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("inventory", type=Path)
@@ -57,8 +82,10 @@ def main() -> int:
     ap.add_argument("--new", type=Path, required=True)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--forks", type=int, default=64)
+    ap.add_argument("--busy", type=float, default=0.0, metavar="F")
     args = ap.parse_args()
     n = hosts_in(args.inventory)
+    refill = busy_refill(args.inventory, args.busy)
     trees = {"base": args.base, "new": args.new}
     home = tempfile.mkdtemp(prefix="fleetclean-ab-")
     env = dict(os.environ, NO_COLOR="1", HOME=home, FLEETCLEAN_STATE_DIR=f"{home}/state")
@@ -68,8 +95,11 @@ def main() -> int:
     print(f"{n} hosts, --forks {args.forks}, load {os.getloadavg()}", flush=True)
     for rep in range(args.reps):
         order = list(trees) if rep % 2 == 0 else list(trees)[::-1]
+        refill()
         for command, argv in COMMANDS.items():
             for tree in order:
+                if command != "status":
+                    refill()
                 used, took, whole = one(trees[tree], [*argv, "-i", str(args.inventory),
                                                       "-f", str(args.forks)], env)
                 cpu[(tree, command)].append(used * 1000 / n)

@@ -210,7 +210,8 @@ class Bench:
         subprocess.run([sys.executable, "-c", PROFILE_PY, str(out), *argv, "-i", str(inv),
                         "-f", str(self.args.forks)], env=self.env, capture_output=True,
                        check=False)
-        self.refill(n)
+        if what != "status":
+            self.refill(n)  # what the teardown stopped
         print(f"--- profile: {what} at {n} hosts, every thread's CPU, by own time")
         pstats.Stats(str(out)).sort_stats("tottime").print_stats(22)
         print("--- by cumulative time")
