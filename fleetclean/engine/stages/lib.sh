@@ -362,27 +362,17 @@ fc_lock_dir() {
     return 1
 }
 
-# Take the per-host lock; "busy" if another run holds it past lock_wait seconds.
+# Take the per-host lock: FC_LOCK_STATE ok, none (no private directory, no flock: run
+# unlocked), or busy (another run holds it past lock_wait seconds: fails).
 fc_lock() {
-    if ! fc_lock_dir; then
-        fc_rec lock none ""
-        return 0
-    fi
+    FC_LOCK_STATE=none
+    fc_lock_dir || return 0
     FC_LOCK_PATH=$REPLY/lock
-    if ! command -v flock >/dev/null 2>&1; then
-        fc_rec lock none "$FC_LOCK_PATH"
-        return 0
-    fi
-    if ! exec 9>>"$FC_LOCK_PATH"; then
-        fc_rec lock none "$FC_LOCK_PATH"
-        return 0
-    fi
-    if flock -w "$FC_LOCK_WAIT" 9; then
-        fc_rec lock ok "$FC_LOCK_PATH"
-        return 0
-    fi
-    fc_rec lock busy "$FC_LOCK_PATH"
-    return 1
+    command -v flock >/dev/null 2>&1 || return 0
+    exec 9>>"$FC_LOCK_PATH" || return 0
+    FC_LOCK_STATE=busy
+    flock -w "$FC_LOCK_WAIT" 9 || return 1
+    FC_LOCK_STATE=ok
 }
 
 # A read-only run's records are held from here to its first stage's record: fc_main only
@@ -400,6 +390,11 @@ fc_begin() {
     fi
     fc_release
     fc_lock
+    local taken=$?
+    # Held again once the lock is taken, to the first stage's record.
+    fc_hold
+    fc_rec lock "$FC_LOCK_STATE" "${FC_LOCK_PATH:-}"
+    return "$taken"
 }
 
 fc_finish() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; exec {FC_VQFD}< <(PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin nvidia-smi -q -d MEMORY,PIDS 2>&1 </dev/null; printf '\n@%d' "$?"); exec {FC_VXIDFD}< <(PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; if command -v sed >/dev/null 2>&1; then dmesg 2>/dev/null </dev/null | sed -n '1{p;d;};/NVRM: Xid/p'; else dmesg 2>/dev/null </dev/null; fi); FC_SRC=''; read -r -N 56283 FC_SRC; if ((${#FC_SRC} == 56283)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 56283 bytes): nothing was run" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; exec {FC_VQFD}< <(PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin nvidia-smi -q -d MEMORY,PIDS 2>&1 </dev/null; printf '\n@%d' "$?"); exec {FC_VXIDFD}< <(PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; if command -v sed >/dev/null 2>&1; then dmesg 2>/dev/null </dev/null | sed -n '1{p;d;};/NVRM: Xid/p'; else dmesg 2>/dev/null </dev/null; fi); FC_SRC=''; read -r -N 56315 FC_SRC; if ((${#FC_SRC} == 56315)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 56315 bytes): nothing was run" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook status (built-in)
 # host: "node01"  mode: check
 # Runs as `bash -s` with this text on standard input. Records go to stdout as
