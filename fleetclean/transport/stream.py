@@ -30,8 +30,8 @@ EOF_GRACE_S = 2.0
 # The longest the loop sleeps without data, to see an exit status that comes without EOF
 # (a background process holding stdout): it then waits EOF_GRACE_S more. The deadline needs
 # no wake (each wait ends at it) and EOF wakes the read at once. A wake costs ~40 us of CPU
-# (paramiko's timed-out read raising and catching its timeout), every host in flight pays
-# it: at 0.25 s that was 13 wakes a host in a post-extraction at 128 hosts, 0.5 ms of its CPU.
+# (paramiko's timed-out read raising and catching its timeout) for every host in flight: at
+# 0.25 s, a post-extraction at 128 hosts read 13 times a host, against 5 for a status.
 WAKE_S = 1.0
 
 
