@@ -150,8 +150,9 @@ def stream(
             if chan.status_event.wait(min(left, WAKE_S)):
                 break
             continue
-        grace = WAKE_S if status_at is None else EOF_GRACE_S - (time.monotonic() - status_at)
-        at_eof = reader.read(max(0.0, min(left, grace)))
+        # Before an exit status, a wake; after one, what is left of EOF's grace.
+        wait = WAKE_S if status_at is None else EOF_GRACE_S - (time.monotonic() - status_at)
+        at_eof = reader.read(max(0.0, min(left, wait)))
         if not at_eof and chan.exit_status_ready():
             # A process the script left in the background can hold stdout open for ever:
             # after the status, EOF gets a few seconds, not the whole --timeout.
