@@ -31,7 +31,12 @@ from fleetclean import __version__
 from fleetclean.engine.model import ResolvedPlaybook, Scope
 from fleetclean.engine.stages import stage_type, template
 from fleetclean.engine.stages.base import q
-from fleetclean.engine.stages.verify import KERNEL_LOG_SED, VERIFY, VERIFY_Q_ARGS
+from fleetclean.engine.stages.verify import (
+    KERNEL_LOG_LEVELS,
+    KERNEL_LOG_SED,
+    VERIFY,
+    VERIFY_Q_ARGS,
+)
 
 # Non-interactive SSH shells often lack the sbin directories; ours come after the caller's.
 _PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -115,8 +120,10 @@ def early_reads() -> str:
 
     The -q read leaves the row remapper's section out: the verification reads it beside
     this one where the kernel log cannot rule a pending remap out (fc_verify_gate). Of
-    the kernel log, sed passes on only what the verification reads (``KERNEL_LOG_SED``),
-    where the node has sed (verify.sh: fc_verify_klog).
+    the kernel log, dmesg prints only the levels that hold what the verification reads
+    (``KERNEL_LOG_LEVELS``), where the kernel's default level is one of them and dmesg
+    can filter; else sed passes on only that (``KERNEL_LOG_SED``), where the node has sed
+    (verify.sh: fc_verify_klog).
 
     >>> "nvidia-smi -q -d MEMORY,PIDS " in early_reads()
     True
@@ -124,7 +131,9 @@ def early_reads() -> str:
     path = f"PATH=$PATH:{_PATH_TAIL}"
     return (f"exec {{FC_VQFD}}< <({path} nvidia-smi {VERIFY_Q_ARGS} 2>&1 </dev/null; "
             "printf '\\n@%d' \"$?\"); "
-            f"exec {{FC_VXIDFD}}< <({path}; if command -v sed >/dev/null 2>&1; then "
+            f"exec {{FC_VXIDFD}}< <({path}; read -r _ l _ 2>/dev/null </proc/sys/kernel/printk; "
+            f"if [[ $l == [0-5] ]] && dmesg -l {KERNEL_LOG_LEVELS} 2>/dev/null </dev/null; "
+            "then :; elif command -v sed >/dev/null 2>&1; then "
             f"dmesg 2>/dev/null </dev/null | sed -n '{KERNEL_LOG_SED}'; "
             "else dmesg 2>/dev/null </dev/null; fi); ")
 

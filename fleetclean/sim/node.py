@@ -120,10 +120,13 @@ def install_dmesg(node_dir: Path) -> None:
     (``-c`` prints them first), as the real one clears its ring buffer. Both files hold
     the records as the kernel keeps them, and util-linux's own dmesg formats them (``-F``):
     a real log's cost, 4-5 ms of CPU for 160 KB, where ``cat`` took 1 ms; one process
-    unless a fault was logged, as the real one is."""
+    unless a fault was logged, as the real one is. ``-l LEVELS`` prints only those levels,
+    as util-linux's does; without util-linux the node's dmesg refuses it, as busybox's."""
     _install(node_dir, BOOT_LOG, boot_log(), mode=0o644)
     real = shutil.which("dmesg", path="/usr/bin:/bin:/usr/sbin:/sbin")
-    fmt = f"{real} -F" if real else "sed 's/^<[0-9]*>//'"  # the script's $show is a flag
+    # -F, the file to format, last: the levels go before it. Without util-linux no -l
+    # arrives here (the script refuses it); the script's $show is a flag.
+    fmt = f'{real} ${{level:+-l "$level"}} -F' if real else "sed 's/^<[0-9]*>//'"
     boot, kern = f"/usr/local/sbin/{BOOT_LOG}", f"{IN_NODE_DIR}/kern.log"
     _install(
         node_dir,
@@ -132,16 +135,17 @@ def install_dmesg(node_dir: Path) -> None:
         "# The simulated node's kernel ring buffer (fleetclean.sim.node.install_dmesg).\n"
         f"boot={boot}\n"
         f"[ -e {IN_NODE_DIR}/kern.cleared ] && boot=\n"
-        "clear= show=1\n"
-        'for a in "$@"; do case $a in -C|--clear) clear=1 show=;; -c|--read-clear) clear=1;; '
-        "esac; done\n"
-        f'if [ -z "$clear" ] && [ ! -s {kern} ]; then\n'
+        "clear= show=1 level=\n"
+        'while [ $# -gt 0 ]; do case $1 in -C|--clear) clear=1 show=;; '
+        "-c|--read-clear) clear=1;; -l|--level) level=$2; shift;; esac; shift; done\n"
+        + ("" if real else '[ -z "$level" ] || exit 1\n')
+        + f'if [ -z "$clear" ] && [ ! -s {kern} ]; then\n'
         f'    if [ -n "$boot" ]; then exec {fmt} "$boot"; fi\n'
         "    exit 0\n"
         "fi\n"
         'if [ -n "$show" ]; then\n'
         f'    if [ -n "$boot" ]; then {fmt} "$boot"; fi\n'
-        f"    if [ -s {kern} ]; then {fmt} {kern}; fi\n"
+        f'    if [ -s {kern} ]; then {fmt} {kern}; fi\n'
         "fi\n"
         f'[ -z "$clear" ] || {{ : > {kern}; : > {IN_NODE_DIR}/kern.cleared; }}\n',
     )

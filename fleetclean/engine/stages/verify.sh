@@ -21,10 +21,20 @@ FC_VECC_RE='NVRM: Xid \([^)]*\): (48|63|64|92|94|95|140|154),'
 # driver's Xid lines, not the rest of a boot log, every byte of which bash's read and
 # matches would go over one at a time.
 FC_VKLOG_SED='1{p;d;};/NVRM: Xid/p'
+# The levels that hold the driver's Xid lines and the log's first line (verify.py:
+# KERNEL_LOG_LEVELS), read alone where the kernel's default message level (printk's
+# second field) is among them: a boot log is nearly all info, which dmesg need not format.
+FC_VKLOG_LEVELS=emerg,alert,crit,err,warn,notice
 
-# The kernel log as the verification reads it: through sed where the node has it (it is not
+# The kernel log as the verification reads it: those levels where dmesg can filter them
+# (util-linux's; busybox's cannot), else through sed where the node has it (it is not
 # among what fleetclean asks of a node), else whole. render.early_reads starts the same.
 fc_verify_klog() {
+    local level=""
+    read -r _ level _ 2>/dev/null </proc/sys/kernel/printk
+    if [[ $level == [0-5] ]] && dmesg -l "$FC_VKLOG_LEVELS" 2>/dev/null </dev/null; then
+        return 0
+    fi
     if command -v sed >/dev/null 2>&1; then
         dmesg 2>/dev/null </dev/null | sed -n "$FC_VKLOG_SED"
     else
