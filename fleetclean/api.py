@@ -114,12 +114,12 @@ def run(
     from fleetclean.transport import limits
     from fleetclean.transport.session import Session
 
-    # run_fleet leaves a caller's session's forks as they are (a watch fits them once)
-    forks = limits.fit_forks(min(forks, len(jobs))).n
+    # run_fleet takes a caller's session's forks as they are (a watch fits them once)
+    fit = limits.fit_forks(min(forks, len(jobs)))
     with Session(opts) as session:
         for name, conn in named:
             session.adopt(name, conn)
-        return run_fleet(jobs, playbook=book.name, opts=opts, forks=forks,
+        return run_fleet(jobs, playbook=book.name, opts=opts, forks=fit,
                          on_event=on_event, session=session)
 
 

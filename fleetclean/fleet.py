@@ -71,7 +71,7 @@ def run_fleet(
     *,
     playbook: str,
     opts: Options,
-    forks: int = 64,
+    forks: int | limits.Fit = 64,
     on_event: EventCallback | None = None,
     cancel: threading.Event | None = None,
     session: Session | None = None,
@@ -79,17 +79,22 @@ def run_fleet(
     """Run every job; a first KeyboardInterrupt stops starting hosts and waits for the
     running ones (they are bounded by their own timeouts); the result is then marked
     interrupted, also when it comes before the first host started. A second
-    KeyboardInterrupt propagates. ``session``: the caller's own (kept connections, adopted
-    ones), left open, with ``forks`` as the caller fitted them (``limits.fit_forks``); by
-    default one for this run alone, ``forks`` fitted here."""
+    KeyboardInterrupt propagates. ``forks``: as many hosts at once, fitted here to the
+    limits on open files and threads (``limits.fit_forks``), or a ``limits.Fit`` the
+    caller made, taken as it is (the limits are read once). ``session``: the caller's own
+    (kept connections, adopted ones), left open, with ``forks`` taken as it is; by
+    default one for this run alone."""
     cancel = cancel or threading.Event()
     started = time.monotonic()
+    if isinstance(forks, limits.Fit):
+        forks = forks.n
+    elif session is None:
+        forks = limits.fit_forks(forks).n  # never more in flight than files and threads allow
+    # A caller's session's forks are not fitted again: a watch's would shrink at every
+    # refresh (its kept connections' threads count in pids.current and against ulimit -u).
     if session is not None:
-        # fitted again here, a watch's forks would shrink at every refresh: its kept
-        # connections' threads count in pids.current and against ulimit -u
         return _run_all(jobs, playbook, session, forks=forks, on_event=on_event,
                         cancel=cancel, started=started)
-    forks = limits.fit_forks(forks).n  # never more in flight than files and threads allow
     try:
         own = _session(jobs, opts)
     except KeyboardInterrupt:  # during that import: nothing has started anywhere

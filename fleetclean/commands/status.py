@@ -65,7 +65,7 @@ def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env)
     # One file and one thread a host between refreshes: 1,000 hosts come within a few
     # files of Linux's usual soft limit (1,024, with the run's own), far past macOS's
     # (256), and past a container's pids limit of 1,024.
-    kept = limits.fit_kept(len(jobs), forks)
+    kept = limits.fit_kept(len(jobs), forks.n)
     if kept.n < len(jobs):
         error_line(env, f"fleetclean: warning: status --watch keeps {kept.n} of {len(jobs)} "
                         f"hosts' connections, all {kept.by} leaves room for; the others log "

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from fleetclean import fleet
     from fleetclean.engine.model import ResolvedPlaybook, Scope
     from fleetclean.slurm.nodes import Runner
-    from fleetclean.transport import Options
+    from fleetclean.transport import Options, limits
 
 
 def select_hosts(args: argparse.Namespace, env: Env, *, warn: bool = False) -> list[Host]:
@@ -52,10 +52,10 @@ def select_hosts(args: argparse.Namespace, env: Env, *, warn: bool = False) -> l
     return hosts
 
 
-def fitted_forks(args: argparse.Namespace, env: Env, hosts: int) -> int:
+def fitted_forks(args: argparse.Namespace, env: Env, hosts: int) -> limits.Fit:
     """``--forks`` (no more than the ``hosts``), or as many hosts at once as the limits on
-    open files and threads leave room for (the run itself fits them the same way:
-    transport.limits), said once on stderr."""
+    open files and threads leave room for (``limits.fit_forks``; ``fleet.run_fleet`` takes
+    the fit as it is), said once on stderr."""
     from fleetclean.transport import limits
 
     wanted = max(1, min(args.forks, hosts))
@@ -63,7 +63,7 @@ def fitted_forks(args: argparse.Namespace, env: Env, hosts: int) -> int:
     if fits.n < wanted:
         error_line(env, f"fleetclean: warning: {fits.by} leaves room for {fits.n} hosts at "
                         f"once: running {fits.n} at a time, not --forks {args.forks}")
-    return fits.n
+    return fits
 
 
 def ask_become_pass(args: argparse.Namespace, jobs: list[fleet.Job]) -> list[fleet.Job]:

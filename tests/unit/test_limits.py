@@ -259,3 +259,22 @@ def test_the_users_process_limit_is_counted_as_the_kernel_counts_it(tmp_path: Pa
     fits = [(n - limits.THREAD_SPARE) // limits.THREADS_PER_HOST
             for n in (seen["started"] - 4, seen["started"])]
     assert fits[0] <= seen["forks"] <= fits[1]
+
+
+def test_a_run_reads_the_limits_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI fits ``--forks`` itself (it warns when they are cut) and hands the fit on:
+    the run takes it as it is, and fits only a bare count (the API's, the demo's)."""
+    from fleetclean import fleet
+    from fleetclean.transport import Options
+
+    asked: list[int] = []
+
+    def fit_forks(forks: int, root: Path = Path("/")) -> limits.Fit:
+        asked.append(forks)
+        return limits.Fit(forks)
+
+    monkeypatch.setattr(limits, "fit_forks", fit_forks)
+    fleet.run_fleet([], playbook="status", opts=Options(), forks=limits.Fit(3, "files"))
+    assert asked == []
+    fleet.run_fleet([], playbook="status", opts=Options(), forks=5)
+    assert asked == [5]
