@@ -586,18 +586,20 @@ fc_verify_all_stuck() {
 # "bare" (index, MiB) for each GPU above the threshold that no unprotected process holds.
 fc_verify_report() {
     local line pid idx i why
+    local -a pids=()
     local -A named=()
     # nvidia-smi's apps first, in one write, before any process is read; then each process's
     # records, together once its reads are done.
     for line in "${FC_VAPPS[@]}"; do
-        [[ $line =~ ^[0-9]+, ]] && fc_rec app "$line"
-    done
-    fc_flush
-    for line in "${FC_VAPPS[@]}"; do
         [[ $line =~ ^[0-9]+, ]] || continue
         pid=${line%%,*}
+        fc_rec app "$line"
         [[ -n ${named[$pid]:-} ]] && continue
         named[$pid]=1
+        pids+=("$pid")
+    done
+    fc_flush
+    for pid in "${pids[@]}"; do
         fc_verify_proc "$pid"
         fc_flush
     done
