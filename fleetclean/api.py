@@ -114,7 +114,7 @@ def run(
     from fleetclean.transport import limits
     from fleetclean.transport.session import Session
 
-    # run_fleet takes a caller's session's forks as they are (a watch fits them once)
+    # Fitted here, once: run_fleet takes a Fit, and a caller's session's forks, as they are.
     fit = limits.fit_forks(min(forks, len(jobs)))
     with Session(opts) as session:
         for name, conn in named:
