@@ -23,7 +23,7 @@ from fleetclean.results.lastseen import apply_history
 
 def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env) -> RunResult:
     opts = options(args)
-    forks = fitted_forks(args, env, len(jobs))
+    forks = fitted_forks(args, env, len(jobs)).forks
     cancel = threading.Event()
     # A live view only for a person watching the table come: not for --json/--csv, not
     # into a pipe or log (and then neither rich's live machinery is imported).

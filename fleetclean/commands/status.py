@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING
 
 from fleetclean.commands import slurm_step
-from fleetclean.commands.env import Env, error_line
+from fleetclean.commands.env import Env
 from fleetclean.commands.output import check_prom, emit, execute, write_prom
 from fleetclean.commands.steps import (
     ask_become_pass,
@@ -57,19 +57,13 @@ def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env)
 
     from fleetclean import fleet
     from fleetclean.results import table
-    from fleetclean.transport import limits
     from fleetclean.transport.session import Session
 
     opts = options(args)
-    forks = fitted_forks(args, env, len(jobs))
     # One file and one thread a host between refreshes: 1,000 hosts come within a few
     # files of Linux's usual soft limit (1,024, with the run's own), far past macOS's
     # (256), and past a container's pids limit of 1,024.
-    kept = limits.fit_kept(len(jobs), forks.n)
-    if kept.n < len(jobs):
-        error_line(env, f"fleetclean: warning: status --watch keeps {kept.n} of {len(jobs)} "
-                        f"hosts' connections, all {kept.by} leaves room for; the others log "
-                        "in again at every refresh")
+    forks, kept = fitted_forks(args, env, len(jobs), keep=True)
     console = env.console()
     try:
         with Session(opts, keep=True, keep_at_most=kept.n) as session, \

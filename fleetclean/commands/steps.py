@@ -52,17 +52,25 @@ def select_hosts(args: argparse.Namespace, env: Env, *, warn: bool = False) -> l
     return hosts
 
 
-def fitted_forks(args: argparse.Namespace, env: Env, hosts: int) -> limits.Fit:
+def fitted_forks(args: argparse.Namespace, env: Env, hosts: int,
+                 keep: bool = False) -> limits.Fits:
     """``--forks`` (no more than the ``hosts``), or as many hosts at once as the limits on
-    open files and threads leave room for (``limits.fit_forks``; ``fleet.run_fleet`` takes
-    the fit as it is), said once on stderr."""
+    open files and threads leave room for, and with ``keep`` (``status --watch``) how many
+    hosts' connections may be kept between refreshes beside them: the limits read once
+    (``limits.fit_run``; ``fleet.run_fleet`` takes the fit as it is), each cut said once
+    on stderr."""
     from fleetclean.transport import limits
 
     wanted = max(1, min(args.forks, hosts))
-    fits = limits.fit_forks(wanted)
-    if fits.n < wanted:
-        error_line(env, f"fleetclean: warning: {fits.by} leaves room for {fits.n} hosts at "
-                        f"once: running {fits.n} at a time, not --forks {args.forks}")
+    fits = limits.fit_run(wanted, hosts if keep else 0)
+    if fits.forks.n < wanted:
+        error_line(env, f"fleetclean: warning: {fits.forks.by} leaves room for "
+                        f"{fits.forks.n} hosts at once: running {fits.forks.n} at a time, "
+                        f"not --forks {args.forks}")
+    if keep and fits.kept.n < hosts:
+        error_line(env, f"fleetclean: warning: status --watch keeps {fits.kept.n} of {hosts} "
+                        f"hosts' connections, all {fits.kept.by} leaves room for; the others "
+                        "log in again at every refresh")
     return fits
 
 

@@ -13,8 +13,8 @@ user. What does not fit is scaled down (fewer hosts at once, fewer connections k
 said by :class:`Fit`, never left to fail hosts with "Too many open files" or "can't start
 new thread" halfway through.
 
->>> fits = fit_forks(64)
->>> 1 <= fits.n <= 64
+>>> fits = fit_run(64, hosts_kept=256)
+>>> 1 <= fits.forks.n <= 64 and 0 <= fits.kept.n <= 256
 True
 """
 
@@ -205,24 +205,34 @@ def _room(cgroup: Path) -> int | None:
     return None if most == "max" else max(0, int(most) - now)
 
 
+class Fits(NamedTuple):
+    """A run's fit: the hosts in flight at once, and the connections a watch keeps."""
+
+    forks: Fit
+    kept: Fit
+
+
+def fit_run(forks: int, hosts_kept: int = 0, root: Path = Path("/")) -> Fits:
+    """How many hosts may be in flight at once (``forks``, at least one) and how many of
+    ``hosts_kept`` hosts' connections a watch may keep between refreshes beside them:
+    each what the limits on open files and threads allow, read once. The hosts in flight
+    come first; the connections kept have what is left."""
+    soft = raise_soft(SPARE + forks * PER_HOST + hosts_kept * PER_KEPT)
+    threads = tasks_left(THREAD_SPARE + forks * THREADS_PER_HOST
+                         + hosts_kept * THREADS_PER_KEPT, root)
+    files, tasks = soft - SPARE, threads.n - THREAD_SPARE
+    flight = _fit(forks, 1, [(files // PER_HOST, FILES),
+                             (tasks // THREADS_PER_HOST, threads.by)])
+    kept = _fit(hosts_kept, 0, [
+        ((files - flight.n * PER_HOST) // PER_KEPT, FILES),
+        ((tasks - flight.n * THREADS_PER_HOST) // THREADS_PER_KEPT, threads.by)])
+    return Fits(flight, kept)
+
+
 def fit_forks(forks: int, root: Path = Path("/")) -> Fit:
     """How many hosts may be in flight at once: ``forks``, or as many as the limits on
     open files and threads allow (at least one)."""
-    files = (raise_soft(SPARE + forks * PER_HOST) - SPARE) // PER_HOST
-    threads = tasks_left(THREAD_SPARE + forks * THREADS_PER_HOST, root)
-    by_threads = (threads.n - THREAD_SPARE) // THREADS_PER_HOST
-    return _fit(forks, 1, [(files, FILES), (by_threads, threads.by)])
-
-
-def fit_kept(hosts: int, forks: int, root: Path = Path("/")) -> Fit:
-    """How many hosts' connections a watch may keep between refreshes, ``forks`` hosts
-    being in flight besides: every host's, or as many as the limits allow."""
-    files = (raise_soft(SPARE + forks * PER_HOST + hosts * PER_KEPT) - SPARE
-             - forks * PER_HOST) // PER_KEPT
-    threads = tasks_left(THREAD_SPARE + forks * THREADS_PER_HOST + hosts * THREADS_PER_KEPT,
-                         root)
-    by_threads = (threads.n - THREAD_SPARE - forks * THREADS_PER_HOST) // THREADS_PER_KEPT
-    return _fit(hosts, 0, [(files, FILES), (by_threads, threads.by)])
+    return fit_run(forks, 0, root).forks
 
 
 def _fit(wanted: int, least: int, bounds: list[tuple[int, str]]) -> Fit:

@@ -24,35 +24,38 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 from pathlib import Path
 from fleetclean.transport import limits
 none = Path("/nonexistent")  # no /proc: this machine's own cgroups left out
-out = {"forks": limits.fit_forks(int(sys.argv[3]), none).n,
-       "kept": limits.fit_kept(int(sys.argv[4]), int(sys.argv[5]), none).n}
+fits = limits.fit_run(int(sys.argv[3]), int(sys.argv[4]), none)
+out = {"forks": fits.forks.n, "kept": fits.kept.n}
 out["soft"] = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 print(json.dumps(out))
 """
 
 
-def limited(soft: int, hard: int, forks: int, hosts: int, in_flight: int) -> dict[str, int]:
+def limited(soft: int, hard: int, forks: int, hosts: int) -> dict[str, int]:
     out = subprocess.run([sys.executable, "-c", CHILD, str(soft), str(hard), str(forks),
-                          str(hosts), str(in_flight)],
+                          str(hosts)],
                          capture_output=True, text=True, check=True, timeout=60)
     result: dict[str, int] = json.loads(out.stdout)
     return result
 
 
 @pytest.mark.parametrize(("limits", "asked", "want"), [
-    # (soft, hard), (forks, hosts, hosts in flight beside the kept ones)
+    # (soft, hard), (forks, hosts whose connections a watch keeps)
     # macOS's soft 256 under a higher hard limit: raised, nothing scaled down.
-    ((256, 4096), (64, 1000, 64), {"forks": 64, "kept": 1000, "soft": 64 + 256 + 1000}),
+    ((256, 4096), (64, 1000), {"forks": 64, "kept": 1000, "soft": 64 + 256 + 1000}),
     # Linux's 1,024: a watch of 1,000 hosts needs more; the hard limit allows it.
-    ((1024, 4096), (64, 1000, 64), {"forks": 64, "kept": 1000, "soft": 1320}),
-    # A hard limit that does not allow it: fewer hosts at once, fewer connections kept.
-    ((100, 100), (64, 1000, 8), {"forks": 9, "kept": 4, "soft": 100}),
-    ((200, 200), (8, 1000, 8), {"forks": 8, "kept": 104, "soft": 200}),
-    # Room enough already: left as it is.
-    ((20000, 20000), (64, 256, 64), {"forks": 64, "kept": 256, "soft": 20000}),
+    ((1024, 4096), (64, 1000), {"forks": 64, "kept": 1000, "soft": 1320}),
+    # A hard limit that does not allow it: fewer hosts at once, and the connections kept
+    # have what the hosts in flight leave (100 - 64 spare - 9 * 4, then 100 - 64 - 8 * 4).
+    ((100, 100), (64, 1000), {"forks": 9, "kept": 0, "soft": 100}),
+    ((100, 100), (8, 1000), {"forks": 8, "kept": 4, "soft": 100}),
+    ((200, 200), (8, 1000), {"forks": 8, "kept": 104, "soft": 200}),
+    # Room enough already: left as it is; a run that keeps nothing asks for nothing more.
+    ((20000, 20000), (64, 256), {"forks": 64, "kept": 256, "soft": 20000}),
+    ((256, 4096), (64, 0), {"forks": 64, "kept": 0, "soft": 64 + 256}),
 ])
 def test_the_soft_limit_is_raised_as_far_as_needed_and_what_does_not_fit_is_scaled_down(
-        limits: tuple[int, int], asked: tuple[int, int, int], want: dict[str, int]) -> None:
+        limits: tuple[int, int], asked: tuple[int, int], want: dict[str, int]) -> None:
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard != resource.RLIM_INFINITY and hard < limits[1]:
         pytest.skip(f"this machine's hard limit on open files is {hard}, under {limits[1]}")
@@ -84,7 +87,7 @@ def test_a_pids_limit_in_cgroup2_bounds_the_threads_and_is_named(tmp_path: Path)
     assert limits.threads_left(root) == (
         400, "sys/fs/cgroup/system.slice/job.service/pids.max")
     # A watch of 500 hosts, 16 in flight: 400 - 16 - 16 * 3 connections kept.
-    assert limits.fit_kept(500, 16, root) == (
+    assert limits.fit_run(16, 500, root).kept == (
         336, "the cgroup's limit (sys/fs/cgroup/system.slice/job.service/pids.max)")
     assert limits.fit_forks(64, root) == (64, "")
 
@@ -97,7 +100,8 @@ def test_an_ancestors_tighter_limit_counts_in_cgroup_v1(tmp_path: Path) -> None:
         "sys/fs/cgroup/pids/kubepods/pod1/pids.current": "40\n"})
     assert limits.threads_left(root) == (60, "sys/fs/cgroup/pids/kubepods/pod1/pids.max")
     assert limits.fit_forks(64, root).n == (60 - 16) // 3
-    assert limits.fit_kept(30, 8, root).n == 60 - 16 - 8 * 3
+    pod = "the cgroup's limit (sys/fs/cgroup/pids/kubepods/pod1/pids.max)"
+    assert limits.fit_run(8, 30, root) == ((8, ""), (60 - 16 - 8 * 3, pod))
 
 
 def test_a_containers_own_cgroup_bound_without_a_namespace(tmp_path: Path) -> None:
@@ -141,7 +145,7 @@ def test_a_full_cgroup_still_runs_one_host_at_a_time(tmp_path: Path) -> None:
     root = cgroup_tree(tmp_path, V2, "0::/c\n", {"sys/fs/cgroup/c/pids.max": "10\n",
                                                   "sys/fs/cgroup/c/pids.current": "10\n"})
     assert limits.fit_forks(64, root).n == 1
-    assert limits.fit_kept(5, 1, root).n == 0
+    assert limits.fit_run(64, 5, root).kept.n == 0
 
 
 def proc_tree(tmp: Path, everyone: int, tasks: dict[int, tuple[int, int]]) -> Path:
@@ -278,3 +282,29 @@ def test_a_run_reads_the_limits_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert asked == []
     fleet.run_fleet([], playbook="status", opts=Options(), forks=5)
     assert asked == [5]
+
+
+def test_a_watch_reads_the_limits_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``status --watch`` fits its hosts in flight and its kept connections from one read
+    of the threads' limits, and says each cut."""
+    import argparse
+    import io
+
+    from fleetclean.commands import steps
+    from fleetclean.commands.env import Env
+
+    reads: list[int] = []
+
+    def tasks_left(need: int, root: Path = Path("/")) -> limits.Fit:
+        reads.append(need)
+        return limits.Fit(limits.THREAD_SPARE + 4 * limits.THREADS_PER_HOST + 3, "the test")
+
+    monkeypatch.setattr(limits, "tasks_left", tasks_left)
+    err = io.StringIO()
+    env = Env(stdout=io.StringIO(), stderr=err)
+    forks, kept = steps.fitted_forks(argparse.Namespace(forks=64), env, 10, keep=True)
+    assert reads == [limits.THREAD_SPARE + 10 * limits.THREADS_PER_HOST
+                     + 10 * limits.THREADS_PER_KEPT]
+    assert (forks.n, kept.n) == (5, 0)
+    assert "running 5 at a time, not --forks 64" in err.getvalue()
+    assert "status --watch keeps 0 of 10 hosts' connections" in err.getvalue()
