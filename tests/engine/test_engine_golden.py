@@ -94,10 +94,17 @@ def test_a_status_script_carries_no_stage_driver_and_reads_itself_whole_first() 
     status, teardown = rendered("status"), rendered("pre-restart")
     assert marker("lib-stage.sh") not in own_part(status)
     assert marker("lib-stage.sh") in own_part(teardown)
-    for script in (status, teardown):
-        shebang, _, bootstrap, body = script.split("\n", 3)
-        assert shebang == "#!/usr/bin/env bash"
-        assert f"read -r -N {len(body.encode())} FC_SRC;" in bootstrap
+    # The status script starts its GPU read on a line of its own, before the bootstrap: bash
+    # runs it as soon as it has read that line.
+    shebang, _, gpu, bootstrap, body = status.split("\n", 4)
+    assert shebang == "#!/usr/bin/env bash"
+    assert "exec {FC_VQFD}< <(" in gpu and "nvidia-smi -q" in gpu and "read -r" not in gpu
+    assert f"read -r -N {len(body.encode())} FC_SRC;" in bootstrap
+    assert "exec {FC_VXIDFD}< <(" in bootstrap
+    shebang, _, bootstrap, body = teardown.split("\n", 3)
+    assert shebang == "#!/usr/bin/env bash"
+    assert f"read -r -N {len(body.encode())} FC_SRC;" in bootstrap
+    assert "FC_VQFD" not in bootstrap
 
 
 @pytest.mark.skipif(shellcheck() is None, reason="shellcheck not installed")
