@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +126,48 @@ def test_invokes_mock_context_still_works_after_fleetclean_imported_invoke() -> 
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "unittest.mock"
+
+
+def test_paramikos_version_and_invokes_yaml_come_without_their_slow_imports() -> None:
+    """The first import of the SSH stack loads neither ``importlib.metadata`` (paramiko's
+    ``__version__``) nor invoke's vendored PyYAML; paramiko's version, which it sends in
+    its SSH banner, is still the installed one, and invoke still reads a YAML config file."""
+    probe = ("import sys, tempfile, yaml, fleetclean.transport.session\n"
+             "from fleetclean.transport.sshlib import paramiko\n"
+             "import invoke\n"
+             "left = [m for m in sys.modules if m == 'importlib.metadata'\n"
+             "        or m.startswith('invoke.vendor.yaml')]\n"
+             "from importlib import metadata\n"
+             "with tempfile.NamedTemporaryFile('w', suffix='.yaml') as f:\n"
+             "    f.write('run:\\n  echo: true\\n'); f.flush()\n"
+             "    config = invoke.Config(runtime_path=f.name); config.load_runtime()\n"
+             "print(left, paramiko.__version__, metadata.version('paramiko'),\n"
+             "      paramiko.Transport._CLIENT_ID, config.run.echo)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    left, ours, real, banner, echo = done.stdout.rsplit(" ", 4)
+    assert left == "[]"
+    assert ours == real and banner == f"paramiko_{real}" and echo.strip() == "True"
+
+
+def test_a_version_not_named_by_one_dist_info_is_asked_of_importlib_metadata(
+        tmp_path: Path) -> None:
+    for name, infos in (("one", ["1.2.3"]), ("two", ["1.0", "2.0"])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+        for version in infos:
+            info = tmp_path / f"{name}-{version}.dist-info"
+            info.mkdir()
+            (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\n"
+                                           f"Version: {version}\n")
+    probe = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+             "from fleetclean.transport import sshlib\n"
+             "from importlib import metadata\n"
+             "print(sshlib._installed_version('one'), sshlib._installed_version('two'),\n"
+             "      metadata.version('two'))")
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, check=True)
+    one, two, real = done.stdout.split()
+    assert one == "1.2.3"
+    assert two == real  # two candidates: the real module's choice, whichever it is
