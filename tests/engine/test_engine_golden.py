@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from fleetclean.engine.playbook import load_playbook
-from fleetclean.engine.render import render_script
+from fleetclean.engine.render import carried, render_script
 from fleetclean.engine.stages import template
 from fleetclean.engine.variables import resolve
 
@@ -56,12 +56,12 @@ def rendered(case: str) -> str:
 
 
 def own_part(script: str) -> str:
-    """The script with each packaged template's text replaced by a marker line; lib.sh
-    must be there, once and whole, in every script."""
-    lib = template("lib.sh")
+    """The script with each packaged template's text (as scripts carry it: ``carried``)
+    replaced by a marker line; lib.sh must be there, once and whole, in every script."""
+    lib = carried(template("lib.sh"))
     assert script.count(lib) == 1, "lib.sh must appear once, whole, in every script"
     for path in sorted(STAGES.glob("*.sh")):
-        text = path.read_text(encoding="utf-8")
+        text = carried(path.read_text(encoding="utf-8"))
         if text in script:
             script = script.replace(text, marker(path.name), 1)
     return script

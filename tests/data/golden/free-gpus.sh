@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 117111 FC_SRC; if ((${#FC_SRC} == 117111)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 117111 bytes): nothing was run" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 73722 FC_SRC; if ((${#FC_SRC} == 73722)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 73722 bytes): nothing was run" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook free-gpus (built-in)
 # host: "node01"  mode: run
 # Runs as `bash -s` with this text on standard input. Records go to stdout as
-# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded.
+# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded. The
+# packaged bash comes without its comments: fleetclean/engine/stages has them.
 # variables:
 #   force = false
 #   lock_wait = 5

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 122756 FC_SRC; if ((${#FC_SRC} == 122756)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 122756 bytes): nothing was run" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 77988 FC_SRC; if ((${#FC_SRC} == 77988)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 77988 bytes): nothing was run" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook post-extraction (built-in)
 # host: "node01"  mode: check
 # Runs as `bash -s` with this text on standard input. Records go to stdout as
-# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded.
+# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded. The
+# packaged bash comes without its comments: fleetclean/engine/stages has them.
 # variables:
 #   backup_suffix = ".bak_hsdump"
 #   dump_dir = "/dev/shm/sglang_hs"

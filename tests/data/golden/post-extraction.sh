@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 122641 FC_SRC; if ((${#FC_SRC} == 122641)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 122641 bytes): nothing was run" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 77873 FC_SRC; if ((${#FC_SRC} == 77873)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 77873 bytes): nothing was run" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook post-extraction (built-in)
 # host: "node01"  mode: run
 # Runs as `bash -s` with this text on standard input. Records go to stdout as
-# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded.
+# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded. The
+# packaged bash comes without its comments: fleetclean/engine/stages has them.
 # variables:
 #   backup_suffix = ".bak_hsdump"
 #   dump_dir = "/dev/shm/sglang_hs"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 107131 FC_SRC; if ((${#FC_SRC} == 107131)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 107131 bytes): nothing was run" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 65904 FC_SRC; if ((${#FC_SRC} == 65904)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 65904 bytes): nothing was run" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook pre-restart (built-in)
 # host: "node01"  mode: run
 # Runs as `bash -s` with this text on standard input. Records go to stdout as
-# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded.
+# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded. The
+# packaged bash comes without its comments: fleetclean/engine/stages has them.
 # variables:
 #   force = false
 #   grace = 10
