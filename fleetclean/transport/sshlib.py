@@ -52,45 +52,31 @@ from typing import Any
 __all__ = ["fabric", "paramiko"]
 
 _MOCK = "unittest.mock"
+_METADATA = "importlib.metadata"
+_VENDORED_YAML = "invoke.vendor.yaml"
+
+
+class _StandIn(types.ModuleType):
+    """A stand-in module: what it does not define is the real module's."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # the import system's own questions (``__path__``)
+            raise AttributeError(name)
+        return getattr(_real(self.__name__), name)
+
+
+def _real(module: str) -> types.ModuleType:
+    """The real ``module``, its stand-in put out of the way."""
+    if isinstance(sys.modules.get(module), _StandIn):
+        del sys.modules[module]
+    return importlib.import_module(module)
 
 
 class _DeferredMock:
     """``invoke.context.Mock``: a real ``unittest.mock.Mock``, imported when first made."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        return _real_mock().Mock(*args, **kwargs)
-
-
-def _real_mock() -> types.ModuleType:
-    if isinstance(sys.modules.get(_MOCK), _StandIn):
-        del sys.modules[_MOCK]
-    return importlib.import_module(_MOCK)
-
-
-class _StandIn(types.ModuleType):
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):  # the import system's own questions (``__path__``)
-            raise AttributeError(name)
-        return getattr(_real_mock(), name)
-
-
-@contextmanager
-def _without_invoke_mock() -> Iterator[None]:
-    if "invoke" in sys.modules or _MOCK in sys.modules:
-        yield  # nothing left to save: invoke is in, or unittest.mock (a test run) is
-        return
-    stand_in = _StandIn(_MOCK)
-    stand_in.__dict__["Mock"] = _DeferredMock
-    sys.modules[_MOCK] = stand_in
-    try:
-        yield
-    finally:
-        if sys.modules.get(_MOCK) is stand_in:
-            del sys.modules[_MOCK]
-
-
-_METADATA = "importlib.metadata"
-_VENDORED_YAML = "invoke.vendor.yaml"
+        return _real(_MOCK).Mock(*args, **kwargs)
 
 
 def _installed_version(name: str) -> str:
@@ -112,38 +98,31 @@ def _installed_version(name: str) -> str:
     return str(_real(_METADATA).version(name))
 
 
-def _real(module: str) -> types.ModuleType:
-    """The real ``module``, the stand-in of :func:`_standing_in` put out of the way."""
-    if isinstance(sys.modules.get(module), _Asking):
-        del sys.modules[module]
-    return importlib.import_module(module)
-
-
-class _Asking(types.ModuleType):
-    """A stand-in module: what it does not define is the real module's."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):  # the import system's own questions (``__path__``)
-            raise AttributeError(name)
-        return getattr(_real(self.__name__), name)
-
-
-@contextmanager
-def _standing_in() -> Iterator[None]:
-    """``importlib.metadata`` and invoke's vendored YAML as the module docstring says, for
-    the first import of paramiko and invoke; nothing where either is already in."""
+def _stand_ins() -> dict[str, types.ModuleType]:
+    """What stands in while fabric and paramiko are first imported (the module docstring
+    says why): nothing for a module that is in already, or whose importer is (a test run
+    has unittest.mock; another library may have loaded invoke first)."""
     mine: dict[str, types.ModuleType] = {}
-    if _METADATA not in sys.modules and "paramiko" not in sys.modules:
-        metadata = _Asking(_METADATA)
-        metadata.__dict__["version"] = _installed_version
-        mine[_METADATA] = metadata
-    if _VENDORED_YAML not in sys.modules and "invoke" not in sys.modules:
+    if "invoke" not in sys.modules and _MOCK not in sys.modules:
+        mine[_MOCK] = _StandIn(_MOCK)
+        mine[_MOCK].__dict__["Mock"] = _DeferredMock
+    if "paramiko" not in sys.modules and _METADATA not in sys.modules:
+        mine[_METADATA] = _StandIn(_METADATA)
+        mine[_METADATA].__dict__["version"] = _installed_version
+    if "invoke" not in sys.modules and _VENDORED_YAML not in sys.modules:
         with contextlib.suppress(ImportError):
             import yaml
 
             mine[_VENDORED_YAML] = yaml
-    for name, module in mine.items():
-        sys.modules[name] = module
+    return mine
+
+
+@contextmanager
+def _standing_in() -> Iterator[None]:
+    """The stand-ins in ``sys.modules`` for the length of the block; each gone after it
+    (where nothing replaced it meanwhile), so that a later import gets the real module."""
+    mine = _stand_ins()
+    sys.modules.update(mine)
     try:
         yield
     finally:
@@ -152,6 +131,6 @@ def _standing_in() -> Iterator[None]:
                 del sys.modules[name]
 
 
-with _without_invoke_mock(), _standing_in():
+with _standing_in():
     import fabric
     import paramiko
