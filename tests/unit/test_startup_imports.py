@@ -44,6 +44,15 @@ def imported(*argv: str) -> tuple[int, set[str]]:
     return int(last[1]), set(last[2:])
 
 
+def fresh(code: str, *argv: str) -> str:
+    """The standard output of ``code`` run in a fresh interpreter (``python -c``); a
+    failure fails the test with its standard error."""
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def _commands() -> list[str]:
     parser = build_parser(with_sim=False)
     sub = next(a for a in parser._actions if a.dest == "command")
@@ -107,9 +116,7 @@ def test_the_ssh_stack_comes_without_invokes_test_double(module: str) -> None:
              "from fleetclean.inventory import ssh_settings\n"
              "ssh_settings.load_config('/dev/null')\n"
              "print(*sorted({m.split('.')[0] for m in sys.modules}))")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=120, check=True)
-    modules = set(done.stdout.split())
+    modules = set(fresh(probe).split())
     assert {"paramiko", "fabric", "invoke"} <= modules
     assert not modules & INVOKE_TEST_DOUBLE, sorted(modules & INVOKE_TEST_DOUBLE)
 
@@ -122,10 +129,7 @@ def test_invokes_mock_context_still_works_after_fleetclean_imported_invoke() -> 
              "ctx.run.assert_called_once_with('true')\n"
              "from unittest.mock import patch\n"
              "print(patch.__module__)")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "unittest.mock"
+    assert fresh(probe).strip() == "unittest.mock"
 
 
 def test_paramikos_version_and_invokes_yaml_come_without_their_slow_imports() -> None:
@@ -143,10 +147,7 @@ def test_paramikos_version_and_invokes_yaml_come_without_their_slow_imports() ->
              "    config = invoke.Config(runtime_path=f.name); config.load_runtime()\n"
              "print(left, paramiko.__version__, metadata.version('paramiko'),\n"
              "      paramiko.Transport._CLIENT_ID, config.run.echo)")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    left, ours, real, banner, echo = done.stdout.rsplit(" ", 4)
+    left, ours, real, banner, echo = fresh(probe).rsplit(" ", 4)
     assert left == "[]"
     assert ours == real and banner == f"paramiko_{real}" and echo.strip() == "True"
 
@@ -166,8 +167,6 @@ def test_a_version_not_named_by_one_dist_info_is_asked_of_importlib_metadata(
              "from importlib import metadata\n"
              "print(sshlib._installed_version('one'), sshlib._installed_version('two'),\n"
              "      metadata.version('two'))")
-    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True,
-                          text=True, timeout=120, check=True)
-    one, two, real = done.stdout.split()
+    one, two, real = fresh(probe, str(tmp_path)).split()
     assert one == "1.2.3"
     assert two == real  # two candidates: the real module's choice, whichever it is
