@@ -200,12 +200,21 @@ def carried(text: str) -> str:
     or multi-line string for this to cut into (tests/engine/test_carried.py: what bash
     defines from a file is the same either way).
 
+    A line after one that ends in a backslash is kept whatever it is: the two are one line
+    to bash, and cutting the second would join the first to the next.
+
     >>> carried("f() {\\n    # why\\n\\n    true  # kept\\n}\\n# shellcheck disable=SC2034\\n")
     'f() {\\n    true  # kept\\n}\\n# shellcheck disable=SC2034\\n'
+    >>> carried("a \\\\\\n\\nb\\n")
+    'a \\\\\\n\\nb\\n'
     """
-    return "".join(line for line in text.splitlines(keepends=True)
-                   if (bare := line.strip()) and (not bare.startswith("#")
-                                                  or bare.startswith("# shellcheck")))
+    kept: list[str] = []
+    for line in text.splitlines(keepends=True):
+        bare = line.strip()
+        joined = bool(kept) and kept[-1].rstrip("\n").endswith("\\")
+        if joined or (bare and (not bare.startswith("#") or bare.startswith("# shellcheck"))):
+            kept.append(line)
+    return "".join(kept)
 
 
 def libraries_of(books: list[ResolvedPlaybook]) -> list[str]:
