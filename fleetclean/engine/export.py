@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from fleetclean import __version__
 from fleetclean.engine.model import ResolvedPlaybook, ResolvedStage, Scope
-from fleetclean.engine.render import library, main_function, variable_comments
+from fleetclean.engine.render import CARRIED_NOTE, library, main_function, variable_comments
 from fleetclean.engine.stages import template
 from fleetclean.engine.stages.base import q
 from fleetclean.nodeset import fold
@@ -63,6 +63,7 @@ def render_epilog(resolved: ResolvedPlaybook, *, log: str) -> str:
         "# the node is clean: a non-zero exit makes Slurm drain the node ('Epilog error').",
         f"# Why, and every record, is in {log}: read it with `fleetclean report FILE`.",
         "# It needs bash, coreutils, procps and nvidia-smi; it calls no Slurm command.",
+        CARRIED_NOTE,
         "# variables:",
         *variable_comments(resolved.variables),
         "",
@@ -124,6 +125,7 @@ def render_bundle(
         "#   pdsh -R ssh -w NODES \"$(cat THIS_FILE)\" > out.txt 2>&1   (root's shell: bash)",
         "#   srun -N COUNT -w NODES -l bash THIS_FILE > out.txt 2>&1    (on a shared filesystem)",
         "# then read what they printed: fleetclean report out.txt",
+        CARRIED_NOTE,
     ]
     for n, hosts in members.items():
         header += [f"# variables of {fold(hosts)}:", *comments[n - 1]]

@@ -40,6 +40,8 @@ from fleetclean.engine.stages.verify import (
 
 # Non-interactive SSH shells often lack the sbin directories; ours come after the caller's.
 _PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Every script's header says where the comments ``carried`` leaves out are.
+CARRIED_NOTE = "# The packaged bash comes without its comments: fleetclean/engine/stages has them."
 # True where the script runs as a file or a -c string, not read by ``bash -s``.
 _UNDER_BASH_S = "[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]]"
 
@@ -236,8 +238,8 @@ def _header(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str
         f"# host: {_comment_value(host_name)}  mode: {'check' if check else 'run'}"
         f"{'  force' if force else ''}",
         "# Runs as `bash -s` with this text on standard input. Records go to stdout as",
-        "# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded. The",
-        "# packaged bash comes without its comments: fleetclean/engine/stages has them.",
+        "# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded.",
+        CARRIED_NOTE,
         "# variables:",
         *variable_comments(variables),
         "",

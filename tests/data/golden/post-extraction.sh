@@ -4,8 +4,8 @@
 # fleetclean 0.1.0: playbook post-extraction (built-in)
 # host: "node01"  mode: run
 # Runs as `bash -s` with this text on standard input. Records go to stdout as
-# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded. The
-# packaged bash comes without its comments: fleetclean/engine/stages has them.
+# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded.
+# The packaged bash comes without its comments: fleetclean/engine/stages has them.
 # variables:
 #   backup_suffix = ".bak_hsdump"
 #   dump_dir = "/dev/shm/sglang_hs"

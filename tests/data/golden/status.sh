@@ -5,8 +5,8 @@
 # fleetclean 0.1.0: playbook status (built-in)
 # host: "node01"  mode: check
 # Runs as `bash -s` with this text on standard input. Records go to stdout as
-# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded. The
-# packaged bash comes without its comments: fleetclean/engine/stages has them.
+# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded.
+# The packaged bash comes without its comments: fleetclean/engine/stages has them.
 # variables:
 #   force = false
 #   lock_wait = 5
