@@ -61,12 +61,13 @@ def render_script(resolved: ResolvedPlaybook, *, check: bool = False, force: boo
 
 class Renderer:
     """Renders many hosts' scripts as pieces whose concatenation is ``render_script``'s
-    text: the stage library, nearly all of a script (110 KB of post-extraction's 113 KB,
-    45 KB of status's 47 KB), is read and joined once per set of stage types and is then
-    the same string object in every host's pieces; only the header and ``fc_main`` (a few
-    KB, the host's name and variables in them) are each host's own. A copy of the whole
-    text per host, kept from rendering until the run ends, was 110 MB of the controller's
-    peak RSS at 1,000 hosts (issue #18).
+    text: the stage library, nearly all of a script (75 KB of post-extraction's 78 KB,
+    32 KB of status's 34 KB, as ``carried``), is read, cut and joined once per set of stage
+    types and is then the same string object in every host's pieces; only the header and
+    ``fc_main`` (a few KB, the host's name and variables in them) are each host's own. A
+    copy of the whole text per host, kept from rendering until the run ends, was 110 MB of
+    the controller's peak RSS at 1,000 hosts (issue #18), when scripts still carried their
+    comments.
 
     >>> from fleetclean.engine.playbook import load_playbook
     >>> from fleetclean.engine.variables import resolve
@@ -158,10 +159,10 @@ def read_whole(size: int, early: str = "") -> str:
     :func:`early_reads`): under ``bash -s`` (no file, no ``-c`` string), read the ``size``
     bytes after this line in one builtin ``read -N`` and run them (``eval``), or run
     nothing when fewer arrived; ``early`` (the kernel log's read) goes first. bash reads a
-    script from a pipe one byte per read(2), so that a command it runs can read the rest:
-    40,000 system calls, most of the CPU a status script cost on the node; ``read -N``
-    reads in blocks (bash 5.1 and later). A file run with ``bash FILE`` or a ``bash -c``
-    string is read on as usual.
+    script from a pipe one byte per read(2), so that a command it runs can read the rest: a
+    system call per byte (34,000 for status), most of the CPU a status script cost on the
+    node; ``read -N`` reads in blocks (bash 5.1 and later). A file run with ``bash FILE``
+    or a ``bash -c`` string is read on as usual.
 
     >>> read_whole(12)[:48]
     '[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING'
