@@ -25,7 +25,13 @@ from collections.abc import Sequence
 
 from fleetclean import __version__
 from fleetclean.engine.model import ResolvedPlaybook, ResolvedStage, Scope
-from fleetclean.engine.render import CARRIED_NOTE, library, main_function, variable_comments
+from fleetclean.engine.render import (
+    CARRIED_NOTE,
+    carried,
+    library,
+    main_function,
+    variable_comments,
+)
 from fleetclean.engine.stages import template
 from fleetclean.engine.stages.base import q
 from fleetclean.nodeset import fold
@@ -72,7 +78,7 @@ def render_epilog(resolved: ResolvedPlaybook, *, log: str) -> str:
         f"FC_EPILOG_LOG={q(log)}",
         "",
     ]
-    parts = ["\n".join(header), *library([resolved], scope), template("standalone.sh")]
+    parts = ["\n".join(header), *library([resolved], scope), carried(template("standalone.sh"))]
     # A read-only playbook (status) makes an epilog that judges and signals nothing: it
     # drains a node its job left dirty without touching anything.
     parts.append("\n".join([*main_function(resolved, check=resolved.read_only,
@@ -141,7 +147,7 @@ def render_bundle(
         "",
     ]
     parts = ["\n".join(header), _INTACT, f"PATH=\"$PATH:{PATH}\"",
-             *library([book for _, book in books], scope), template("standalone.sh"),
+             *library([book for _, book in books], scope), carried(template("standalone.sh")),
              *functions, "\n".join(body)]
     return "\n".join(parts)
 
