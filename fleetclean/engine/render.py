@@ -179,16 +179,19 @@ def library(books: list[ResolvedPlaybook], scope: Scope | None = None) -> list[s
     carries only what its verification runs, since bash parses all it is sent), the scope's
     functions when there is a scope (or a stage that finds a Slurm job's processes), the libraries
     their stage types call into (once each), then the template of each stage type they use
-    (once each, in order of first use), then the verification's."""
+    (once each, in order of first use), then the verification's (among the libraries
+    instead where a stage type calls into it)."""
     used = dict.fromkeys(s.type for book in books for s in book.stages)
     parts = [template("lib.sh")]
     if used:
         parts.append(template("lib-stage.sh"))
     if (scope is not None and scope.active) or "slurm-job" in used:
         parts.append(template("scope.sh"))
-    parts += [template(lib) for lib in libraries_of(books)]
+    libraries = libraries_of(books)
+    parts += [template(lib) for lib in libraries]
     parts += [stage_type(t).template.read_text(encoding="utf-8") for t in used]
-    if any(book.verify is not None for book in books):
+    # Carried once, among the libraries where a stage type calls into it (gpu-holders).
+    if any(book.verify is not None for book in books) and VERIFY.template.name not in libraries:
         parts.append(VERIFY.template.read_text(encoding="utf-8"))
     return [carried(part) for part in parts]
 
@@ -225,7 +228,7 @@ def libraries_of(books: list[ResolvedPlaybook]) -> list[str]:
     into, once each, in order of first use."""
     used = dict.fromkeys(s.type for book in books for s in book.stages)
     libraries = dict.fromkeys(lib for t in used for lib in stage_type(t).libraries)
-    if any(book.verify is not None for book in books):
+    if any(book.verify is not None for book in books) or VERIFY.template.name in libraries:
         libraries.update(dict.fromkeys(VERIFY.libraries))
     return list(libraries)
 

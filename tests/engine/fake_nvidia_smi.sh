@@ -2,6 +2,7 @@
 # Test double for nvidia-smi: 8 GPUs; a GPU's used memory is 1000 MiB per process holding
 # /dev/nvidiaN open (nvidia-persistenced: none). $FAKE_NVSMI_MODE (read from /tmp/fake-nvsmi-mode) makes it misbehave.
 mode=$(cat /tmp/fake-nvsmi-mode 2>/dev/null)
+echo "$*" >>/tmp/fake-nvsmi-calls  # what was asked, for the tests that count the reads
 case $mode in
     nvml) echo "Failed to initialize NVML: Driver/library version mismatch"; exit 18 ;;
     nodriver) echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."; exit 9 ;;

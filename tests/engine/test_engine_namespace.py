@@ -250,3 +250,55 @@ def test_a_stage_is_seen_starting_before_its_work_ends(tmp_path: Any) -> None:
     assert got[("end", "2")] - got[("end", "1")] > 0.8
     assert got[("end", "2")] - got[("stage", "2")] > 0.8
     assert ("done", "0") in got
+
+
+# A holder of GPU 5 started by a shell stage, once it holds the device file.
+LATE_HOLDER = ('"$FC_PY" /tmp/workload.py --ready /tmp/ready.late --hold /dev/nvidia5 late-holder '
+               "</dev/null >/dev/null 2>&1 & "
+               "for i in $(seq 100); do [ -e /tmp/ready.late ] && break; sleep 0.05; done")
+
+
+def gpu_reads(r: Any) -> int:
+    """How many times the script asked nvidia-smi for the GPUs' memory."""
+    return sum(line.startswith("--query-gpu=") for line in after(r).splitlines())
+
+
+def holders_then(tmp_path: Any, *later: str) -> str:
+    """A playbook: gpu-holders, then the stages ``later``, then a verification of 1 s."""
+    stages = "".join(f"  - {stage}\n" for stage in later)
+    return render_script(resolve(load_playbook(playbook_file(tmp_path, (
+        "name: kept\nstages:\n  - {name: holders, type: gpu-holders, grace: 1}\n"
+        f"{stages}verify: {{max_used_mib: 0, timeout: 1}}\n"))), {}, {}))
+
+
+def test_the_verification_takes_the_gpu_holders_read_when_nothing_changed_since(
+        tmp_path: Any) -> None:
+    r = run_in_namespace(holders_then(
+        tmp_path, "{name: files, type: remove, paths: ['/tmp/none'], missing_ok: true}"),
+        setup=BYSTANDERS, after="cat /tmp/fake-nvsmi-calls\n")
+    assert r.report.verified is True
+    assert [g.memory_used_mib for g in r.report.gpus] == [0] * 8
+    assert gpu_reads(r) == 1  # the stage's read served the verification
+    assert r.alive("nvidia-persistenced") and r.alive("python3-monitor-agent")
+
+
+def test_a_gpu_taken_after_the_gpu_holders_read_is_seen_by_the_verification(
+        tmp_path: Any) -> None:
+    # A shell stage may change any GPU: the kept read is dropped and the GPUs read again.
+    command = LATE_HOLDER.replace("'", "''")
+    late = f"{{name: late, type: shell, command: '{command}'}}"
+    r = run_in_namespace(holders_then(tmp_path, late), after="cat /tmp/fake-nvsmi-calls\n")
+    assert r.report.stages[1].status == "ok"
+    assert r.report.verified is False
+    assert {g.index: g.memory_used_mib for g in r.report.gpus}[5] == 1000
+    assert r.alive("late-holder")
+
+
+def test_a_signal_after_the_gpu_holders_read_makes_the_verification_read_again(
+        tmp_path: Any) -> None:
+    r = run_in_namespace(holders_then(
+        tmp_path, "{name: agent, type: signal, pattern: python3-monitor-agent, grace: 1}"),
+        setup=BYSTANDERS, after="cat /tmp/fake-nvsmi-calls\n")
+    assert not r.alive("python3-monitor-agent") and r.alive("nvidia-persistenced")
+    assert r.report.verified is True
+    assert gpu_reads(r) == 2

@@ -2,10 +2,11 @@
 # (opt_* are assigned, and FC_* read, by the rendered script around this template.)
 # Stage "gpu-holders": the processes that use GPU memory, minus protected ones; optionally
 # only those whose identity (match: cmdline, command line) matches opt_filter.
-# nvidia-smi's compute apps first; the holders of /dev/nvidiaN only for a GPU whose memory
-# no compute app explains (or every GPU when nvidia-smi cannot say), and among those only
-# CUDA processes (with /dev/nvidia-uvm open): an NVML user (a monitoring agent, nvidia-smi
-# itself) keeps the device files open too, uses no GPU memory, and is never a target.
+# nvidia-smi's compute apps first (from the verification's read: verify.sh); the holders
+# of /dev/nvidiaN only for a GPU whose memory no compute app explains (or every GPU when
+# nvidia-smi cannot say), and among those only CUDA processes (with /dev/nvidia-uvm
+# open): an NVML user (a monitoring agent, nvidia-smi itself) keeps the device files open
+# too, uses no GPU memory, and is never a target.
 # Options: opt_filter, opt_match (identity|cmdline), opt_signal, opt_grace_ms,
 # opt_kill_wait_ms, opt_tree (0/1).
 
@@ -13,30 +14,31 @@
 # every GPU, or empty), and for a scope (scope.sh) the GPUs each holder is on:
 # FC_HOLDER_UUID[pid] (as nvidia-smi says) and FC_HOLDER_DEV[pid] (device files).
 fc_gpu_holders() {
-    local out rc line uuid idx used pid all=0
+    local line uuid i idx pid all=0
     local -A explained=() need=()
     declare -gA FC_HOLDER_DEV=() FC_HOLDER_UUID=()
     FC_HOLDERS=()
     FC_NVSMI_NOTE=""
     if command -v nvidia-smi >/dev/null 2>&1; then
-        exec {FC_GH_APPFD}< <(nvidia-smi --query-compute-apps=pid,gpu_uuid \
-            --format=csv,noheader,nounits 2>/dev/null)
-        out=$(nvidia-smi --query-gpu=index,uuid,memory.used --format=csv,noheader,nounits 2>&1)
-        rc=$?
-        while IFS=', ' read -r line uuid; do
-            [[ $line =~ ^[0-9]+$ ]] || continue
-            FC_HOLDERS+=("$line")
-            FC_HOLDER_UUID[$line]+=" $uuid"
+        # The verification's own read, which it takes as its first where nothing changed
+        # a GPU after it (verify.sh: fc_verify_keep): one nvidia-smi fewer a teardown.
+        fc_verify_keep
+        for line in "${FC_VAPPS[@]}"; do
+            [[ $line =~ ^([0-9]+),.*,\ *([^,]*)$ ]] || continue
+            pid=${BASH_REMATCH[1]} uuid=${BASH_REMATCH[2]}
+            FC_HOLDERS+=("$pid")
+            FC_HOLDER_UUID[$pid]+=" $uuid"
             explained[$uuid]=1
-        done <&"$FC_GH_APPFD"
-        exec {FC_GH_APPFD}<&-
-        if ((rc == 0)); then
-            while IFS=', ' read -r idx uuid used; do
-                [[ $idx =~ ^[0-9]+$ && $used =~ ^[0-9]+$ ]] || continue
-                ((used > 0)) && [[ -z ${explained[$uuid]:-} ]] && need[$idx]=1
-            done <<<"$out"
+        done
+        if ((FC_VRC == 0)); then
+            for i in "${!FC_VROWS[@]}"; do
+                [[ ${FC_VUSED[i]} =~ ^[0-9]+$ ]] || continue
+                ((FC_VUSED[i] > 0)) && [[ -z ${explained[${FC_VUUID[i]}]:-} ]] &&
+                    need[${FC_VIDX[i]}]=1
+            done
         else
-            FC_NVSMI_NOTE="nvidia-smi exit $rc: ${out%%$'\n'*}; CUDA processes on device files; "
+            FC_NVSMI_NOTE="nvidia-smi exit $FC_VRC: ${FC_VOUT%%$'\n'*};"
+            FC_NVSMI_NOTE+=" CUDA processes on device files; "
             all=1
         fi
     else

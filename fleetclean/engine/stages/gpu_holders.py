@@ -1,8 +1,9 @@
 """Stage type ``gpu-holders``: signal every process holding a GPU.
 
-Holders come from nvidia-smi's compute apps and from ``/dev/nvidiaN`` file descriptors,
-minus protected processes; ``filter`` (an ERE, empty for all) narrows them by identity (or,
-``match: cmdline``, by command line; see the ``signal`` stage type).
+Holders come from nvidia-smi's compute apps (the verification's read, which it takes as
+its own first read where no later stage may have changed a GPU) and from ``/dev/nvidiaN``
+file descriptors, minus protected processes; ``filter`` (an ERE, empty for all) narrows
+them by identity (or, ``match: cmdline``, by command line; see the ``signal`` stage type).
 
 >>> from fleetclean.engine.model import ResolvedStage
 >>> STAGE.assignments(ResolvedStage("free", "gpu-holders", {
@@ -29,5 +30,6 @@ STAGE = StageType(
     options=(Option("filter", ere_or_empty, ""), *signalling_options(grace=5)),
     assignments=_assignments,
     template=packaged("gpu-holders.sh"),
-    libraries=("lib-match.sh", "lib-kill.sh", "owner.sh", "owner-act.sh"),
+    # verify.sh: its holders come from the verification's read, kept for it.
+    libraries=("lib-match.sh", "lib-kill.sh", "owner.sh", "owner-act.sh", "verify.sh"),
 )

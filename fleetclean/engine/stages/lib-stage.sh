@@ -32,12 +32,29 @@ fc_stage() {
     fn=fc_stage_${type//-/_}
     "$fn"
     fc_report_denied
+    if ((${FC_VKEPT:-0})) && ! fc_gpus_untouched "$type"; then
+        fc_verify_drop
+    fi
     fc_now_us
     # Held until the next stage's record, the verification's or fc_finish's end: fc_main
     # only sets options in between.
     fc_hold
     fc_rec end "$FC_IDX" "$FC_STATUS" "$FC_MATCHED" "$FC_SIGNALLED" "$FC_REMAINING" \
         "$(((REPLY - t0) / 1000))" "$FC_MESSAGE"
+}
+
+# True when a stage of type $1 that just ran left the GPUs as the read kept for the
+# verification saw them (verify.sh: fc_verify_keep): it sent no signal since that read
+# began (a signal stage's or gpu-holders' only way to change a GPU) and is a type that
+# changes none otherwise; a gpu-reset that found no leak reset nothing. Any other type (a
+# shell command, a job cancelled, a unit stopped) may have.
+fc_gpus_untouched() {
+    ((FC_LAST_SIGNAL_US < FC_VKEPT_US)) || return 1
+    case $1 in
+        guard | restore | remove | signal | gpu-holders) return 0 ;;
+        gpu-reset) ((FC_MATCHED == 0)) ;;
+        *) return 1 ;;
+    esac
 }
 
 # The user name of PID's real uid (REPLY), from /proc/PID/status; "?" when unreadable.

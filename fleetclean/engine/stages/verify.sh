@@ -60,9 +60,12 @@ fc_verify() {
     # (fc_verify_gate). A status script's first line started dmesg and the -q read
     # without the row remapper (render.early_reads): dmesg is done long before nvidia-smi,
     # so its text is taken now, while nvidia-smi still works; where the log cannot rule
-    # a pending remap out, the remapper's section is read beside it, from now.
-    [[ -n ${FC_VXIDFD:-} ]] || exec {FC_VXIDFD}< <(fc_verify_klog)
-    fc_verify_xid_text
+    # a pending remap out, the remapper's section is read beside it, from now. A read
+    # kept from the gpu-holders stage (fc_verify_keep) comes with its kernel log.
+    if ((!FC_VKEPT)); then
+        [[ -n ${FC_VXIDFD:-} ]] || exec {FC_VXIDFD}< <(fc_verify_klog)
+        fc_verify_xid_text
+    fi
     if [[ -n ${FC_VQFD:-} ]]; then
         if [[ $FC_VQ_SECTIONS == *ROW_REMAPPER* ]]; then
             exec {FC_VRRFD}< <(nvidia-smi -q -d ROW_REMAPPER 2>&1 </dev/null; printf '\n@%d' "$?")
@@ -73,7 +76,11 @@ fc_verify() {
     fc_now_us
     t0=$REPLY
     while :; do
-        fc_verify_read
+        if ((FC_VKEPT)); then
+            FC_VKEPT=0
+        else
+            fc_verify_read
+        fi
         if ((FC_VRC != 0)); then
             fc_verify_failed "$max" "$t0"
             return 0
@@ -115,6 +122,32 @@ fc_verify() {
     fi
     fc_now_us
     fc_verify_end "$state" "$max" $(((REPLY - t0) / 1000)) "$respawn"
+}
+
+# The kernel log and one read of the GPUs, taken by the gpu-holders stage and kept
+# (FC_VKEPT=1, where nvidia-smi answered) as the verification's first read: it comes after
+# every signal of the stages before it, and the stage driver drops it (fc_verify_drop,
+# from lib-stage.sh: fc_stage) after any stage that may have changed a GPU since. Where
+# the GPUs read clean the verification then calls no nvidia-smi of its own (25 ms of
+# wall and 18 ms of CPU on an H200); where they do not, it reads again as it polls.
+# FC_VKEPT_US: when the read began; a signal after it drops it.
+FC_VKEPT=0 FC_VKEPT_US=0
+fc_verify_keep() {
+    fc_now_us
+    FC_VKEPT_US=$REPLY
+    [[ -n ${FC_VXIDFD:-} ]] || exec {FC_VXIDFD}< <(fc_verify_klog)
+    fc_verify_xid_text
+    fc_verify_read
+    fc_verify_apps
+    FC_VKEPT=0
+    ((FC_VRC == 0)) && FC_VKEPT=1
+    return 0
+}
+
+# The kept read and its kernel log forgotten: the verification reads both anew (an Xid
+# logged by a kill or a reset since belongs to its report).
+fc_verify_drop() {
+    FC_VKEPT=0 FC_VXIDREAD=0 FC_VXIDTEXT=""
 }
 
 # Where a killed GPU holder's parent lives on (see fc_note_respawn_risk), a first clean

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 73722 FC_SRC; if ((${#FC_SRC} == 73722)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 73722 bytes): nothing was run" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 74359 FC_SRC; if ((${#FC_SRC} == 74359)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 74359 bytes): nothing was run" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook free-gpus (built-in)
 # host: "node01"  mode: run
 # Runs as `bash -s` with this text on standard input. Records go to stdout as
@@ -40,13 +40,13 @@
 
 # [owner-act.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
+# [verify.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
 # [signal.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [gpu-holders.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [gpu-reset.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
-
-# [verify.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 fc_main() {
     export LC_ALL=C

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 77873 FC_SRC; if ((${#FC_SRC} == 77873)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 77873 bytes): nothing was run" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 78510 FC_SRC; if ((${#FC_SRC} == 78510)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 78510 bytes): nothing was run" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook post-extraction (built-in)
 # host: "node01"  mode: run
 # Runs as `bash -s` with this text on standard input. Records go to stdout as
@@ -41,6 +41,8 @@
 
 # [owner-act.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
+# [verify.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
 # [guard.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [signal.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
@@ -52,8 +54,6 @@
 # [restore.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [remove.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
-
-# [verify.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 fc_main() {
     export LC_ALL=C

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 65904 FC_SRC; if ((${#FC_SRC} == 65904)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 65904 bytes): nothing was run" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 66541 FC_SRC; if ((${#FC_SRC} == 66541)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 66541 bytes): nothing was run" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook pre-restart (built-in)
 # host: "node01"  mode: run
 # Runs as `bash -s` with this text on standard input. Records go to stdout as
@@ -36,11 +36,11 @@
 
 # [owner-act.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
+# [verify.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
+
 # [signal.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [gpu-holders.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
-
-# [verify.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 fc_main() {
     export LC_ALL=C
