@@ -294,11 +294,14 @@ def test_a_gpu_taken_after_the_gpu_holders_read_is_seen_by_the_verification(
     assert r.alive("late-holder")
 
 
-def test_a_signal_after_the_gpu_holders_read_makes_the_verification_read_again(
-        tmp_path: Any) -> None:
+@pytest.mark.parametrize(("pattern", "reads"), [("python3-monitor-agent", 2),
+                                                ("no-such-process", 1)])
+def test_only_a_signal_sent_after_the_gpu_holders_read_makes_the_verification_read_again(
+        tmp_path: Any, pattern: str, reads: int) -> None:
     r = run_in_namespace(holders_then(
-        tmp_path, "{name: agent, type: signal, pattern: python3-monitor-agent, grace: 1}"),
+        tmp_path, f"{{name: agent, type: signal, pattern: {pattern}, grace: 1}}"),
         setup=BYSTANDERS, after="cat /tmp/fake-nvsmi-calls\n")
-    assert not r.alive("python3-monitor-agent") and r.alive("nvidia-persistenced")
+    assert bool(r.alive("python3-monitor-agent")) == (reads == 1)
+    assert r.alive("nvidia-persistenced")
     assert r.report.verified is True
-    assert gpu_reads(r) == 2
+    assert gpu_reads(r) == reads

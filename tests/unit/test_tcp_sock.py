@@ -13,8 +13,9 @@ from fleetclean.transport.upstream import TcpSock
 
 def _loopback_pair() -> tuple[socket.socket, socket.socket]:
     with socket.create_server(("127.0.0.1", 0)) as server:
-        client = socket.create_connection(server.getsockname())
+        client = socket.create_connection(server.getsockname(), timeout=5)
         peer, _ = server.accept()
+    peer.settimeout(5)  # a regression fails the test rather than hanging it
     return client, peer
 
 
@@ -46,6 +47,7 @@ def test_nagle_is_off_and_small_reads_add_up_to_what_was_sent() -> None:
 
 def test_a_socket_that_is_not_tcp_is_used_as_it_is() -> None:
     a, b = socket.socketpair()
+    a.settimeout(5)
     sock = TcpSock(a)
     try:
         b.sendall(b"hello")

@@ -33,8 +33,10 @@ fc_gpu_holders() {
         if ((FC_VRC == 0)); then
             for i in "${!FC_VROWS[@]}"; do
                 [[ ${FC_VUSED[i]} =~ ^[0-9]+$ ]] || continue
+                # By its /dev/nvidiaN (fc_gpu_files): its device minor where the read
+                # gave it, which need not be its index.
                 ((FC_VUSED[i] > 0)) && [[ -z ${explained[${FC_VUUID[i]}]:-} ]] &&
-                    need[${FC_VIDX[i]}]=1
+                    need[${FC_VMINOR[i]:-${FC_VIDX[i]}}]=1
             done
         else
             FC_NVSMI_NOTE="nvidia-smi exit $FC_VRC: ${FC_VOUT%%$'\n'*};"

@@ -44,15 +44,17 @@ fc_stage() {
 }
 
 # True when a stage of type $1 that just ran left the GPUs as the read kept for the
-# verification saw them (verify.sh: fc_verify_keep): it sent no signal since that read
-# began (a signal stage's or gpu-holders' only way to change a GPU) and is a type that
-# changes none otherwise; a gpu-reset that found no leak reset nothing. Any other type (a
-# shell command, a job cancelled, a unit stopped) may have.
+# verification saw them (verify.sh: fc_verify_keep): it ended ok (a failure may be
+# nvidia-smi's, a GPU lost since), sent no signal since that read began (a signal stage's
+# or gpu-holders' only way to change a GPU), and is a type that changes none otherwise; a
+# gpu-reset that found no leak and no GPU held reset nothing, and saw nothing the read did
+# not. Any other type (a shell command, a job cancelled, a unit stopped) may have.
 fc_gpus_untouched() {
+    [[ $FC_STATUS == ok ]] || return 1
     ((FC_LAST_SIGNAL_US < FC_VKEPT_US)) || return 1
     case $1 in
         guard | restore | remove | signal | gpu-holders) return 0 ;;
-        gpu-reset) ((FC_MATCHED == 0)) ;;
+        gpu-reset) ((FC_MATCHED == 0)) && [[ -z ${FC_GR_HELD:-} ]] ;;
         *) return 1 ;;
     esac
 }

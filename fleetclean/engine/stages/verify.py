@@ -58,6 +58,7 @@ def _assignments(stage: ResolvedStage) -> list[str]:
         f"opt_max_used_mib={o['max_used_mib']}",
         f"opt_timeout_ms={seconds_ms(o['timeout'])}",
         f"opt_interval_s={o['interval']:g}",
+        f"opt_interval_ms={seconds_ms(o['interval'])}",
         f"opt_settle_ms={seconds_ms(o['settle'])}",
         f"opt_leak_quiet_ms={seconds_ms(o['leak_quiet'])}",
     ]

@@ -61,7 +61,12 @@ fc_verify() {
     # without the row remapper (render.early_reads): dmesg is done long before nvidia-smi,
     # so its text is taken now, while nvidia-smi still works; where the log cannot rule
     # a pending remap out, the remapper's section is read beside it, from now. A read
-    # kept from the gpu-holders stage (fc_verify_keep) comes with its kernel log.
+    # kept from the gpu-holders stage (fc_verify_keep) comes with its kernel log, unless it
+    # ended more than one poll ago: the verification would have read again by now.
+    if ((FC_VKEPT)); then
+        fc_now_us
+        (((REPLY - FC_VKEPT_END_US) / 1000 > opt_interval_ms)) && fc_verify_drop
+    fi
     if ((!FC_VKEPT)); then
         [[ -n ${FC_VXIDFD:-} ]] || exec {FC_VXIDFD}< <(fc_verify_klog)
         fc_verify_xid_text
@@ -78,7 +83,10 @@ fc_verify() {
     while :; do
         if ((FC_VKEPT)); then
             FC_VKEPT=0
+            FC_VREAD_US=$FC_VKEPT_US
         else
+            fc_now_us
+            FC_VREAD_US=$REPLY
             fc_verify_read
         fi
         if ((FC_VRC != 0)); then
@@ -130,8 +138,9 @@ fc_verify() {
 # from lib-stage.sh: fc_stage) after any stage that may have changed a GPU since. Where
 # the GPUs read clean the verification then calls no nvidia-smi of its own (25 ms of
 # wall and 18 ms of CPU on an H200); where they do not, it reads again as it polls.
-# FC_VKEPT_US: when the read began; a signal after it drops it.
-FC_VKEPT=0 FC_VKEPT_US=0
+# FC_VKEPT_US: when the read began (a signal after it drops it; the settle counts from
+# it); FC_VKEPT_END_US: when it ended (its age when the verification starts).
+FC_VKEPT=0 FC_VKEPT_US=0 FC_VKEPT_END_US=0
 fc_verify_keep() {
     fc_now_us
     FC_VKEPT_US=$REPLY
@@ -139,6 +148,8 @@ fc_verify_keep() {
     fc_verify_xid_text
     fc_verify_read
     fc_verify_apps
+    fc_now_us
+    FC_VKEPT_END_US=$REPLY
     FC_VKEPT=0
     ((FC_VRC == 0)) && FC_VKEPT=1
     return 0
@@ -151,18 +162,23 @@ fc_verify_drop() {
 }
 
 # Where a killed GPU holder's parent lives on (see fc_note_respawn_risk), a first clean
-# read is confirmed once opt_settle_ms have passed since the last signal: a holder
-# respawned by its supervisor would otherwise pass as clean in the gap between kill and
-# restart. The time the targets took to die counts towards it. True when it waited (the
-# caller reads again).
+# read is confirmed by one begun once opt_settle_ms have passed since the last signal: a
+# holder respawned by its supervisor would otherwise pass as clean in the gap between kill
+# and restart. The time the targets took to die counts towards it. Counted from when the
+# clean read began (FC_VREAD_US), not from now: a read kept from the gpu-holders stage may
+# have begun inside the window and been aged past it by the stages after it. True when
+# the caller must read again (after the rest of the window, if any is left).
+FC_VREAD_US=0
 fc_verify_settle() {
     local left wait_s
+    ((opt_settle_ms - (FC_VREAD_US - FC_LAST_SIGNAL_US) / 1000 > 0)) || return 1
+    fc_verify_apps_close
     fc_now_us
     left=$((opt_settle_ms - (REPLY - FC_LAST_SIGNAL_US) / 1000))
-    ((left > 0)) || return 1
-    fc_verify_apps_close
+    ((left > 0)) || return 0
     printf -v wait_s '%d.%03d' $((left / 1000)) $((left % 1000))
     fc_nap "$wait_s"
+    return 0
 }
 
 # nvidia-smi failed: the rows it still gave (one lost GPU, an InfoROM warning) are kept,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 78625 FC_SRC; if ((${#FC_SRC} == 78625)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 78625 bytes): nothing was run" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 79121 FC_SRC; if ((${#FC_SRC} == 79121)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 79121 bytes): nothing was run" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook post-extraction (built-in)
 # host: "node01"  mode: check
 # Runs as `bash -s` with this text on standard input. Records go to stdout as
@@ -139,6 +139,7 @@ fc_main() {
     opt_max_used_mib=0
     opt_timeout_ms=30000
     opt_interval_s=0.05
+    opt_interval_ms=50
     opt_settle_ms=1000
     opt_leak_quiet_ms=1000
     fc_verify

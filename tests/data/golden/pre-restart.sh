@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 66541 FC_SRC; if ((${#FC_SRC} == 66541)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 66541 bytes): nothing was run" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 67037 FC_SRC; if ((${#FC_SRC} == 67037)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 67037 bytes): nothing was run" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook pre-restart (built-in)
 # host: "node01"  mode: run
 # Runs as `bash -s` with this text on standard input. Records go to stdout as
@@ -96,6 +96,7 @@ fc_main() {
     opt_max_used_mib=0
     opt_timeout_ms=30000
     opt_interval_s=0.05
+    opt_interval_ms=50
     opt_settle_ms=1000
     opt_leak_quiet_ms=1000
     fc_verify
