@@ -464,7 +464,7 @@ class ProxySock:
                     pipe.close()
 
 
-# Linux's; not on macOS, whose delayed ACKs are shorter and rarer (it then only sets NODELAY).
+# Linux's; where the system has none (macOS), only Nagle is turned off.
 _TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", 0)
 
 
