@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import SEED_000, SEED_001, Sample, machine
+from report import Sample, machine
+from run import SEED_000, SEED_001
 
 from fleetclean.sim import SimFleet
 from fleetclean.sim import slurm as sim_slurm
