@@ -462,6 +462,7 @@ def run(argv: list[str]) -> tuple[str, int]:
 
 
 def main() -> int:
+    smi_state.log_call(sys.argv[1:])
     text, status = run(sys.argv[1:])
     sys.stdout.write(text)
     return status

@@ -15,6 +15,9 @@ the package in tests). Files in ``NODE_DIR`` (the node's state dir, ``/run/fleet
 - ``persistence.json``: {"0": false}: persistence mode per GPU (on unless listed off);
   ``reset_policy``: ``strict`` (nvidia-persistenced's handles block a reset, the default)
   or ``lenient``; ``reset_delay``: seconds a reset takes (default 0).
+- ``calls``: where it exists, every invocation's arguments are appended to it, a line each
+  (a test counts how often a script asked; the real tool keeps no such log, and none is
+  kept unless a test creates the file).
 """
 
 from __future__ import annotations
@@ -53,6 +56,16 @@ class Usage(Exception):
 
 def path(name: str) -> str:
     return os.path.join(NODE_DIR, name)
+
+
+def log_call(argv: list[str]) -> None:
+    """``argv`` appended to the ``calls`` file, where a test created one."""
+    try:
+        with open(path("calls"), "r+") as f:
+            f.seek(0, os.SEEK_END)
+            f.write(" ".join(argv) + "\n")
+    except OSError:  # no such file (no test asked), or not this account's to write
+        pass
 
 
 def read_text(name: str, default: str = "") -> str:

@@ -34,6 +34,26 @@ def test_sglang_orphan_stubborn_and_slow_are_all_gone_and_gpus_free(
     assert (slow[0], "KILL") not in signals, "slow exits within grace: waited for, not killed"
 
 
+def test_a_teardown_whose_gpus_read_clean_after_the_kills_asks_nvidia_smi_once(
+    sim_fleet_factory, cli: Cli
+) -> None:
+    # The gpu-holders stage's read serves the verification (verify.sh: fc_verify_keep):
+    # the kills come before it, and nothing after it may change a GPU.
+    fleet = sim_fleet_factory(1)
+    server = fleet.spawn("node01", "sglang")
+    calls = fleet.node_path("node01", "/run/fleetclean/calls")
+    calls.write_text("")
+
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "-e", "grace=3", "--json")
+
+    assert res.code == 0, res.err + res.out
+    assert res.host("node01")["status"] == "clean"
+    assert alive(fleet, "node01", server) == []
+    assert fleet.gpu_used_mib("node01") == [0] * 8
+    asked = calls.read_text().splitlines()[:-1]  # the last: gpu_used_mib's own query
+    assert len(asked) == 1 and asked[0].startswith("-q -d MEMORY,PIDS"), asked
+
+
 @pytest.mark.parametrize("playbook", ["post-extraction", "pre-restart", "free-gpus", "status"])
 def test_monitor_and_persistenced_survive_every_builtin_playbook(
     sim_fleet_factory, cli: Cli, playbook: str
