@@ -76,19 +76,25 @@ def test_inside_the_window_the_rest_of_it_is_waited_out() -> None:
     assert again == "again" and 0.9 < float(nap.split()[1]) <= 1.0
 
 
-# nvidia-smi as a function: every call logged to $CALLS, eight idle GPUs; -q refused, as a
-# driver too old for the read, so the CSV queries answer.
+# nvidia-smi as a function: every call logged to $CALLS, eight GPUs, GPU0 at $USED0 MiB on
+# the first GPU query (the kept read) and idle after; -q refused, as a driver too old for
+# the read, so the CSV queries answer. dmesg and ls log their calls too.
 SMI = r"""
 nvidia-smi() {
+    local used=0
     echo "smi $1" >>"$CALLS"
     case $1 in
-        --query-gpu=*) for i in 0 1 2 3 4 5 6 7; do
-            echo "$i, GPU-$i, NVIDIA H200, 0, 143771, [N/A], No"; done ;;
+        --query-gpu=*)
+            [[ -e $CALLS.first ]] || { used=${USED0:-0}; : >"$CALLS.first"; }
+            echo "0, GPU-0, NVIDIA H200, $used, 143771, [N/A], No"
+            for i in 1 2 3 4 5 6 7; do echo "$i, GPU-$i, NVIDIA H200, 0, 143771, [N/A], No"; done
+            ;;
         --query-compute-apps=*) ;;
         *) return 2 ;;
     esac
 }
-dmesg() { :; }
+dmesg() { echo dmesg >>"$CALLS"; }
+ls() { echo "ls $*" >>"$CALLS"; command ls "$@"; }
 opt_max_used_mib=0 opt_timeout_ms=1000 opt_interval_s=0.2 opt_interval_ms=200
 opt_settle_ms=1000 opt_leak_quiet_ms=1000
 FC_HALT=0 FC_CHECK=0 FC_RESPAWN_RISK=0 FC_SCOPE_GPUS_ON=0 FC_DENIED_ANY=0
@@ -96,15 +102,42 @@ fc_verify_keep
 """
 
 
-@pytest.mark.parametrize(("aged_ms", "reads"), [(0, 0), (500, 1)])
-def test_a_kept_read_older_than_one_poll_is_not_taken(tmp_path: Path, aged_ms: int,
-                                                      reads: int) -> None:
+def verify_after_keep(tmp_path: Path, aged_ms: int = 0, used0: int = 0) -> tuple[str, str]:
+    """fc_verify after fc_verify_keep (its read aged by ``aged_ms``, GPU0 at ``used0`` MiB
+    in it): the calls it made itself, and its records."""
     calls = tmp_path / "calls"
     script = "\n".join([template("lib.sh"), template("lib-stage.sh"), template("verify.sh"),
                         SMI, f"FC_VKEPT_END_US=$((FC_VKEPT_END_US - {aged_ms} * 1000))",
                         'echo mark >>"$CALLS"', "fc_verify", "fc_release"])
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
-                          timeout=30, env={"PATH": "/usr/bin:/bin", "CALLS": str(calls)})
-    assert "smi --query-gpu" in calls.read_text().partition("mark\n")[0]  # the kept read
-    assert calls.read_text().partition("mark\n")[2].count("smi --query-gpu") == reads
-    assert "\tverify\tok\t" in done.stdout  # clean either way
+                          timeout=30, env={"PATH": "/usr/bin:/bin", "CALLS": str(calls),
+                                           "USED0": str(used0)})
+    before, _, after = calls.read_text().partition("mark\n")
+    assert "smi --query-gpu" in before and "dmesg" in before  # the kept read, its log
+    return after, done.stdout
+
+
+@pytest.mark.parametrize(("aged_ms", "reads", "logs"), [(0, 0, 0), (500, 1, 1)])
+def test_a_kept_read_older_than_one_poll_is_not_taken(tmp_path: Path, aged_ms: int,
+                                                      reads: int, logs: int) -> None:
+    after, records = verify_after_keep(tmp_path, aged_ms=aged_ms)
+    assert after.count("smi --query-gpu") == reads
+    assert after.count("dmesg") == logs  # dropped whole: its kernel log too
+    assert "\tverify\tok\t" in records  # clean either way
+
+
+def test_a_dirty_kept_read_is_not_taken_but_its_kernel_log_is(tmp_path: Path) -> None:
+    # On a real GPU the kept read mostly still shows the memory of what was just killed:
+    # a new read, not an explanation of the old one (every process's device files).
+    after, records = verify_after_keep(tmp_path, used0=50000)
+    assert after.count("smi --query-gpu") == 1 and "dmesg" not in after
+    assert "ls " not in after  # the dirty read was not explained
+    assert "\tverify\tok\t" in records and "\t50000\t" not in records
+
+
+def test_a_stage_after_a_failed_read_still_drops_the_kernel_log_it_kept() -> None:
+    # nvidia-smi failed in the gpu-holders stage (nothing kept to read from), but the
+    # kernel log was read: a stage that may have changed a GPU makes it stale too.
+    out = bash("fc_stage_fake() { :; }\nFC_VKEPT=0 FC_VXIDREAD=1 FC_VXIDTEXT=x FC_HALT=0\n"
+               'fc_stage 1 later fake >/dev/null; echo "$FC_VXIDREAD [$FC_VXIDTEXT]"')
+    assert out.strip() == "0 []"

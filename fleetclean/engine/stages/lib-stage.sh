@@ -32,7 +32,9 @@ fc_stage() {
     fn=fc_stage_${type//-/_}
     "$fn"
     fc_report_denied
-    if ((${FC_VKEPT:-0})) && ! fc_gpus_untouched "$type"; then
+    # What the gpu-holders stage read for the verification (the GPUs, or where nvidia-smi
+    # failed, the kernel log alone) is forgotten once a stage may have changed a GPU.
+    if ((${FC_VKEPT:-0} || ${FC_VXIDREAD:-0})) && ! fc_gpus_untouched "$type"; then
         fc_verify_drop
     fi
     fc_now_us

@@ -62,12 +62,21 @@ fc_verify() {
     # so its text is taken now, while nvidia-smi still works; where the log cannot rule
     # a pending remap out, the remapper's section is read beside it, from now. A read
     # kept from the gpu-holders stage (fc_verify_keep) comes with its kernel log, unless it
-    # ended more than one poll ago: the verification would have read again by now.
+    # ended more than one poll ago: the verification would have read again by now. Only a
+    # clean one is taken: on a real GPU that read is mostly dirty with the memory of the
+    # processes killed just before it, still being freed (50 GiB: 0.1-0.2 s on an H200),
+    # and explaining a dirty read (the device files of every process) costs more than a
+    # new read, which by now may be clean. Its kernel log is kept.
     if ((FC_VKEPT)); then
         fc_now_us
-        (((REPLY - FC_VKEPT_END_US) / 1000 > opt_interval_ms)) && fc_verify_drop
+        if (((REPLY - FC_VKEPT_END_US) / 1000 > opt_interval_ms)); then
+            fc_verify_drop
+        else
+            fc_verify_state "$max"
+            [[ $REPLY == ok ]] || FC_VKEPT=0
+        fi
     fi
-    if ((!FC_VKEPT)); then
+    if ((!FC_VXIDREAD)); then
         [[ -n ${FC_VXIDFD:-} ]] || exec {FC_VXIDFD}< <(fc_verify_klog)
         fc_verify_xid_text
     fi
@@ -155,8 +164,9 @@ fc_verify_keep() {
     return 0
 }
 
-# The kept read and its kernel log forgotten: the verification reads both anew (an Xid
-# logged by a kill or a reset since belongs to its report).
+# The kept read and its kernel log (kept even where the read failed or was dirty)
+# forgotten: the verification reads both anew (an Xid logged by a kill or a reset since
+# belongs to its report).
 fc_verify_drop() {
     FC_VKEPT=0 FC_VXIDREAD=0 FC_VXIDTEXT=""
 }
