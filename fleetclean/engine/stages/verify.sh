@@ -76,10 +76,7 @@ fc_verify() {
             [[ $REPLY == ok ]] || FC_VKEPT=0
         fi
     fi
-    if ((!FC_VXIDREAD)); then
-        [[ -n ${FC_VXIDFD:-} ]] || exec {FC_VXIDFD}< <(fc_verify_klog)
-        fc_verify_xid_text
-    fi
+    ((FC_VXIDREAD)) || fc_verify_xid_text
     if [[ -n ${FC_VQFD:-} ]]; then
         if [[ $FC_VQ_SECTIONS == *ROW_REMAPPER* ]]; then
             exec {FC_VRRFD}< <(nvidia-smi -q -d ROW_REMAPPER 2>&1 </dev/null; printf '\n@%d' "$?")
@@ -153,7 +150,6 @@ FC_VKEPT=0 FC_VKEPT_US=0 FC_VKEPT_END_US=0
 fc_verify_keep() {
     fc_now_us
     FC_VKEPT_US=$REPLY
-    [[ -n ${FC_VXIDFD:-} ]] || exec {FC_VXIDFD}< <(fc_verify_klog)
     fc_verify_xid_text
     fc_verify_read
     fc_verify_apps
@@ -722,11 +718,13 @@ fc_verify_proc() {
     return 0
 }
 
-# The kernel log dmesg printed on FC_VXIDFD (its first line and Xid lines: FC_VKLOG_SED),
-# read whole (FC_VXIDREAD=1), kept in FC_VXIDTEXT only where it holds an Xid, and the -q
-# read's sections decided from it (fc_verify_gate).
+# The kernel log dmesg printed on FC_VXIDFD (its first line and Xid lines: FC_VKLOG_SED;
+# started here unless a status script's first line started it), read whole
+# (FC_VXIDREAD=1), kept in FC_VXIDTEXT only where it holds an Xid, and the -q read's
+# sections decided from it (fc_verify_gate).
 FC_VXIDREAD=0 FC_VXIDTEXT=""
 fc_verify_xid_text() {
+    [[ -n ${FC_VXIDFD:-} ]] || exec {FC_VXIDFD}< <(fc_verify_klog)
     fc_read_fd "$FC_VXIDFD"
     exec {FC_VXIDFD}<&-
     FC_VXIDFD=""
