@@ -19,11 +19,11 @@ SIGNAL = 1_000_000_000
 READ = SIGNAL + 100_000
 
 
-def bash(body: str) -> str:
+def bash(body: str, env: dict[str, str] | None = None) -> str:
     script = "\n".join([template("lib.sh"), template("lib-stage.sh"), template("verify.sh"),
                         'fc_nap() { echo "nap $1"; }', body])
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
-                          timeout=30).stdout
+                          timeout=30, env=env).stdout
 
 
 @pytest.mark.parametrize(("stage", "status", "signal_at", "extra", "kept"), [
@@ -106,15 +106,12 @@ def verify_after_keep(tmp_path: Path, aged_ms: int = 0, used0: int = 0) -> tuple
     """fc_verify after fc_verify_keep (its read aged by ``aged_ms``, GPU0 at ``used0`` MiB
     in it): the calls it made itself, and its records."""
     calls = tmp_path / "calls"
-    script = "\n".join([template("lib.sh"), template("lib-stage.sh"), template("verify.sh"),
-                        SMI, f"FC_VKEPT_END_US=$((FC_VKEPT_END_US - {aged_ms} * 1000))",
-                        'echo mark >>"$CALLS"', "fc_verify", "fc_release"])
-    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
-                          timeout=30, env={"PATH": "/usr/bin:/bin", "CALLS": str(calls),
-                                           "USED0": str(used0)})
+    records = bash("\n".join([SMI, f"FC_VKEPT_END_US=$((FC_VKEPT_END_US - {aged_ms} * 1000))",
+                              'echo mark >>"$CALLS"', "fc_verify", "fc_release"]),
+                   env={"PATH": "/usr/bin:/bin", "CALLS": str(calls), "USED0": str(used0)})
     before, _, after = calls.read_text().partition("mark\n")
     assert "smi --query-gpu" in before and "dmesg" in before  # the kept read, its log
-    return after, done.stdout
+    return after, records
 
 
 @pytest.mark.parametrize(("aged_ms", "reads", "logs"), [(0, 0, 0), (500, 1, 1)])
