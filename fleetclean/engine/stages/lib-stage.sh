@@ -4,14 +4,36 @@
 # stage driver (fc_stage, with the rights it reports) and the "left" records of the end.
 # A script with no stage (status) goes without: bash parses every line it is sent.
 
+# Every process but the kernel's threads into the table. Those have no command line, hold
+# no GPU and are nobody's target or parent, and a real 8-GPU node runs a thousand or more
+# (workers per CPU); a simulated node shows none (its own PID namespace). Reading each
+# one's stat only to skip it was most of a stage's time on a real node: kthreadd's children
+# are skipped unread (fc_kthreads), and one started since is left out by its stat's flags.
 fc_scan() {
     FC_PPID=() FC_PGRP=() FC_SID=() FC_START=() FC_STATE=() FC_COMM=() FC_ARGV0=() FC_CMD=()
     FC_PIDS=()
     local d pid
+    fc_kthreads
     for d in /proc/[0-9]*; do
         pid=${d#/proc/}
-        fc_proc_fill "$pid" && FC_PIDS+=("$pid")
+        [[ -z ${FC_KTHREAD[$pid]:-} ]] || continue
+        fc_proc_fill "$pid" && ((!(FC_F[6] & FC_PF_KTHREAD))) && FC_PIDS+=("$pid")
     done
+}
+
+# FC_KTHREAD: PID 2 and its children where PID 2 is kthreadd (a kernel thread: this is the
+# machine's own PID namespace), from one read of its children (Linux 3.5+ with
+# CONFIG_PROC_CHILDREN, as the distributions build it; without, every thread is read). Made
+# anew at each scan: a PID is reused only once the kernel's counter has gone round.
+declare -gA FC_KTHREAD=()
+fc_kthreads() {
+    local k
+    local -a kids=()
+    FC_KTHREAD=()
+    fc_read_stat 2 && ((FC_F[6] & FC_PF_KTHREAD)) || return 0
+    { read -r -a kids </proc/2/task/2/children; } 2>/dev/null
+    FC_KTHREAD[2]=1
+    for k in "${kids[@]}"; do FC_KTHREAD[$k]=1; done
 }
 
 # fc_stage INDEX NAME TYPE: run fc_stage_TYPE and report one "end" record for it.
