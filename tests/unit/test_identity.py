@@ -100,6 +100,15 @@ CASES: list[tuple[str, str, str, str]] = [
      "python3 /opt/monitor/agent.py"),
     ("bash", "-bash\0", "executable", "-bash"),
     ("python3", "python3\0", "executable", "python3"),
+    # Words are split, never globbed: /bi? would be /bin.
+    ("sh", "sh\0-c\0/bi?/sleep 1 && exec python3 -m sglang.launch_server\0", "code",
+     "sh -c /bi?/sleep; python3 -m sglang.launch_server"),
+    ("python3", "/usr/bi?/python3 /opt/monitor/agent.py --interval 5\0", "script",
+     "/usr/bi?/python3 /opt/monitor/agent.py"),
+    # A container's or a launcher's long script: every command, the server's among them.
+    ("bash", "bash\0-c\0" + "; ".join([f"export V{i}=1 && echo step{i}" for i in range(60)])
+     + "; cd /opt &&  taskset -c 0-7 python3 -m sglang.launch_server --tp 8\0", "code",
+     "bash -c " + "; ".join(["export; echo"] * 60) + "; cd; python3 -m sglang.launch_server"),
 ]
 
 

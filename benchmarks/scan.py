@@ -1,0 +1,100 @@
+"""What one stage's scan of the process table costs on this machine (``fc_scan`` with the
+identity a signal stage matches), this checkout against another in the same run.
+
+Read-only: the scan reads /proc and signals nothing, so it runs on the machine itself, with
+its kernel threads (a simulated node, in its own PID namespace, shows none; a real 8-GPU
+node has a thousand or more). ``--long N`` adds N processes of this script's own whose
+command line is a long ``bash -c`` script, as launchers and containers run (each sleeps; they
+are killed by PID at the end).
+
+    .venv/bin/python benchmarks/scan.py --against /tmp/base [--rounds 7 --n 20 --long 4]
+
+Each round times ``--n`` scans by each checkout's packaged bash (alternating), and prints
+milliseconds per scan, the processes the table holds, and the median ratio of this
+checkout's time to the other's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGES = Path("fleetclean/engine/stages")
+TIMER = r"""
+cd "$1" || exit 1
+source ./lib.sh >/dev/null 2>&1
+source ./lib-match.sh
+source ./lib-stage.sh
+FC_WANT_IDENT=1
+fc_scan
+t0=$EPOCHREALTIME
+for ((i = 0; i < $2; i++)); do fc_scan; done
+t1=$EPOCHREALTIME
+echo "$(( (${t1/./} - ${t0/./}) / $2 )) ${#FC_PIDS[@]}"
+"""
+# A launcher's script: 40 commands, then a wait that outlives the benchmark's rounds.
+LONG = "; ".join(f"export FC_SCAN_BENCH_{i}=1 && test -n $HOME" for i in range(40)) + \
+    "; sleep 600; true"
+
+
+def kernel_threads() -> int:
+    count = 0
+    for d in Path("/proc").iterdir():
+        try:
+            flags = int((d / "stat").read_text().rsplit(") ", 1)[1].split()[6])
+        except (OSError, ValueError, IndexError):
+            continue
+        count += bool(flags & 0x200000)
+    return count
+
+
+def scan(checkout: Path, n: int) -> tuple[float, int]:
+    out = subprocess.run(["bash", "-c", TIMER, "scan", str(checkout / STAGES), str(n)],
+                         capture_output=True, text=True, check=True).stdout.split()
+    return int(out[0]) / 1000, int(out[1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--against", type=Path, required=True, metavar="CHECKOUT",
+                    help="the baseline checkout (its fleetclean/engine/stages)")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--n", type=int, default=20, help="scans a round, per checkout")
+    ap.add_argument("--long", type=int, default=0, metavar="N",
+                    help="start N processes with a long `bash -c` command line first")
+    args = ap.parse_args()
+    if not (args.against / STAGES / "lib-stage.sh").is_file():
+        ap.error(f"--against {args.against}: no {STAGES}/lib-stage.sh there")
+    started = [subprocess.Popen(["bash", "-c", LONG], stdout=subprocess.DEVNULL)
+               for _ in range(args.long)]
+    try:
+        print(f"this machine: {sum(1 for d in Path('/proc').iterdir() if d.name.isdigit())} "
+              f"processes, {kernel_threads()} of them kernel threads; {args.long} long "
+              f"`bash -c` command lines ({len(LONG)} bytes) of this benchmark's", flush=True)
+        new: list[float] = []
+        base: list[float] = []
+        for r in range(args.rounds):
+            ms_new, rows_new = scan(ROOT, args.n)
+            ms_base, rows_base = scan(args.against, args.n)
+            new.append(ms_new)
+            base.append(ms_base)
+            print(f"round {r + 1}: this checkout {ms_new:7.2f} ms ({rows_new} in the table), "
+                  f"{args.against.name} {ms_base:7.2f} ms ({rows_base})", flush=True)
+        ratios = [a / b for a, b in zip(new, base, strict=True)]
+        print(f"scan, median (min-max): this checkout {statistics.median(new):.2f} ms "
+              f"({min(new):.2f}-{max(new):.2f}), {args.against.name} "
+              f"{statistics.median(base):.2f} ms ({min(base):.2f}-{max(base):.2f}); "
+              f"ratio this/baseline median {statistics.median(ratios):.2f} "
+              f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+    finally:
+        for proc in started:  # only what this script started, by PID
+            proc.kill()
+            proc.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
