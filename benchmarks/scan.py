@@ -4,8 +4,8 @@ identity a signal stage matches), this checkout against another in the same run.
 Read-only: the scan reads /proc and signals nothing, so it runs on the machine itself, with
 its kernel threads (a simulated node, in its own PID namespace, shows none; a real 8-GPU
 node has a thousand or more). ``--long N`` adds N processes of this script's own whose
-command line is a long ``bash -c`` script, as launchers and containers run (each sleeps; they
-are killed by PID at the end).
+command line is a long ``bash -c`` script, as launchers and containers run (each waits in
+bash itself; they are killed by PID at the end).
 
     .venv/bin/python benchmarks/scan.py --against /tmp/base [--rounds 7 --n 20 --long 4]
 
@@ -35,9 +35,10 @@ for ((i = 0; i < $2; i++)); do fc_scan; done
 t1=$EPOCHREALTIME
 echo "$(( (${t1/./} - ${t0/./}) / $2 )) ${#FC_PIDS[@]}"
 """
-# A launcher's script: 40 commands, then a wait that outlives the benchmark's rounds.
+# A launcher's script: 40 commands, then a wait in bash itself (no child that would outlive
+# it) on its standard input, a pipe this benchmark holds open until it kills it.
 LONG = "; ".join(f"export FC_SCAN_BENCH_{i}=1 && test -n $HOME" for i in range(40)) + \
-    "; sleep 600; true"
+    "; read -r -t 600 _; true"
 
 
 def kernel_threads() -> int:
@@ -68,7 +69,8 @@ def main() -> int:
     args = ap.parse_args()
     if not (args.against / STAGES / "lib-stage.sh").is_file():
         ap.error(f"--against {args.against}: no {STAGES}/lib-stage.sh there")
-    started = [subprocess.Popen(["bash", "-c", LONG], stdout=subprocess.DEVNULL)
+    started = [subprocess.Popen(["bash", "-c", LONG], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                for _ in range(args.long)]
     try:
         print(f"this machine: {sum(1 for d in Path('/proc').iterdir() if d.name.isdigit())} "
