@@ -157,6 +157,10 @@ class Manager:
         unit.main_pid = 0
         if unit.active == "deactivating":
             return  # stop() polls until the rest is gone
+        if unit.active in ("inactive", "failed"):
+            # Reaped after a stop already found the unit empty (a zombie is not alive): the
+            # unit stays stopped, as systemd's does; taken for a crash, it was restarted.
+            return
         clean = (sig == 0 and code == 0) or sig in CLEAN_SIGNALS
         unit.result = "success" if clean else ("signal" if sig else "exit-code")
         unit.active, unit.sub = "deactivating", "stop-sigterm"
