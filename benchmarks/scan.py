@@ -17,6 +17,7 @@ checkout's time to the other's.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 from pathlib import Path
@@ -53,8 +54,10 @@ def kernel_threads() -> int:
 
 
 def scan(checkout: Path, n: int) -> tuple[float, int]:
+    # EPOCHREALTIME's decimal point is the locale's: C's is the "." the timer cuts out.
     out = subprocess.run(["bash", "-c", TIMER, "scan", str(checkout / STAGES), str(n)],
-                         capture_output=True, text=True, check=True).stdout.split()
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "LC_ALL": "C"}).stdout.split()
     return int(out[0]) / 1000, int(out[1])
 
 

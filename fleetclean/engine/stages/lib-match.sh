@@ -251,11 +251,11 @@ fc_ident_code() {
 }
 
 # fc_ident_command TEXT: the identity of one simple shell command (leading exec, NAME=VALUE
-# and redirections skipped); fails when there is none. Called with globbing off
-# (fc_ident_code): its words are split, not globbed.
+# and redirections skipped); fails when there is none. Its words are split, not globbed.
 fc_ident_command() {
-    local word IFS=' '
+    local word - IFS=' '
     local -a words=()
+    set -f
     # shellcheck disable=SC2086
     for word in $1; do
         [[ $word == [0-9]'>'* || $word == [\<\>]* ]] && continue

@@ -19,15 +19,19 @@ fc_scan() {
         [[ -z ${FC_KTHREAD[$pid]:-} ]] || continue
         fc_proc_fill "$pid" && ((!(FC_F[6] & FC_PF_KTHREAD))) && FC_PIDS+=("$pid")
     done
+    return 0
 }
 
 # FC_KTHREAD: PID 2 and its children where PID 2 is kthreadd (a kernel thread: this is the
 # machine's own PID namespace), from one read of its children (Linux 3.5+ with
 # CONFIG_PROC_CHILDREN, as the distributions build it; without, every thread is read). Made
-# anew at each scan: a PID is reused only once the kernel's counter has gone round.
+# anew at each scan: a PID is reused only once the kernel's counter has gone round. Not all
+# of kthreadd's children are threads: the kernel's user-mode helpers (a core_pattern pipe
+# such as systemd-coredump or apport, the uevent helper, poweroff) run as its children while
+# they last. Skipped with them: short-lived, holding no GPU, and no teardown's target.
 declare -gA FC_KTHREAD=()
 fc_kthreads() {
-    local k
+    local k IFS=' '
     local -a kids=()
     FC_KTHREAD=()
     fc_read_stat 2 && ((FC_F[6] & FC_PF_KTHREAD)) || return 0
