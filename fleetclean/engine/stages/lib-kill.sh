@@ -184,11 +184,12 @@ fc_respawned() {
 
 # True when PID has a /dev/nvidiaN open.
 fc_holds_gpu() {
-    local line
-    while IFS= read -r line; do
-        [[ $line == *" -> /dev/nvidia"[0-9]* ]] && return 0
-    done < <(LC_ALL=C ls -l "/proc/$1/fd" 2>/dev/null)
-    return 1
+    local src
+    # One match over the whole listing, read in blocks (fc_open_fds says why).
+    exec {src}< <(LC_ALL=C QUOTING_STYLE=literal ls -l "/proc/$1/fd" 2>/dev/null)
+    fc_read_fd "$src"
+    exec {src}<&-
+    [[ $REPLY == *" -> /dev/nvidia"[0-9]* ]]
 }
 
 # Signal each (pid, starttime) still alive; one "signal" record each.
