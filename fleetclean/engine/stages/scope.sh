@@ -134,16 +134,24 @@ fc_out_of_scope() {
 # True when PID has some /dev/nvidiaN open and none of them is a GPU of the scope (read
 # once per process: asked of each candidate target only, one `ls` each).
 fc_holds_only_other_gpus() {
-    local key="$1:${FC_START[$1]:-}" line other=0
+    local key="$1:${FC_START[$1]:-}" line other=0 src
     if [[ -z ${FC_OTHER_GPUS_OF[$key]+set} ]]; then
-        while IFS= read -r line; do
-            [[ $line == *" -> /dev/nvidia"[0-9]* ]] || continue
-            if fc_gpu_in_scope "${line##* -> }"; then
-                other=0
-                break
-            fi
-            other=1
-        done < <(LC_ALL=C ls -l "/proc/$1/fd" 2>/dev/null)
+        # The listing read in blocks (lib.sh: fc_open_fds says why), its lines looked at
+        # only where it names a GPU at all.
+        exec {src}< <(LC_ALL=C QUOTING_STYLE=literal ls -l "/proc/$1/fd" 2>/dev/null)
+        fc_read_fd "$src"
+        exec {src}<&-
+        if [[ $REPLY == *" -> /dev/nvidia"[0-9]* ]]; then
+            fc_lines "$REPLY"
+            for line in "${FC_LINES[@]}"; do
+                [[ $line == *" -> /dev/nvidia"[0-9]* ]] || continue
+                if fc_gpu_in_scope "${line##* -> }"; then
+                    other=0
+                    break
+                fi
+                other=1
+            done
+        fi
         FC_OTHER_GPUS_OF[$key]=$other
     fi
     ((FC_OTHER_GPUS_OF[$key]))
