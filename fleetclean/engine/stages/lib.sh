@@ -302,9 +302,9 @@ FC_DENIED_ANY=0
 fc_open_fds() {
     local prefix=$1 line pid="" left fd target src
     # ls's output is read in blocks and split in memory: read(2) a byte at a time, as bash
-    # reads a pipe, cost 0.4 s for 20,000 descriptors (an 8-GPU server's workers hold
-    # thousands each). grep, where there is one, passes on only the directories' lines and
-    # the wanted targets'.
+    # reads a pipe, cost 0.3-0.9 s for 20,000 descriptors, which a node running services
+    # and a server's workers can hold; a simulated node holds a few hundred. grep, where
+    # there is one, passes on only the directories' lines and the wanted targets'.
     if command -v grep >/dev/null 2>&1; then
         # ls -l's lines are symlinks' targets, not names to loop over (no readlink builtin).
         # shellcheck disable=SC2010
