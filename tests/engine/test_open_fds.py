@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,11 @@ from nsrun import namespace_available, run_in_namespace
 
 from fleetclean.engine.stages import template
 
-# A holder of many descriptors (an inference server's worker holds thousands), one of them
-# the file FILE, open for writing as fd 7; it waits on its standard input.
+# A holder of many descriptors (900: under the usual limit of 1,024), one of them the file
+# FILE, open for writing as fd 7; it waits on its standard input.
 HOLDER = r"""
 exec 7>"$1"
-for ((i = 10; i < 1200; i++)); do eval "exec $i</dev/null"; done
+for ((i = 10; i < 910; i++)); do eval "exec $i</dev/null"; done
 read -r _
 """
 
@@ -31,10 +32,10 @@ def holder(tmp_path: Path):  # type: ignore[no-untyped-def]
     proc = subprocess.Popen(["bash", "-c", HOLDER, "holder", str(target)],
                             stdin=subprocess.PIPE)
     fd7 = Path(f"/proc/{proc.pid}/fd/7")
-    for _ in range(500):
-        if fd7.exists() and Path(f"/proc/{proc.pid}/fd/1199").exists():
-            break
-        subprocess.run(["sleep", "0.01"], check=True)
+    deadline = time.monotonic() + 30
+    while not (fd7.exists() and Path(f"/proc/{proc.pid}/fd/909").exists()):
+        assert time.monotonic() < deadline, "the holder did not open its descriptors"
+        time.sleep(0.01)
     try:
         yield proc.pid, target
     finally:
@@ -43,7 +44,7 @@ def holder(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("with_grep", [True, False])
-def test_the_holder_of_a_file_is_found_among_a_thousand_descriptors(
+def test_the_holder_of_a_file_is_found_among_900_descriptors(
         holder: tuple[int, Path], tmp_path: Path, with_grep: bool) -> None:
     pid, target = holder
     path = os.environ["PATH"]
@@ -56,7 +57,101 @@ def test_the_holder_of_a_file_is_found_among_a_thousand_descriptors(
         ["bash", "-c", template("lib.sh") + '\nPATH=$2 fc_open_fds "$1"', "fds", str(target),
          path], capture_output=True, text=True, check=True, timeout=60).stdout
     assert f"{pid} 7 {target}" in out.splitlines()
-    assert all(line.split()[2].startswith(str(target)) for line in out.splitlines())
+    assert all(line.split(" ", 2)[2].startswith(str(target)) for line in out.splitlines())
+
+
+def open_fds(prefix: Path | str, path: str | None = None) -> list[str]:
+    env = {**os.environ, "PATH": path or os.environ["PATH"]}
+    return subprocess.run(
+        ["bash", "-c", template("lib.sh") + '\nfc_open_fds "$1"', "fds", str(prefix)],
+        capture_output=True, text=True, check=True, timeout=60, env=env).stdout.splitlines()
+
+
+def hold(*paths: Path) -> subprocess.Popen[bytes]:
+    """A process of this test's own holding PATHS open (fds 20, 21, ...), waiting."""
+    opens = "; ".join(f'exec {20 + i}<"${i + 1}"' for i in range(len(paths)))
+    proc = subprocess.Popen(["bash", "-c", f"{opens}; read -r _", "hold", *map(str, paths)],
+                            stdin=subprocess.PIPE)
+    last = Path(f"/proc/{proc.pid}/fd/{19 + len(paths)}")
+    deadline = time.monotonic() + 30
+    while not last.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return proc
+
+
+def test_a_file_name_cannot_pass_its_descriptors_off_as_another_process(tmp_path: Path
+                                                                         ) -> None:
+    # A path that, written as it is, would end the holder's line and start a "process
+    # VICTIM" heading: the descriptor listed after it (the target) would look like the
+    # victim's.
+    victim_file = tmp_path / "victim-file"
+    victim_file.touch()
+    victim = hold(victim_file)
+    trap = tmp_path / "x\n" / "proc" / str(victim.pid) / "fd:"
+    trap.parent.mkdir(parents=True)
+    trap.touch()
+    target = tmp_path / "weights.bin"
+    target.touch()
+    holder = hold(trap, target)
+    try:
+        assert open_fds(target) == [f"{holder.pid} 21 {target}"]
+    finally:
+        for proc in (victim, holder):  # only what this test started, by PID
+            proc.kill()
+            proc.wait()
+
+
+def test_a_path_with_an_arrow_is_no_gpu(tmp_path: Path) -> None:
+    fake = tmp_path / "a -> " / "dev" / "nvidia0"  # listed as ".../a -> /dev/nvidia0"
+    fake.parent.mkdir(parents=True)
+    fake.touch()
+    proc = hold(fake)
+    try:
+        out = subprocess.run(
+            ["bash", "-c", template("lib.sh") + "\n" + template("lib-kill.sh") +
+             '\nif fc_holds_gpu "$1"; then echo gpu; else echo none; fi', "x", str(proc.pid)],
+            capture_output=True, text=True, check=True, timeout=60).stdout
+        assert out.strip() == "none"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_path_with_spaces_and_other_bytes_is_found_and_a_failing_grep_is_not_trusted(
+        tmp_path: Path) -> None:
+    target = tmp_path / "mod\u00e8les v2\tfinal" / "w.bin"
+    target.parent.mkdir()
+    target.touch()
+    broken = tmp_path / "bin"
+    broken.mkdir()
+    (broken / "grep").write_text("#!/bin/sh\nexit 2\n")
+    (broken / "grep").chmod(0o755)
+    proc = hold(target)
+    try:
+        escaped = str(tmp_path).replace(" ", "\\ ") + "/mod\\303\\250les\\ v2\\tfinal/w.bin"
+        assert open_fds(target) == [f"{proc.pid} 20 {escaped}"]
+        assert open_fds(target, f"{broken}:{os.environ['PATH']}") == [
+            f"{proc.pid} 20 {escaped}"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_names_are_escaped_as_ls_escapes_them(tmp_path: Path) -> None:
+    names = ["plain.bin", "sp ace", "back\\slash", "tab\tx", "nl\nx", "cr\rx", "ctl\x01\x7f",
+             "\u00e9t\u00e9", "a\x07b\x08c\x0bd\x0ce", "q\"'$*?[]~#"]
+    for name in names:
+        (tmp_path / name).touch()
+    paths = [str(tmp_path / name) for name in names]
+    ours = subprocess.run(
+        ["bash", "-c", template("lib.sh") +
+         '\nfor p in "$@"; do fc_ls_escape "$p"; printf "%s\\n" "$REPLY"; done', "x", *paths],
+        capture_output=True, text=True, check=True, timeout=60).stdout.splitlines()
+    theirs = [subprocess.run(["ls", "-d", path], capture_output=True, text=True, check=True,
+                             env={**os.environ, "LC_ALL": "C", "QUOTING_STYLE": "escape"}
+                             ).stdout.rstrip("\n") for path in paths]
+    assert ours == theirs
 
 
 # Which GPUs a process holds, for --gpus (scope.sh: fc_holds_only_other_gpus): the holders
@@ -88,3 +183,29 @@ def test_a_process_is_out_of_a_gpu_scope_only_when_every_gpu_it_holds_is() -> No
     said = dict(line.split() for line in result.stdout.split("__RC__")[0].splitlines()
                 if line.endswith((" other", " -")))
     assert said == {"in-scope": "-", "out-of-scope": "other", "both": "-", "no-gpu": "-"}
+
+
+def test_the_guard_names_the_writer_of_a_file_under_a_path_with_a_space(tmp_path: Path
+                                                                        ) -> None:
+    shard = tmp_path / "hf cache" / "model-00001.safetensors"
+    shard.parent.mkdir()
+    shard.touch()
+    writer = subprocess.Popen(["bash", "-c", 'exec 20>>"$1"; read -r _', "w", str(shard)],
+                              stdin=subprocess.PIPE)
+    reader = hold(shard)
+    fd = Path(f"/proc/{writer.pid}/fd/20")
+    deadline = time.monotonic() + 30
+    while not fd.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    try:
+        out = subprocess.run(
+            ["bash", "-c", template("lib.sh") + "\n" + template("guard.sh") +
+             '\nfc_writers "$1"; echo "$REPLY"', "x", str(shard.parent)],
+            capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+        assert out.startswith(f"pid {writer.pid} (bash -c ")  # the writer, not the reader
+        assert f"pid {reader.pid} " not in out
+    finally:
+        for proc in (writer, reader):  # only what this test started, by PID
+            proc.kill()
+            proc.wait()

@@ -8,6 +8,9 @@
 fc_writers() {
     local path=${1%/} pid fd target k v flags
     local -a found=()
+    # fc_open_fds prints targets as ls escapes them: so is the path they are compared to.
+    fc_ls_escape "$path"
+    path=$REPLY
     while read -r pid fd target; do
         [[ $target == "$path" || $target == "$path"/* ]] || continue
         flags=""
@@ -20,7 +23,7 @@ fc_writers() {
         [[ -n ${FC_ANCESTOR[$pid]:-} ]] && continue
         fc_cmdline "$pid"
         fc_in_list "pid $pid ($REPLY)" "${found[@]}" || found+=("pid $pid ($REPLY)")
-    done < <(fc_open_fds "$path")
+    done < <(fc_open_fds "${1%/}")
     local IFS=','
     REPLY=${found[*]}
     REPLY=${REPLY//,/, }

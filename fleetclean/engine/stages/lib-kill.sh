@@ -185,8 +185,8 @@ fc_respawned() {
 # True when PID has a /dev/nvidiaN open.
 fc_holds_gpu() {
     local src
-    # One match over the whole listing, read in blocks (fc_open_fds says why).
-    exec {src}< <(LC_ALL=C QUOTING_STYLE=literal ls -l "/proc/$1/fd" 2>/dev/null)
+    # One match over the whole listing, read in blocks and escaped (fc_open_fds says why).
+    exec {src}< <(fc_ls "/proc/$1/fd" 2>/dev/null)
     fc_read_fd "$src"
     exec {src}<&-
     [[ $REPLY == *" -> /dev/nvidia"[0-9]* ]]

@@ -298,23 +298,34 @@ FC_DENIED_ANY=0
 
 # ---------------------------------------------------------------------------- open files
 # "PID FD TARGET" for every open descriptor whose target starts with $1, from one
-# `ls -l` over /proc/*/fd (bash has no readlink builtin; one fork, not one per fd).
+# `ls -l` over /proc/*/fd (bash has no readlink builtin; one fork, not one per fd). The
+# listing is in ls's escape quoting (fc_ls), so that every descriptor is one line: a name
+# holding a newline and "/proc/N/fd:" would otherwise make the descriptors listed after it
+# look like process N's, and one holding " -> /dev/nvidia0" like a GPU's. TARGET is
+# printed as ls escapes it.
+fc_ls() {
+    LC_ALL=C QUOTING_STYLE=escape ls -l "$@"
+}
 fc_open_fds() {
-    local prefix=$1 line pid="" left fd target src
+    local prefix line pid="" left fd target src
+    fc_ls_escape "$1"
+    prefix=$REPLY
     # ls's output is read in blocks and split in memory: read(2) a byte at a time, as bash
     # reads a pipe, cost 0.3-0.9 s for 20,000 descriptors, which a node running services
     # and a server's workers can hold; a simulated node holds a few hundred. grep, where
-    # there is one, passes on only the directories' lines and the wanted targets'.
+    # there is one, passes on only the directories' lines and the wanted targets'; where
+    # it passed on no directory at all (it failed), the listing is read whole.
     if command -v grep >/dev/null 2>&1; then
-        # ls -l's lines are symlinks' targets, not names to loop over (no readlink builtin).
-        # shellcheck disable=SC2010
-        exec {src}< <(LC_ALL=C QUOTING_STYLE=literal ls -l /proc/[0-9]*/fd 2>/dev/null |
-            grep -F -e /fd: -e " -> $prefix")
-    else
-        exec {src}< <(LC_ALL=C QUOTING_STYLE=literal ls -l /proc/[0-9]*/fd 2>/dev/null)
+        exec {src}< <(fc_ls /proc/[0-9]*/fd 2>/dev/null |
+            LC_ALL=C GREP_OPTIONS='' grep -F -e /fd: -e " -> $prefix" 2>/dev/null)
+        fc_read_fd "$src"
+        exec {src}<&-
     fi
-    fc_read_fd "$src"
-    exec {src}<&-
+    if [[ $REPLY != *"/fd:"* ]]; then
+        exec {src}< <(fc_ls /proc/[0-9]*/fd 2>/dev/null)
+        fc_read_fd "$src"
+        exec {src}<&-
+    fi
     fc_lines "$REPLY"
     for line in "${FC_LINES[@]}"; do
         case $line in
@@ -328,6 +339,37 @@ fc_open_fds() {
                 fd=${left##* }
                 target=${line#* -> }
                 [[ $target == "$prefix"* ]] && printf '%s %s %s\n' "$pid" "$fd" "$target"
+                ;;
+        esac
+    done
+}
+
+# $1 as GNU ls writes a name in escape quoting in the C locale (REPLY): a backslash and a
+# space escaped, \a \b \t \n \v \f \r as such, every other byte that is not printable ASCII
+# in octal (\303\251 for an é).
+fc_ls_escape() {
+    local LC_ALL=C s=$1 c i
+    if [[ $s != *[!A-Za-z0-9/._+:,@%=-]* ]]; then
+        REPLY=$s  # most paths: nothing to escape
+        return 0
+    fi
+    REPLY=""
+    for ((i = 0; i < ${#s}; i++)); do
+        c=${s:i:1}
+        case $c in
+            \\) REPLY+="\\\\" ;;
+            ' ') REPLY+='\ ' ;;
+            [[:print:]]) REPLY+=$c ;;
+            $'\a') REPLY+='\a' ;;
+            $'\b') REPLY+='\b' ;;
+            $'\t') REPLY+='\t' ;;
+            $'\n') REPLY+='\n' ;;
+            $'\v') REPLY+='\v' ;;
+            $'\f') REPLY+='\f' ;;
+            $'\r') REPLY+='\r' ;;
+            *)
+                printf -v c '\\%03o' "'$c"
+                REPLY+=$c
                 ;;
         esac
     done

@@ -136,9 +136,9 @@ fc_out_of_scope() {
 fc_holds_only_other_gpus() {
     local key="$1:${FC_START[$1]:-}" line other=0 src
     if [[ -z ${FC_OTHER_GPUS_OF[$key]+set} ]]; then
-        # The listing read in blocks (lib.sh: fc_open_fds says why), its lines looked at
-        # only where it names a GPU at all.
-        exec {src}< <(LC_ALL=C QUOTING_STYLE=literal ls -l "/proc/$1/fd" 2>/dev/null)
+        # The listing read in blocks and escaped (lib.sh: fc_open_fds says why), its lines
+        # looked at only where it names a GPU at all.
+        exec {src}< <(fc_ls "/proc/$1/fd" 2>/dev/null)
         fc_read_fd "$src"
         exec {src}<&-
         if [[ $REPLY == *" -> /dev/nvidia"[0-9]* ]]; then
