@@ -63,7 +63,8 @@ def test_the_holder_of_a_file_is_found_among_900_descriptors(
 def open_fds(prefix: Path | str, path: str | None = None) -> list[str]:
     env = {**os.environ, "PATH": path or os.environ["PATH"]}
     return subprocess.run(
-        ["bash", "-c", template("lib.sh") + '\nfc_open_fds "$1"', "fds", str(prefix)],
+        [shutil.which("bash") or "/bin/bash", "-c", template("lib.sh") + '\nfc_open_fds "$1"',
+         "fds", str(prefix)],
         capture_output=True, text=True, check=True, timeout=60, env=env).stdout.splitlines()
 
 
@@ -209,3 +210,18 @@ def test_the_guard_names_the_writer_of_a_file_under_a_path_with_a_space(tmp_path
         for proc in (writer, reader):  # only what this test started, by PID
             proc.kill()
             proc.wait()
+
+
+def test_without_grep_a_prefix_naming_fd_colon_is_still_looked_for(tmp_path: Path) -> None:
+    target = tmp_path / "fd:" / "w.bin"  # the prefix itself holds "/fd:"
+    target.parent.mkdir()
+    target.touch()
+    only_ls = tmp_path / "bin"
+    only_ls.mkdir()
+    (only_ls / "ls").symlink_to(shutil.which("ls") or "/bin/ls")
+    proc = hold(target)
+    try:
+        assert open_fds(target, str(only_ls)) == [f"{proc.pid} 20 {target}"]
+    finally:
+        proc.kill()
+        proc.wait()

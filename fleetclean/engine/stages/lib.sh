@@ -309,7 +309,7 @@ fc_ls() {
 fc_open_fds() {
     local prefix line pid="" left fd target src
     fc_ls_escape "$1"
-    prefix=$REPLY
+    prefix=$REPLY REPLY=""
     # ls's output is read in blocks and split in memory: read(2) a byte at a time, as bash
     # reads a pipe, cost 0.3-0.9 s for 20,000 descriptors, which a node running services
     # and a server's workers can hold; a simulated node holds a few hundred. grep, where
