@@ -1,7 +1,9 @@
 """Who has a file open (``lib.sh``: ``fc_open_fds``), from one ``ls -l`` of every process's
-descriptors read in blocks: with grep on PATH to narrow it, and without (the holder is a
-process this test starts; the listing is of this machine's /proc, read-only); and which
-GPUs one process holds, for ``--gpus`` (in a throw-away namespace with fake devices)."""
+descriptors in escape quoting, read in blocks: with grep on PATH to narrow it, and without;
+no file name can pass one process's descriptors off as another's or look like a GPU; the
+guard finds writers under odd paths (the holders are processes these tests start; the
+listing is of this machine's /proc, read-only); and which GPUs one process holds, for
+``--gpus`` (in a throw-away namespace with fake devices)."""
 
 from __future__ import annotations
 
@@ -109,10 +111,15 @@ def test_a_path_with_an_arrow_is_no_gpu(tmp_path: Path) -> None:
     fake.touch()
     proc = hold(fake)
     try:
-        out = subprocess.run(
-            ["bash", "-c", template("lib.sh") + "\n" + template("lib-kill.sh") +
-             '\nif fc_holds_gpu "$1"; then echo gpu; else echo none; fi', "x", str(proc.pid)],
-            capture_output=True, text=True, check=True, timeout=60).stdout
+        check = (template("lib.sh") + "\n" + template("lib-kill.sh") +
+                 '\nif fc_holds_gpu "$1"; then echo gpu; else echo none; fi')
+        out = subprocess.run(["bash", "-c", check, "x", str(proc.pid)], capture_output=True,
+                             text=True, check=True, timeout=60).stdout
+        assert out.strip() == "none"
+        # Nor can the dates in a line, whatever TIME_STYLE the login sets.
+        out = subprocess.run(["bash", "-c", check, "x", str(proc.pid)], capture_output=True,
+                             text=True, check=True, timeout=60,
+                             env={**os.environ, "TIME_STYLE": "+%H -> /dev/nvidia0"}).stdout
         assert out.strip() == "none"
     finally:
         proc.kill()
@@ -139,19 +146,28 @@ def test_a_path_with_spaces_and_other_bytes_is_found_and_a_failing_grep_is_not_t
         proc.wait()
 
 
-def test_names_are_escaped_as_ls_escapes_them(tmp_path: Path) -> None:
-    names = ["plain.bin", "sp ace", "back\\slash", "tab\tx", "nl\nx", "cr\rx", "ctl\x01\x7f",
-             "\u00e9t\u00e9", "a\x07b\x08c\x0bd\x0ce", "q\"'$*?[]~#"]
-    for name in names:
-        (tmp_path / name).touch()
-    paths = [str(tmp_path / name) for name in names]
+@pytest.mark.parametrize("locale", ["C", "C.UTF-8"])
+def test_names_are_escaped_as_ls_escapes_them(tmp_path: Path, locale: str) -> None:
+    # Every byte but NUL and "/", alone and between letters; spaces, backslashes and
+    # UTF-8 where they sit; the caller's locale does not matter (ls's is always C).
+    names = [bytes([b]) for b in range(1, 256) if b != 0x2F]
+    names += [b"a" + n + b"z" for n in names]
+    names += [b"sp ace", b"trailing ", b"back\\", "\u00e9t\u00e9".encode()]
+    paths = []
+    for i, name in enumerate(names):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        (folder / os.fsdecode(name)).touch()
+        paths.append(os.fsencode(folder) + b"/" + name)
     ours = subprocess.run(
         ["bash", "-c", template("lib.sh") +
          '\nfor p in "$@"; do fc_ls_escape "$p"; printf "%s\\n" "$REPLY"; done', "x", *paths],
-        capture_output=True, text=True, check=True, timeout=60).stdout.splitlines()
-    theirs = [subprocess.run(["ls", "-d", path], capture_output=True, text=True, check=True,
-                             env={**os.environ, "LC_ALL": "C", "QUOTING_STYLE": "escape"}
-                             ).stdout.rstrip("\n") for path in paths]
+        capture_output=True, check=True, timeout=60,
+        env={**os.environ, "LC_ALL": locale}).stdout.splitlines()
+    theirs = subprocess.run(["ls", "-d", "-U", "--", *paths], capture_output=True, check=True,
+                            timeout=60, env={**os.environ, "LC_ALL": "C",
+                                             "QUOTING_STYLE": "escape"}).stdout.splitlines()
+    assert len(ours) == len(paths)
     assert ours == theirs
 
 
@@ -186,9 +202,10 @@ def test_a_process_is_out_of_a_gpu_scope_only_when_every_gpu_it_holds_is() -> No
     assert said == {"in-scope": "-", "out-of-scope": "other", "both": "-", "no-gpu": "-"}
 
 
-def test_the_guard_names_the_writer_of_a_file_under_a_path_with_a_space(tmp_path: Path
-                                                                        ) -> None:
-    shard = tmp_path / "hf cache" / "model-00001.safetensors"
+@pytest.mark.parametrize("name", ["model-00001.safetensors", "ends in a space "])
+def test_the_guard_names_the_writer_of_a_file_under_a_path_with_a_space(tmp_path: Path,
+                                                                        name: str) -> None:
+    shard = tmp_path / "hf cache" / name
     shard.parent.mkdir()
     shard.touch()
     writer = subprocess.Popen(["bash", "-c", 'exec 20>>"$1"; read -r _', "w", str(shard)],
@@ -202,7 +219,7 @@ def test_the_guard_names_the_writer_of_a_file_under_a_path_with_a_space(tmp_path
     try:
         out = subprocess.run(
             ["bash", "-c", template("lib.sh") + "\n" + template("guard.sh") +
-             '\nfc_writers "$1"; echo "$REPLY"', "x", str(shard.parent)],
+             '\nfc_writers "$1"; echo "$REPLY"', "x", str(shard.parent / name)],
             capture_output=True, text=True, check=True, timeout=60).stdout.strip()
         assert out.startswith(f"pid {writer.pid} (bash -c ")  # the writer, not the reader
         assert f"pid {reader.pid} " not in out

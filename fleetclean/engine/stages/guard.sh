@@ -6,12 +6,15 @@
 
 # Writers of files under $1, as "pid N (cmdline)" words in REPLY.
 fc_writers() {
-    local path=${1%/} pid fd target k v flags
+    local path=${1%/} line pid fd target k v flags
     local -a found=()
     # fc_open_fds prints targets as ls escapes them: so is the path they are compared to.
     fc_ls_escape "$path"
     path=$REPLY
-    while read -r pid fd target; do
+    # Split by hand, not by read: it would drop the space of a name ending in "\ ".
+    while IFS= read -r line; do
+        pid=${line%% *} line=${line#* }
+        fd=${line%% *} target=${line#* }
         [[ $target == "$path" || $target == "$path"/* ]] || continue
         flags=""
         while read -r k v; do

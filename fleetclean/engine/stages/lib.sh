@@ -304,7 +304,8 @@ FC_DENIED_ANY=0
 # look like process N's, and one holding " -> /dev/nvidia0" like a GPU's. TARGET is
 # printed as ls escapes it.
 fc_ls() {
-    LC_ALL=C QUOTING_STYLE=escape ls -l "$@"
+    # Dates as numbers: a caller's TIME_STYLE could write " -> /dev/nvidia0" in each line.
+    LC_ALL=C QUOTING_STYLE=escape TIME_STYLE=+%s ls -l "$@"
 }
 fc_open_fds() {
     local prefix line pid="" left fd target src
@@ -368,7 +369,9 @@ fc_ls_escape() {
             $'\f') REPLY+='\f' ;;
             $'\r') REPLY+='\r' ;;
             *)
-                printf -v c '\\%03o' "'$c"
+                # The byte's value (masked: musl's bash gives a high byte's as a wide one).
+                printf -v c '%d' "'$c"
+                printf -v c '\\%03o' "$((c & 255))"
                 REPLY+=$c
                 ;;
         esac
