@@ -184,11 +184,8 @@ fc_respawned() {
 
 # True when PID has a /dev/nvidiaN open.
 fc_holds_gpu() {
-    local src
     # One match over the whole listing, read in blocks and escaped (fc_open_fds says why).
-    exec {src}< <(fc_ls "/proc/$1/fd" 2>/dev/null)
-    fc_read_fd "$src"
-    exec {src}<&-
+    fc_output fc_ls "/proc/$1/fd"
     [[ $REPLY == *" -> /dev/nvidia"[0-9]* ]]
 }
 

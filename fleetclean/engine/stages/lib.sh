@@ -83,6 +83,15 @@ fc_read_fd() {
     REPLY+=$chunk
 }
 
+# REPLY = the standard output of the command $@ (its errors dropped), read in blocks
+# (fc_read_fd).
+fc_output() {
+    local src
+    exec {src}< <("$@" 2>/dev/null)
+    fc_read_fd "$src"
+    exec {src}<&-
+}
+
 # FC_LINES = the lines of $1, split in memory (empty ones dropped, none globbed): no
 # read(2) per byte as read and mapfile make on a pipe, nor a read and a seek per line as
 # on a file or a here-string's temporary file.
@@ -308,7 +317,7 @@ fc_ls() {
     LC_ALL=C QUOTING_STYLE=escape TIME_STYLE=+%s ls -l "$@"
 }
 fc_open_fds() {
-    local prefix line pid="" left fd target src
+    local prefix line pid="" left fd target
     fc_ls_escape "$1"
     prefix=$REPLY REPLY=""
     # ls's output is read in blocks and split in memory: read(2) a byte at a time, as bash
@@ -317,16 +326,9 @@ fc_open_fds() {
     # there is one, passes on only the directories' lines and the wanted targets'; where
     # it passed on no directory at all (it failed), the listing is read whole.
     if command -v grep >/dev/null 2>&1; then
-        exec {src}< <(fc_ls /proc/[0-9]*/fd 2>/dev/null |
-            LC_ALL=C GREP_OPTIONS='' grep -F -e /fd: -e " -> $prefix" 2>/dev/null)
-        fc_read_fd "$src"
-        exec {src}<&-
+        fc_output fc_ls_narrowed "$prefix"
     fi
-    if [[ $REPLY != *"/fd:"* ]]; then
-        exec {src}< <(fc_ls /proc/[0-9]*/fd 2>/dev/null)
-        fc_read_fd "$src"
-        exec {src}<&-
-    fi
+    [[ $REPLY == *"/fd:"* ]] || fc_output fc_ls /proc/[0-9]*/fd
     fc_lines "$REPLY"
     for line in "${FC_LINES[@]}"; do
         case $line in
@@ -343,6 +345,12 @@ fc_open_fds() {
                 ;;
         esac
     done
+}
+
+# fc_ls of every process's descriptors, only the directories' lines and those whose
+# target starts with $1 (escaped): grep's C locale, whatever GREP_OPTIONS a login sets.
+fc_ls_narrowed() {
+    fc_ls /proc/[0-9]*/fd | LC_ALL=C GREP_OPTIONS='' grep -F -e /fd: -e " -> $1"
 }
 
 # $1 as GNU ls writes a name in escape quoting in the C locale (REPLY): a backslash and a

@@ -134,13 +134,11 @@ fc_out_of_scope() {
 # True when PID has some /dev/nvidiaN open and none of them is a GPU of the scope (read
 # once per process: asked of each candidate target only, one `ls` each).
 fc_holds_only_other_gpus() {
-    local key="$1:${FC_START[$1]:-}" line other=0 src
+    local key="$1:${FC_START[$1]:-}" line other=0
     if [[ -z ${FC_OTHER_GPUS_OF[$key]+set} ]]; then
         # The listing read in blocks and escaped (lib.sh: fc_open_fds says why), its lines
         # looked at only where it names a GPU at all.
-        exec {src}< <(fc_ls "/proc/$1/fd" 2>/dev/null)
-        fc_read_fd "$src"
-        exec {src}<&-
+        fc_output fc_ls "/proc/$1/fd"
         if [[ $REPLY == *" -> /dev/nvidia"[0-9]* ]]; then
             fc_lines "$REPLY"
             for line in "${FC_LINES[@]}"; do
