@@ -18,48 +18,22 @@ from nsrun import namespace_available, run_in_namespace
 
 from fleetclean.engine.stages import template
 
-# A holder of many descriptors (900: under the usual limit of 1,024), one of them the file
-# FILE, open for writing as fd 7; it waits on its standard input.
-HOLDER = r"""
-exec 7>"$1"
-for ((i = 10; i < 910; i++)); do eval "exec $i</dev/null"; done
-read -r _
-"""
 
-
-@pytest.fixture
-def holder(tmp_path: Path):  # type: ignore[no-untyped-def]
-    target = tmp_path / "weights.safetensors"
-    target.touch()
-    proc = subprocess.Popen(["bash", "-c", HOLDER, "holder", str(target)],
+def hold(*paths: Path, write: bool = False, extra: int = 0) -> subprocess.Popen[bytes]:
+    """A process of this test's own holding PATHS open (fds 20, 21, ...; for appending where
+    ``write``), and ``extra`` more descriptors on /dev/null (fds 100 on: an inference
+    server's workers hold many), waiting on its standard input."""
+    mode = ">>" if write else "<"
+    opens = "; ".join(f'exec {20 + i}{mode}"${i + 1}"' for i in range(len(paths)))
+    opens += f"; for ((i = 100; i < {100 + extra}; i++)); do eval \"exec $i</dev/null\"; done"
+    proc = subprocess.Popen(["bash", "-c", f"{opens}; read -r _", "hold", *map(str, paths)],
                             stdin=subprocess.PIPE)
-    fd7 = Path(f"/proc/{proc.pid}/fd/7")
+    last = Path(f"/proc/{proc.pid}/fd/{99 + extra if extra else 19 + len(paths)}")
     deadline = time.monotonic() + 30
-    while not (fd7.exists() and Path(f"/proc/{proc.pid}/fd/909").exists()):
+    while not last.exists():
         assert time.monotonic() < deadline, "the holder did not open its descriptors"
         time.sleep(0.01)
-    try:
-        yield proc.pid, target
-    finally:
-        proc.kill()  # only the process this test started, by its PID
-        proc.wait()
-
-
-@pytest.mark.parametrize("with_grep", [True, False])
-def test_the_holder_of_a_file_is_found_among_900_descriptors(
-        holder: tuple[int, Path], tmp_path: Path, with_grep: bool) -> None:
-    pid, target = holder
-    path = os.environ["PATH"]
-    if not with_grep:
-        only_ls = tmp_path / "bin"
-        only_ls.mkdir()
-        (only_ls / "ls").symlink_to(shutil.which("ls") or "/bin/ls")
-        path = str(only_ls)
-    out = subprocess.run(
-        ["bash", "-c", template("lib.sh") + '\nPATH=$2 fc_open_fds "$1"', "fds", str(target),
-         path], capture_output=True, text=True, check=True, timeout=60).stdout
-    assert f"{pid} 7 {target}" in out.splitlines()
-    assert all(line.split(" ", 2)[2].startswith(str(target)) for line in out.splitlines())
+    return proc
 
 
 def open_fds(prefix: Path | str, path: str | None = None) -> list[str]:
@@ -70,17 +44,25 @@ def open_fds(prefix: Path | str, path: str | None = None) -> list[str]:
         capture_output=True, text=True, check=True, timeout=60, env=env).stdout.splitlines()
 
 
-def hold(*paths: Path) -> subprocess.Popen[bytes]:
-    """A process of this test's own holding PATHS open (fds 20, 21, ...), waiting."""
-    opens = "; ".join(f'exec {20 + i}<"${i + 1}"' for i in range(len(paths)))
-    proc = subprocess.Popen(["bash", "-c", f"{opens}; read -r _", "hold", *map(str, paths)],
-                            stdin=subprocess.PIPE)
-    last = Path(f"/proc/{proc.pid}/fd/{19 + len(paths)}")
-    deadline = time.monotonic() + 30
-    while not last.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    return proc
+@pytest.mark.parametrize("with_grep", [True, False])
+def test_the_holder_of_a_file_is_found_among_900_descriptors(tmp_path: Path,
+                                                             with_grep: bool) -> None:
+    target = tmp_path / "weights.safetensors"
+    target.touch()
+    path = os.environ["PATH"]
+    if not with_grep:
+        only_ls = tmp_path / "bin"
+        only_ls.mkdir()
+        (only_ls / "ls").symlink_to(shutil.which("ls") or "/bin/ls")
+        path = str(only_ls)
+    proc = hold(target, write=True, extra=900)  # 900: under the usual limit of 1,024
+    try:
+        out = open_fds(target, path)
+        assert f"{proc.pid} 20 {target}" in out
+        assert all(line.split(" ", 2)[2].startswith(str(target)) for line in out)
+    finally:
+        proc.kill()  # only the process this test started, by its PID
+        proc.wait()
 
 
 def test_a_file_name_cannot_pass_its_descriptors_off_as_another_process(tmp_path: Path
@@ -208,14 +190,8 @@ def test_the_guard_names_the_writer_of_a_file_under_a_path_with_a_space(tmp_path
     shard = tmp_path / "hf cache" / name
     shard.parent.mkdir()
     shard.touch()
-    writer = subprocess.Popen(["bash", "-c", 'exec 20>>"$1"; read -r _', "w", str(shard)],
-                              stdin=subprocess.PIPE)
+    writer = hold(shard, write=True)
     reader = hold(shard)
-    fd = Path(f"/proc/{writer.pid}/fd/20")
-    deadline = time.monotonic() + 30
-    while not fd.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
     try:
         out = subprocess.run(
             ["bash", "-c", template("lib.sh") + "\n" + template("guard.sh") +
