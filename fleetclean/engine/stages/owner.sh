@@ -66,8 +66,10 @@ fc_owner_path() {
             uid=${BASH_REMATCH[1]}
         elif ((kube)) && [[ $c =~ ^((cri-containerd|crio|docker)-)?([0-9a-f]{64})(\.scope)?$ ]]; then
             ctr=${BASH_REMATCH[3]}
-        elif [[ $c =~ ^docker-([0-9a-f]{64})\.scope$ ]] ||
-            [[ $prev == docker && $c =~ ^([0-9a-f]{64})$ ]]; then
+        # Each regex behind a glob that most components fail: bash compiles a regex
+        # anew at every test (a cgroup v1 file: ten lines of a few components each).
+        elif [[ $c == docker-*.scope && $c =~ ^docker-([0-9a-f]{64})\.scope$ ]] ||
+            [[ $prev == docker && ${#c} == 64 && $c =~ ^([0-9a-f]{64})$ ]]; then
             O_KIND=docker O_ID=${BASH_REMATCH[1]} O_NAME=${BASH_REMATCH[1]:0:12}
         elif [[ $c == slurm || $c == slurm_* || $c == *slurmstepd.scope ]]; then
             slurm=1
@@ -77,7 +79,7 @@ fc_owner_path() {
         elif ((slurm)) && [[ -n $job && $c =~ ^step_(.+)$ ]]; then
             step=${BASH_REMATCH[1]}
             O_NAME=$job.$step
-        elif [[ $c =~ ^user@([0-9]+)\.service$ ]]; then
+        elif [[ $c == user@*.service && $c =~ ^user@([0-9]+)\.service$ ]]; then
             manager=$c
             O_KIND=systemd O_ID=$c O_NAME=$c
         elif [[ $c == ?*.service ]]; then
@@ -163,7 +165,8 @@ fc_owner_ancestry() {
     while [[ -n $p && $p != 0 && $p != 1 ]] && ((n++ < 64)); do
         # The verification loads only the processes it names: their ancestors, here.
         [[ -n ${FC_CMD[$p]+set} ]] || fc_proc_load "$p" || break
-        if [[ ${FC_CMD[$p]:-} =~ ^slurmstepd:\ \[([0-9]+)(\+[0-9]+)?\.([^]]+)\] ]]; then
+        if [[ ${FC_CMD[$p]:-} == "slurmstepd: ["* &&
+            ${FC_CMD[$p]} =~ ^slurmstepd:\ \[([0-9]+)(\+[0-9]+)?\.([^]]+)\] ]]; then
             FC_OWNER_KIND=slurm FC_OWNER_ID=${BASH_REMATCH[1]}
             FC_OWNER_NAME=${BASH_REMATCH[1]}.${BASH_REMATCH[3]}
             return 0

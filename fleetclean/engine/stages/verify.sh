@@ -646,7 +646,7 @@ fc_verify_report() {
     # nvidia-smi's apps first, in one write, before any process is read; then each process's
     # records, together once its reads are done.
     for line in "${FC_VAPPS[@]}"; do
-        [[ $line =~ ^[0-9]+, ]] || continue
+        [[ $line == +([0-9]),* ]] || continue
         pid=${line%%,*}
         fc_rec app "$line"
         [[ -n ${named[$pid]:-} ]] && continue
