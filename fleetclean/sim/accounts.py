@@ -16,6 +16,13 @@ bob       2603   none (not in sudoers): sudo asks his password, then refuses him
 
 ``Defaults requiretty`` is the node fault ``requiretty`` (:func:`set_requiretty`).
 
+One more person, ``carol`` (uid 2604, no sudo), is in no node's /etc/passwd: the node knows
+her only from its directory service, as a real cluster's nodes know most of their users
+from LDAP or SSSD. A real NSS module serves her, Debian's ``libnss-extrausers``, from the
+node's /var/lib/extrausers (``passwd: files extrausers`` in the node's own nsswitch.conf):
+``getent passwd 2604`` and ``id carol`` name her, a read of /etc/passwd does not. Without
+that module on this machine she does not exist (``has_directory``).
+
 ``write_etc`` writes the files under ``NODE_DIR/etc``; the node's init bind-mounts them
 over ``/etc/passwd``, ``/etc/shadow``, ``/etc/sudoers`` ... inside the node's own mount
 namespace (``node_init.make_accounts``), so this machine's accounts and sudo configuration
@@ -62,11 +69,26 @@ class SimUser:
 
 USERS = (SimUser("ops", 2601, "nopasswd"), SimUser("alice", 2602, "password"),
          SimUser("bob", 2603, "none"))
+# Known only through the directory service (NSS), not /etc/passwd: no login, no home.
+DIRECTORY_USERS = (SimUser("carol", 2604, "none"),)
+# Where libnss-extrausers reads its accounts, on a node as on any machine.
+EXTRAUSERS = "/var/lib/extrausers"
+_EXTRAUSERS_MODULE = "libnss_extrausers.so.2"
+
+
+def has_directory() -> bool:
+    """Whether this machine has the NSS module that serves ``DIRECTORY_USERS``
+    (``scripts/dev setup`` installs it): glibc finds it on the linker's default path."""
+    return any(os.path.exists(os.path.join(d, _EXTRAUSERS_MODULE))
+               for d in ("/usr/lib", "/lib", "/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu",
+                         "/usr/lib/aarch64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib64"))
 
 
 def user(name: str) -> SimUser:
-    """The simulated account called ``name``; KeyError for another name."""
-    for candidate in USERS:
+    """The simulated account called ``name`` (a login account, or a directory one where
+    this machine can serve it); KeyError for another name."""
+    known: tuple[SimUser, ...] = USERS + (DIRECTORY_USERS if has_directory() else ())
+    for candidate in known:
         if candidate.name == name:
             return candidate
     raise KeyError(name)
@@ -175,7 +197,7 @@ def _etc_texts(password_hash: str, address: str, name: str) -> dict[str, str]:
     # Every person has the fleet's password, as on a real cluster: sudo asks even bob for
     # his before it tells him he is not in the sudoers file.
     shadow += [f"{u.name}:{password_hash}:19000:0:99999:7:::" for u in USERS]
-    return {
+    texts = {
         "passwd": "\n".join(passwd) + "\n",
         "group": "\n".join(group_lines) + "\n",
         "shadow": "\n".join(shadow) + "\n",
@@ -183,6 +205,26 @@ def _etc_texts(password_hash: str, address: str, name: str) -> dict[str, str]:
         "hosts": f"127.0.0.1\tlocalhost\n{address}\t{name}\n",
         "sudoers": SUDOERS,
         "pam.d-sudo": PAM_SUDO,
+    }
+    if has_directory():
+        texts.update(_directory_texts())
+    return texts
+
+
+def _directory_texts() -> dict[str, str]:
+    """The node's directory service: the extrausers files and an nsswitch.conf that asks
+    them after /etc's files (this machine's, with only that added)."""
+    lines = []
+    with open("/etc/nsswitch.conf") as f:
+        for line in f:
+            key = line.split(":", 1)[0].strip()
+            ask_it = key in ("passwd", "group") and "extrausers" not in line
+            lines.append(line.rstrip("\n") + " extrausers\n" if ask_it else line)
+    return {
+        "nsswitch.conf": "".join(lines),
+        "extrausers/passwd": "".join(f"{u.name}:x:{u.uid}:{u.uid}:{u.name}:{u.home}:/bin/bash\n"
+                                     for u in DIRECTORY_USERS),
+        "extrausers/group": "".join(f"{u.name}:x:{u.uid}:\n" for u in DIRECTORY_USERS),
     }
 
 
@@ -195,6 +237,7 @@ def write_etc(node_dir: Path, name: str, address: str, password_hash: str) -> No
     modes = {"shadow": 0o640, "sudoers": 0o440}
     for file_name, text in _etc_texts(password_hash, address, name).items():
         path = etc / file_name
+        path.parent.mkdir(mode=0o755, exist_ok=True)
         path.write_text(text)
         path.chmod(modes.get(file_name, 0o644))
     (etc / "sudo-lib" / "lectured").mkdir(parents=True, mode=0o700, exist_ok=True)

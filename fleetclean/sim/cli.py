@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fleetclean.errors import SimError
-from fleetclean.sim.accounts import USERS
+from fleetclean.sim.accounts import DIRECTORY_USERS, USERS
 from fleetclean.sim.faults import FAULTS, usage
 from fleetclean.sim.launcher import gpu_list
 from fleetclean.sim.layout import STATE_DIR_ENV
@@ -180,8 +180,10 @@ def _add_spawn(sub: Subparsers) -> None:
     )
     spawn.add_argument("--name", help="command line to show instead of the default")
     spawn.add_argument("--path", help="directory to write into (writer)")
-    spawn.add_argument("--user", choices=[u.name for u in USERS],
-                       help="run it as this login account of the node (default root)")
+    spawn.add_argument("--user", choices=[u.name for u in (*USERS, *DIRECTORY_USERS)],
+                       help="run it as this account of the node (default root): a login "
+                       "account, or carol, whom the node knows only from its directory "
+                       "service (NSS), not /etc/passwd")
     spawn.add_argument(
         "--devices",
         choices=("ctl", "all"),

@@ -221,6 +221,9 @@ ACCOUNT_FILES = (
     ("group", "/etc/group"),
     ("shadow", "/etc/shadow"),
     ("hosts", "/etc/hosts"),
+    # The directory service (accounts.DIRECTORY_USERS), where this machine can serve it.
+    ("nsswitch.conf", "/etc/nsswitch.conf"),
+    ("extrausers", "/var/lib/extrausers"),
 )
 SUDO_FILES = (
     ("sudoers", "/etc/sudoers"),
@@ -243,7 +246,8 @@ def make_accounts(keeps: list[tuple[str, str]]) -> None:
     etc = os.path.join(IN_NODE_DIR, "etc")
     if not os.path.isdir(etc):
         return
-    pairs = list(ACCOUNT_FILES)
+    pairs = [p for p in ACCOUNT_FILES
+             if os.path.exists(os.path.join(etc, p[0])) and os.path.exists(p[1])]
     if os.access(SUDO, os.X_OK):
         pairs += [p for p in SUDO_FILES if os.path.exists(p[1])]
     for name, target in pairs:

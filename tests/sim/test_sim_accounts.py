@@ -16,7 +16,8 @@ import pytest
 from fleetclean.sim import SimFleet
 
 pytestmark = pytest.mark.sim
-HOST_FILES = ("/etc/passwd", "/etc/group", "/etc/shadow", "/etc/sudoers", "/etc/hosts")
+HOST_FILES = ("/etc/passwd", "/etc/group", "/etc/shadow", "/etc/sudoers", "/etc/hosts",
+              "/etc/nsswitch.conf")
 APPS = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
 
 

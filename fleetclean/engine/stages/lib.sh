@@ -211,18 +211,30 @@ fc_proc_fill() {
     FC_ARGV0[$pid]=$FC_ARGV0_ONE
 }
 
-# User name of UID from /etc/passwd, read once (no getent fork per process); the number
-# when it has no entry.
+# User name of UID from /etc/passwd, read once (no getent fork per process); else from
+# the directory service: on a real cluster most people are in LDAP or SSSD, not in
+# /etc/passwd, and a culprit named by number is one nobody recognises. That asks NSS
+# (getent: one fork per UID /etc/passwd lacks, once a run), within 2 s: a directory that
+# does not answer costs a status 2 s, not its own timeout (sssd's, nslcd's: 10 s and
+# more). The number when neither knows it.
 declare -gA FC_PASSWD=()
 fc_user_name() {
-    local name uid _
+    local name uid _ line=""
     if ((${#FC_PASSWD[@]} == 0)); then
         FC_PASSWD[-]=-
         while IFS=: read -r name _ uid _; do
             FC_PASSWD[$uid]=${FC_PASSWD[$uid]:-$name}
         done </etc/passwd 2>/dev/null
     fi
-    REPLY=${FC_PASSWD[${1:--}]:-$1}
+    uid=${1:--}
+    if [[ -z ${FC_PASSWD[$uid]:-} && $uid == +([0-9]) ]]; then
+        fc_flush  # nothing held while a command may block (fc_hold)
+        line=$(timeout 2 getent passwd -- "$uid" </dev/null 2>/dev/null) || line=""
+        name=${line%%:*}
+        [[ $line == *:* && -n $name ]] || name=$uid
+        FC_PASSWD[$uid]=$name
+    fi
+    REPLY=${FC_PASSWD[$uid]:-$uid}
 }
 
 # Is the process that was (pid, starttime, command line) still alive? Gone: no such

@@ -1,0 +1,75 @@
+"""People a node knows only from its directory service, as on a real cluster (LDAP, SSSD):
+on the simulated node, carol is served by a real NSS module (libnss-extrausers) and is in no
+/etc/passwd. The GPU table names her processes by her name, as ``ps`` would, not by her
+UID; ``--user carol`` signals hers only; a UID nobody knows stays a number."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from simhelp import Cli, alive
+
+from fleetclean.sim import SimFleet, accounts
+
+pytestmark = [
+    pytest.mark.sim,
+    pytest.mark.skipif(not accounts.has_directory(),
+                       reason="needs libnss-extrausers (scripts/dev setup installs it)"),
+]
+UNKNOWN_UID = 4242
+FAST = ("-e", "grace=1", "-e", "verify_timeout=1")
+
+
+def users_by_pid(host: dict[str, Any]) -> dict[int, str]:
+    return {p["pid"]: p["user"] for g in host["gpus"] for p in g["processes"]}
+
+
+def spawn_uid(fleet: SimFleet, node: str, uid: int, *, gpu: int, mib: int) -> int:
+    """A GPU holder run by a bare ``uid`` that no account of the node has."""
+    gpus = json.loads((fleet.node(node).dir / "gpus.json").read_text())["gpus"]
+    code = f"import time; f = open('/dev/nvidia{gpus[gpu]['minor']}'); time.sleep(3600)"
+    detach = 'setsid -f "$@" </dev/null >/dev/null 2>&1'
+    done = fleet.run_in(node, ["sh", "-c", detach, "sh", "setpriv", f"--reuid={uid}",
+                               f"--regid={uid}", "--clear-groups", "env",
+                               f"FLEETCLEAN_SIM_GPU_MIB={mib}", "python3", "-c", code,
+                               "holder-of-nobody-known"])
+    assert done.returncode == 0, done.stderr
+    for _ in range(300):
+        found = [p.pid for p in fleet.processes(node)
+                 if p.cmdline.endswith(" holder-of-nobody-known")]
+        if found and fleet.gpu_used_mib(node)[gpu] >= mib:
+            return found[0]
+        fleet.run_in(node, ["sleep", "0.05"])
+    raise AssertionError("the holder did not start")
+
+
+def test_a_directory_users_processes_carry_her_name_and_her_scope(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(1)
+    # What a real cluster node is like: NSS knows her, /etc/passwd does not.
+    known = fleet.run_in("node01", ["getent", "passwd", "carol"]).stdout
+    assert known.startswith("carol:x:2604:")
+    assert "carol" not in fleet.run_in("node01", ["cat", "/etc/passwd"]).stdout
+    carols = fleet.spawn("node01", "stubborn", gpu=1, mib=2048, user="carol")
+    roots = fleet.spawn("node01", "stubborn", gpu=4, mib=1024)
+    stranger = spawn_uid(fleet, "node01", UNKNOWN_UID, gpu=6, mib=512)
+
+    status = cli("status", "-i", fleet.inventory_path, "--json")
+    assert status.code == 1, status.out  # dirty: three GPUs in use
+    users = users_by_pid(status.host("node01"))
+    assert users[carols[0]] == "carol"
+    assert users[roots[0]] == "root"
+    assert users[stranger] == str(UNKNOWN_UID)
+    table = cli("status", "-i", fleet.inventory_path)
+    assert f"{carols[0]} " in table.out and "carol" in table.out
+
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--user", "carol", *FAST,
+              "--json")
+    # A stubborn holder: SIGTERM, then SIGKILL.
+    assert {s["pid"] for s in res.host("node01")["signalled"]} == set(carols)
+    assert alive(fleet, "node01", [*carols, roots[0], stranger]) == [roots[0], stranger]
