@@ -81,6 +81,13 @@ def edit_inventory(fleet: SimFleet, dest: Path, *, group_vars: dict[str, Any] | 
     return dest
 
 
+def is_script(cmdline: str) -> bool:
+    """Whether a node's process is a fleetclean script's bash: started over SSH by
+    ``transport.boot``'s command (``bash -c 'LC_ALL=C; FC_SRC=; read ...'``), locally or
+    through sudo as ``bash -s``."""
+    return cmdline == "bash -s" or cmdline.startswith("bash -c LC_ALL=C; FC_SRC=; read -r -N ")
+
+
 def alive(fleet: SimFleet, node: str, pids: list[int]) -> list[int]:
     """The PIDs of ``pids`` still running in ``node`` (its own daemons included). A process
     in its exit, its memory already released (empty command line: it runs no more code of

@@ -96,12 +96,11 @@ class Renderer:
         header += "\n"
         tail = "\n" + main
         size = len(header.encode()) + lib_size + len(tail.encode())
-        gpu, klog = "", ""
+        early = ""
         if resolved.verify is not None and not resolved.stages:
-            gpu, klog = early_reads()
-            gpu += "\n"
+            early = "\n".join(early_reads()) + "\n"
         # The directive lib.sh opens with is file-wide only before the first command.
-        head = (f"{shebang}\n# shellcheck disable=SC2034\n{gpu}{read_whole(size, klog)}\n"
+        head = (f"{shebang}\n# shellcheck disable=SC2034\n{early}{read_whole(size)}\n"
                 f"{header}")
         return head, lib, tail
 
@@ -127,10 +126,13 @@ def early_reads() -> tuple[str, str]:
     that holds no definitions yet, which is cheaper. Both only read; PATH gets the same
     tail as ``fc_main`` gives it, and neither can read the script on standard input.
 
-    Two parts: the GPU read is a line of its own, before the one that reads the rest
-    (:func:`read_whole`, which starts the kernel log's read): bash reads a script from a
-    pipe one byte per read(2) and runs nothing before the line's end, so nvidia-smi starts
-    without waiting for the 700 bytes after it (0.2 ms on an H200 node's CPU).
+    Each is a line of its own, before the one that reads the rest (:func:`read_whole`):
+    under ``bash -s``, bash reads a script from a pipe one byte per read(2) and runs
+    nothing before the line's end, so nvidia-smi starts without waiting for the bytes
+    after it (0.2 ms on an H200 node's CPU). Each runs once however the script is started:
+    under ``bash -s`` bash runs them before the rest is read; started by the command of
+    ``transport.boot`` (the whole script read, then run by ``eval``) they are its first
+    commands; a test that has started its own read first (its descriptor set) keeps it.
 
     The -q read leaves the row remapper's section out: the verification reads it beside
     this one where the kernel log cannot rule a pending remap out (fc_verify_gate). Of
@@ -144,31 +146,32 @@ def early_reads() -> tuple[str, str]:
     (True, True)
     """
     path = f"PATH=$PATH:{_PATH_TAIL}"
-    gpu = (f"{_UNDER_BASH_S} || {{ LC_ALL=C; exec {{FC_VQFD}}< <({path} nvidia-smi "
+    gpu = (f"[[ -n ${{FC_VQFD:-}} ]] || {{ LC_ALL=C; exec {{FC_VQFD}}< <({path} nvidia-smi "
            f"{VERIFY_Q_ARGS} 2>&1 </dev/null; printf '\\n@%d' \"$?\"); }}")
-    klog = (f"exec {{FC_VXIDFD}}< <({path}; read -r _ l _ 2>/dev/null </proc/sys/kernel/printk; "
+    klog = (f"[[ -n ${{FC_VXIDFD:-}} ]] || {{ LC_ALL=C; exec {{FC_VXIDFD}}< <({path}; "
+            "read -r _ l _ 2>/dev/null </proc/sys/kernel/printk; "
             f"if [[ $l == [0-5] ]] && dmesg -l {KERNEL_LOG_LEVELS} 2>/dev/null </dev/null; "
             "then :; elif command -v sed >/dev/null 2>&1; then "
             f"dmesg 2>/dev/null </dev/null | sed -n '{KERNEL_LOG_SED}'; "
-            "else dmesg 2>/dev/null </dev/null; fi); ")
+            "else dmesg 2>/dev/null </dev/null; fi); }")
     return gpu, klog
 
 
-def read_whole(size: int, early: str = "") -> str:
-    """The script's first command (its third line; its fourth after the GPU read of
+def read_whole(size: int) -> str:
+    """The script's first command (its third line; its fifth after the early reads of
     :func:`early_reads`): under ``bash -s`` (no file, no ``-c`` string), read the ``size``
     bytes after this line in one builtin ``read -N`` and run them (``eval``), or run
-    nothing when fewer arrived; ``early`` (the kernel log's read) goes first. bash reads a
-    script from a pipe one byte per read(2), so that a command it runs can read the rest: a
-    system call per byte (34,000 for status), most of the CPU a status script cost on the
-    node; ``read -N`` reads in blocks (bash 5.1 and later). A file run with ``bash FILE``
-    or a ``bash -c`` string is read on as usual.
+    nothing when fewer arrived. bash reads a script from a pipe one byte per read(2), so
+    that a command it runs can read the rest: a system call per byte (34,000 for status),
+    most of the CPU a status script cost on the node; ``read -N`` reads in blocks (bash 5.1
+    and later). A file run with ``bash FILE`` or a ``bash -c`` string (``transport.boot``,
+    which reads the whole script itself) is read on as usual.
 
     >>> read_whole(12)[:48]
     '[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING'
     """
     return (f"{_UNDER_BASH_S} || {{ LC_ALL=C; "
-            f"{early}FC_SRC=''; read -r -N {size} FC_SRC; if ((${{#FC_SRC}} == {size})); then "
+            f"FC_SRC=''; read -r -N {size} FC_SRC; if ((${{#FC_SRC}} == {size})); then "
             'eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short '
             f'(${{#FC_SRC}} of {size} bytes): nothing was run" >&2; false; fi; exit; }}')
 
@@ -241,7 +244,8 @@ def _header(resolved: ResolvedPlaybook, check: bool, force: bool, host_name: str
         f"# fleetclean {__version__}: playbook {resolved.name} ({where})",
         f"# host: {_comment_value(host_name)}  mode: {'check' if check else 'run'}"
         f"{'  force' if force else ''}",
-        "# Runs as `bash -s` with this text on standard input. Records go to stdout as",
+        "# Runs as `bash -s` with this text on standard input (over SSH, fleetclean's own",
+        "# `bash -c` reads it whole first: transport/boot.py). Records go to stdout as",
         "# '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded.",
         CARRIED_NOTE,
         "# variables:",

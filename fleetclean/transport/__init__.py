@@ -1,4 +1,4 @@
-"""Run one script on one host: ``bash -s`` over SSH (fabric/paramiko), or local bash.
+"""Run one script on one host: bash reading it on stdin over SSH (fabric/paramiko), or local bash.
 
 The only package that imports fabric and paramiko. It knows nothing of stages. One module
 per job:
@@ -11,6 +11,8 @@ per job:
 - ``hops``: jump hosts and ProxyCommand resolved through ssh_config;
 - ``pool``: one connection per hop chain, and fabric's gateway weak spots worked around;
 - ``connect``: one ``fabric.Connection``, phase by phase; ``classify``: its failures;
+- ``boot``: the command that starts the script over SSH, safe from a login shell's
+  startup files;
 - ``become``: sudo's dialogue before the script starts (its prompt, the password, its
   refusals);
 - ``stream``: the select() loop that streams a script's output; ``local``: the local runner;

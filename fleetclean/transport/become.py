@@ -66,11 +66,13 @@ class Plan:
         return bool(self.ready)
 
 
-def plan(host: Host, nonce: str | None = None) -> Plan:
-    """How the script starts on ``host``; ``nonce`` (random by default) makes the prompt and
-    the ready line ones no other program prints."""
+def plan(host: Host, nonce: str | None = None, start: str = "bash -s") -> Plan:
+    """How the script starts on ``host``: ``start`` without become (over SSH, ``boot``'s
+    command); ``nonce`` (random by default) makes the prompt and the ready line ones no
+    other program prints. With become nothing is sent before sudo's bash says it is
+    ready, so no startup file of the login shell can read any of the script: ``bash -s``."""
     if not host.become:
-        return Plan("bash -s")
+        return Plan(start)
     if not nonce:
         import secrets  # hmac and OpenSSL's hashes: only a run through sudo needs them
 

@@ -1,6 +1,6 @@
 """One fleet run's transport: every host's connection, the hops they share, host keys.
 
-``Session.run`` sends a script on standard input to ``bash -s``, streams stdout lines to a
+``Session.run`` sends a script on standard input to bash (``boot``), streams stdout lines to a
 callback, and returns what came back or *why nothing could* as a ``TransportFailure`` value
 (never an exception), so one bad host never hides the others.
 

@@ -1,4 +1,4 @@
-"""The streaming loop: the script to ``bash -s`` on a session channel, stdout back line by line.
+"""The streaming loop: the script to bash on a session channel, stdout back line by line.
 
 fleetclean keeps this loop instead of fabric's ``Connection.run``: invoke's runner starts up to
 three IO threads per command that poll every 10 ms, so at a few hundred hosts the controller
@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from fleetclean.models import Host
-from fleetclean.transport import become
+from fleetclean.transport import become, boot
 from fleetclean.transport.base import (
     Failed,
     LineCallback,
@@ -42,10 +42,11 @@ class NoSession(Exception):
 def open_script_channel(
     transport: paramiko.Transport, host: Host, script: Script, limit: float
 ) -> paramiko.Channel:
-    """The session channel (opened within ``limit``) with ``bash -s`` reading the script:
-    the one command run on the host (``become.plan``: the script itself comes on stdin, so
-    no pattern of it is ever in a process's argv; the seeds' pkill killed its own shell that
-    way). With become, sudo's dialogue comes first, within ``limit`` too.
+    """The session channel (opened within ``limit``) with bash reading the script: the one
+    command run on the host (``become.plan``; ``boot.command`` without become: the script
+    itself comes on stdin, so no pattern of it is ever in a process's argv; the seeds'
+    pkill killed its own shell that way). With become, sudo's dialogue comes first, within
+    ``limit`` too.
 
     Raises ``NoSession`` (its cause the transport's error) when the channel itself cannot be
     opened, and ``Failed`` when sudo does not start the script: nothing has run then. Any
@@ -54,7 +55,8 @@ def open_script_channel(
         chan = transport.open_session(timeout=limit)
     except (paramiko.SSHException, EOFError, OSError) as exc:
         raise NoSession(str(exc)) from exc
-    how = become.plan(host)
+    data = list(script_bytes(script))
+    how = become.plan(host, start=boot.command(sum(len(piece) for piece in data)))
     chan.exec_command(how.command)
     if how.becomes:
         where = f"{host.address}:{host.port or 22}"
@@ -62,8 +64,8 @@ def open_script_channel(
         if failure is not None:
             chan.close()
             raise Failed(failure)
-    for data in script_bytes(script):
-        chan.sendall(data)
+    for piece in data:
+        chan.sendall(piece)
     chan.shutdown_write()
     return chan
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from simhelp import Cli, reset_node, spawn_cli
+from simhelp import Cli, is_script, reset_node, spawn_cli
 
 from fleetclean.sim import SimFleet
 
@@ -85,7 +85,7 @@ def test_a_reset_interrupted_midway_still_restores_persistence(
             assert controller.poll() is None and time.monotonic() < deadline, "no reset began"
             time.sleep(0.02)
         # The operator stops the teardown on the node (its script, by PID) mid-reset.
-        scripts = {p.pid: p.ppid for p in fleet.processes("node01") if p.cmdline == "bash -s"}
+        scripts = {p.pid: p.ppid for p in fleet.processes("node01") if is_script(p.cmdline)}
         (script,) = [pid for pid, parent in scripts.items() if parent not in scripts]
         fleet.run_in("node01", ["kill", "-TERM", str(script)])
         out, _ = controller.communicate(timeout=60)

@@ -296,11 +296,11 @@ def test_the_early_read_is_the_verifications_own_and_only_a_status_script_has_it
     assert f"-q -d {VERIFY_Q_SECTIONS[0]}" == VERIFY_Q_ARGS
     status = render_script(resolve(load_playbook("status"), {}, {}), host_name="n")
     teardown = render_script(resolve(load_playbook("post-extraction"), {}, {}), host_name="n")
-    # The GPU read is a line before the one that reads the rest, which starts the kernel log.
-    gpu, first = status.splitlines()[2:4]
+    # The GPU read, then the kernel log's, each a line before the one that reads the rest.
+    gpu, klog, first = status.splitlines()[2:5]
     assert f"nvidia-smi {VERIFY_Q_ARGS}" in gpu and "FC_VQFD" in gpu
-    assert "read -r -N" not in gpu and "read -r -N" in first
-    assert f"dmesg 2>/dev/null </dev/null | sed -n '{KERNEL_LOG_SED}'" in first
+    assert "read -r -N" not in gpu + klog and "read -r -N" in first
+    assert f"dmesg 2>/dev/null </dev/null | sed -n '{KERNEL_LOG_SED}'" in klog
     assert "FC_VQFD" not in teardown.splitlines()[2]
     assert "FC_VXIDFD" not in teardown.splitlines()[2]
 
@@ -352,8 +352,8 @@ def test_bash_reads_only_the_kernel_logs_first_line_and_its_xid_lines(
     (bin_dir / "dmesg").chmod(0o755)
     if sed:
         (bin_dir / "sed").symlink_to(shutil.which("sed") or "/bin/sed")
-    first = render_script(resolve(load_playbook("status"), {}, {}), host_name="n").splitlines()[3]
-    early = first[first.index("exec {FC_VXIDFD}"):first.index("FC_SRC=")]
+    early = render_script(resolve(load_playbook("status"), {}, {}), host_name="n").splitlines()[3]
+    assert early.startswith("[[ -n ${FC_VXIDFD:-} ]] || {")
     early = re.sub(r"PATH=\$PATH:[^;]*;", "PATH=$PATH;", early)  # this PATH alone
     script = "\n".join([
         f"/bin/mount --bind {tmp_path / 'printk'} /proc/sys/kernel/printk || exit 9",
@@ -361,6 +361,8 @@ def test_bash_reads_only_the_kernel_logs_first_line_and_its_xid_lines(
 exec {FC_VXIDFD}< <(fc_verify_klog)
 fc_read_fd "$FC_VXIDFD"
 printf '%s\n---\n' "$REPLY"
+exec {FC_VXIDFD}<&-
+FC_VXIDFD=""
 """, early, r"""
 fc_read_fd "$FC_VXIDFD"
 printf '%s' "$REPLY"

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from simhelp import Cli, alive, edit_inventory, spawn_cli, ssh_log_count
+from simhelp import Cli, alive, edit_inventory, is_script, spawn_cli, ssh_log_count
 
 from fleetclean.sim import SimFleet
 
@@ -184,7 +184,7 @@ def test_second_run_waits_lock_wait_then_reports_busy_or_serialises(
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not all(
-            any(p.cmdline == "bash -s" for p in fleet.processes(n.name)) for n in fleet.nodes
+            any(is_script(p.cmdline) for p in fleet.processes(n.name)) for n in fleet.nodes
         ):
             time.sleep(0.05)
         time.sleep(0.5)  # both first scripts hold their host's lock, in stop-server's grace
@@ -223,7 +223,7 @@ def test_ctrl_c_in_a_32_node_run(sim_fleet_factory: Factory, tmp_path: Path) -> 
         # Interrupt once the first hosts run their scripts (a loaded machine can take more
         # than the 2 s this used to wait just to start the controller).
         deadline = time.monotonic() + 60
-        while not any(p.cmdline == "bash -s" for n in fleet.nodes[:8]
+        while not any(is_script(p.cmdline) for n in fleet.nodes[:8]
                       for p in fleet.processes(n.name)):
             assert proc.poll() is None and time.monotonic() < deadline, "no host started"
             time.sleep(0.05)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 81529 FC_SRC; if ((${#FC_SRC} == 81529)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 81529 bytes): nothing was run" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; FC_SRC=''; read -r -N 81610 FC_SRC; if ((${#FC_SRC} == 81610)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short (${#FC_SRC} of 81610 bytes): nothing was run" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook post-extraction (built-in)
 # host: "node01"  mode: run
-# Runs as `bash -s` with this text on standard input. Records go to stdout as
+# Runs as `bash -s` with this text on standard input (over SSH, fleetclean's own
+# `bash -c` reads it whole first: transport/boot.py). Records go to stdout as
 # '@@fleetclean<TAB>kind<TAB>fields...' lines, fields percent-encoded.
 # The packaged bash comes without its comments: fleetclean/engine/stages has them.
 # variables:

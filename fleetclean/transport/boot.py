@@ -1,0 +1,39 @@
+"""The command the host's login shell runs to start a script over SSH: a ``bash -c`` that
+reads the whole script from standard input, then runs it, or runs nothing.
+
+sshd runs the command with the account's login shell, and that shell reads its startup
+files first: bash started by sshd reads ~/.bashrc (Debian and Ubuntu build it so, and
+/etc/bash.bashrc too), zsh ~/.zshenv. Anything in them that reads standard input (an
+``ssh`` without ``-n``, a ``read``, a prompt) takes the first bytes of the script, which
+travel on standard input from the start. Under ``bash -s`` the rest would then run from
+wherever that left off, without its first lines: on a simulated node whose ~/.bashrc read
+50,000 of post-extraction's 78,000 bytes, ``fc_main`` ran with half of its functions
+undefined. This command comes in the SSH exec request, which no startup file can read: it
+reads exactly the script's size (``read -N``, in blocks) and runs it (``eval``) only when
+every byte came; else it says why on stderr, exits 1 and has run nothing. The script's
+own first lines (render.read_whole, for ``bash -s``) stand aside under ``bash -c``, its
+early reads (render.early_reads) run first as under ``bash -s``.
+
+The command holds no newline, no ``!`` and no single quote but shlex's own, so that every
+login shell takes it alike (sh, bash, zsh, fish, tcsh); nothing of the script is in it, so
+no pattern of the script is in any process's argv.
+
+>>> command(1234)  # doctest: +ELLIPSIS
+'bash -c \\'LC_ALL=C; FC_SRC=; read -r -N 1234 FC_SRC; if ((${#FC_SRC} == 1234)); then eval ...'
+>>> "\\n" in command(1234) or "!" in command(1234)
+False
+"""
+
+from __future__ import annotations
+
+import shlex
+
+
+def command(size: int) -> str:
+    """The login shell's command for a script of ``size`` bytes (UTF-8) on standard input."""
+    start = (f"LC_ALL=C; FC_SRC=; read -r -N {size} FC_SRC; if ((${{#FC_SRC}} == {size})); "
+             'then eval "$FC_SRC"; else echo "fleetclean: only ${#FC_SRC} of the '
+             f"{size} bytes of the script arrived, so nothing was run (does a startup file "
+             'of the login shell, ~/.bashrc or /etc/bash.bashrc, read standard input?)" >&2; '
+             "exit 1; fi")
+    return "bash -c " + shlex.quote(start)

@@ -1,0 +1,45 @@
+"""What the login shell's startup files do before fleetclean's bash starts: sshd runs the
+command through the account's login shell, and bash started by sshd reads ~/.bashrc first
+(Debian builds it so). A chatty one changes nothing; one that reads standard input takes
+the first bytes of the script, and then nothing of the script may run: no half script
+with its first definitions missing, on the node whose startup file did it, while the
+others are cleaned as usual."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from simhelp import Cli, alive
+
+from fleetclean.sim import SimFleet
+
+pytestmark = pytest.mark.sim
+SETTLE = ("-e", "grace=1", "-e", "verify_timeout=20")
+
+
+def test_a_startup_file_that_reads_stdin_stops_the_run_there_and_only_there(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli
+) -> None:
+    fleet = sim_fleet_factory(3)
+    # node01 as an ~/.bashrc with an `ssh` (no -n) or a `read` in it; node02 a chatty one.
+    fleet.node_path("node01", "/root/.bashrc").write_text("head -c 20000 >/dev/null\n")
+    fleet.node_path("node02", "/root/.bashrc").write_text(
+        "echo 'Welcome to the GPU cluster'\necho 'module: cuda/12.4 loaded' >&2\n")
+    servers = {n: fleet.spawn(n, "sglang", gpus="0-7", mib=2048)
+               for n in ("node01", "node02", "node03")}
+
+    status = cli("status", "-i", fleet.inventory_path, "--json")
+    assert status.host("node02")["status"] == status.host("node03")["status"] == "dirty"
+    error = status.host("node01")["error"]
+    assert status.host("node01")["status"] == "error"
+    assert "nothing was run" in error and "~/.bashrc" in error, error
+
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, *SETTLE, "--json")
+    assert res.host("node01")["status"] == "error"
+    assert not res.host("node01")["signalled"]
+    assert alive(fleet, "node01", servers["node01"]) == servers["node01"]
+    for node in ("node02", "node03"):
+        assert res.host(node)["status"] == "clean", res.out
+        assert alive(fleet, node, servers[node]) == []
+        assert fleet.gpu_used_mib(node) == [0] * 8
