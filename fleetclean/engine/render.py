@@ -44,6 +44,9 @@ _PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CARRIED_NOTE = "# The packaged bash comes without its comments: fleetclean/engine/stages has them."
 # True where the script runs as a file or a -c string, not read by ``bash -s``.
 _UNDER_BASH_S = "[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]]"
+# True where the descriptor variable is set and not from the environment: an early read
+# started already (a test's own); an exported one is a stranger's, never read or closed.
+_OWN = "[[ -n ${{{0}:-}} && ${{{0}@a}} != *x* ]]"
 
 
 def _comment_value(value: Any) -> str:
@@ -122,7 +125,8 @@ def early_reads() -> tuple[str, str]:
     each a process whose output waits in a pipe (``FC_VQFD``, ``FC_VXIDFD``) for the
     verification, which reads them instead of starting its own. nvidia-smi's wall time
     (20-25 ms on an H200, more with eight GPUs) then overlaps bash's own start-up and the
-    first lines of the script rather than following them; and each is forked by a bash
+    first lines of the script rather than following them (over SSH, once the whole script
+    has come: ``transport.boot``); and each is forked by a bash
     that holds no definitions yet, which is cheaper. Both only read; PATH gets the same
     tail as ``fc_main`` gives it, and neither can read the script on standard input.
 
@@ -146,9 +150,9 @@ def early_reads() -> tuple[str, str]:
     (True, True)
     """
     path = f"PATH=$PATH:{_PATH_TAIL}"
-    gpu = (f"[[ -n ${{FC_VQFD:-}} ]] || {{ LC_ALL=C; exec {{FC_VQFD}}< <({path} nvidia-smi "
+    gpu = (f"{_OWN.format('FC_VQFD')} || {{ LC_ALL=C; exec {{FC_VQFD}}< <({path} nvidia-smi "
            f"{VERIFY_Q_ARGS} 2>&1 </dev/null; printf '\\n@%d' \"$?\"); }}")
-    klog = (f"[[ -n ${{FC_VXIDFD:-}} ]] || {{ LC_ALL=C; exec {{FC_VXIDFD}}< <({path}; "
+    klog = (f"{_OWN.format('FC_VXIDFD')} || {{ LC_ALL=C; exec {{FC_VXIDFD}}< <({path}; "
             "read -r _ l _ 2>/dev/null </proc/sys/kernel/printk; "
             f"if [[ $l == [0-5] ]] && dmesg -l {KERNEL_LOG_LEVELS} 2>/dev/null </dev/null; "
             "then :; elif command -v sed >/dev/null 2>&1; then "

@@ -55,8 +55,8 @@ SUDOERS_D = "etc/sudoers.d"
 
 @dataclass(frozen=True)
 class SimUser:
-    """A login account of every simulated node; ``sudo`` is ``nopasswd``, ``password``
-    or ``none``."""
+    """A person's account on every simulated node (a login one, or one only the directory
+    service knows); ``sudo`` is ``nopasswd``, ``password`` or ``none``."""
 
     name: str
     uid: int
@@ -214,14 +214,25 @@ def _etc_texts(password_hash: str, address: str, name: str) -> dict[str, str]:
 def _directory_texts() -> dict[str, str]:
     """The node's directory service: the extrausers files and an nsswitch.conf that asks
     them after /etc's files (this machine's, with only that added)."""
-    lines = []
-    with open("/etc/nsswitch.conf") as f:
-        for line in f:
-            key = line.split(":", 1)[0].strip()
-            ask_it = key in ("passwd", "group") and "extrausers" not in line
-            lines.append(line.rstrip("\n") + " extrausers\n" if ask_it else line)
+    try:
+        with open("/etc/nsswitch.conf") as f:
+            host = f.read().splitlines()
+    except FileNotFoundError:  # glibc's default without one
+        host = ["hosts: files dns"]
+    lines, asked = [], set()
+    for line in host:
+        name, colon, sources = line.partition("#")[0].partition(":")
+        key = name.strip()
+        if colon and key in ("passwd", "group"):
+            words = sources.split()
+            words += ["extrausers"] * ("extrausers" not in words)
+            lines.append(f"{key}: {' '.join(words)}")
+            asked.add(key)
+        else:
+            lines.append(line)
+    lines += [f"{key}: files extrausers" for key in ("passwd", "group") if key not in asked]
     return {
-        "nsswitch.conf": "".join(lines),
+        "nsswitch.conf": "\n".join(lines) + "\n",
         "extrausers/passwd": "".join(f"{u.name}:x:{u.uid}:{u.uid}:{u.name}:{u.home}:/bin/bash\n"
                                      for u in DIRECTORY_USERS),
         "extrausers/group": "".join(f"{u.name}:x:{u.uid}:\n" for u in DIRECTORY_USERS),

@@ -371,8 +371,8 @@ def nsenter(node: SimNode, argv: Sequence[str], where: str = "", *, uts: bool = 
     """argv that runs ``argv`` inside the node's PID and mount namespaces and, when the
     fleet has cgroups, inside its cgroup namespace and tree: at the node's root, or in the
     unit ``where`` (``system.slice/slurmd.service``); ``uts``: also its hostname; as
-    ``user`` (one of ``accounts.USERS``: its uid, gid and groups, as a login would have
-    them; KeyError for another)."""
+    ``user`` (an account ``accounts.user`` knows: its uid, gid and groups, as a login would
+    have them; KeyError for another)."""
     roots = cgroup_paths(node.dir, where)
     flags = ["-p", "-m", *(["-u"] if uts else []), *(["-C"] if roots else [])]
     drop: list[str] = []

@@ -225,6 +225,7 @@ ACCOUNT_FILES = (
     ("nsswitch.conf", "/etc/nsswitch.conf"),
     ("extrausers", "/var/lib/extrausers"),
 )
+DIRECTORY_FILES = ("nsswitch.conf", "extrausers")
 SUDO_FILES = (
     ("sudoers", "/etc/sudoers"),
     ("sudoers.d", "/etc/sudoers.d"),
@@ -246,8 +247,10 @@ def make_accounts(keeps: list[tuple[str, str]]) -> None:
     etc = os.path.join(IN_NODE_DIR, "etc")
     if not os.path.isdir(etc):
         return
-    pairs = [p for p in ACCOUNT_FILES
-             if os.path.exists(os.path.join(etc, p[0])) and os.path.exists(p[1])]
+    # The accounts always (a node never reads this machine's); the directory service
+    # only where this machine can serve it (accounts.has_directory wrote its files).
+    pairs = [p for p in ACCOUNT_FILES if p[0] not in DIRECTORY_FILES
+             or (os.path.exists(os.path.join(etc, p[0])) and os.path.exists(p[1]))]
     if os.access(SUDO, os.X_OK):
         pairs += [p for p in SUDO_FILES if os.path.exists(p[1])]
     for name, target in pairs:

@@ -10,13 +10,16 @@ wherever that left off, without its first lines: on a simulated node whose ~/.ba
 50,000 of post-extraction's 78,000 bytes, ``fc_main`` ran with half of its functions
 undefined. This command comes in the SSH exec request, which no startup file can read: it
 reads exactly the script's size (``read -N``, in blocks) and runs it (``eval``) only when
-every byte came; else it says why on stderr, exits 1 and has run nothing. The script's
+every byte came; else it says so on stderr (``CUT_SHORT``), exits 1 and has run
+nothing. The script's
 own first lines (render.read_whole, for ``bash -s``) stand aside under ``bash -c``, its
 early reads (render.early_reads) run first as under ``bash -s``.
 
 The command holds no newline, no ``!`` and no single quote but shlex's own, so that every
 login shell takes it alike (sh, bash, zsh, fish, tcsh); nothing of the script is in it, so
-no pattern of the script is in any process's argv.
+no pattern of the script is in any process's argv. The early reads of a status script
+(render.early_reads) start once all of it has come, not as its first line is read: over
+SSH a script of 36 KB follows the command at once, in the same few packets.
 
 >>> command(1234)  # doctest: +ELLIPSIS
 'bash -c \\'LC_ALL=C; FC_SRC=; read -r -N 1234 FC_SRC; if ((${#FC_SRC} == 1234)); then eval ...'
@@ -28,12 +31,14 @@ from __future__ import annotations
 
 import shlex
 
+# What the command says when fewer bytes came; results/parse.py explains it to a person
+# (the argv stays short: a word of it could match another run's pattern).
+CUT_SHORT = "fleetclean: the script arrived cut short, nothing was run"
+
 
 def command(size: int) -> str:
     """The login shell's command for a script of ``size`` bytes (UTF-8) on standard input."""
     start = (f"LC_ALL=C; FC_SRC=; read -r -N {size} FC_SRC; if ((${{#FC_SRC}} == {size})); "
-             'then eval "$FC_SRC"; else echo "fleetclean: only ${#FC_SRC} of the '
-             f"{size} bytes of the script arrived, so nothing was run (does a startup file "
-             'of the login shell, ~/.bashrc or /etc/bash.bashrc, read standard input?)" >&2; '
-             "exit 1; fi")
+             f'then eval "$FC_SRC"; else echo "{CUT_SHORT} (${{#FC_SRC}} of {size} bytes)" '
+             ">&2; exit 1; fi")
     return "bash -c " + shlex.quote(start)

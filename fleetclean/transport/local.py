@@ -1,4 +1,5 @@
-"""The local connection (``ansible_connection: local``): the same ``bash -s`` path as SSH.
+"""The local connection (``ansible_connection: local``): the script to ``bash -s``, as over SSH
+with become (no login shell runs first: ``boot`` is for SSH).
 
 >>> out = run_local(Host("here", "localhost", connection="local"), "echo hi", Options(), None)
 >>> (out.stdout, out.exit_code)

@@ -55,8 +55,10 @@ def open_script_channel(
         chan = transport.open_session(timeout=limit)
     except (paramiko.SSHException, EOFError, OSError) as exc:
         raise NoSession(str(exc)) from exc
-    data = list(script_bytes(script))
-    how = become.plan(host, start=boot.command(sum(len(piece) for piece in data)))
+    # Its size only: the bytes are made again as they are sent (become's dialogue may take
+    # a while, and a copy per host in flight is what the shared pieces avoid).
+    start = "bash -s" if host.become else boot.command(sum(map(len, script_bytes(script))))
+    how = become.plan(host, start=start)
     chan.exec_command(how.command)
     if how.becomes:
         where = f"{host.address}:{host.port or 22}"
@@ -64,8 +66,8 @@ def open_script_channel(
         if failure is not None:
             chan.close()
             raise Failed(failure)
-    for piece in data:
-        chan.sendall(piece)
+    for data in script_bytes(script):
+        chan.sendall(data)
     chan.shutdown_write()
     return chan
 

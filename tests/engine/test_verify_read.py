@@ -353,7 +353,7 @@ def test_bash_reads_only_the_kernel_logs_first_line_and_its_xid_lines(
     if sed:
         (bin_dir / "sed").symlink_to(shutil.which("sed") or "/bin/sed")
     early = render_script(resolve(load_playbook("status"), {}, {}), host_name="n").splitlines()[3]
-    assert early.startswith("[[ -n ${FC_VXIDFD:-} ]] || {")
+    assert early.startswith("[[ -n ${FC_VXIDFD:-} && ${FC_VXIDFD@a} != *x* ]] || {")
     early = re.sub(r"PATH=\$PATH:[^;]*;", "PATH=$PATH;", early)  # this PATH alone
     script = "\n".join([
         f"/bin/mount --bind {tmp_path / 'printk'} /proc/sys/kernel/printk || exit 9",

@@ -4,7 +4,8 @@
 # driver, the whole process table) follows it where there is a stage, lib-kill.sh
 # (matching, trees, escalation) in the scripts of playbooks that signal.
 #
-# Only bash builtins, coreutils, procps/psmisc and flock are used: nodes have no Python.
+# Only bash builtins, coreutils, procps/psmisc, flock and getent (libc's) are used: nodes
+# have no Python.
 # Every value the renderer supplies arrives as a quoted assignment (opt_*, FC_*) and is
 # only ever read as "$var"; nothing here evaluates a value as code.
 
@@ -214,10 +215,12 @@ fc_proc_fill() {
 # User name of UID from /etc/passwd, read once (no getent fork per process); else from
 # the directory service: on a real cluster most people are in LDAP or SSSD, not in
 # /etc/passwd, and a culprit named by number is one nobody recognises. That asks NSS
-# (getent: one fork per UID /etc/passwd lacks, once a run), within 2 s: a directory that
-# does not answer costs a status 2 s, not its own timeout (sssd's, nslcd's: 10 s and
-# more). The number when neither knows it.
+# (getent under timeout: two processes per UID /etc/passwd lacks, once a run), within 2 s;
+# a directory that did not answer is not asked again in the run, so it costs a status 2 s
+# in all, not its own timeout (sssd's, nslcd's: 10 s and more) per user. The number when
+# neither knows it.
 declare -gA FC_PASSWD=()
+FC_NSS_DOWN=0
 fc_user_name() {
     local name uid _ line=""
     if ((${#FC_PASSWD[@]} == 0)); then
@@ -227,9 +230,10 @@ fc_user_name() {
         done </etc/passwd 2>/dev/null
     fi
     uid=${1:--}
-    if [[ -z ${FC_PASSWD[$uid]:-} && $uid == +([0-9]) ]]; then
+    if [[ -z ${FC_PASSWD[$uid]:-} && $uid == +([0-9]) ]] && ((!FC_NSS_DOWN)); then
         fc_flush  # nothing held while a command may block (fc_hold)
-        line=$(timeout 2 getent passwd -- "$uid" </dev/null 2>/dev/null) || line=""
+        line=$(timeout 2 getent passwd -- "$uid" </dev/null 2>/dev/null) ||
+            { (($? == 124)) && FC_NSS_DOWN=1; line=""; }
         name=${line%%:*}
         [[ $line == *:* && -n $name ]] || name=$uid
         FC_PASSWD[$uid]=$name

@@ -69,7 +69,7 @@ fc_owner_path() {
         # Each regex behind a glob that most components fail: bash compiles a regex
         # anew at every test (a cgroup v1 file: ten lines of a few components each).
         elif [[ $c == docker-*.scope && $c =~ ^docker-([0-9a-f]{64})\.scope$ ]] ||
-            [[ $prev == docker && ${#c} == 64 && $c =~ ^([0-9a-f]{64})$ ]]; then
+            [[ $prev == docker && ${#c} -eq 64 && $c =~ ^([0-9a-f]{64})$ ]]; then
             O_KIND=docker O_ID=${BASH_REMATCH[1]} O_NAME=${BASH_REMATCH[1]:0:12}
         elif [[ $c == slurm || $c == slurm_* || $c == *slurmstepd.scope ]]; then
             slurm=1

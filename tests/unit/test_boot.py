@@ -1,0 +1,72 @@
+"""The command that starts a script over SSH (``transport.boot``), run as a login shell
+would run it (``sh -c COMMAND``) with the script on standard input: the whole script runs,
+a script whose start something else read first runs not at all, and a status script's early
+reads start under it as under ``bash -s``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fleetclean.engine.playbook import load_playbook
+from fleetclean.engine.render import render_script
+from fleetclean.engine.variables import resolve
+from fleetclean.results.parse import parse_script_output
+from fleetclean.transport.boot import CUT_SHORT, command
+
+SCRIPT = "#!/usr/bin/env bash\n# héllo ✓: bytes, not characters\necho ran > \"$OUT\"\n"
+
+
+def login_shell(script: bytes, size: int, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    sh = shutil.which("sh") or "/bin/sh"
+    return subprocess.run([sh, "-c", command(size)], input=script.decode(), check=False,
+                          capture_output=True, encoding="utf-8", timeout=30,
+                          env={"PATH": os.environ["PATH"], "LANG": "C.UTF-8", **env})
+
+
+def test_the_command_is_one_line_any_login_shell_takes_alike() -> None:
+    cmd = command(36109)
+    assert "\n" not in cmd and "!" not in cmd
+    assert cmd.startswith("bash -c '") and "36109" in cmd
+
+
+def test_the_whole_script_runs_and_a_cut_one_runs_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    data = SCRIPT.encode()
+    whole = login_shell(data, len(data), {"OUT": str(out)})
+    assert whole.returncode == 0, whole.stderr
+    assert out.read_text() == "ran\n"
+
+    out.unlink()
+    # What ~/.bashrc left of it after reading its first bytes.
+    cut = login_shell(data[10:], len(data), {"OUT": str(out)})
+    assert cut.returncode == 1
+    assert CUT_SHORT in cut.stderr and f"of {len(data)} bytes" in cut.stderr
+    assert not out.exists()
+    # The controller says what to look at.
+    error = parse_script_output("", cut.stderr, cut.returncode).error or ""
+    assert "~/.bashrc" in error and "nothing was run" in error
+
+
+@pytest.mark.parametrize("exported", [False, True])
+def test_a_status_scripts_early_reads_start_under_it(tmp_path: Path, exported: bool) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("nvidia-smi", "dmesg"):
+        (bin_dir / name).write_text(f"#!/bin/sh\necho {name}\n")
+        (bin_dir / name).chmod(0o755)
+    status = render_script(resolve(load_playbook("status"), {}, {}), host_name="n")
+    early = status.split("\n")[:4]  # the shebang's two lines, the GPU read, the kernel log
+    body = 'printf "%s|" "$FC_VQFD" "$FC_VXIDFD"; cat <&"$FC_VQFD"; cat <&"$FC_VXIDFD"\n'
+    script = ("\n".join(early) + "\n" + body).encode()
+    # A descriptor number in the environment is a stranger's: the script starts its own.
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", **({"FC_VQFD": "1"} if exported else {})}
+    done = login_shell(script, len(script), env)
+    assert done.returncode == 0, done.stderr
+    vq, vx, rest = done.stdout.split("|", 2)
+    assert int(vq) >= 10 and int(vx) >= 10 and vq != vx
+    assert rest.startswith("nvidia-smi\n") and rest.endswith("dmesg\n")
