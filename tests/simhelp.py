@@ -81,6 +81,26 @@ def edit_inventory(fleet: SimFleet, dest: Path, *, group_vars: dict[str, Any] | 
     return dest
 
 
+def spawn_holder(fleet: SimFleet, node: str, uid: int, gid: int, *, gpu: int, mib: int,
+                 name: str) -> int:
+    """A holder of GPU ``gpu`` (nvidia-smi's index) run by ``uid``/``gid`` (no account
+    needed) and called ``name``, detached (setsid -f), once it holds the GPU."""
+    gpus = json.loads((fleet.node(node).dir / "gpus.json").read_text())["gpus"]
+    code = f"import time; f = open('/dev/nvidia{gpus[gpu]['minor']}'); time.sleep(3600)"
+    # Its streams away from ours, or run_in would wait for it to end.
+    detach = 'setsid -f "$@" </dev/null >/dev/null 2>&1'
+    done = fleet.run_in(node, ["sh", "-c", detach, "sh", "setpriv", f"--reuid={uid}",
+                               f"--regid={gid}", "--clear-groups", "env",
+                               f"FLEETCLEAN_SIM_GPU_MIB={mib}", "python3", "-c", code, name])
+    assert done.returncode == 0, done.stderr
+    for _ in range(300):
+        found = [p.pid for p in fleet.processes(node) if p.cmdline.endswith(f" {name}")]
+        if found and fleet.gpu_used_mib(node)[gpu] >= mib:
+            return found[0]
+        fleet.run_in(node, ["sleep", "0.05"])
+    raise AssertionError(f"{name} did not start")
+
+
 def is_script(cmdline: str) -> bool:
     """Whether a node's process is a fleetclean script's bash: started over SSH by
     ``transport.boot``'s command (``bash -c 'LC_ALL=C; FC_SRC=; read ...'``), locally or

@@ -5,13 +5,12 @@ UID; ``--user carol`` signals hers only; a UID nobody knows stays a number."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from simhelp import Cli, alive
+from simhelp import Cli, alive, spawn_holder
 
 from fleetclean.sim import SimFleet, accounts
 
@@ -28,25 +27,6 @@ def users_by_pid(host: dict[str, Any]) -> dict[int, str]:
     return {p["pid"]: p["user"] for g in host["gpus"] for p in g["processes"]}
 
 
-def spawn_uid(fleet: SimFleet, node: str, uid: int, *, gpu: int, mib: int) -> int:
-    """A GPU holder run by a bare ``uid`` that no account of the node has."""
-    gpus = json.loads((fleet.node(node).dir / "gpus.json").read_text())["gpus"]
-    code = f"import time; f = open('/dev/nvidia{gpus[gpu]['minor']}'); time.sleep(3600)"
-    detach = 'setsid -f "$@" </dev/null >/dev/null 2>&1'
-    done = fleet.run_in(node, ["sh", "-c", detach, "sh", "setpriv", f"--reuid={uid}",
-                               f"--regid={uid}", "--clear-groups", "env",
-                               f"FLEETCLEAN_SIM_GPU_MIB={mib}", "python3", "-c", code,
-                               "holder-of-nobody-known"])
-    assert done.returncode == 0, done.stderr
-    for _ in range(300):
-        found = [p.pid for p in fleet.processes(node)
-                 if p.cmdline.endswith(" holder-of-nobody-known")]
-        if found and fleet.gpu_used_mib(node)[gpu] >= mib:
-            return found[0]
-        fleet.run_in(node, ["sleep", "0.05"])
-    raise AssertionError("the holder did not start")
-
-
 def test_a_directory_users_processes_carry_her_name_and_her_scope(
     sim_fleet_factory: Callable[..., SimFleet], cli: Cli, tmp_path: Path
 ) -> None:
@@ -57,7 +37,8 @@ def test_a_directory_users_processes_carry_her_name_and_her_scope(
     assert "carol" not in fleet.run_in("node01", ["cat", "/etc/passwd"]).stdout
     carols = fleet.spawn("node01", "stubborn", gpu=1, mib=2048, user="carol")
     roots = fleet.spawn("node01", "stubborn", gpu=4, mib=1024)
-    stranger = spawn_uid(fleet, "node01", UNKNOWN_UID, gpu=6, mib=512)
+    stranger = spawn_holder(fleet, "node01", UNKNOWN_UID, UNKNOWN_UID, gpu=6, mib=512,
+                            name="holder-of-nobody-known")
 
     status = cli("status", "-i", fleet.inventory_path, "--json")
     assert status.code == 1, status.out  # dirty: three GPUs in use

@@ -6,14 +6,13 @@ is never taken for the /dev/nvidiaN of the same number."""
 
 from __future__ import annotations
 
-import json
 import pwd
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from simhelp import Cli, alive
+from simhelp import Cli, alive, spawn_holder
 
 from fleetclean.results import records
 from fleetclean.sim import SimFleet
@@ -26,24 +25,10 @@ SETTLE = ("-e", "grace=1", "-e", "verify_timeout=20")
 
 
 def spawn_as(fleet: SimFleet, node: str, user: str, *, gpu: int, mib: int, name: str) -> int:
-    """A holder of GPU ``gpu`` (nvidia-smi's index) run by ``user`` and called ``name``,
-    detached (setsid -f), once it holds the GPU."""
-    gpus = json.loads((fleet.node(node).dir / "gpus.json").read_text())["gpus"]
-    code = f"import time; f = open('/dev/nvidia{gpus[gpu]['minor']}'); time.sleep(3600)"
-    account = pwd.getpwnam(user)  # the nodes share this machine's /etc/passwd
-    # Its streams away from ours, or run_in would wait for it to end.
-    detach = 'setsid -f "$@" </dev/null >/dev/null 2>&1'
-    done = fleet.run_in(node, ["sh", "-c", detach, "sh", "setpriv", f"--reuid={account.pw_uid}",
-                               f"--regid={account.pw_gid}",
-                               "--clear-groups", "env", f"FLEETCLEAN_SIM_GPU_MIB={mib}",
-                               "python3", "-c", code, name])
-    assert done.returncode == 0, done.stderr
-    for _ in range(300):
-        found = [p.pid for p in fleet.processes(node) if p.cmdline.endswith(f" {name}")]
-        if found and fleet.gpu_used_mib(node)[gpu] >= mib:
-            return found[0]
-        fleet.run_in(node, ["sleep", "0.05"])
-    raise AssertionError(f"{name} did not start")
+    """A holder of GPU ``gpu`` run by system account ``user`` (root, nobody: the nodes copy
+    this machine's) and called ``name``, once it holds the GPU."""
+    account = pwd.getpwnam(user)
+    return spawn_holder(fleet, node, account.pw_uid, account.pw_gid, gpu=gpu, mib=mib, name=name)
 
 
 def test_user_signals_only_that_users_processes(
