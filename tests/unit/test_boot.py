@@ -1,5 +1,6 @@
 """The command that starts a script over SSH (``transport.boot``), run as a login shell
-would run it (``sh -c COMMAND``) with the script on standard input: the whole script runs,
+would run it (``sh -c COMMAND``, and the same by bash, zsh, tcsh and fish) with the script
+on standard input: the whole script runs,
 a script whose start something else read first runs not at all, and a status script's early
 reads start under it as under ``bash -s``."""
 
@@ -21,8 +22,14 @@ from fleetclean.transport.boot import CUT_SHORT, command
 SCRIPT = "#!/usr/bin/env bash\n# héllo ✓: bytes, not characters\necho ran > \"$OUT\"\n"
 
 
-def login_shell(script: bytes, size: int, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    sh = shutil.which("sh") or "/bin/sh"
+LOGIN_SHELLS = ("sh", "bash", "zsh", "tcsh", "fish")
+
+
+def login_shell(script: bytes, size: int, env: dict[str, str],
+                shell: str = "sh") -> subprocess.CompletedProcess[str]:
+    sh = shutil.which(shell)
+    if sh is None:
+        pytest.skip(f"no {shell} here (scripts/dev setup installs it)")
     return subprocess.run([sh, "-c", command(size)], input=script.decode(), check=False,
                           capture_output=True, encoding="utf-8", timeout=30,
                           env={"PATH": os.environ["PATH"], "LANG": "C.UTF-8", **env})
@@ -34,16 +41,17 @@ def test_the_command_is_one_line_any_login_shell_takes_alike() -> None:
     assert cmd.startswith("bash -c '") and "36109" in cmd
 
 
-def test_the_whole_script_runs_and_a_cut_one_runs_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shell", LOGIN_SHELLS)
+def test_the_whole_script_runs_and_a_cut_one_runs_nothing(tmp_path: Path, shell: str) -> None:
     out = tmp_path / "out"
     data = SCRIPT.encode()
-    whole = login_shell(data, len(data), {"OUT": str(out)})
+    whole = login_shell(data, len(data), {"OUT": str(out)}, shell)
     assert whole.returncode == 0, whole.stderr
     assert out.read_text() == "ran\n"
 
     out.unlink()
     # What ~/.bashrc left of it after reading its first bytes.
-    cut = login_shell(data[10:], len(data), {"OUT": str(out)})
+    cut = login_shell(data[10:], len(data), {"OUT": str(out)}, shell)
     assert cut.returncode == 1
     assert CUT_SHORT in cut.stderr and f"of {len(data)} bytes" in cut.stderr
     assert not out.exists()
