@@ -37,6 +37,7 @@ from fleetclean.engine.stages.verify import (
     VERIFY,
     VERIFY_Q_ARGS,
 )
+from fleetclean.transport.boot import read_and_run
 
 # Non-interactive SSH shells often lack the sbin directories; ours come after the caller's.
 _PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -165,7 +166,8 @@ def read_whole(size: int) -> str:
     """The script's first command (its third line; its fifth after the early reads of
     :func:`early_reads`): under ``bash -s`` (no file, no ``-c`` string), read the ``size``
     bytes after this line in one builtin ``read -N`` and run them (``eval``), or run
-    nothing when fewer arrived. bash reads a script from a pipe one byte per read(2), so
+    nothing when fewer arrived (``transport.boot.read_and_run``, which over SSH is the
+    whole command). bash reads a script from a pipe one byte per read(2), so
     that a command it runs can read the rest: a system call per byte (34,000 for status),
     most of the CPU a status script cost on the node; ``read -N`` reads in blocks (bash 5.1
     and later). A file run with ``bash FILE`` or a ``bash -c`` string (``transport.boot``,
@@ -174,10 +176,7 @@ def read_whole(size: int) -> str:
     >>> read_whole(12)[:48]
     '[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING'
     """
-    return (f"{_UNDER_BASH_S} || {{ LC_ALL=C; "
-            f"FC_SRC=''; read -r -N {size} FC_SRC; if ((${{#FC_SRC}} == {size})); then "
-            'eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short '
-            f'(${{#FC_SRC}} of {size} bytes): nothing was run" >&2; false; fi; exit; }}')
+    return f"{_UNDER_BASH_S} || {{ {read_and_run(size)}; exit; }}"
 
 
 def library(books: list[ResolvedPlaybook], scope: Scope | None = None) -> list[str]:

@@ -38,7 +38,18 @@ CUT_SHORT = "fleetclean: the script arrived cut short, nothing was run"
 
 def command(size: int) -> str:
     """The login shell's command for a script of ``size`` bytes (UTF-8) on standard input."""
-    start = (f"LC_ALL=C; FC_SRC=; read -r -N {size} FC_SRC; if ((${{#FC_SRC}} == {size})); "
-             f'then eval "$FC_SRC"; else echo "{CUT_SHORT} (${{#FC_SRC}} of {size} bytes)" '
-             ">&2; exit 1; fi")
-    return "bash -c " + shlex.quote(start)
+    return "bash -c " + shlex.quote(read_and_run(size))
+
+
+def read_and_run(size: int) -> str:
+    """bash that reads the next ``size`` bytes of standard input (in the C locale: bytes)
+    in one ``read -N`` and runs them, or runs nothing and fails, saying ``CUT_SHORT``, when
+    fewer came: this command's whole text, and the line that reads the rest of a script
+    under ``bash -s`` (render.read_whole).
+
+    >>> read_and_run(9)  # doctest: +ELLIPSIS
+    'LC_ALL=C; FC_SRC=; read -r -N 9 FC_SRC; if ((${#FC_SRC} == 9)); then eval "$FC_SRC"; ...'
+    """
+    return (f"LC_ALL=C; FC_SRC=; read -r -N {size} FC_SRC; if ((${{#FC_SRC}} == {size})); "
+            f'then eval "$FC_SRC"; else echo "{CUT_SHORT} (${{#FC_SRC}} of {size} bytes)" '
+            ">&2; false; fi")
