@@ -8,9 +8,11 @@ the owner ``owner-act.sh`` for those that signal; ``owner.sh`` for the verificat
 which names the owner of each GPU holder), the templates of the stage types the playbook
 uses, and an ``fc_main`` function that assigns each stage's options as shell-quoted
 variables and calls the stage. Nothing runs until the script's last line,
-``fc_main </dev/null``: a connection cut while the script travels runs nothing, and no
-command inside can read the rest of the script from standard input. Under ``bash -s`` the
-first command reads all that follows it in one go (:func:`read_whole`).
+``fc_main </dev/null`` (a script without stages ends with the definitions it parses only
+when called after it: :mod:`.lazy`): a connection cut while the script travels runs
+nothing, and no command inside can read the rest of the script from standard input.
+Under ``bash -s`` the first command reads all that follows it in one go
+(:func:`read_whole`).
 
 >>> from fleetclean.engine.playbook import load_playbook
 >>> from fleetclean.engine.variables import resolve
@@ -28,6 +30,7 @@ import json
 from typing import Any
 
 from fleetclean import __version__
+from fleetclean.engine import lazy
 from fleetclean.engine.model import ResolvedPlaybook, Scope
 from fleetclean.engine.stages import stage_type, template
 from fleetclean.engine.stages.base import q
@@ -85,38 +88,49 @@ class Renderer:
 
     def __init__(self, scope: Scope | None = None) -> None:
         self._scope = scope
-        self._libraries: dict[tuple[object, ...], tuple[str, int]] = {}
+        self._libraries: dict[tuple[object, ...], tuple[str, str, int]] = {}
 
     def pieces(self, resolved: ResolvedPlaybook, *, check: bool = False, force: bool = False,
-               host_name: str = "") -> tuple[str, str, str]:
-        """(head, library, tail) of one host's script; the library is shared."""
+               host_name: str = "") -> tuple[str, ...]:
+        """(head, library, tail) of one host's script, and for a script without stages the
+        definitions it parses only when called (:mod:`.lazy`); the libraries are shared."""
         check = check or resolved.read_only
         force = force or resolved.force
         shebang, _, header = _header(resolved, check, force, host_name).partition("\n")
-        lib, lib_size = self._library(resolved)
+        lib, rest, shared_size = self._library(resolved)
         main = "\n".join([*main_function(resolved, check=check, force=force,
                                          host=q(host_name), scope=self._scope),
                           "", "fc_main </dev/null", ""])
         header += "\n"
-        tail = "\n" + main
-        size = len(header.encode()) + lib_size + len(tail.encode())
+        # What follows fc_main's call is never parsed unless fc_lazy asks for it.
+        tail = "\n" + main + ("exit\n" if rest else "")
+        size = len(header.encode()) + shared_size + len(tail.encode())
         early = ""
         if resolved.verify is not None and not resolved.stages:
             early = "\n".join(early_reads()) + "\n"
-        # The directive lib.sh opens with is file-wide only before the first command.
-        head = (f"{shebang}\n# shellcheck disable=SC2034\n{early}{read_whole(size)}\n"
+        # The directive lib.sh opens with is file-wide only before the first command. The
+        # waiting definitions come after an exit, reached through fc_lazy's eval, which
+        # shellcheck cannot follow (it calls them unreachable and never invoked).
+        codes = "SC2034,SC2317,SC2329" if rest else "SC2034"
+        head = (f"{shebang}\n# shellcheck disable={codes}\n{early}{read_whole(size)}\n"
                 f"{header}")
-        return head, lib, tail
+        return (head, lib, tail, rest) if rest else (head, lib, tail)
 
-    def _library(self, resolved: ResolvedPlaybook) -> tuple[str, int]:
-        """``library`` joined, and its size in bytes: once per set of stage types."""
+    def _library(self, resolved: ResolvedPlaybook) -> tuple[str, str, int]:
+        """``library`` joined (cut in two by :func:`.lazy.split` where there is no stage),
+        and the two's size in bytes: once per set of stage types."""
         scope = self._scope
         key = (tuple(s.type for s in resolved.stages), resolved.verify is not None,
                scope is not None and scope.active)
         known = self._libraries.get(key)
         if known is None:
-            text = "\n".join(library([resolved], scope))
-            known = self._libraries[key] = (text, len(text.encode()))
+            text, rest = "\n".join(library([resolved], scope)), ""
+            if not resolved.stages:
+                text, rest = lazy.split(text)
+                text += lazy.loader(rest)
+                rest = lazy.MARK + rest
+            known = self._libraries[key] = (text, rest,
+                                            len(text.encode()) + len(rest.encode()))
         return known
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetclean.engine import lazy
 from fleetclean.engine.playbook import load_playbook
 from fleetclean.engine.render import carried, render_script
 from fleetclean.engine.stages import template
@@ -57,7 +58,10 @@ def rendered(case: str) -> str:
 
 def own_part(script: str) -> str:
     """The script with each packaged template's text (as scripts carry it: ``carried``)
-    replaced by a marker line; lib.sh must be there, once and whole, in every script."""
+    replaced by a marker line; lib.sh must be there, once and whole, in every script. The
+    definitions a status script parses only when called (``engine/lazy.py``) are put back
+    in place of their stand-ins first, and the end that held them says how many there were."""
+    script = joined(script)
     lib = carried(template("lib.sh"))
     assert script.count(lib) == 1, "lib.sh must appear once, whole, in every script"
     for path in sorted(STAGES.glob("*.sh")):
@@ -65,6 +69,20 @@ def own_part(script: str) -> str:
         if text in script:
             script = script.replace(text, marker(path.name), 1)
     return script
+
+
+def joined(script: str) -> str:
+    if lazy.MARK not in script:
+        return script
+    script, rest = script.split(lazy.MARK)
+    waiting = list(lazy._FUNCTION.finditer(rest))
+    for m in waiting:
+        name = m.group(1)
+        stand_in = f'{name}() {{ fc_lazy {name}; {name} "$@"; }}\n'
+        assert script.count(stand_in) == 1, name
+        script = script.replace(stand_in, m.group(0))
+    assert "".join(m.group(0) for m in waiting) == rest
+    return f"{script}{lazy.MARK}# [{len(waiting)} functions, put back in their stand-ins' places]\n"
 
 
 def check_golden(path: Path, text: str) -> None:

@@ -1,0 +1,132 @@
+"""A status script parses at once only what a node with idle GPUs runs (``engine/lazy.py``);
+the rest, after the script's end, is parsed at the first call of any of it.
+
+Checked with bash itself: the cut finds every function bash defines from each packaged
+file; once loaded, the script has every definition the whole library gives; the rest is
+found however the script is started (a file, ``bash -c``, ``bash -s``, the SSH start);
+a script whose end is missing stops with a message. In a simulated node, a status on idle
+GPUs never parses the rest, and one on busy GPUs parses it once and names the workers.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fleetclean.engine import lazy
+from fleetclean.engine.playbook import load_playbook
+from fleetclean.engine.render import Renderer, carried, library, read_whole
+from fleetclean.engine.stages import template
+from fleetclean.engine.variables import resolve
+from fleetclean.sim import SimFleet
+from fleetclean.transport.boot import command
+
+STAGES = Path(__file__).resolve().parents[2] / "fleetclean" / "engine" / "stages"
+
+
+def bash(script: str, *args: str, stdin: str = "", env: dict[str, str] | None = None
+         ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "-c", script, "bash", *args], input=stdin, text=True,
+                          capture_output=True, timeout=30, check=False,
+                          env={"PATH": "/usr/bin:/bin", **(env or {})})
+
+
+def defined(text: str) -> set[str]:
+    """The functions bash defines from ``text``, loaded after lib.sh (its shopt)."""
+    lib = carried(template("lib.sh"))
+    out = bash('eval "$1"; before=$(declare -F); eval "$2"; declare -F | grep -vxF "$before"',
+               lib, text)
+    assert out.returncode in (0, 1), out.stderr
+    return {line.split()[-1] for line in out.stdout.splitlines()}
+
+
+@pytest.mark.parametrize("path", sorted(STAGES.glob("*.sh")), ids=lambda p: p.name)
+def test_the_cut_finds_every_function_bash_defines(path: Path) -> None:
+    text = carried(path.read_text(encoding="utf-8"))
+    found = {m.group(1) for m in lazy._FUNCTION.finditer(text)}
+    if path.name == "lib.sh":
+        assert found >= {"fc_rec", "fc_begin", "fc_finish"}
+        assert bash('eval "$1"; declare -F | wc -l', text).stdout.strip() == str(len(found))
+    else:
+        assert found == defined(text)
+
+
+def status_pieces() -> tuple[str, ...]:
+    return Renderer().pieces(resolve(load_playbook("status"), {}, {}), host_name="node01")
+
+
+def test_a_status_script_once_loaded_has_every_definition_of_the_whole_library() -> None:
+    head, idle, tail, rest = status_pieces()
+    whole = "\n".join(library([resolve(load_playbook("status"), {}, {})]))
+    dump = 'declare -f | sed "/^fc_lazy ()/,/^}/d"'
+    loaded = bash(f'eval "$1"; FC_SRC=$2; fc_lazy fc_probe; {dump}', idle,
+                  head + idle + tail + rest)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout == bash(f'eval "$1"; {dump}', whole).stdout
+    # Naming owners and looking for holders wait: more than half of the library's text.
+    assert len(rest) > len(whole) / 2 and "fc_owner_path() { fc_lazy" in idle
+
+
+def toy(tmp_path: Path, *, cut: bool = False) -> tuple[Path, int]:
+    """A script as the renderer lays one out: an idle function calling a waiting one."""
+    idle, rest = lazy.split('fc_hot() {\n    fc_cold "$1"\n}\n'
+                            'fc_cold() {\n    echo "cold $1 $#"\n}\n', frozenset({"fc_hot"}))
+    end = lazy.MARK + (rest[:-3] if cut else rest)
+    body = f"LC_ALL=C\n{idle}{lazy.loader(rest)}fc_hot one\nexit\n{end}"
+    text = f"#!/usr/bin/env bash\n{read_whole(len(body.encode()))}\n{body}"
+    path = tmp_path / "toy.sh"
+    path.write_text(text)
+    return path, len(text.encode())
+
+
+@pytest.mark.parametrize("start", ["file", "-c", "-s", "ssh"])
+def test_the_rest_is_found_however_the_script_is_started(tmp_path: Path, start: str) -> None:
+    path, size = toy(tmp_path)
+    text = path.read_text()
+    run = {"file": lambda: bash('bash "$1"', str(path)),
+           "-c": lambda: bash('bash -c "$(cat "$1")"', str(path)),
+           "-s": lambda: bash("bash -s", stdin=text),
+           "ssh": lambda: bash(command(size), stdin=text)}[start]
+    out = run()
+    assert (out.returncode, out.stdout, out.stderr) == (0, "cold one 1\n", "")
+    # One exported from the environment is a stranger's, not the script's text.
+    assert bash('FC_SRC=garbage; export FC_SRC; bash "$1"', str(path)).stdout == "cold one 1\n"
+
+
+def test_a_script_whose_end_is_missing_stops_with_a_message(tmp_path: Path) -> None:
+    path, _ = toy(tmp_path, cut=True)
+    out = bash('bash "$1"', str(path))
+    assert out.returncode == 3
+    assert out.stdout == ""
+    assert "fc_cold is not defined: the end of the script is missing or changed" in out.stderr
+
+
+def counted(script: str) -> str:
+    """The status script with each parse of the rest said on stderr."""
+    return script.replace("fc_lazy() {\n", 'fc_lazy() {\n    echo "parsed the rest" >&2\n', 1)
+
+
+@pytest.mark.sim
+def test_an_idle_node_never_parses_the_rest_and_a_busy_one_parses_it_once(
+    sim_fleet_factory: Callable[..., SimFleet],
+) -> None:
+    fleet = sim_fleet_factory(1)
+    text = counted("".join(status_pieces()))
+    fleet.node_path("node01", "/tmp/status.sh").write_text(text)
+    # Started as over SSH: the whole text read, then run (transport/boot.py).
+    argv = ["bash", "-c", f"{command(len(text.encode()))} </tmp/status.sh"]
+
+    idle = fleet.run_in("node01", argv)
+    assert "\tverify\tok\t" in idle.stdout, idle.stdout + idle.stderr
+    assert "parsed the rest" not in idle.stderr
+
+    workers = fleet.spawn("node01", "sglang", gpus="0-7", mib=4096)
+    busy = fleet.run_in("node01", argv)
+    assert "\tverify\tdirty\t" in busy.stdout, busy.stdout + busy.stderr
+    assert busy.stderr.count("parsed the rest") == 1
+    named = {int(line.split("\t")[2]) for line in busy.stdout.splitlines()
+             if line.startswith("@@fleetclean\tproc\t")}
+    assert len(named & set(workers)) == 8  # its eight TP workers, each on its GPU
