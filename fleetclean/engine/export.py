@@ -35,6 +35,7 @@ from fleetclean.engine.render import (
 from fleetclean.engine.stages import template
 from fleetclean.engine.stages.base import q
 from fleetclean.nodeset import fold
+from fleetclean.transport.boot import CUT_SHORT
 
 # slurmd runs an epilog with no PATH at all; a bundle's login shell may have a short one.
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -143,13 +144,30 @@ def render_bundle(
         f"FC_BUNDLE_CHECK={int(check)}",
         f"FC_BUNDLE_HOSTS={q(listed)}",
         "",
+        _WHOLE,
         "fc_bundle_run </dev/null",
         "",
     ]
+    header.insert(1, _BEGUN)
     parts = ["\n".join(header), _INTACT, f"PATH=\"$PATH:{PATH}\"",
              *library([book for _, book in books], scope), carried(template("standalone.sh")),
              *functions, "\n".join(body)]
     return "\n".join(parts)
+
+
+# Under `clush 'bash -s' < BUNDLE` the script comes on standard input, and the login
+# shell's startup files run first: one that reads standard input (an ssh without -n, a read,
+# a head) takes the bundle's start, and bash -s would run from wherever that left off,
+# with definitions missing, up to the run at its end. The second line says the start came;
+# the run at the end goes ahead only where it did (a variable from the environment is not
+# the script's). pdsh passes the bundle in the exec request, and srun runs it as a file:
+# neither can lose its start. (fleetclean's own runs start with transport/boot.py.)
+_BEGUN = "FC_BUNDLE_BEGUN=1"
+_WHOLE = f"""\
+if [[ ${{FC_BUNDLE_BEGUN:-}} != 1 || ${{FC_BUNDLE_BEGUN@a}} == *x* ]]; then
+    echo "{CUT_SHORT} (its beginning is missing)" >&2
+    exit 2
+fi"""
 
 
 # pdsh expands %h, %u, %n and %% in the command it runs; `export script --pdsh` doubles every

@@ -81,7 +81,7 @@ from fleetclean.results.nvsmi import (
     parse_compute_apps,
     parse_query_gpu,
 )
-from fleetclean.transport.boot import CUT_SHORT
+from fleetclean.transport.boot import explained
 
 MARKER = "@@fleetclean"
 
@@ -231,13 +231,8 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
     if not st.began:
         tail = (stderr.strip().splitlines() or ["no output"])[-1]
         code = "none" if exit_code is None else str(exit_code)
-        if tail.startswith(CUT_SHORT):
-            # The channel was up (this came back on it), so the bytes were taken on the host.
-            tail += (": something read the script's start before bash did, most likely a "
-                     "startup file of the login shell (~/.bashrc, /etc/bash.bashrc) that "
-                     "reads standard input; have it return at once when not interactive "
-                     "([[ $- == *i* ]] || return)")
-        st.errors.append(f"script produced no records (exit status {code}): {tail}")
+        st.errors.append(f"script produced no records (exit status {code}): "
+                         f"{explained(tail)}")
     elif not st.done:
         # What the script's bash said last is often why it stopped.
         last = [line for line in stderr.strip().splitlines() if line.strip()][-1:]

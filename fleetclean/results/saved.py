@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from fleetclean.nodeset import expand
+from fleetclean.transport.boot import explained
 
 MARKER = "@@fleetclean\t"
 SOURCES = ("clush", "pdsh", "srun", "raw")
@@ -222,7 +223,7 @@ def failure(notes: list[str]) -> tuple[str, str]:
         for note in notes:
             if any(n in note for n in needles):
                 return status, note
-    said = [n for n in notes if n.strip()]
+    said = [explained(n) for n in notes if n.strip()]
     return "error", said[0] if said else "no output from this host in the saved files"
 
 

@@ -36,6 +36,24 @@ import shlex
 CUT_SHORT = "fleetclean: the script arrived cut short, nothing was run"
 
 
+def explained(line: str) -> str:
+    """A line of a host's stderr, with what to look at where it is ``CUT_SHORT``'s (said
+    over SSH, or by an exported bundle under ``clush 'bash -s'``: engine/export.py).
+
+    >>> explained("bash: fc_x: command not found")
+    'bash: fc_x: command not found'
+    >>> explained(CUT_SHORT + " (3 of 9 bytes)")[len(CUT_SHORT):][:48]
+    " (3 of 9 bytes): something read the script's sta"
+    """
+    if not line.startswith(CUT_SHORT):
+        return line
+    # The bytes were taken on the host: the text itself came back from there.
+    return (line + ": something read the script's start before bash did, most likely a "
+            "startup file of the login shell (~/.bashrc, /etc/bash.bashrc) that reads "
+            "standard input; have it return at once when not interactive "
+            "([[ $- == *i* ]] || return)")
+
+
 def command(size: int) -> str:
     """The login shell's command for a script of ``size`` bytes (UTF-8) on standard input."""
     return "bash -c " + shlex.quote(read_and_run(size))

@@ -125,6 +125,37 @@ def test_clush_and_pdsh_runs_of_the_bundle_report_as_a_direct_run(
     assert fleet.gpu_used_mib("node01") == [0] * 8
 
 
+def test_a_startup_file_that_takes_the_bundles_start_stops_that_host_only(
+    fleet: SimFleet, cli: Cli, tmp_path: Path
+) -> None:
+    # Each node's /root is its own tmpfs, unless the Python that runs the nodes lives there
+    # (node_init.make_mounts): then it is this machine's, which no test may write.
+    if os.stat(fleet.node_path("node02", "/root")).st_dev == os.stat("/root").st_dev:
+        pytest.skip("the nodes share this machine's /root (Python lives under it)")
+    script = bundle(fleet, cli)
+    workloads(fleet)
+    # node02's ~/.bashrc reads standard input (an ssh without -n, a read): under clush's
+    # `bash -s` it takes the bundle's first 3,000 bytes before bash sees any.
+    bashrc = fleet.node_path("node02", "/root/.bashrc")
+    assert not bashrc.exists()
+    bashrc.write_text("head -c 3000 >/dev/null\n")
+    out = tmp_path / "clush.txt"
+    try:
+        tool(["clush", "-b", "-w", "node[01-03]", "-o", f"-F {fleet.ssh_config_path}",
+              "bash -s"], out, stdin=script)
+    finally:
+        bashrc.unlink()
+    hosts = {h["host"]: h for h in cli("report", "--json", out).json()["hosts"]}
+    assert hosts["node02"]["status"] == "error"
+    assert "nothing was run" in hosts["node02"]["error"], hosts["node02"]
+    assert "~/.bashrc" in hosts["node02"]["error"]
+    assert fleet.gpu_used_mib("node02")[5] > 0  # its orphan untouched
+    assert hosts["node01"]["status"] == "clean"
+    assert fleet.gpu_used_mib("node01")[:4] == [0] * 4
+    assert cli("run", "post-extraction", "-i", fleet.inventory_path, "-l", "node02",
+               *VARS).code == 0
+
+
 def test_clush_tree_mode_through_a_gateway_reports_as_a_direct_run(
     fleet: SimFleet, cli: Cli, tmp_path: Path
 ) -> None:
