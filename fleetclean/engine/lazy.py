@@ -1,41 +1,42 @@
-"""A status script's library cut in two: what a node with idle GPUs runs, which bash parses
-as it reads the script, and the rest, which it parses only if something calls it.
+"""A status script's library in three parts: what a node with idle GPUs runs, which bash
+parses as it reads the script; what a node with busy GPUs adds; and the rest. bash parses
+the last two only if something calls them.
 
 bash parses every function it is sent before it runs any: a status script's 35 KB of
 definitions cost 2.25 ms of the node's CPU (``perf stat``, 20-30 runs), yet a node whose
-GPUs are idle (most of a fleet, most of the time) calls 27 of its 66 functions, 14 KB of
-it. The rest (naming a GPU's holders and their owners, looking through descriptors,
-reading Xids) comes after the script's ``fc_main </dev/null`` and an ``exit``, where bash
-never parses it, and each of its functions is a one-line stand-in until then: the first
-call of any (``fc_lazy``) parses the whole rest from the script's own text (``FC_SRC``
-where ``transport.boot`` or ``render.read_whole`` read it, the ``-c`` string, or the file),
-and the stand-ins are replaced by what they stood for. An idle node then pays the
-stand-ins; a busy one pays them and the definitions it needs at the first call.
+GPUs are idle (most of a fleet, most of the time) calls 26 of its 66 functions, 14 KB of
+it. The others come after the script's ``fc_main </dev/null`` and an ``exit``, where bash
+never parses them, in two groups: naming a busy GPU's processes and their owners (what a
+status on a busy node runs, 14 KB), then the rarer rest (looking through descriptors for
+a holder nvidia-smi does not list, reading Xids, the CSV queries, 7 KB). Each of their
+functions is a one-line stand-in until then: its first call (``fc_lazy GROUP``) parses
+its group from the script's own text (``FC_SRC`` where ``transport.boot`` or
+``render.read_whole`` read it, the ``-c`` string, or the file), and the group's stand-ins
+are replaced by what they stood for.
 
 Only a script without stages is cut (``render.Renderer``): a teardown runs most of its
 library on any node, and it calls some of it in subshells (``< <(fc_open_fds ..)``),
-where a first call would parse the rest once a subshell.
+where a first call would parse a group once a subshell.
 
->>> idle, rest = split("a() {\\n    b\\n}\\nX=1\\nb() {\\n    :\\n}\\n", frozenset({"a"}))
->>> print(idle, end="")
+>>> now, later = split("a() {\\n    b\\n}\\nX=1\\nb() {\\n    :\\n}\\n", (frozenset({"a"}),))
+>>> print(now, end="")
 a() {
     b
 }
 X=1
-b() { fc_lazy b; b "$@"; }
->>> print(rest, end="")
-b() {
-    :
-}
+b() { fc_lazy 1 b; b "$@"; }
+>>> later
+['b() {\\n    :\\n}\\n']
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-# What a status on a node whose eight GPUs are idle calls (a function trace of the
-# rendered script in a simulated node: tests/engine/test_lazy.py fails when it calls any
-# other).
+# What a status on a node whose eight GPUs are idle calls, and what it adds where they are
+# busy (function traces of the rendered script in a simulated node, with an SGLang tp8
+# server: tests/engine/test_lazy.py fails when a status calls any other).
 IDLE = frozenset({
     "fc_begin", "fc_finish", "fc_flush", "fc_hold", "fc_lines", "fc_now_us", "fc_read_fd",
     "fc_read_stat", "fc_rec", "fc_release", "fc_reset_opts", "fc_self_init", "fc_verify",
@@ -44,60 +45,84 @@ IDLE = frozenset({
     "fc_verify_read", "fc_verify_read_q", "fc_verify_rows_out", "fc_verify_state",
     "fc_verify_xid_text", "fc_verify_xids",
 })
-
-# The first line of what comes after the script's end: fc_lazy checks it is there.
-MARK = "# fleetclean: definitions parsed at their first call (fc_lazy)\n"
+BUSY = frozenset({
+    "fc_cmdline", "fc_owner", "fc_owner_ancestry", "fc_owner_cgroup", "fc_owner_cgroup_rules",
+    "fc_owner_path", "fc_owner_records", "fc_owner_roots", "fc_proc_fill", "fc_proc_load",
+    "fc_protected", "fc_user_name", "fc_verify_all_kept", "fc_verify_all_stuck",
+    "fc_verify_apps", "fc_verify_explain", "fc_verify_proc", "fc_verify_report",
+    "fc_verify_settled",
+})
+TIERS = (IDLE, BUSY)
 
 # A function of the packaged bash: its name line at the start of a line, its closing
 # brace alone on one (tests/engine/test_lazy.py holds every packaged file to it).
 _FUNCTION = re.compile(r"^([A-Za-z_]\w*)\(\) \{\n.*?^\}\n", re.M | re.S)
 
 
-def split(library: str, idle: frozenset[str] = IDLE) -> tuple[str, str]:
-    """(what bash parses as it reads, what it parses at a first call): every function not
-    in ``idle`` moves to the second, a stand-in left in its place; the rest stays as it is."""
-    rest: list[str] = []
+def mark(group: int) -> str:
+    """The first line of a group after the script's end: fc_lazy checks it is there."""
+    return f"# fleetclean: definitions parsed at their first call (fc_lazy {group})\n"
+
+
+def split(library: str, tiers: Sequence[frozenset[str]] = TIERS) -> tuple[str, list[str]]:
+    """(what bash parses as it reads, the groups it parses at a first call): a function in
+    the first tier stays, one in the Nth moves to group N-1, any other to the last group,
+    a stand-in left in its place; what is not a function stays as it is."""
+    groups: list[list[str]] = [[] for _ in tiers]
 
     def stand_in(m: re.Match[str]) -> str:
         name = m.group(1)
-        if name in idle:
+        group = next((i for i, tier in enumerate(tiers) if name in tier), len(tiers))
+        if group == 0:
             return m.group(0)
-        rest.append(m.group(0))
-        return f'{name}() {{ fc_lazy {name}; {name} "$@"; }}\n'
+        groups[group - 1].append(m.group(0))
+        return f'{name}() {{ fc_lazy {group} {name}; {name} "$@"; }}\n'
 
-    return _FUNCTION.sub(stand_in, library), "".join(rest)
+    return _FUNCTION.sub(stand_in, library), ["".join(g) for g in groups]
 
 
-def loader(rest: str) -> str:
-    """``fc_lazy``, for a script that ends with ``MARK`` and ``rest``: it finds that end in
-    the script's text and parses it (once; its functions replace their stand-ins). The
-    text is the one bash ran: ``FC_SRC`` where the script read itself (but not one from
-    the environment), else the ``-c`` string, else the file; its last newline, which
-    ``bash -c "$(cat FILE)"`` loses, does not count. A stand-in that is still one after
-    (the end cut off or changed) stops the script rather than call itself for ever.
+def end(groups: Sequence[str]) -> str:
+    """What follows the script's ``exit``: each group after its mark, in order."""
+    return "".join(mark(i) + text for i, text in enumerate(groups, 1))
 
-    >>> 'eval "${src:${#src}-64}"' in loader("f\\n")
-    True
+
+def loader(groups: Sequence[str]) -> str:
+    """``fc_lazy GROUP NAME``, for a script that ends with ``end(groups)``: it finds the
+    group in the script's text and parses it (once; its functions replace their
+    stand-ins). The text is the one bash ran: ``FC_SRC`` where the script read itself
+    (but not one from the environment), else the ``-c`` string, else the file; its last
+    newline, which ``bash -c "$(cat FILE)"`` loses, does not count. A stand-in that is
+    still one after (the end cut off or changed) stops the script rather than call itself
+    for ever.
+
+    >>> text = loader(["f() {\\n}\\n", "g() {\\n}\\n"])  # 73 bytes with its mark, 72 without
+    >>> "1) first=$((${#src} - 145)) size=73 ;;" in text, "2) first=$((${#src} - 72))" in text
+    (True, True)
     """
-    assert rest.endswith("\n")
-    size = len((MARK + rest).encode()) - 1
+    sizes = [len((mark(i) + text).encode()) for i, text in enumerate(groups, 1)]
+    sizes[-1] -= 1  # its last newline
+    arms = "".join(f"            {i}) first=$((${{#src}} - {sum(sizes[i - 1:])})) "
+                   f"size={sizes[i - 1]} ;;\n" for i in range(1, len(groups) + 1))
+    lead = len(mark(0)) - 3  # what every mark starts with, its group's number left out
     return f"""fc_lazy() {{
-    local src=${{BASH_EXECUTION_STRING:-}}
-    if [[ -z ${{FC_LAZY_DONE:-}} ]]; then
-        FC_LAZY_DONE=1
+    local src=${{BASH_EXECUTION_STRING:-}} first=-1 size=0 want={_quoted(mark(0)[:lead])}"$1)"
+    if [[ ${{FC_LAZY_DONE:-}} != *"<$1>"* ]]; then
+        FC_LAZY_DONE+="<$1>"
         if [[ -n ${{FC_SRC:-}} && ${{FC_SRC@a}} != *x* ]]; then
             src=$FC_SRC
         elif [[ -z $src ]]; then
             {{ IFS= read -r -d '' src <"${{BASH_SOURCE[-1]}}"; }} 2>/dev/null
         fi
         [[ ${{src: -1}} != $'\\n' ]] || src=${{src:0:${{#src}}-1}}
-        if [[ ${{src:${{#src}}-{size}:{len(MARK) - 1}}} == {_quoted(MARK[:-1])} ]]; then
-            eval "${{src:${{#src}}-{size}}}"
+        case $1 in
+{arms}        esac
+        if ((first >= 0)) && [[ ${{src:first:${{#want}}}} == "$want" ]]; then
+            eval "${{src:first:size}}"
             return 0
         fi
     fi
     fc_flush
-    echo "fleetclean: $1 is not defined: the end of the script is missing or changed" >&2
+    echo "fleetclean: $2 is not defined: the end of the script is missing or changed" >&2
     exit 3
 }}
 """

@@ -126,9 +126,9 @@ class Renderer:
         if known is None:
             text, rest = "\n".join(library([resolved], scope)), ""
             if not resolved.stages:
-                text, rest = lazy.split(text)
-                text += lazy.loader(rest)
-                rest = lazy.MARK + rest
+                text, groups = lazy.split(text)
+                text += lazy.loader(groups)
+                rest = lazy.end(groups)
             known = self._libraries[key] = (text, rest,
                                             len(text.encode()) + len(rest.encode()))
         return known

@@ -72,17 +72,21 @@ def own_part(script: str) -> str:
 
 
 def joined(script: str) -> str:
-    if lazy.MARK not in script:
+    if lazy.mark(1) not in script:
         return script
-    script, rest = script.split(lazy.MARK)
-    waiting = list(lazy._FUNCTION.finditer(rest))
-    for m in waiting:
-        name = m.group(1)
-        stand_in = f'{name}() {{ fc_lazy {name}; {name} "$@"; }}\n'
-        assert script.count(stand_in) == 1, name
-        script = script.replace(stand_in, m.group(0))
-    assert "".join(m.group(0) for m in waiting) == rest
-    return f"{script}{lazy.MARK}# [{len(waiting)} functions, put back in their stand-ins' places]\n"
+    script, _, rest = script.partition(lazy.mark(1))
+    groups = rest.split(lazy.mark(2))
+    said = []
+    for group, text in enumerate(groups, 1):
+        waiting = list(lazy._FUNCTION.finditer(text))
+        for m in waiting:
+            name = m.group(1)
+            stand_in = f'{name}() {{ fc_lazy {group} {name}; {name} "$@"; }}\n'
+            assert script.count(stand_in) == 1, name
+            script = script.replace(stand_in, m.group(0))
+        assert "".join(m.group(0) for m in waiting) == text
+        said.append(f"{lazy.mark(group)}# [{len(waiting)} functions, put back in their places]\n")
+    return script + "".join(said)
 
 
 def check_golden(path: Path, text: str) -> None:

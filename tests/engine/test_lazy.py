@@ -1,11 +1,12 @@
 """A status script parses at once only what a node with idle GPUs runs (``engine/lazy.py``);
-the rest, after the script's end, is parsed at the first call of any of it.
+the rest, after the script's end in two groups, is parsed a group at the first call of any
+of it.
 
 Checked with bash itself: the cut finds every function bash defines from each packaged
 file; once loaded, the script has every definition the whole library gives; the rest is
 found however the script is started (a file, ``bash -c``, ``bash -s``, the SSH start);
 a script whose end is missing stops with a message. In a simulated node, a status on idle
-GPUs never parses the rest, and one on busy GPUs parses it once and names the workers.
+GPUs parses neither group, and one on busy GPUs parses the first once and names the workers.
 """
 
 from __future__ import annotations
@@ -62,20 +63,23 @@ def test_a_status_script_once_loaded_has_every_definition_of_the_whole_library()
     head, idle, tail, rest = status_pieces()
     whole = "\n".join(library([resolve(load_playbook("status"), {}, {})]))
     dump = 'declare -f | sed "/^fc_lazy ()/,/^}/d"'
-    loaded = bash(f'eval "$1"; FC_SRC=$2; fc_lazy fc_probe; {dump}', idle,
+    loaded = bash(f'eval "$1"; FC_SRC=$2; fc_lazy 1 x; fc_lazy 2 y; {dump}', idle,
                   head + idle + tail + rest)
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout == bash(f'eval "$1"; {dump}', whole).stdout
-    # Naming owners and looking for holders wait: more than half of the library's text.
-    assert len(rest) > len(whole) / 2 and "fc_owner_path() { fc_lazy" in idle
+    # Naming owners and the rarer rest wait: more than half of the library's text.
+    assert len(rest) > len(whole) / 2
+    assert "fc_owner_path() { fc_lazy 1 " in idle and "fc_open_fds() { fc_lazy 2 " in idle
 
 
 def toy(tmp_path: Path, *, cut: bool = False) -> tuple[Path, int]:
-    """A script as the renderer lays one out: an idle function calling a waiting one."""
-    idle, rest = lazy.split('fc_hot() {\n    fc_cold "$1"\n}\n'
-                            'fc_cold() {\n    echo "cold $1 $#"\n}\n', frozenset({"fc_hot"}))
-    end = lazy.MARK + (rest[:-3] if cut else rest)
-    body = f"LC_ALL=C\n{idle}{lazy.loader(rest)}fc_hot one\nexit\n{end}"
+    """A script as the renderer lays one out: an idle function calling one of each group."""
+    idle, groups = lazy.split('fc_hot() {\n    fc_warm "$1"; fc_cold "$1"\n}\n'
+                              'fc_warm() {\n    echo "warm $1 $#"\n}\n'
+                              'fc_cold() {\n    echo "cold $1 $#"\n}\n',
+                              (frozenset({"fc_hot"}), frozenset({"fc_warm"})))
+    end = lazy.end(groups)
+    body = f"LC_ALL=C\n{idle}{lazy.loader(groups)}fc_hot one\nexit\n{end[:-3] if cut else end}"
     text = f"#!/usr/bin/env bash\n{read_whole(len(body.encode()))}\n{body}"
     path = tmp_path / "toy.sh"
     path.write_text(text)
@@ -91,26 +95,26 @@ def test_the_rest_is_found_however_the_script_is_started(tmp_path: Path, start: 
            "-s": lambda: bash("bash -s", stdin=text),
            "ssh": lambda: bash(command(size), stdin=text)}[start]
     out = run()
-    assert (out.returncode, out.stdout, out.stderr) == (0, "cold one 1\n", "")
+    assert (out.returncode, out.stdout, out.stderr) == (0, "warm one 1\ncold one 1\n", "")
     # One exported from the environment is a stranger's, not the script's text.
-    assert bash('FC_SRC=garbage; export FC_SRC; bash "$1"', str(path)).stdout == "cold one 1\n"
+    assert bash('FC_SRC=garbage; export FC_SRC; bash "$1"', str(path)).stdout == out.stdout
 
 
 def test_a_script_whose_end_is_missing_stops_with_a_message(tmp_path: Path) -> None:
     path, _ = toy(tmp_path, cut=True)
     out = bash('bash "$1"', str(path))
     assert out.returncode == 3
-    assert out.stdout == ""
-    assert "fc_cold is not defined: the end of the script is missing or changed" in out.stderr
+    assert out.stdout == ""  # each group is found from the end: none is, once it changed
+    assert "fc_warm is not defined: the end of the script is missing or changed" in out.stderr
 
 
 def counted(script: str) -> str:
-    """The status script with each parse of the rest said on stderr."""
-    return script.replace("fc_lazy() {\n", 'fc_lazy() {\n    echo "parsed the rest" >&2\n', 1)
+    """The status script with each group's parse said on stderr."""
+    return script.replace("fc_lazy() {\n", 'fc_lazy() {\n    echo "parsed group $1" >&2\n', 1)
 
 
 @pytest.mark.sim
-def test_an_idle_node_never_parses_the_rest_and_a_busy_one_parses_it_once(
+def test_an_idle_node_parses_no_group_and_a_busy_one_the_first_once(
     sim_fleet_factory: Callable[..., SimFleet],
 ) -> None:
     fleet = sim_fleet_factory(1)
@@ -121,12 +125,12 @@ def test_an_idle_node_never_parses_the_rest_and_a_busy_one_parses_it_once(
 
     idle = fleet.run_in("node01", argv)
     assert "\tverify\tok\t" in idle.stdout, idle.stdout + idle.stderr
-    assert "parsed the rest" not in idle.stderr
+    assert "parsed group" not in idle.stderr
 
     workers = fleet.spawn("node01", "sglang", gpus="0-7", mib=4096)
     busy = fleet.run_in("node01", argv)
     assert "\tverify\tdirty\t" in busy.stdout, busy.stdout + busy.stderr
-    assert busy.stderr.count("parsed the rest") == 1
+    assert busy.stderr.count("parsed group") == 1 and "parsed group 1" in busy.stderr
     named = {int(line.split("\t")[2]) for line in busy.stdout.splitlines()
              if line.startswith("@@fleetclean\tproc\t")}
     assert len(named & set(workers)) == 8  # its eight TP workers, each on its GPU

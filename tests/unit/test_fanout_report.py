@@ -122,8 +122,9 @@ def test_the_exported_scripts_pass_shellcheck(tmp_path: Path) -> None:
 
 def _pick(bundle_tail: str, host: str) -> subprocess.CompletedProcess[str]:
     """The bundle's host lookup alone: lib.sh and standalone.sh with fc_main_N stubs that
-    only say who they are (nothing is looked at or signalled on this machine)."""
-    script = "\n".join([template("lib.sh"), template("standalone.sh"),
+    only say who they are (nothing is looked at or signalled on this machine), after the
+    bundle's first line (which says its start came)."""
+    script = "\n".join(["FC_BUNDLE_BEGUN=1", template("lib.sh"), template("standalone.sh"),
                         'fc_main_1() { echo "one for $FC_TARGET_HOST"; }',
                         'fc_main_2() { echo "two for $FC_TARGET_HOST"; }', bundle_tail])
     env = {"PATH": os.environ["PATH"], "FLEETCLEAN_HOST": host}
