@@ -109,6 +109,24 @@ fc_now_us() {
     REPLY=${EPOCHREALTIME//[!0-9]/}
 }
 
+# The same from the kernel's uptime (10 ms steps), where bash has no EPOCHREALTIME (before
+# 5.0: RHEL 8 and its rebuilds ship 4.4). There every clock read was empty, so that no
+# grace or deadline ever ended: a stubborn process was never sent SIGKILL and the script
+# never finished, holding the node's lock. Uptime never steps back; the epoch is taken
+# once, at the first read (to the second: what a record's absolute time needs).
+if ((BASH_VERSINFO[0] < 5)) || [[ -z ${EPOCHREALTIME:-} ]]; then
+    fc_now_us() {
+        local up _
+        read -r up _ </proc/uptime
+        up=${up//[!0-9]/}
+        if [[ -z ${FC_CLOCK_BASE:-} ]]; then
+            printf -v FC_CLOCK_BASE '%(%s)T' -1
+            FC_CLOCK_BASE=$((FC_CLOCK_BASE * 1000000 - 10#$up * 10000))
+        fi
+        REPLY=$((FC_CLOCK_BASE + 10#$up * 10000))
+    }
+fi
+
 # Sleep $1 seconds without forking: read on a pipe nobody writes to times out. The pipe
 # is made at the first nap (one fork), so that a run that never waits (a status) pays
 # nothing for it.
