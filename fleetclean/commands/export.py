@@ -51,7 +51,7 @@ def epilog_log(value: Any) -> str:
 
 
 def _bundle(args: argparse.Namespace, env: Env) -> str:
-    from fleetclean.engine.export import render_bundle
+    from fleetclean.engine.export import armored, bundle_title, render_bundle
     from fleetclean.engine.playbook import load_playbook
     from fleetclean.engine.variables import parse_extra_vars, resolve
 
@@ -65,6 +65,9 @@ def _bundle(args: argparse.Namespace, env: Env) -> str:
         # pdsh expands %h, %u, %n and %% in the remote command (the exec and ssh modules
         # alike), which turned the bundle's ${line%%,*} into ${line%,*}.
         text = text.replace("%", "%%")
+    elif not args.plain:
+        # For `clush 'bash -s'`, whose start a login shell's startup file may take.
+        return armored(text, title=bundle_title(book.name, [h.name for h in hosts]))
     if len(text.encode()) > PDSH_ARG_LIMIT:
         error_line(env, f"fleetclean: warning: the bundle is {len(text.encode()) // 1024} KiB, "
                    "too long to pass as pdsh's command; copy it to the nodes (pdcp, clush "

@@ -172,6 +172,7 @@ examples:
   fleetclean export slurm-epilog pre-restart -e epilog_log=/var/log/slurm/fleetclean.log
   fleetclean export script post-extraction -i lab.yml > fc.sh
   clush -b -w gpu[01-16] 'bash -s' < fc.sh > out.txt 2>&1; fleetclean report out.txt
+  fleetclean export script post-extraction -i lab.yml --plain | less   (to read it)
   fleetclean export script post-extraction -i lab.yml --pdsh > fc.pdsh
   pdsh -R ssh -w gpu[01-16] "$(cat fc.pdsh)" > out.txt 2>&1; fleetclean report out.txt
 """
@@ -210,9 +211,16 @@ def _add_fanout(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     script.add_argument("--check", action="store_true",
                         help="the hosts list what they would do, and change nothing")
     script.add_argument("--force", action="store_true", help="override guard stages")
-    script.add_argument("--pdsh", action="store_true",
-                        help="for pdsh's command line: every %% doubled, since pdsh turns %%%% "
-                        "into %% and %%h into the host's name in the command it runs")
+    form = script.add_mutually_exclusive_group()
+    form.add_argument("--pdsh", action="store_true",
+                      help="for pdsh's command line: the script as text with every %% "
+                      "doubled, since pdsh turns %%%% into %% and %%h into the host's name "
+                      "in the command it runs")
+    form.add_argument("--plain", action="store_true",
+                      help="the script as text, to read it or to run it as a file (bash "
+                      "FILE, srun). Without it the script is in base64, for clush's "
+                      "'bash -s': a login shell's startup file that takes its start then "
+                      "leaves nothing of it run, instead of the rest")
     scope_opts(script)
     for sp in (epilog, script):
         _global_opts(sp, top=False)

@@ -20,7 +20,9 @@ exit status. Pure, like :mod:`.render`.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import re
 from collections.abc import Sequence
 
 from fleetclean import __version__
@@ -125,10 +127,9 @@ def render_bundle(
     listed = fold(names)
     header = [
         "#!/usr/bin/env bash",
-        f"# fleetclean {__version__}: bundle of playbook {playbook} for {len(names)} "
-        f"host{'s' if len(names) != 1 else ''}: {listed}",
+        bundle_title(playbook, names),
         "# Every host runs the part made for it, found by its hostname. Run it with one of",
-        "#   clush -b -w NODES 'bash -s' < THIS_FILE > out.txt 2>&1",
+        "#   clush -b -w NODES 'bash -s' < THIS_FILE > out.txt 2>&1   (the bundle without --plain)",
         "#   pdsh -R ssh -w NODES \"$(cat THIS_FILE)\" > out.txt 2>&1   (root's shell: bash)",
         "#   srun -N COUNT -w NODES -l bash THIS_FILE > out.txt 2>&1    (on a shared filesystem)",
         "# then read what they printed: fleetclean report out.txt",
@@ -157,17 +158,58 @@ def render_bundle(
 
 # Under `clush 'bash -s' < BUNDLE` the script comes on standard input, and the login
 # shell's startup files run first: one that reads standard input (an ssh without -n, a read,
-# a head) takes the bundle's start, and bash -s would run from wherever that left off,
-# with definitions missing, up to the run at its end. The second line says the start came;
-# the run at the end goes ahead only where it did (a variable from the environment is not
-# the script's). pdsh passes the bundle in the exec request, and srun runs it as a file:
-# neither can lose its start. (fleetclean's own runs start with transport/boot.py.)
+# a head) takes the bundle's start, and bash -s runs from wherever that left off. The second
+# line says the start came; the run at the end goes ahead only where it did (a variable from
+# the environment is not the script's). That alone is not enough: a cut lands mid-function
+# as often as not, and bash -s then runs the rest of that function's body as commands until
+# its stray `}`. ``armored`` makes every tail of the bundle inert (below). pdsh passes the
+# bundle in the exec request, and srun runs it as a file: neither can lose its start.
+# (fleetclean's own runs start with transport/boot.py.)
 _BEGUN = "FC_BUNDLE_BEGUN=1"
 _WHOLE = f"""\
 if [[ ${{FC_BUNDLE_BEGUN:-}} != 1 || ${{FC_BUNDLE_BEGUN@a}} == *x* ]]; then
     echo "{CUT_SHORT} (its beginning is missing)" >&2
     exit 2
 fi"""
+# 57 bytes make 76 base64 characters and no padding: every '=' in the payload is a line's end.
+_CHUNK = 57
+
+
+def armored(plain: str, *, title: str) -> str:
+    """``plain`` (a bundle) for ``bash -s``, safe from any loss of its start: whatever
+    a startup file takes, what bash runs of the rest is the whole script or nothing of it.
+
+    The script travels in base64 inside one single-quoted string, each line behind a ``#``
+    and before a ``=``. Cut there, bash reads comments, at most one tail of a line (one word
+    ending in ``=``: an assignment, or no such command), then the string's closing quote
+    opens one that ends on the last line, just before ``echo CUT_SHORT; exit 2``. Cut in the
+    first three lines, the string is whole but ``FC_BUNDLE_BEGUN`` is not set: CUT_SHORT,
+    exit 2. Cut after the string, what is left is the tail of a comment (each ends in
+    ``;;``, a syntax error outside a ``case``: bash runs no word of a line it cannot parse)
+    or of the last line (an ``if`` whose ``fi`` has no ``if``, or the CUT_SHORT after it).
+    Whole, the last line decodes the string (coreutils' ``tr`` and ``base64``), runs it and
+    exits before its comment. Nothing after the string holds a single quote but that one.
+    ``title``: a comment line of the bundle's, said again after the string.
+
+    >>> text = armored("echo hi\\n", title="# fleetclean: a test")
+    >>> text.splitlines()[:4]
+    ['#!/usr/bin/env bash', 'FC_BUNDLE_BEGUN=1', "FC_BUNDLE_B64='", '#ZWNobyBoaQoK=']
+    >>> text.split("FC_BUNDLE_B64='", 1)[1].count("'"), text.splitlines()[-3]
+    (2, '# fleetclean: a test ;;')
+    """
+    data = plain.encode()
+    data += b"\n" * (-len(data) % 3)  # no '=' of base64's own: lines end in ours
+    code = base64.b64encode(data).decode()
+    step = _CHUNK * 4 // 3
+    lines = [f"#{code[i:i + step]}=" for i in range(0, len(code), step)]
+    said = f'echo "{CUT_SHORT} (its beginning is missing)" >&2; exit 2'
+    run = (f"if [[ ${{FC_BUNDLE_BEGUN:-}} == 1 && ${{FC_BUNDLE_BEGUN@a}} != *x* ]]; then "
+           "unset FC_SRC; FC_SRC=$(printf %s \"$FC_BUNDLE_B64\" | tr -d \"#=\\n\" | base64 -d) "
+           f'&& unset FC_BUNDLE_B64 && eval "$FC_SRC"; exit; fi; {said} #\'; {said}')
+    about = [re.sub(r"[^\w .,:\[\]#/+-]", "?", title) + " ;;",
+             "# Above: the bundle in base64, --plain prints it as text ;;"]
+    return "\n".join(["#!/usr/bin/env bash", _BEGUN, "FC_BUNDLE_B64='", *lines, "'", *about,
+                      run, ""])
 
 
 # pdsh expands %h, %u, %n and %% in the command it runs; `export script --pdsh` doubles every
@@ -181,6 +223,16 @@ if ((${#FC_PERCENT} != 2)); then
 'fleetclean export script --pdsh', for any other tool the bundle without it)" >&2
     exit 2
 fi"""
+
+
+def bundle_title(playbook: str, names: Sequence[str]) -> str:
+    """A bundle's first comment line: what it runs, where.
+
+    >>> bundle_title("post-extraction", ["gpu01", "gpu02"]).split(": ", 1)[1]
+    'bundle of playbook post-extraction for 2 hosts: gpu[01-02]'
+    """
+    return (f"# fleetclean {__version__}: bundle of playbook {playbook} for {len(names)} "
+            f"host{'s' if len(names) != 1 else ''}: {fold(names)}")
 
 
 def _short_names(names: Sequence[str]) -> dict[str, str]:

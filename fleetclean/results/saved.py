@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from fleetclean.nodeset import expand
-from fleetclean.transport.boot import explained
+from fleetclean.transport.boot import CUT_SHORT, explained
 
 MARKER = "@@fleetclean\t"
 SOURCES = ("clush", "pdsh", "srun", "raw")
@@ -223,8 +223,11 @@ def failure(notes: list[str]) -> tuple[str, str]:
         for note in notes:
             if any(n in note for n in needles):
                 return status, note
-    said = [explained(n) for n in notes if n.strip()]
-    return "error", said[0] if said else "no output from this host in the saved files"
+    said = [n for n in notes if n.strip()]
+    # A bundle cut short says so last, after what bash made of the rest (a word of base64,
+    # the end of a string: engine/export.py's armored): that is the line that explains.
+    said = [n for n in said if n.startswith(CUT_SHORT)] or said
+    return "error", explained(said[0]) if said else "no output from this host in the saved files"
 
 
 def clock(records: list[str]) -> tuple[float, float] | None:

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from simhelp import Cli
 
-from fleetclean.engine.export import render_bundle, render_epilog
+from fleetclean.engine.export import armored, render_bundle, render_epilog
 from fleetclean.engine.playbook import load_playbook
 from fleetclean.engine.stages import template
 from fleetclean.engine.variables import resolve
 from fleetclean.results import saved
+from fleetclean.transport.boot import CUT_SHORT
 
 DATA = Path(__file__).parent.parent / "data" / "fanout"
 MARKER = "@@fleetclean"
@@ -113,6 +114,7 @@ def test_the_exported_scripts_pass_shellcheck(tmp_path: Path) -> None:
     files = {"epilog.sh": render_epilog(book, log="/var/log/fleetclean/epilog.log"),
              "bundle.sh": render_bundle([("gpu01.lab", book), ("gpu02.lab", other)],
                                         playbook="post-extraction")}
+    files["armored.sh"] = armored(files["bundle.sh"], title="# fleetclean: a bundle")
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     out = subprocess.run([str(_shellcheck()), "-s", "bash", *(str(tmp_path / n) for n in files)],
@@ -123,7 +125,7 @@ def test_the_exported_scripts_pass_shellcheck(tmp_path: Path) -> None:
 def _pick(bundle_tail: str, host: str) -> subprocess.CompletedProcess[str]:
     """The bundle's host lookup alone: lib.sh and standalone.sh with fc_main_N stubs that
     only say who they are (nothing is looked at or signalled on this machine), after the
-    bundle's first line (which says its start came)."""
+    bundle's second line (which says its start came)."""
     script = "\n".join(["FC_BUNDLE_BEGUN=1", template("lib.sh"), template("standalone.sh"),
                         'fc_main_1() { echo "one for $FC_TARGET_HOST"; }',
                         'fc_main_2() { echo "two for $FC_TARGET_HOST"; }', bundle_tail])
@@ -164,3 +166,34 @@ def test_a_bundle_mangled_by_pdsh_stops_before_anything_runs() -> None:
     assert "export script --pdsh" in mangled.stderr
     doubled = guard.replace("%", "%%")  # --pdsh's bundle, then pdsh's expansion
     assert run(doubled.replace("%%", "%")).stdout == "went-on\n"
+
+
+def test_a_bundle_whose_start_is_taken_runs_whole_or_not_at_all(tmp_path: Path) -> None:
+    """What ``bash -s`` does with every tail of an armored bundle (the start a login shell's
+    startup file took): cut anywhere after its second line's first byte, nothing of the
+    script runs; cut before the run at its end, it says it came cut short. The script
+    here only writes a file in tmp_path."""
+    plain = "\n".join(["#!/usr/bin/env bash", "FC_BUNDLE_BEGUN=1",
+                       *(f"f{i}() {{ echo {i} >> ran.txt; }}" for i in range(40)),
+                       "f7", "echo whole"]) + "\n"
+    text = armored(plain, title="# fleetclean: a bundle for 2 hosts: gpu[01-02]").encode()
+    first = text.index(b"\n") + 1  # a whole script, but for its #! line, still runs
+    body, end = text.index(b"'\n") + 2, text.rindex(b"\n'\n") + 1
+    ran = tmp_path / "ran.txt"
+
+    def run(cut: int) -> subprocess.CompletedProcess[bytes]:
+        ran.unlink(missing_ok=True)
+        return subprocess.run(["bash", "-s"], input=text[cut:], capture_output=True,
+                              cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, timeout=10,
+                              check=False)
+
+    whole = run(0)
+    assert (whole.returncode, whole.stdout, ran.read_text()) == (0, b"whole\n", "7\n")
+    # Every cut of the lines around the base64, and every 5th byte of it.
+    cuts = [*range(first + 1, body + 1), *range(body, end, 5), *range(end, len(text))]
+    for cut in cuts:
+        res = run(cut)
+        assert not ran.exists() and b"whole" not in res.stdout, (cut, res)
+        if cut <= end:  # else a tail of the run's line: a syntax error, or a comment
+            assert res.returncode == 2, (cut, res)
+            assert CUT_SHORT.encode() in res.stderr, (cut, res.stderr[-300:])
