@@ -44,6 +44,8 @@ IDLE = frozenset({
     "fc_verify_gpu_info", "fc_verify_gpu_info_all", "fc_verify_gpu_info_load",
     "fc_verify_read", "fc_verify_read_q", "fc_verify_rows_out", "fc_verify_state",
     "fc_verify_xid_text", "fc_verify_xids",
+    # A scoped status (--user) says its scope first, idle or not.
+    "fc_scope_begin",
 })
 BUSY = frozenset({
     "fc_cmdline", "fc_owner", "fc_owner_ancestry", "fc_owner_cgroup", "fc_owner_cgroup_rules",
@@ -89,8 +91,9 @@ def end(groups: Sequence[str]) -> str:
 def loader(groups: Sequence[str]) -> str:
     """``fc_lazy GROUP NAME``, for a script that ends with ``end(groups)``: it finds the
     group in the script's text and parses it (once; its functions replace their
-    stand-ins). The text is the one bash ran: ``FC_SRC`` where the script read itself
-    (but not one from the environment), else the ``-c`` string, else the file; its last
+    stand-ins). The text is the one bash ran, read once: ``FC_SRC`` where the script read
+    itself (but not one from the environment), else the file (run, or sourced by a ``-c``
+    string), else the ``-c`` string; its last
     newline, which ``bash -c "$(cat FILE)"`` loses, does not count. A stand-in that is
     still one after (the end cut off or changed) stops the script rather than call itself
     for ever.
@@ -105,15 +108,20 @@ def loader(groups: Sequence[str]) -> str:
                    f"size={sizes[i - 1]} ;;\n" for i in range(1, len(groups) + 1))
     lead = len(mark(0)) - 3  # what every mark starts with, its group's number left out
     return f"""fc_lazy() {{
-    local src=${{BASH_EXECUTION_STRING:-}} first=-1 size=0 want={_quoted(mark(0)[:lead])}"$1)"
+    local src=${{FC_LAZY_SRC:-}} first=-1 size=0 want={_quoted(mark(0)[:lead])}"$1)"
     if [[ ${{FC_LAZY_DONE:-}} != *"<$1>"* ]]; then
         FC_LAZY_DONE+="<$1>"
-        if [[ -n ${{FC_SRC:-}} && ${{FC_SRC@a}} != *x* ]]; then
-            src=$FC_SRC
-        elif [[ -z $src ]]; then
-            {{ IFS= read -r -d '' src <"${{BASH_SOURCE[-1]}}"; }} 2>/dev/null
+        if [[ -z $src ]]; then
+            if [[ -n ${{FC_SRC:-}} && ${{FC_SRC@a}} != *x* ]]; then
+                src=$FC_SRC
+            elif [[ -f ${{BASH_SOURCE[-1]:-}} ]]; then
+                {{ IFS= read -r -d '' src <"${{BASH_SOURCE[-1]}}"; }} 2>/dev/null
+            else
+                src=${{BASH_EXECUTION_STRING:-}}
+            fi
+            [[ ${{src: -1}} != $'\\n' ]] || src=${{src:0:${{#src}}-1}}
+            FC_LAZY_SRC=$src
         fi
-        [[ ${{src: -1}} != $'\\n' ]] || src=${{src:0:${{#src}}-1}}
         case $1 in
 {arms}        esac
         if ((first >= 0)) && [[ ${{src:first:${{#want}}}} == "$want" ]]; then
@@ -125,6 +133,7 @@ def loader(groups: Sequence[str]) -> str:
     echo "fleetclean: $2 is not defined: the end of the script is missing or changed" >&2
     exit 3
 }}
+unset FC_LAZY_DONE FC_LAZY_SRC
 """
 
 

@@ -196,7 +196,7 @@ def read_whole(size: int) -> str:
 def library(books: list[ResolvedPlaybook], scope: Scope | None = None) -> list[str]:
     """The bash every script of these playbooks needs: ``lib.sh`` (and ``lib-stage.sh``,
     the stage driver and the whole process table, where there is a stage: a status script
-    carries only what its verification runs, since bash parses all it is sent), the scope's
+    carries only what its verification runs: less for bash to parse), the scope's
     functions when there is a scope (or a stage that finds a Slurm job's processes), the libraries
     their stage types call into (once each), then the template of each stage type they use
     (once each, in order of first use), then the verification's (among the libraries

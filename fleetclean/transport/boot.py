@@ -22,7 +22,7 @@ no pattern of the script is in any process's argv. The early reads of a status s
 SSH a script of 36 KB follows the command at once, in the same few packets.
 
 >>> command(1234)  # doctest: +ELLIPSIS
-'bash -c \\'LC_ALL=C; FC_SRC=; read -r -N 1234 FC_SRC; if ((${#FC_SRC} == 1234)); then eval ...'
+'bash -c \\'LC_ALL=C; unset FC_SRC; read -r -N 1234 FC_SRC; if ((${#FC_SRC} == 1234)); then ...'
 >>> "\\n" in command(1234) or "!" in command(1234)
 False
 """
@@ -66,8 +66,8 @@ def read_and_run(size: int) -> str:
     under ``bash -s`` (render.read_whole).
 
     >>> read_and_run(9)  # doctest: +ELLIPSIS
-    'LC_ALL=C; FC_SRC=; read -r -N 9 FC_SRC; if ((${#FC_SRC} == 9)); then eval "$FC_SRC"; ...'
+    'LC_ALL=C; unset FC_SRC; read -r -N 9 FC_SRC; if ((${#FC_SRC} == 9)); then eval "$FC_SRC"; ...'
     """
-    return (f"LC_ALL=C; FC_SRC=; read -r -N {size} FC_SRC; if ((${{#FC_SRC}} == {size})); "
+    return (f"LC_ALL=C; unset FC_SRC; read -r -N {size} FC_SRC; if ((${{#FC_SRC}} == {size})); "
             f'then eval "$FC_SRC"; else echo "{CUT_SHORT} (${{#FC_SRC}} of {size} bytes)" '
             ">&2; false; fi")

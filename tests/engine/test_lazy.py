@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from fleetclean.engine import lazy
+from fleetclean.engine.model import Scope
 from fleetclean.engine.playbook import load_playbook
 from fleetclean.engine.render import Renderer, carried, library, read_whole
 from fleetclean.engine.stages import template
@@ -86,14 +87,15 @@ def toy(tmp_path: Path, *, cut: bool = False) -> tuple[Path, int]:
     return path, len(text.encode())
 
 
-@pytest.mark.parametrize("start", ["file", "-c", "-s", "ssh"])
+@pytest.mark.parametrize("start", ["file", "-c", "-s", "ssh", "sourced"])
 def test_the_rest_is_found_however_the_script_is_started(tmp_path: Path, start: str) -> None:
     path, size = toy(tmp_path)
     text = path.read_text()
     run = {"file": lambda: bash('bash "$1"', str(path)),
            "-c": lambda: bash('bash -c "$(cat "$1")"', str(path)),
            "-s": lambda: bash("bash -s", stdin=text),
-           "ssh": lambda: bash(command(size), stdin=text)}[start]
+           "ssh": lambda: bash(command(size), stdin=text),
+           "sourced": lambda: bash('bash -c ". \\"\\$0\\"" "$1"', str(path))}[start]
     out = run()
     assert (out.returncode, out.stdout, out.stderr) == (0, "warm one 1\ncold one 1\n", "")
     # One exported from the environment is a stranger's, not the script's text.
@@ -126,6 +128,14 @@ def test_an_idle_node_parses_no_group_and_a_busy_one_the_first_once(
     idle = fleet.run_in("node01", argv)
     assert "\tverify\tok\t" in idle.stdout, idle.stdout + idle.stderr
     assert "parsed group" not in idle.stderr
+    # A status scoped to a user (--user) says its scope first: that too is an idle node's.
+    scoped = counted("".join(Renderer(Scope(user="root")).pieces(
+        resolve(load_playbook("status"), {}, {}), host_name="node01")))
+    fleet.node_path("node01", "/tmp/scoped.sh").write_text(scoped)
+    res = fleet.run_in("node01", ["bash", "-c",
+                                  f"{command(len(scoped.encode()))} </tmp/scoped.sh"])
+    assert "\tscope\troot\t0\t" in res.stdout and "\tverify\tok\t" in res.stdout, res
+    assert "parsed group" not in res.stderr
 
     workers = fleet.spawn("node01", "sglang", gpus="0-7", mib=4096)
     busy = fleet.run_in("node01", argv)

@@ -114,11 +114,18 @@ fc_now_us() {
 # grace or deadline ever ended: a stubborn process was never sent SIGKILL and the script
 # never finished, holding the node's lock. Uptime never steps back; the epoch is taken
 # once, at the first read (to the second: what a record's absolute time needs).
+# Where /proc/uptime cannot be read (or reads oddly), whole seconds of the epoch.
 if ((BASH_VERSINFO[0] < 5)) || [[ -z ${EPOCHREALTIME:-} ]]; then
+    unset FC_CLOCK_BASE
     fc_now_us() {
-        local up _
-        read -r up _ </proc/uptime
-        up=${up//[!0-9]/}
+        local up='' _
+        { read -r up _ </proc/uptime; } 2>/dev/null
+        if [[ $up =~ ^[0-9]+\.[0-9][0-9]$ ]]; then
+            up=${up//./}
+        else
+            printf -v up '%(%s)T' -1
+            up=$((up * 100))
+        fi
         if [[ -z ${FC_CLOCK_BASE:-} ]]; then
             printf -v FC_CLOCK_BASE '%(%s)T' -1
             FC_CLOCK_BASE=$((FC_CLOCK_BASE * 1000000 - 10#$up * 10000))
