@@ -187,29 +187,48 @@ def armored(plain: str, *, title: str) -> str:
     exit 2. Cut after the string, what is left is the tail of a comment (each ends in
     ``;;``, a syntax error outside a ``case``: bash runs no word of a line it cannot parse)
     or of the last line (an ``if`` whose ``fi`` has no ``if``, or the CUT_SHORT after it).
-    Whole, the last line decodes the string (coreutils' ``tr`` and ``base64``), runs it and
-    exits before its comment. Nothing after the string holds a single quote but that one.
-    ``title``: a comment line of the bundle's, said again after the string.
+    Whole, the third line (under ``bash -s``) or the last (from a file or a ``-c`` string)
+    decodes the string (coreutils' ``tr`` and ``base64``), runs it and exits. Nothing
+    after the string holds a single quote but that one. ``title``: a comment line of the
+    bundle's, said again after the string.
 
     >>> text = armored("echo hi\\n", title="# fleetclean: a test")
-    >>> text.splitlines()[:4]
-    ['#!/usr/bin/env bash', 'FC_BUNDLE_BEGUN=1', "FC_BUNDLE_B64='", '#ZWNobyBoaQoK=']
-    >>> text.split("FC_BUNDLE_B64='", 1)[1].count("'"), text.splitlines()[-3]
+    >>> text.splitlines()[3:5]
+    ["FC_BUNDLE_B64='", '#ZWNobyBoaQoK=']
+    >>> text.split(_STRING, 1)[1].count("'"), text.splitlines()[-3]
     (2, '# fleetclean: a test ;;')
     """
     data = plain.encode()
     data += b"\n" * (-len(data) % 3)  # no '=' of base64's own: lines end in ours
     code = base64.b64encode(data).decode()
     step = _CHUNK * 4 // 3
-    lines = [f"#{code[i:i + step]}=" for i in range(0, len(code), step)]
+    string = "\n".join([_STRING, *(f"#{code[i:i + step]}=" for i in range(0, len(code), step))])
     said = f'echo "{CUT_SHORT} (its beginning is missing)" >&2; exit 2'
-    run = (f"if [[ ${{FC_BUNDLE_BEGUN:-}} == 1 && ${{FC_BUNDLE_BEGUN@a}} != *x* ]]; then "
-           "unset FC_SRC; FC_SRC=$(printf %s \"$FC_BUNDLE_B64\" | tr -d \"#=\\n\" | base64 -d) "
-           f'&& unset FC_BUNDLE_B64 && eval "$FC_SRC"; exit; fi; {said} #\'; {said}')
+    run = (f"if {_BEGUN_HERE}; then {_DECODE_AND_RUN}; fi; {said} #'; {said}")
     about = [re.sub(r"[^\w .,:\[\]#/+-]", "?", title) + " ;;",
              "# Above: the bundle in base64, --plain prints it as text ;;"]
-    return "\n".join(["#!/usr/bin/env bash", _BEGUN, "FC_BUNDLE_B64='", *lines, "'", *about,
-                      run, ""])
+    return "\n".join(["#!/usr/bin/env bash", _BEGUN, _read_ahead(len(string) + 1), string,
+                      "'", *about, run, ""])
+
+
+_STRING = "FC_BUNDLE_B64='"
+_BEGUN_HERE = "[[ ${FC_BUNDLE_BEGUN:-} == 1 && ${FC_BUNDLE_BEGUN@a} != *x* ]]"
+_DECODE_AND_RUN = ('unset FC_SRC; FC_SRC=$(printf %s "$FC_BUNDLE_B64" | tr -d "#=\\n" | '
+                   'base64 -d) && unset FC_BUNDLE_B64 && eval "$FC_SRC"; exit')
+
+
+def _read_ahead(size: int) -> str:
+    """The armored bundle's third line: under ``bash -s`` (no file, no -c string) where the
+    start came, read the string's ``size`` bytes at once and run them, as transport/boot.py
+    does: bash reads a script on a pipe a byte a system call (130,000 here), ``read -N`` in
+    blocks (bash 5.1 and later). What is left of it when cut is a syntax error (an ``if``
+    or ``{`` short of its start) or checks the start came; it holds no single quote, which
+    would pair with the string's."""
+    skip = len(_STRING) + 1
+    return (f"[[ -n ${{BASH_SOURCE[0]:-}}${{BASH_EXECUTION_STRING:-}} ]] || {{ if {_BEGUN_HERE}; "
+            f"then LC_ALL=C; read -r -N {size} FC_BUNDLE_B64; if ((${{#FC_BUNDLE_B64}} == {size}"
+            f")); then FC_BUNDLE_B64=${{FC_BUNDLE_B64:{skip}}}; {_DECODE_AND_RUN}; fi; "
+            f'echo "{CUT_SHORT} (its end is missing)" >&2; exit 2; fi; }}')
 
 
 # pdsh expands %h, %u, %n and %% in the command it runs; `export script --pdsh` doubles every

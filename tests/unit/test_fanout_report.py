@@ -171,14 +171,17 @@ def test_a_bundle_mangled_by_pdsh_stops_before_anything_runs() -> None:
 def test_a_bundle_whose_start_is_taken_runs_whole_or_not_at_all(tmp_path: Path) -> None:
     """What ``bash -s`` does with every tail of an armored bundle (the start a login shell's
     startup file took): cut anywhere after its second line's first byte, nothing of the
-    script runs; cut before the run at its end, it says it came cut short. The script
+    script runs; cut before the line that reads ahead, or in the base64, it says it came
+    cut short. The script
     here only writes a file in tmp_path."""
     plain = "\n".join(["#!/usr/bin/env bash", "FC_BUNDLE_BEGUN=1",
                        *(f"f{i}() {{ echo {i} >> ran.txt; }}" for i in range(40)),
                        "f7", "echo whole"]) + "\n"
     text = armored(plain, title="# fleetclean: a bundle for 2 hosts: gpu[01-02]").encode()
     first = text.index(b"\n") + 1  # a whole script, but for its #! line, still runs
-    body, end = text.index(b"'\n") + 2, text.rindex(b"\n'\n") + 1
+    # The line that reads ahead under bash -s, the string's, and the line that closes it.
+    ahead, string = text.index(b"\n", first) + 1, text.index(b"FC_BUNDLE_B64='\n")
+    end = text.rindex(b"\n'\n") + 1
     ran = tmp_path / "ran.txt"
 
     def run(cut: int) -> subprocess.CompletedProcess[bytes]:
@@ -189,11 +192,25 @@ def test_a_bundle_whose_start_is_taken_runs_whole_or_not_at_all(tmp_path: Path) 
 
     whole = run(0)
     assert (whole.returncode, whole.stdout, ran.read_text()) == (0, b"whole\n", "7\n")
+    # As a file (srun) and as a -c string (pdsh) it runs whole too.
+    (tmp_path / "bundle.sh").write_bytes(text)
+    for argv in (["bash", "bundle.sh"], ["bash", "-c", text.decode()]):
+        ran.unlink()
+        res = subprocess.run(argv, capture_output=True, cwd=tmp_path, timeout=10, check=False,
+                             env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL)
+        assert (res.returncode, res.stdout, ran.read_text()) == (0, b"whole\n", "7\n"), res
+    # Its end lost on the way (a dropped connection): nothing runs either.
+    ran.unlink()
+    short = subprocess.run(["bash", "-s"], input=text[:len(text) // 2], capture_output=True,
+                           cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, timeout=10, check=False)
+    assert not ran.exists() and short.returncode == 2, short
+    assert b"its end is missing" in short.stderr
     # Every cut of the lines around the base64, and every 5th byte of it.
-    cuts = [*range(first + 1, body + 1), *range(body, end, 5), *range(end, len(text))]
+    cuts = [*range(first + 1, string), *range(string, end, 5), *range(end, len(text))]
     for cut in cuts:
         res = run(cut)
         assert not ran.exists() and b"whole" not in res.stdout, (cut, res)
-        if cut <= end:  # else a tail of the run's line: a syntax error, or a comment
+        # Else a tail of the read-ahead line or of the end: a syntax error, or a comment.
+        if cut <= ahead or string <= cut <= end:
             assert res.returncode == 2, (cut, res)
             assert CUT_SHORT.encode() in res.stderr, (cut, res.stderr[-300:])
