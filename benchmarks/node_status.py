@@ -64,7 +64,7 @@ PARTS = {
 # is the script, $DEFS the script without its last line: fed to bash -s as here-strings.
 TIMER = r"""
 n=$1; S=$(<"$2"); shift 2
-DEFS=${S#*FC_SRC=*$'\n'}
+DEFS=${S#*read -r -N *$'\n'}
 DEFS=${DEFS%fc_main </dev/null*}
 t0=$EPOCHREALTIME
 for ((i = 0; i < n; i++)); do eval "$*" >/dev/null 2>&1; done

@@ -103,7 +103,7 @@ def spawn_holder(fleet: SimFleet, node: str, uid: int, gid: int, *, gpu: int, mi
 
 def is_script(cmdline: str) -> bool:
     """Whether a node's process is a fleetclean script's bash: started over SSH by
-    ``transport.boot``'s command (``bash -c 'LC_ALL=C; FC_SRC=; read ...'``), locally or
+    ``transport.boot``'s command (``bash -c 'LC_ALL=C; unset FC_SRC; read ...'``), locally or
     through sudo as ``bash -s``."""
     return cmdline == "bash -s" or cmdline.startswith("bash -c LC_ALL=C; unset FC_SRC; read -r -N ")
 

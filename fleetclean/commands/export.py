@@ -61,13 +61,14 @@ def _bundle(args: argparse.Namespace, env: Env) -> str:
     books = [(h.name, resolve(book, h.vars, extra)) for h in hosts]
     text = render_bundle(books, playbook=book.name, check=args.check, force=args.force,
                          scope=scope_of(args))
-    if args.pdsh:
-        # pdsh expands %h, %u, %n and %% in the remote command (the exec and ssh modules
-        # alike), which turned the bundle's ${line%%,*} into ${line%,*}.
-        text = text.replace("%", "%%")
-    elif not args.plain:
+    if args.plain:
+        return text
+    if not args.pdsh:
         # For `clush 'bash -s'`, whose start a login shell's startup file may take.
         return armored(text, title=bundle_title(book.name, [h.name for h in hosts]))
+    # pdsh expands %h, %u, %n and %% in the remote command (the exec and ssh modules
+    # alike), which turned the bundle's ${line%%,*} into ${line%,*}.
+    text = text.replace("%", "%%")
     if len(text.encode()) > PDSH_ARG_LIMIT:
         error_line(env, f"fleetclean: warning: the bundle is {len(text.encode()) // 1024} KiB, "
                    "too long to pass as pdsh's command; copy it to the nodes (pdcp, clush "

@@ -183,14 +183,16 @@ def armored(plain: str, *, title: str) -> str:
     and before a ``=``. Cut there, bash reads comments, at most one tail of a line (one word
     ending in ``=``: an assignment, or no such command), then the string's closing quote
     opens one that ends on the last line, just before ``echo CUT_SHORT; exit 2``. Cut in the
-    first three lines, the string is whole but ``FC_BUNDLE_BEGUN`` is not set: CUT_SHORT,
-    exit 2. Cut after the string, what is left is the tail of a comment (each ends in
-    ``;;``, a syntax error outside a ``case``: bash runs no word of a line it cannot parse)
-    or of the last line (an ``if`` whose ``fi`` has no ``if``, or the CUT_SHORT after it).
-    Whole, the third line (under ``bash -s``) or the last (from a file or a ``-c`` string)
-    decodes the string (coreutils' ``tr`` and ``base64``), runs it and exits. Nothing
-    after the string holds a single quote but that one. ``title``: a comment line of the
-    bundle's, said again after the string.
+    first two lines, ``FC_BUNDLE_BEGUN`` is not set: CUT_SHORT, exit 2 (or, where what is
+    left of the first is ``bash``, that bash runs the whole). Cut in the third line or
+    after the string, what is left is the tail of a line that does not parse (an ``if`` or
+    ``{`` short of its start; each comment ends in ``;;``, a syntax error outside a
+    ``case``), and bash runs no word of a line it cannot parse; or the CUT_SHORT at the
+    end. Whole, the third line (under ``bash -s``: it reads all the rest at once) or the
+    last (from a file or a ``-c`` string) decodes the string (coreutils' ``tr`` and
+    ``base64``), runs it if it has the script's length, and exits. Nothing after the
+    string holds a single quote but that one. ``title``: a comment line of the bundle's,
+    said again after the string.
 
     >>> text = armored("echo hi\\n", title="# fleetclean: a test")
     >>> text.splitlines()[3:5]
@@ -203,31 +205,46 @@ def armored(plain: str, *, title: str) -> str:
     code = base64.b64encode(data).decode()
     step = _CHUNK * 4 // 3
     string = "\n".join([_STRING, *(f"#{code[i:i + step]}=" for i in range(0, len(code), step))])
+    # What $(...) gives back of it: the script less its last newlines.
+    decode = _decode_and_run(len(plain.encode().rstrip(b"\n")))
     said = f'echo "{CUT_SHORT} (its beginning is missing)" >&2; exit 2'
-    run = (f"if {_BEGUN_HERE}; then {_DECODE_AND_RUN}; fi; {said} #'; {said}")
     about = [re.sub(r"[^\w .,:\[\]#/+-]", "?", title) + " ;;",
              "# Above: the bundle in base64, --plain prints it as text ;;"]
-    return "\n".join(["#!/usr/bin/env bash", _BEGUN, _read_ahead(len(string) + 1), string,
-                      "'", *about, run, ""])
+    rest = "\n".join([string, "'", *about,
+                      f"if {_BEGUN_HERE}; then {decode}; fi; {said} #'; {said}", ""])
+    return "\n".join(["#!/usr/bin/env bash", _BEGUN, _read_ahead(len(rest), len(string), decode),
+                      rest])
 
 
 _STRING = "FC_BUNDLE_B64='"
 _BEGUN_HERE = "[[ ${FC_BUNDLE_BEGUN:-} == 1 && ${FC_BUNDLE_BEGUN@a} != *x* ]]"
-_DECODE_AND_RUN = ('unset FC_SRC; FC_SRC=$(printf %s "$FC_BUNDLE_B64" | tr -d "#=\\n" | '
-                   'base64 -d) && unset FC_BUNDLE_B64 && eval "$FC_SRC"; exit')
 
 
-def _read_ahead(size: int) -> str:
+def _decode_and_run(size: int) -> str:
+    """bash that decodes ``FC_BUNDLE_B64`` and runs it where it came out ``size`` bytes
+    long, then exits; else it says so and exits 2. ``command -p``: the login shell's PATH
+    may lack /usr/bin (a ``tr`` not found left ``base64 -d`` nothing to decode: nothing
+    ran, and the exit status was 0)."""
+    return ('LC_ALL=C; unset FC_SRC; FC_SRC=$(printf %s "$FC_BUNDLE_B64" | '
+            'command -p tr -d "#=\\n" | command -p base64 -d); '
+            f'if ((${{#FC_SRC}} == {size})); then unset FC_BUNDLE_B64; eval "$FC_SRC"; exit; '
+            'fi; echo "fleetclean: the bundle could not be decoded on this host (it needs '
+            'coreutils: tr, base64), nothing was run" >&2; exit 2')
+
+
+def _read_ahead(size: int, string: int, decode: str) -> str:
     """The armored bundle's third line: under ``bash -s`` (no file, no -c string) where the
-    start came, read the string's ``size`` bytes at once and run them, as transport/boot.py
-    does: bash reads a script on a pipe a byte a system call (130,000 here), ``read -N`` in
-    blocks (bash 5.1 and later). What is left of it when cut is a syntax error (an ``if``
-    or ``{`` short of its start) or checks the start came; it holds no single quote, which
-    would pair with the string's."""
+    start came, read the ``size`` bytes of the rest at once, take the string's ``string``
+    first ones and run them, as transport/boot.py does: bash reads a script on a pipe a
+    byte a system call (130,000 here), ``read -N`` in blocks (bash 5.1 and later). It
+    reads to the end: a bash that a cut first line started (its tail ``bash``) runs the
+    bundle and leaves its own bash nothing to read. What is left of this line when cut is a
+    syntax error (an ``if`` or ``{`` short of its start) or checks the start came; it holds
+    no single quote, which would pair with the string's."""
     skip = len(_STRING) + 1
     return (f"[[ -n ${{BASH_SOURCE[0]:-}}${{BASH_EXECUTION_STRING:-}} ]] || {{ if {_BEGUN_HERE}; "
             f"then LC_ALL=C; read -r -N {size} FC_BUNDLE_B64; if ((${{#FC_BUNDLE_B64}} == {size}"
-            f")); then FC_BUNDLE_B64=${{FC_BUNDLE_B64:{skip}}}; {_DECODE_AND_RUN}; fi; "
+            f")); then FC_BUNDLE_B64=${{FC_BUNDLE_B64:{skip}:{string - skip}}}; {decode}; fi; "
             f'echo "{CUT_SHORT} (its end is missing)" >&2; exit 2; fi; }}')
 
 

@@ -11,7 +11,7 @@ status on a busy node runs, 14 KB), then the rarer rest (looking through descrip
 a holder nvidia-smi does not list, reading Xids, the CSV queries, 7 KB). Each of their
 functions is a one-line stand-in until then: its first call (``fc_lazy GROUP``) parses
 its group from the script's own text (``FC_SRC`` where ``transport.boot`` or
-``render.read_whole`` read it, the ``-c`` string, or the file), and the group's stand-ins
+``render.read_whole`` read it, the file, or the ``-c`` string), and the group's stand-ins
 are replaced by what they stood for.
 
 Only a script without stages is cut (``render.Renderer``): a teardown runs most of its
@@ -91,43 +91,47 @@ def end(groups: Sequence[str]) -> str:
 def loader(groups: Sequence[str]) -> str:
     """``fc_lazy GROUP NAME``, for a script that ends with ``end(groups)``: it finds the
     group in the script's text and parses it (once; its functions replace their
-    stand-ins). The text is the one bash ran, read once: ``FC_SRC`` where the script read
-    itself (but not one from the environment), else the file (run, or sourced by a ``-c``
-    string), else the ``-c`` string; its last
-    newline, which ``bash -c "$(cat FILE)"`` loses, does not count. A stand-in that is
-    still one after (the end cut off or changed) stops the script rather than call itself
-    for ever.
+    stand-ins). The text is the one bash ran, the first of these whose group's mark is
+    where the group's should be: ``FC_SRC`` where the script read itself (but not one from
+    the environment), the file (run, or sourced by a ``-c`` string: a function's
+    outermost source, which under ``-c`` and ``-s`` is no file's name, unless a file in
+    the working directory happens to be called ``environment`` or ``main``), the ``-c``
+    string; kept for the next group's call. Its last newline, which ``bash -c "$(cat
+    FILE)"`` loses, does not count. A stand-in that is still one after (the end cut off
+    or changed) stops the script rather than call itself for ever.
 
     >>> text = loader(["f() {\\n}\\n", "g() {\\n}\\n"])  # 73 bytes with its mark, 72 without
-    >>> "1) first=$((${#src} - 145)) size=73 ;;" in text, "2) first=$((${#src} - 72))" in text
+    >>> "1) first=$((${#text} - 145)) size=73 ;;" in text, "2) first=$((${#text} - 72))" in text
     (True, True)
     """
     sizes = [len((mark(i) + text).encode()) for i, text in enumerate(groups, 1)]
     sizes[-1] -= 1  # its last newline
-    arms = "".join(f"            {i}) first=$((${{#src}} - {sum(sizes[i - 1:])})) "
+    arms = "".join(f"                {i}) first=$((${{#text}} - {sum(sizes[i - 1:])})) "
                    f"size={sizes[i - 1]} ;;\n" for i in range(1, len(groups) + 1))
     lead = len(mark(0)) - 3  # what every mark starts with, its group's number left out
     return f"""fc_lazy() {{
-    local src=${{FC_LAZY_SRC:-}} first=-1 size=0 want={_quoted(mark(0)[:lead])}"$1)"
+    local src text first size want={_quoted(mark(0)[:lead])}"$1)" from
     if [[ ${{FC_LAZY_DONE:-}} != *"<$1>"* ]]; then
         FC_LAZY_DONE+="<$1>"
-        if [[ -z $src ]]; then
-            if [[ -n ${{FC_SRC:-}} && ${{FC_SRC@a}} != *x* ]]; then
-                src=$FC_SRC
-            elif [[ -f ${{BASH_SOURCE[-1]:-}} ]]; then
-                {{ IFS= read -r -d '' src <"${{BASH_SOURCE[-1]}}"; }} 2>/dev/null
-            else
-                src=${{BASH_EXECUTION_STRING:-}}
+        for from in kept own file string; do
+            src=
+            case $from in
+                kept) src=${{FC_LAZY_SRC:-}} ;;
+                own) [[ ${{FC_SRC@a}} == *x* ]] || src=${{FC_SRC:-}} ;;
+                file) [[ ! -f ${{BASH_SOURCE[-1]:-}} ]] ||
+                    {{ IFS= read -r -d '' src <"${{BASH_SOURCE[-1]}}"; }} 2>/dev/null ;;
+                string) src=${{BASH_EXECUTION_STRING:-}} ;;
+            esac
+            text=${{src%$'\n'}}
+            first=-1 size=0
+            case $1 in
+{arms}            esac
+            if ((first >= 0)) && [[ ${{text:first:${{#want}}}} == "$want" ]]; then
+                FC_LAZY_SRC=$src
+                eval "${{text:first:size}}"
+                return 0
             fi
-            [[ ${{src: -1}} != $'\\n' ]] || src=${{src:0:${{#src}}-1}}
-            FC_LAZY_SRC=$src
-        fi
-        case $1 in
-{arms}        esac
-        if ((first >= 0)) && [[ ${{src:first:${{#want}}}} == "$want" ]]; then
-            eval "${{src:first:size}}"
-            return 0
-        fi
+        done
     fi
     fc_flush
     echo "fleetclean: $2 is not defined: the end of the script is missing or changed" >&2

@@ -224,10 +224,20 @@ def failure(notes: list[str]) -> tuple[str, str]:
             if any(n in note for n in needles):
                 return status, note
     said = [n for n in notes if n.strip()]
+    if not said:
+        return "error", "no output from this host in the saved files"
     # A bundle cut short says so last, after what bash made of the rest (a word of base64,
     # the end of a string: engine/export.py's armored): that is the line that explains.
-    said = [n for n in said if n.startswith(CUT_SHORT)] or said
-    return "error", explained(said[0]) if said else "no output from this host in the saved files"
+    # Cut in a line that reads or runs it, what is left does not parse, and bash quotes
+    # it, CUT_SHORT's words in it: the bundle's own text, so a cut one, and nothing ran.
+    for note in said:
+        if note.startswith(CUT_SHORT):
+            return "error", explained(note)
+    for note in said:
+        if CUT_SHORT in note:
+            return "error", explained(f"{CUT_SHORT} (what was left of it did not parse: "
+                                      f"{note.strip()})")
+    return "error", explained(said[0])
 
 
 def clock(records: list[str]) -> tuple[float, float] | None:

@@ -47,6 +47,8 @@ def explained(line: str) -> str:
     """
     if not line.startswith(CUT_SHORT):
         return line
+    if line.startswith(f"{CUT_SHORT} (its end is missing)"):
+        return line + ": it stopped coming before its end (a connection that dropped?)"
     # The bytes were taken on the host: the text itself came back from there.
     return (line + ": something read the script's start before bash did, most likely a "
             "startup file of the login shell (~/.bashrc, /etc/bash.bashrc) that reads "

@@ -102,6 +102,18 @@ def test_the_rest_is_found_however_the_script_is_started(tmp_path: Path, start: 
     assert bash('FC_SRC=garbage; export FC_SRC; bash "$1"', str(path)).stdout == out.stdout
 
 
+def test_a_file_called_as_bashs_own_name_for_a_c_string_is_not_taken_for_the_script(
+    tmp_path: Path,
+) -> None:
+    # Under -c a function's outermost source is "environment" (under -s, "main"): a file of
+    # that name in the working directory is somebody's, not the script's text.
+    path, _ = toy(tmp_path)
+    for name in ("environment", "main"):
+        (tmp_path / name).write_text("unrelated\n")
+    out = bash('cd "$2" && bash -c "$(cat "$1")"', str(path), str(tmp_path))
+    assert (out.returncode, out.stdout, out.stderr) == (0, "warm one 1\ncold one 1\n", "")
+
+
 def test_a_script_whose_end_is_missing_stops_with_a_message(tmp_path: Path) -> None:
     path, _ = toy(tmp_path, cut=True)
     out = bash('bash "$1"', str(path))

@@ -139,8 +139,9 @@ def test_a_startup_file_that_takes_the_bundles_start_stops_that_host_only(
         # node02's ~/.bashrc reads standard input (an ssh without -n, a read): under clush's
         # `bash -s` it takes the bundle's first bytes before bash sees any. 3,000 ends in
         # a line of the base64 (in the text, --plain, it ended in lib.sh's clock, and bash
-        # ran the rest of that function's body); 25 in the line that says the start came.
-        for taken in (3000, 25):
+        # ran the rest of that function's body); 25 in the line that says the start came;
+        # 100 in the one that reads the rest (what is left of it does not parse).
+        for taken in (3000, 25, 100):
             workloads(fleet)
             bashrc.write_text(f"head -c {taken} >/dev/null\n")
             out = tmp_path / f"clush-{taken}.txt"

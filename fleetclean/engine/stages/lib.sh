@@ -113,24 +113,27 @@ fc_now_us() {
 # 5.0: RHEL 8 and its rebuilds ship 4.4). There every clock read was empty, so that no
 # grace or deadline ever ended: a stubborn process was never sent SIGKILL and the script
 # never finished, holding the node's lock. Uptime never steps back; the epoch is taken
-# once, at the first read (to the second: what a record's absolute time needs).
-# Where /proc/uptime cannot be read (or reads oddly), whole seconds of the epoch.
+# once, at the first read (to the second: what a record's absolute time needs). A read
+# of /proc/uptime that fails (no descriptor left) gives the epoch's whole seconds, and no
+# read goes back past the one before it.
 if ((BASH_VERSINFO[0] < 5)) || [[ -z ${EPOCHREALTIME:-} ]]; then
-    unset FC_CLOCK_BASE
+    unset FC_CLOCK_BASE FC_CLOCK_LAST
     fc_now_us() {
         local up='' _
         { read -r up _ </proc/uptime; } 2>/dev/null
         if [[ $up =~ ^[0-9]+\.[0-9][0-9]$ ]]; then
             up=${up//./}
+            if [[ -z ${FC_CLOCK_BASE:-} ]]; then
+                printf -v FC_CLOCK_BASE '%(%s)T' -1
+                FC_CLOCK_BASE=$((FC_CLOCK_BASE * 1000000 - 10#$up * 10000))
+            fi
+            REPLY=$((FC_CLOCK_BASE + 10#$up * 10000))
         else
-            printf -v up '%(%s)T' -1
-            up=$((up * 100))
+            printf -v REPLY '%(%s)T' -1
+            REPLY=$((REPLY * 1000000))
         fi
-        if [[ -z ${FC_CLOCK_BASE:-} ]]; then
-            printf -v FC_CLOCK_BASE '%(%s)T' -1
-            FC_CLOCK_BASE=$((FC_CLOCK_BASE * 1000000 - 10#$up * 10000))
-        fi
-        REPLY=$((FC_CLOCK_BASE + 10#$up * 10000))
+        ((REPLY >= ${FC_CLOCK_LAST:-0})) || REPLY=$FC_CLOCK_LAST
+        FC_CLOCK_LAST=$REPLY
     }
 fi
 

@@ -2,7 +2,7 @@
 # shellcheck disable=SC2034,SC2317,SC2329
 [[ -n ${FC_VQFD:-} && ${FC_VQFD@a} != *x* ]] || { LC_ALL=C; exec {FC_VQFD}< <(PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin nvidia-smi -q -d MEMORY,PIDS 2>&1 </dev/null; printf '\n@%d' "$?"); }
 [[ -n ${FC_VXIDFD:-} && ${FC_VXIDFD@a} != *x* ]] || { LC_ALL=C; exec {FC_VXIDFD}< <(PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; read -r _ l _ 2>/dev/null </proc/sys/kernel/printk; if [[ $l == [0-5] ]] && dmesg -l emerg,alert,crit,err,warn,notice 2>/dev/null </dev/null; then :; elif command -v sed >/dev/null 2>&1; then dmesg 2>/dev/null </dev/null | sed -n '1{p;d;};/NVRM: Xid/p'; else dmesg 2>/dev/null </dev/null; fi); }
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; unset FC_SRC; read -r -N 40221 FC_SRC; if ((${#FC_SRC} == 40221)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short, nothing was run (${#FC_SRC} of 40221 bytes)" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; unset FC_SRC; read -r -N 40471 FC_SRC; if ((${#FC_SRC} == 40471)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short, nothing was run (${#FC_SRC} of 40471 bytes)" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook status (built-in)
 # host: "node01"  mode: check
 # Runs as `bash -s` with this text on standard input (over SSH, fleetclean's own
@@ -29,28 +29,31 @@
 
 # [verify.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 fc_lazy() {
-    local src=${FC_LAZY_SRC:-} first=-1 size=0 want='# fleetclean: definitions parsed at their first call (fc_lazy '"$1)"
+    local src text first size want='# fleetclean: definitions parsed at their first call (fc_lazy '"$1)" from
     if [[ ${FC_LAZY_DONE:-} != *"<$1>"* ]]; then
         FC_LAZY_DONE+="<$1>"
-        if [[ -z $src ]]; then
-            if [[ -n ${FC_SRC:-} && ${FC_SRC@a} != *x* ]]; then
-                src=$FC_SRC
-            elif [[ -f ${BASH_SOURCE[-1]:-} ]]; then
-                { IFS= read -r -d '' src <"${BASH_SOURCE[-1]}"; } 2>/dev/null
-            else
-                src=${BASH_EXECUTION_STRING:-}
+        for from in kept own file string; do
+            src=
+            case $from in
+                kept) src=${FC_LAZY_SRC:-} ;;
+                own) [[ ${FC_SRC@a} == *x* ]] || src=${FC_SRC:-} ;;
+                file) [[ ! -f ${BASH_SOURCE[-1]:-} ]] ||
+                    { IFS= read -r -d '' src <"${BASH_SOURCE[-1]}"; } 2>/dev/null ;;
+                string) src=${BASH_EXECUTION_STRING:-} ;;
+            esac
+            text=${src%$'
+'}
+            first=-1 size=0
+            case $1 in
+                1) first=$((${#text} - 20525)) size=13607 ;;
+                2) first=$((${#text} - 6918)) size=6918 ;;
+            esac
+            if ((first >= 0)) && [[ ${text:first:${#want}} == "$want" ]]; then
+                FC_LAZY_SRC=$src
+                eval "${text:first:size}"
+                return 0
             fi
-            [[ ${src: -1} != $'\n' ]] || src=${src:0:${#src}-1}
-            FC_LAZY_SRC=$src
-        fi
-        case $1 in
-            1) first=$((${#src} - 20525)) size=13607 ;;
-            2) first=$((${#src} - 6918)) size=6918 ;;
-        esac
-        if ((first >= 0)) && [[ ${src:first:${#want}} == "$want" ]]; then
-            eval "${src:first:size}"
-            return 0
-        fi
+        done
     fi
     fc_flush
     echo "fleetclean: $2 is not defined: the end of the script is missing or changed" >&2
