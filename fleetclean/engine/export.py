@@ -208,7 +208,8 @@ def armored(plain: str, *, title: str) -> str:
     # What $(...) gives back of it: the script less its last newlines.
     decode = _decode_and_run(len(plain.encode().rstrip(b"\n")))
     said = f'echo "{CUT_SHORT} (its beginning is missing)" >&2; exit 2'
-    about = [re.sub(r"[^\w .,:\[\]#/+-]", "?", title) + " ;;",
+    # ASCII only: the read-ahead counts bytes, Python characters.
+    about = [re.sub(r"[^\w .,:\[\]#/+-]", "?", title, flags=re.ASCII) + " ;;",
              "# Above: the bundle in base64, --plain prints it as text ;;"]
     rest = "\n".join([string, "'", *about,
                       f"if {_BEGUN_HERE}; then {decode}; fi; {said} #'; {said}", ""])
