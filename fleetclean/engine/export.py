@@ -182,22 +182,24 @@ def armored(plain: str, *, title: str) -> str:
     The script travels in base64 inside one single-quoted string, each line behind a ``#``
     and before a ``=``. Cut there, bash reads comments, at most one tail of a line (one word
     ending in ``=``: an assignment, or no such command), then the string's closing quote
-    opens one that ends on the last line, just before ``echo CUT_SHORT; exit 2``. Cut in the
-    first two lines, ``FC_BUNDLE_BEGUN`` is not set: CUT_SHORT, exit 2 (or, where what is
-    left of the first is ``bash``, that bash runs the whole). Cut in the third line or
+    opens one that ends on the last line but one, just before ``echo CUT_SHORT; exit 2``.
+    Cut in the first line, what is left of it fails (``usr/bin/env``: no such file) or
+    starts a shell that reads the rest (``bash``, ``sh``), and the rest is whole: it runs
+    (a POSIX-mode bash as ``sh`` included: the decoded script leaves that mode). Cut in the
+    second, ``FC_BUNDLE_BEGUN`` is not set: CUT_SHORT, exit 2. Cut in the third line or
     after the string, what is left is the tail of a line that does not parse (an ``if`` or
     ``{`` short of its start; each comment ends in ``;;``, a syntax error outside a
-    ``case``), and bash runs no word of a line it cannot parse; or the CUT_SHORT at the
-    end. Whole, the third line (under ``bash -s``: it reads all the rest at once) or the
-    last (from a file or a ``-c`` string) decodes the string (coreutils' ``tr`` and
-    ``base64``), runs it if it has the script's length, and exits. Nothing after the
-    string holds a single quote but that one. ``title``: a comment line of the bundle's,
-    said again after the string.
+    ``case``), and bash runs no word of a line it cannot parse; or a comment, and then the
+    CUT_SHORT of the last line. Whole, the third line (under ``bash -s``: it reads all the
+    rest at once) or the last but one (from a file or a ``-c`` string) decodes the string
+    (coreutils' ``tr`` and ``base64``), runs it if it has the script's length, and exits.
+    Nothing after the string holds a single quote but that one. ``title``: a comment line
+    of the bundle's, said again after the string.
 
     >>> text = armored("echo hi\\n", title="# fleetclean: a test")
     >>> text.splitlines()[3:5]
     ["FC_BUNDLE_B64='", '#ZWNobyBoaQoK=']
-    >>> text.split(_STRING, 1)[1].count("'"), text.splitlines()[-3]
+    >>> text.split(_STRING, 1)[1].count("'"), text.splitlines()[-4]
     (2, '# fleetclean: a test ;;')
     """
     data = plain.encode()
@@ -208,13 +210,13 @@ def armored(plain: str, *, title: str) -> str:
     # What $(...) gives back of it: the script less its last newlines.
     decode = _decode_and_run(len(plain.encode().rstrip(b"\n")))
     said = f'echo "{CUT_SHORT} (its beginning is missing)" >&2; exit 2'
-    # ASCII only: the read-ahead counts bytes, Python characters.
+    # ASCII only, as all that follows the string (whose every tail the docstring weighs).
     about = [re.sub(r"[^\w .,:\[\]#/+-]", "?", title, flags=re.ASCII) + " ;;",
              "# Above: the bundle in base64, --plain prints it as text ;;"]
     rest = "\n".join([string, "'", *about,
-                      f"if {_BEGUN_HERE}; then {decode}; fi; {said} #'; {said}", ""])
-    return "\n".join(["#!/usr/bin/env bash", _BEGUN, _read_ahead(len(rest), len(string), decode),
-                      rest])
+                      f"if {_BEGUN_HERE}; then {decode}; fi; {said} #'; {said}", said, ""])
+    return "\n".join(["#!/usr/bin/env bash", _BEGUN,
+                      _read_ahead(len(rest.encode()), len(string.encode()), decode), rest])
 
 
 _STRING = "FC_BUNDLE_B64='"
@@ -225,12 +227,14 @@ def _decode_and_run(size: int) -> str:
     """bash that decodes ``FC_BUNDLE_B64`` and runs it where it came out ``size`` bytes
     long, then exits; else it says so and exits 2. ``command -p``: the login shell's PATH
     may lack /usr/bin (a ``tr`` not found left ``base64 -d`` nothing to decode: nothing
-    ran, and the exit status was 0)."""
+    ran, and the exit status was 0); the hash table it would consult in bash 4.4 is still
+    empty here. ``set +o posix``: a cut first line can leave ``sh``, which on RHEL is bash
+    in POSIX mode, where the script's ``<(...)`` is a syntax error."""
     return ('LC_ALL=C; unset FC_SRC; FC_SRC=$(printf %s "$FC_BUNDLE_B64" | '
             'command -p tr -d "#=\\n" | command -p base64 -d); '
-            f'if ((${{#FC_SRC}} == {size})); then unset FC_BUNDLE_B64; eval "$FC_SRC"; exit; '
-            'fi; echo "fleetclean: the bundle could not be decoded on this host (it needs '
-            'coreutils: tr, base64), nothing was run" >&2; exit 2')
+            f'if ((${{#FC_SRC}} == {size})); then unset FC_BUNDLE_B64; set +o posix; '
+            'eval "$FC_SRC"; exit; fi; echo "fleetclean: the bundle arrived damaged or changed '
+            '(or this host lacks coreutils: tr, base64), nothing was run" >&2; exit 2')
 
 
 def _read_ahead(size: int, string: int, decode: str) -> str:

@@ -122,7 +122,7 @@ def loader(groups: Sequence[str]) -> str:
                     {{ IFS= read -r -d '' src <"${{BASH_SOURCE[-1]}}"; }} 2>/dev/null ;;
                 string) src=${{BASH_EXECUTION_STRING:-}} ;;
             esac
-            text=${{src%$'\n'}}
+            text=${{src%$'\\n'}}
             first=-1 size=0
             case $1 in
 {arms}            esac

@@ -209,6 +209,10 @@ _SSH_FAILURES = (
 )
 
 
+# What bash says of a script it cannot parse (bash -s, line N).
+_SYNTAX_ERROR = re.compile(r"\S*bash: line \d+: (syntax error|unexpected EOF)")
+
+
 def failure(notes: list[str]) -> tuple[str, str]:
     """``(status, message)`` for a host that printed no record, from what its ssh and the
     tool said about it.
@@ -218,6 +222,8 @@ def failure(notes: list[str]) -> tuple[str, str]:
     ('unreachable', 'ssh: connect to host node02 port 22: Connection refused')
     >>> failure([])
     ('error', 'no output from this host in the saved files')
+    >>> failure(["bash: line 1: syntax error near unexpected token `fi'"])[1][:92]
+    'fleetclean: the script arrived cut short, nothing was run (what was left of it did not parse'
     """
     for status, needles in _SSH_FAILURES:
         for note in notes:
@@ -228,13 +234,14 @@ def failure(notes: list[str]) -> tuple[str, str]:
         return "error", "no output from this host in the saved files"
     # A bundle cut short says so last, after what bash made of the rest (a word of base64,
     # the end of a string: engine/export.py's armored): that is the line that explains.
-    # Cut in a line that reads or runs it, what is left does not parse, and bash quotes
-    # it, CUT_SHORT's words in it: the bundle's own text, so a cut one, and nothing ran.
+    # Cut in a line that reads or runs it, what is left does not parse: bash stops at once
+    # and says so. A bundle is shellcheck-clean as exported, so that is a cut (or changed)
+    # one too, and nothing of it ran.
     for note in said:
         if note.startswith(CUT_SHORT):
             return "error", explained(note)
     for note in said:
-        if CUT_SHORT in note:
+        if _SYNTAX_ERROR.match(note):
             return "error", explained(f"{CUT_SHORT} (what was left of it did not parse: "
                                       f"{note.strip()})")
     return "error", explained(said[0])

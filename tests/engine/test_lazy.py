@@ -106,12 +106,15 @@ def test_a_file_called_as_bashs_own_name_for_a_c_string_is_not_taken_for_the_scr
     tmp_path: Path,
 ) -> None:
     # Under -c a function's outermost source is "environment" (under -s, "main"): a file of
-    # that name in the working directory is somebody's, not the script's text.
+    # that name in the working directory is somebody's, not the script's text. (A here-string
+    # under -s is read through a pipe, where the script reads itself: FC_SRC.)
     path, _ = toy(tmp_path)
     for name in ("environment", "main"):
         (tmp_path / name).write_text("unrelated\n")
-    out = bash('cd "$2" && bash -c "$(cat "$1")"', str(path), str(tmp_path))
-    assert (out.returncode, out.stdout, out.stderr) == (0, "warm one 1\ncold one 1\n", "")
+    for start in ('bash -c "$(cat "$1")"', 'bash -s <"$1"', 'bash -s <<<"$(cat "$1")"'):
+        out = bash(f'cd "$2" && {start}', str(path), str(tmp_path))
+        assert (out.returncode, out.stdout, out.stderr) == (0, "warm one 1\ncold one 1\n", ""), \
+            start
 
 
 def test_a_script_whose_end_is_missing_stops_with_a_message(tmp_path: Path) -> None:

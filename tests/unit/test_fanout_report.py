@@ -114,11 +114,16 @@ def test_the_exported_scripts_pass_shellcheck(tmp_path: Path) -> None:
     files = {"epilog.sh": render_epilog(book, log="/var/log/fleetclean/epilog.log"),
              "bundle.sh": render_bundle([("gpu01.lab", book), ("gpu02.lab", other)],
                                         playbook="post-extraction")}
-    files["armored.sh"] = armored(files["bundle.sh"], title="# fleetclean: a bundle")
     for name, text in files.items():
         (tmp_path / name).write_text(text)
+    (tmp_path / "armored.sh").write_text(armored(files["bundle.sh"], title="# a bundle"))
     out = subprocess.run([str(_shellcheck()), "-s", "bash", *(str(tmp_path / n) for n in files)],
                          capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout
+    # Its last line is reached only where a cut left the one before it a comment (SC2317).
+    out = subprocess.run([str(_shellcheck()), "-s", "bash", "-e", "SC2317",
+                          str(tmp_path / "armored.sh")], capture_output=True, text=True,
+                         check=False)
     assert out.returncode == 0, out.stdout
 
 
@@ -169,7 +174,10 @@ def test_a_bundle_mangled_by_pdsh_stops_before_anything_runs() -> None:
 
 
 # bash on PATH, and a bash 4.4 (RHEL 8's) where one is given (tests/e2e/test_e2e_old_bash.py).
-BASHES = ["bash", *filter(None, [os.environ.get("FLEETCLEAN_TEST_OLD_BASH")])]
+OLD_BASH = os.environ.get("FLEETCLEAN_TEST_OLD_BASH", "")
+BASHES = [shutil.which("bash") or "/bin/bash",
+          pytest.param(OLD_BASH, marks=pytest.mark.skipif(
+              not OLD_BASH, reason="no bash 4.4 given (FLEETCLEAN_TEST_OLD_BASH=PATH)"))]
 
 
 @pytest.mark.parametrize("bash", BASHES)
@@ -199,6 +207,10 @@ def test_a_bundle_whose_start_is_taken_runs_whole_or_not_at_all(tmp_path: Path,
 
     whole = (1, b"whole\n", b"", "7\n")
     assert run([bash, "-s"], text) == whole
+    # A login shell's PATH without coreutils: it decodes with the system's own (command -p).
+    env["PATH"] = "/nonexistent"
+    assert run([bash, "-s"], text) == whole
+    env["PATH"] = "/usr/bin:/bin"
     # As a file (srun) and as a -c string (pdsh) it runs whole too.
     (tmp_path / "bundle.sh").write_bytes(text)
     assert run([bash, "bundle.sh"]) == whole
@@ -208,7 +220,7 @@ def test_a_bundle_whose_start_is_taken_runs_whole_or_not_at_all(tmp_path: Path,
     assert (code, wrote) == (2, "") and b"its end is missing" in err
     for cut in range(1, len(text)):
         code, out, err, wrote = run([bash, "-s"], text[cut:])
-        if cut <= first and out:  # the tail of the first line started a bash: whole
+        if cut <= first and out:  # the first line's tail failed or started a bash: whole
             assert (code, out, wrote) == (1, b"whole\n", "7\n") and b"cut" not in err, cut
             continue
         assert (out, wrote) == (b"", ""), (cut, out, err)
@@ -216,3 +228,18 @@ def test_a_bundle_whose_start_is_taken_runs_whole_or_not_at_all(tmp_path: Path,
         # line or of one after the string: a syntax error, or a comment.
         if first <= cut < ahead or string <= cut < end:
             assert code == 2 and CUT_SHORT.encode() in err, (cut, err[-300:])
+
+
+def test_a_host_whose_bundle_came_cut_is_explained() -> None:
+    """What report says of a host that printed no record: cut short (said by the bundle, or
+    a cut line bash could not parse), or cut at its end."""
+    startup = saved.failure(["bash: line 1: QUJD=: command not found",
+                             f"{CUT_SHORT} (its beginning is missing)"])
+    assert startup[0] == "error" and "~/.bashrc" in startup[1]
+    unparsed = saved.failure(["bash: line 1: syntax error near unexpected token `fi'",
+                              "bash: line 1: `fi; }'"])
+    assert unparsed[1].startswith(CUT_SHORT) and "~/.bashrc" in unparsed[1]
+    dropped = saved.failure([f"{CUT_SHORT} (its end is missing)"])
+    assert "before its end" in dropped[1] and "~/.bashrc" not in dropped[1]
+    assert saved.failure(["bash: nvidia-smi: command not found"])[1] == \
+        "bash: nvidia-smi: command not found"

@@ -129,8 +129,9 @@ if ((BASH_VERSINFO[0] < 5)) || [[ -z ${EPOCHREALTIME:-} ]]; then
             fi
             REPLY=$((FC_CLOCK_BASE + 10#$up * 10000))
         else
+            # A second behind: the uptime clock's base is the first read's whole second.
             printf -v REPLY '%(%s)T' -1
-            REPLY=$((REPLY * 1000000))
+            REPLY=$(((REPLY - 1) * 1000000))
         fi
         ((REPLY >= ${FC_CLOCK_LAST:-0})) || REPLY=$FC_CLOCK_LAST
         FC_CLOCK_LAST=$REPLY
