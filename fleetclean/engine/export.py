@@ -166,11 +166,9 @@ def render_bundle(
 # bundle in the exec request, and srun runs it as a file: neither can lose its start.
 # (fleetclean's own runs start with transport/boot.py.)
 _BEGUN = "FC_BUNDLE_BEGUN=1"
-_WHOLE = f"""\
-if [[ ${{FC_BUNDLE_BEGUN:-}} != 1 || ${{FC_BUNDLE_BEGUN@a}} == *x* ]]; then
-    echo "{CUT_SHORT} (its beginning is missing)" >&2
-    exit 2
-fi"""
+_BEGUN_HERE = "[[ ${FC_BUNDLE_BEGUN:-} == 1 && ${FC_BUNDLE_BEGUN@a} != *x* ]]"
+_NO_START = f'echo "{CUT_SHORT} (its beginning is missing)" >&2; exit 2'
+_WHOLE = f"if ! {_BEGUN_HERE}; then\n    {_NO_START}\nfi"
 # 57 bytes make 76 base64 characters and no padding: every '=' in the payload is a line's end.
 _CHUNK = 57
 
@@ -208,19 +206,18 @@ def armored(plain: str, *, title: str) -> str:
     step = _CHUNK * 4 // 3
     string = "\n".join([_STRING, *(f"#{code[i:i + step]}=" for i in range(0, len(code), step))])
     # What $(...) gives back of it: the script less its last newlines.
-    decode = _decode_and_run(len(plain.encode().rstrip(b"\n")))
-    said = f'echo "{CUT_SHORT} (its beginning is missing)" >&2; exit 2'
+    decode = _decode_and_run(len(data.rstrip(b"\n")))
     # ASCII only, as all that follows the string (whose every tail the docstring weighs).
     about = [re.sub(r"[^\w .,:\[\]#/+-]", "?", title, flags=re.ASCII) + " ;;",
              "# Above: the bundle in base64, --plain prints it as text ;;"]
     rest = "\n".join([string, "'", *about,
-                      f"if {_BEGUN_HERE}; then {decode}; fi; {said} #'; {said}", said, ""])
+                      f"if {_BEGUN_HERE}; then {decode}; fi; {_NO_START} #'; {_NO_START}",
+                      _NO_START, ""])
     return "\n".join(["#!/usr/bin/env bash", _BEGUN,
                       _read_ahead(len(rest.encode()), len(string.encode()), decode), rest])
 
 
 _STRING = "FC_BUNDLE_B64='"
-_BEGUN_HERE = "[[ ${FC_BUNDLE_BEGUN:-} == 1 && ${FC_BUNDLE_BEGUN@a} != *x* ]]"
 
 
 def _decode_and_run(size: int) -> str:
