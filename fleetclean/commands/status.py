@@ -19,11 +19,13 @@ from fleetclean.commands.steps import (
     select_hosts,
 )
 from fleetclean.errors import ExitStatus
+from fleetclean.results import lastclean
 from fleetclean.results.lastseen import apply_history
 from fleetclean.slurm import options as slurm_options
 
 if TYPE_CHECKING:
     from fleetclean import fleet
+    from fleetclean.models import Host, RunResult
 
 
 def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
@@ -35,20 +37,46 @@ def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     check_prom(args)
     slurm_options.check(args, inventory_sources(args, env))
     hosts = select_hosts(args, env, warn=True)
+    if args.watch is not None:
+        return _watch(*_watch_jobs(hosts, args), args, env)
     name, jobs, _ = render_jobs("status", hosts, args.extra_vars, check=False, force=False,
                                 scope=scope_of(args))
     jobs = ask_become_pass(args, jobs)
-    if args.watch is None:
-        result = execute(name, jobs, args, env)
-        result = slurm_step.apply(result, args, env, None)
-        write_prom(result, args, env)
-        emit(result, args, env)
-        slurm_step.print_lines(result, args, env)
-        return int(result.exit_status)
-    return _watch(name, jobs, args, env)
+    result = execute(name, jobs, args, env)
+    if not result.interrupted:
+        lastclean.update(result)
+    result = slurm_step.apply(result, args, env, None)
+    write_prom(result, args, env)
+    emit(result, args, env)
+    slurm_step.print_lines(result, args, env)
+    return int(result.exit_status)
 
 
-def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env) -> int:
+def _watch_jobs(hosts: list[Host], args: argparse.Namespace
+                ) -> tuple[str, list[fleet.Job], Reads]:
+    """Both early GPU reads of every host (render.early_reads), so that each refresh starts
+    each host's by what the refresh before it saw; the first by :mod:`lastclean`'s hint.
+    The password (-K) is asked once."""
+    from fleetclean import fleet
+
+    name, each_q, _ = render_jobs("status", hosts, args.extra_vars, check=False, force=False,
+                                  scope=scope_of(args), last_clean=())
+    _, each_gpu, _ = render_jobs("status", hosts, args.extra_vars, check=False, force=False,
+                                 scope=scope_of(args), last_clean=[h.name for h in hosts])
+    each_q = ask_become_pass(args, each_q)
+    known = lastclean.load()
+    reads = {q.host.name: (q.host, q.pieces, g.pieces)
+             for q, g in zip(each_q, each_gpu, strict=True)}
+    jobs = [fleet.Job(q.host, g.pieces if q.host.name in known else q.pieces)
+            for q, g in zip(each_q, each_gpu, strict=True)]
+    return name, jobs, reads
+
+
+Reads = dict[str, tuple["Host", tuple[str, ...], tuple[str, ...]]]
+
+
+def _watch(name: str, jobs: list[fleet.Job], reads: Reads, args: argparse.Namespace,
+           env: Env) -> int:
     """Refresh until Ctrl-C on one session that keeps each host's connection: one
     handshake per host for the whole watch, a new one only for a host that dropped."""
     from rich.console import Group
@@ -74,6 +102,8 @@ def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env)
                 if result.interrupted:
                     break
                 result = apply_history(result, [j.host for j in jobs])
+                lastclean.update(result)
+                jobs = _next_reads(jobs, result, reads)
                 write_prom(result, args, env)
                 view = Group(
                     Text(f"every {args.watch:g}s, last {time.strftime('%H:%M:%S')}; "
@@ -86,3 +116,16 @@ def _watch(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env)
     except KeyboardInterrupt:
         pass
     return int(ExitStatus.INTERRUPTED)
+
+
+def _next_reads(jobs: list[fleet.Job], result: RunResult, reads: Reads) -> list[fleet.Job]:
+    """The jobs of the next refresh: each host's script with the early GPU read that fits
+    what this refresh saw (``render.early_reads``)."""
+    from fleetclean import fleet
+
+    seen = {h.host: lastclean.clean(h) for h in result.hosts}
+    out = []
+    for job in jobs:
+        host, q, gpu = reads[job.host.name]
+        out.append(fleet.Job(host, gpu if seen.get(job.host.name) else q))
+    return out

@@ -14,6 +14,8 @@ from fleetclean.errors import UsageError
 from fleetclean.models import Host
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from fleetclean import fleet
     from fleetclean.engine.model import ResolvedPlaybook, Scope
     from fleetclean.slurm.nodes import Runner
@@ -181,18 +183,26 @@ def gpu_list(text: str) -> tuple[int, ...]:
 
 def render_jobs(
     playbook_ref: str, hosts: list[Host], extra: list[str], *, check: bool, force: bool,
-    scope: Scope | None = None,
+    scope: Scope | None = None, last_clean: Collection[str] | None = None,
 ) -> tuple[str, list[fleet.Job], dict[str, Any]]:
-    """Render every host's script before any connection: bad input never reaches a host."""
+    """Render every host's script before any connection: bad input never reaches a host.
+    ``last_clean``: the hosts whose early GPU read is ``--query-gpu`` (render.early_reads);
+    None: those :mod:`fleetclean.results.lastclean` knows clean."""
     from fleetclean import fleet
     from fleetclean.engine.playbook import load_playbook
     from fleetclean.engine.render import Renderer
     from fleetclean.engine.variables import parse_extra_vars, resolve
+    from fleetclean.results import lastclean
 
     book = load_playbook(playbook_ref)
     extra_vars = parse_extra_vars(extra)
     become.refuse_password_vars(extra_vars)
     renderer = Renderer(scope)
+    # Only a script whose first work is the GPU read (status) starts it by the hint.
+    if book.stages or book.verify is None:
+        last_clean = ()
+    elif last_clean is None:
+        last_clean = lastclean.load()
     jobs = []
     # Most hosts of a fleet share their variables (group_vars), and resolving them is most
     # of a post-extraction's rendering (0.24 ms a host): once per distinct set. repr keys
@@ -203,6 +213,7 @@ def render_jobs(
         resolved = resolved_for.get(key)
         if resolved is None:
             resolved = resolved_for[key] = resolve(book, host.vars, extra_vars)
-        pieces = renderer.pieces(resolved, check=check, force=force, host_name=host.name)
+        pieces = renderer.pieces(resolved, check=check, force=force, host_name=host.name,
+                                 last_clean=host.name in last_clean)
         jobs.append(fleet.Job(host, pieces))
     return book.name, jobs, extra_vars

@@ -42,6 +42,8 @@ CASES = {
     "pre-restart": ({}, False),
     "free-gpus": ({"reset_leaked": "true"}, False),
     "status": ({}, False),
+    # A host whose GPUs all read clean last time: its early read is --query-gpu.
+    "status-seen-clean": ({}, False),
 }
 
 
@@ -52,8 +54,9 @@ def shellcheck() -> str | None:
 
 def rendered(case: str) -> str:
     extra, check = CASES[case]
-    pb = load_playbook(case.removesuffix("-check"))
-    return render_script(resolve(pb, {}, extra), check=check, host_name="node01")
+    pb = load_playbook(case.removesuffix("-check").removesuffix("-seen-clean"))
+    return render_script(resolve(pb, {}, extra), check=check, host_name="node01",
+                         last_clean=case.endswith("-seen-clean"))
 
 
 def own_part(script: str) -> str:

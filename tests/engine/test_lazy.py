@@ -56,8 +56,9 @@ def test_the_cut_finds_every_function_bash_defines(path: Path) -> None:
         assert found == defined(text)
 
 
-def status_pieces() -> tuple[str, ...]:
-    return Renderer().pieces(resolve(load_playbook("status"), {}, {}), host_name="node01")
+def status_pieces(last_clean: bool = False) -> tuple[str, ...]:
+    return Renderer().pieces(resolve(load_playbook("status"), {}, {}), host_name="node01",
+                             last_clean=last_clean)
 
 
 def test_a_status_script_once_loaded_has_every_definition_of_the_whole_library() -> None:
@@ -152,10 +153,18 @@ def test_an_idle_node_parses_no_group_and_a_busy_one_the_first_once(
     assert "\tscope\troot\t0\t" in res.stdout and "\tverify\tok\t" in res.stdout, res
     assert "parsed group" not in res.stderr
 
+    # A host seen clean last time reads its GPUs with --query-gpu: an idle node's too.
+    seen_clean = counted("".join(status_pieces(last_clean=True)))
+    fleet.node_path("node01", "/tmp/seen.sh").write_text(seen_clean)
+    seen_argv = ["bash", "-c", f"{command(len(seen_clean.encode()))} </tmp/seen.sh"]
+    res = fleet.run_in("node01", seen_argv)
+    assert "\tverify\tok\t" in res.stdout and "parsed group" not in res.stderr, res
+
     workers = fleet.spawn("node01", "sglang", gpus="0-7", mib=4096)
-    busy = fleet.run_in("node01", argv)
-    assert "\tverify\tdirty\t" in busy.stdout, busy.stdout + busy.stderr
-    assert busy.stderr.count("parsed group") == 1 and "parsed group 1" in busy.stderr
-    named = {int(line.split("\t")[2]) for line in busy.stdout.splitlines()
-             if line.startswith("@@fleetclean\tproc\t")}
-    assert len(named & set(workers)) == 8  # its eight TP workers, each on its GPU
+    for start in (argv, seen_argv):
+        busy = fleet.run_in("node01", start)
+        assert "\tverify\tdirty\t" in busy.stdout, busy.stdout + busy.stderr
+        assert busy.stderr.count("parsed group") == 1 and "parsed group 1" in busy.stderr
+        named = {int(line.split("\t")[2]) for line in busy.stdout.splitlines()
+                 if line.startswith("@@fleetclean\tproc\t")}
+        assert len(named & set(workers)) == 8  # its eight TP workers, each on its GPU

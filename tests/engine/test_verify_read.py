@@ -433,3 +433,115 @@ if [[ -e /proc/$BASHPID/fd/$rr ]]; then echo open; else echo closed; fi
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
                          timeout=30, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
     assert out.stdout.split() == ["rc=1", "left=", "closed"]
+
+
+# A host whose GPUs all read clean last time (results/lastclean.py): its status script's
+# first line started --query-gpu (FC_VGFD) and, where the kernel log cannot rule a pending
+# remap out, the pending fields beside it (FC_VRRFD); the apps are asked for only where a
+# GPU is in use (the harness explains only the GPUs above MAX).
+GPUS_DRIVER = DRIVER.replace(
+    'fc_verify_apps\nfor line in "${FC_VAPPS[@]}"; do printf \'app\\t%s\\n\' "$line"; done\n',
+    "").replace("fc_verify_explain\n", "((${#FC_VOVER[@]} == 0)) || fc_verify_explain\n"
+                'for line in "${FC_VAPPS[@]}"; do printf \'app\\t%s\\n\' "$line"; done\n')
+GPUS_EARLY = """t=$(<"$FIX_G")
+exec {FC_VGFD}< <(printf '%s\\n@%s' "${t%__rc=*}" "${t##*__rc=}")
+if [[ -n $FIX_RR ]]; then
+    t=$(<"$FIX_RR")
+    exec {FC_VRRFD}< <(printf '%s\\n@%s' "${t%__rc=*}" "${t##*__rc=}")
+fi
+"""
+APPS_CALL = "--query-compute-apps=pid,process_name,used_memory,gpu_uuid"
+
+
+def real_gpus(used: str = "50387") -> str:
+    """The captured --query-gpu line of the H200 (its first five fields: what
+    --query-gpu=index,uuid,name,memory.used,memory.total prints), memory.used ``used``."""
+    fields = (DATA / "gpu_pending_held.txt").read_text().splitlines()[0].split(", ")[:5]
+    fields[3] = used
+    return ", ".join(fields) + "\n__rc=0\n"
+
+
+def read_gpus(tmp: Path, gpus: str, *, pending: str | None = None, max_mib: int = 0,
+              apps: str = "apps_two_held.txt", info: str | None = None,
+              q_text: str = "") -> dict[str, list[str]]:
+    """``read`` for a host seen clean: ``gpus`` what the early --query-gpu printed (then
+    __rc=N), ``pending`` what the pending fields' query printed (None: not asked)."""
+    drv = tmp / "drv"
+    if not drv.exists():
+        driver_info(drv, real_info() if info is None else info)
+    (tmp / "g.txt").write_text(gpus)
+    (tmp / "rr.txt").write_text(pending or "")
+    (tmp / "q.txt").write_text(q_text or real_q())
+    calls = tmp / "calls"
+    calls.write_text("")
+    script = "\n".join([template("lib.sh"), template("verify.sh"), f"FC_VDRIVER={drv}",
+                        GPUS_EARLY, GPUS_DRIVER])
+    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "FIX_Q": str(tmp / "q.txt"),
+           "FIX_QS": str(tmp / "q.txt"), "FIX_GPU": str(DATA / "gpu_pending_held.txt"),
+           "FIX_APPS": str(DATA / apps), "CALLS": str(calls), "MAX": str(max_mib),
+           "SECTIONS": "", "FIX_G": str(tmp / "g.txt"),
+           "FIX_RR": str(tmp / "rr.txt") if pending is not None else ""}
+    out = subprocess.run(["bash", "-c", script], env=env,
+                         capture_output=True, text=True, check=True, timeout=30)
+    got: dict[str, list[str]] = {"calls": calls.read_text().splitlines()}
+    for line in out.stdout.splitlines():
+        kind, _, rest = line.partition("\t")
+        got.setdefault(kind, []).append(rest)
+    return got
+
+
+def test_a_clean_host_seen_clean_reads_its_gpus_in_one_query_and_nothing_else(
+        tmp_path: Path) -> None:
+    got = read_gpus(tmp_path, real_gpus("0"))
+    with_q = read(tmp_path / "q", (DATA / "q_mem_pids_rr_idle.txt").read_text(), max_mib=0)
+    assert got["mode"] == ["q"] and got["rc"] == ["0"]
+    # The row the -q read gives, but for the device minor, which no one needed.
+    assert [r.rsplit("\t", 1)[0] for r in got["row"]] == [
+        r.rsplit("\t", 1)[0] for r in with_q["row"]]
+    assert got["row"][0].endswith("\t")
+    assert got["calls"] == [] and "app" not in got and "dev" not in got
+
+
+def test_a_host_seen_clean_and_now_in_use_asks_for_its_apps_after_the_query(
+        tmp_path: Path) -> None:
+    got = read_gpus(tmp_path, real_gpus())
+    with_q = read(tmp_path / "q", real_q(), max_mib=0)
+    assert got["calls"] == [APPS_CALL]  # the apps explain the GPU: no ls of the fds
+    assert got["app"] == with_q["app"] and len(got["app"]) == 2
+    assert "dev" not in got
+
+
+def test_memory_no_app_explains_on_a_host_seen_clean_looks_for_holders_of_its_minor(
+        tmp_path: Path) -> None:
+    info = real_info().replace("Device Minor: \t 0", "Device Minor: \t 3")
+    got = read_gpus(tmp_path, real_gpus(), apps="apps_empty.txt", info=info)
+    assert got["calls"][0] == APPS_CALL and got["calls"][1].startswith("ls -l /proc/")
+    assert got["dev"] == ["0\t3"]  # the minor of the driver's file with the row's uuid
+
+
+def test_a_pending_remap_on_a_host_seen_clean_comes_from_the_query_beside(
+        tmp_path: Path) -> None:
+    got = read_gpus(tmp_path, real_gpus("0"), pending="0, [N/A], Yes\n__rc=0\n")
+    assert got["mode"] == ["q"] and got["row"][0].split("\t")[2] == "[N/A] Yes"
+    assert got["calls"] == []
+
+
+@pytest.mark.parametrize(("name", "gpus", "pending"), [
+    ("an infoROM warning, exit 14",
+     "WARNING: infoROM is corrupted at gpu 0000:00:06.0\n" + real_gpus().replace(
+         "__rc=0", "__rc=14"), None),
+    ("[N/A] memory", real_gpus("[N/A]"), None),
+    ("no output, exit 0", "__rc=0\n", None),
+    ("NVML failed, exit 18",
+     "Failed to initialize NVML: Driver/library version mismatch\n__rc=18\n", None),
+    ("a field missing", real_gpus().replace(", 143771", ""), None),
+    ("the pending query failed", real_gpus(), "Field \"remapped_rows.pending\" is not a "
+     "valid field to query.\n\n__rc=2\n"),
+    ("the pending query without the GPU", real_gpus(), "1, [N/A], No\n__rc=0\n"),
+])
+def test_what_the_query_of_a_host_seen_clean_cannot_take_is_read_with_q(
+        tmp_path: Path, name: str, gpus: str, pending: str | None) -> None:
+    got = read_gpus(tmp_path, gpus, pending=pending, max_mib=60000)
+    with_q = read(tmp_path / "q", real_q(), max_mib=60000)
+    assert got["calls"][0] == Q_ALL, name  # -q asks anew, then the row is -q's
+    assert got["mode"] == ["q"] and got["row"] == with_q["row"], name

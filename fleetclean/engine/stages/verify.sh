@@ -83,6 +83,9 @@ fc_verify() {
         fi
         # The GPUs' driver files too, while the early read still runs.
         fc_verify_gpu_info_all
+    elif [[ -n ${FC_VGFD:-} && $FC_VQ_SECTIONS == *ROW_REMAPPER* ]]; then
+        exec {FC_VRRFD}< <(nvidia-smi --query-gpu="index$FC_VQ_PENDING" \
+            --format=csv,noheader,nounits 2>&1 </dev/null; printf '\n@%d' "$?")
     fi
     fc_now_us
     t0=$REPLY
@@ -271,7 +274,11 @@ fc_verify_end() {
 # pid, process_name, used_memory, gpu_uuid), or wait on FC_VAPPFD (fc_verify_apps).
 FC_VMODE=q
 FC_VDRIVER=/proc/driver/nvidia/gpus
+FC_VAPPSLATER=0
 fc_verify_read() {
+    if [[ -n ${FC_VGFD:-} ]] && fc_verify_read_gpus; then
+        return 0
+    fi
     if [[ $FC_VMODE == q ]] && fc_verify_read_q; then
         return 0
     fi
@@ -402,6 +409,56 @@ fc_verify_early_q() {
     [[ $rc == 0 ]]
 }
 
+# The GPU read a status script's first line started for a host whose GPUs all read clean
+# at its last status (render.early_reads, FC_VGFD): the --query-gpu pdsh users
+# type, for the rows; the compute apps asked for only where some GPU is in use
+# (FC_VAPPSLATER: fc_verify_apps), and the device minors (the driver's files, by uuid) only
+# where a holder must be looked for (fc_verify_explain). It costs 0.8-1.9 ms of wall less
+# than -q (an H100, an H200: benchmarks/RESULTS.md), and a clean host reads no driver
+# file; a host in use again pays its apps' query after this one. (The bus id would have
+# matched the driver's files directly: asking for it costs what -q costs.) Where the kernel log cannot rule a pending
+# remap out, the pending fields were asked for beside it (FC_VRRFD), matched by index.
+# Fails, setting nothing, where either call failed or a line is not as asked: the -q read
+# then asks anew (and the CSV read after it, as ever).
+fc_verify_read_gpus() {
+    local out rr="" line rc=0 fields
+    local -a rows=() idx=() uuids=() used=() minors=() pends=()
+    local -A pending=()
+    fc_verify_early_q FC_VGFD || rc=1
+    out=$REPLY
+    if [[ -n ${FC_VRRFD:-} ]]; then
+        fc_verify_early_q FC_VRRFD || rc=1
+        rr=$REPLY
+    fi
+    ((rc == 0)) || return 1
+    fc_lines "$rr"
+    for line in "${FC_LINES[@]}"; do
+        [[ -n $line ]] || continue
+        [[ $line =~ ^([0-9]+),\ ([^,]+),\ ([^,]+)$ ]] || return 1
+        pending[${BASH_REMATCH[1]}]="${BASH_REMATCH[2]} ${BASH_REMATCH[3]}"
+    done
+    fc_lines "$out"
+    for line in "${FC_LINES[@]}"; do
+        [[ -n $line ]] || continue
+        # index, uuid, name (which may hold commas), used, total.
+        [[ $line =~ ^([0-9]+),\ (GPU-[^,]+),\ (.+),\ ([0-9]+),\ ([0-9]+)$ ]] || return 1
+        fields=("${BASH_REMATCH[@]}")
+        if [[ -n $rr ]]; then
+            [[ -n ${pending[${fields[1]}]:-} ]] || return 1
+            pends+=("${pending[${fields[1]}]}")
+        else
+            pends+=("[N/A] No")
+        fi
+        rows+=("${fields[1]}, ${fields[2]}, ${fields[3]}, ${fields[4]}, ${fields[5]}")
+        idx+=("${fields[1]}") uuids+=("${fields[2]}") used+=("${fields[4]}") minors+=("")
+    done
+    ((${#rows[@]})) || return 1
+    FC_VROWS=("${rows[@]}") FC_VIDX=("${idx[@]}") FC_VUUID=("${uuids[@]}")
+    FC_VUSED=("${used[@]}") FC_VPEND=("${pends[@]}") FC_VMINOR=("${minors[@]}")
+    FC_VAPPS=() FC_VAPPSLATER=1
+    FC_VRC=0 FC_VOUT=$out FC_VNOTE=""
+}
+
 # The driver's facts about the GPU at bus id $1 (as nvidia-smi prints it, 00000000:18:00.0),
 # from /proc/driver/nvidia/gpus/0000:18:00.0/information, read once a run with builtins:
 # REPLY "uuid, name" (as --query-gpu=uuid,name gives them) and FC_VGPU_MINOR. Fails when
@@ -433,6 +490,19 @@ fc_verify_gpu_info_load() {
     minor=${BASH_REMATCH[1]}
     [[ -n $uuid && -n $name ]] || return 1
     FC_VINFO[$1]="$minor $uuid, $name"
+}
+
+# FC_VMINOR of row $1 where a read did not give it (the CSV reads): the driver's file
+# whose uuid is the row's; left empty where none is (the index then stands for it).
+fc_verify_minor_of() {
+    local info
+    ((${#FC_VINFO[@]})) || fc_verify_gpu_info_all
+    for info in "${FC_VINFO[@]}"; do
+        if [[ ${info#* } == "${FC_VUUID[$1]}, "* ]]; then
+            FC_VMINOR[$1]=${info%% *}
+            return 0
+        fi
+    done
 }
 
 # Every GPU's FC_VINFO, read while an early -q read (render.early_reads) still runs, so
@@ -493,12 +563,20 @@ fc_verify_read_csv() {
 # The compute apps of this read in FC_VAPPS: the CSV read's parallel query waited for and
 # closed (once), the -q read's already there.
 fc_verify_apps() {
+    if ((FC_VAPPSLATER)); then
+        FC_VAPPSLATER=0
+        mapfile -t FC_VAPPS < <(nvidia-smi \
+            --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
+            --format=csv,noheader,nounits 2>/dev/null </dev/null)
+        return 0
+    fi
     [[ -n ${FC_VAPPFD:-} ]] || return 0
     mapfile -t FC_VAPPS <&"$FC_VAPPFD"
     fc_verify_apps_close
 }
 
 fc_verify_apps_close() {
+    FC_VAPPSLATER=0
     [[ -n ${FC_VAPPFD:-} ]] || return 0
     exec {FC_VAPPFD}<&-
     FC_VAPPFD=""
@@ -539,7 +617,9 @@ fc_verify_explain() {
     for i in "${FC_VOVER[@]}"; do
         idx=${FC_VIDX[$i]}
         FC_VPIDS[$idx]=${pids_on[${FC_VUUID[$i]}]:-}
-        [[ -n ${FC_VPIDS[$idx]} ]] || unexplained[$idx]=${FC_VMINOR[$i]:-$idx}
+        [[ -n ${FC_VPIDS[$idx]} ]] && continue
+        [[ -n ${FC_VMINOR[$i]:-} ]] || fc_verify_minor_of "$i"
+        unexplained[$idx]=${FC_VMINOR[$i]:-$idx}
     done
     ((${#unexplained[@]})) || return 0
     fc_gpu_files

@@ -1,0 +1,190 @@
+"""A host whose GPUs all read clean at its last status reads them next time with the
+query pdsh users type (``--query-gpu``), and asks for the compute apps only where a GPU is in
+use again (``results/lastclean.py``, ``verify.sh``: fc_verify_read_gpus). Whatever the read,
+the table is the same: these tests read each node both ways, as it is, and compare."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from simhelp import Cli, spawn_cli
+
+from fleetclean.engine.render import LAST_CLEAN_NOTE
+from fleetclean.results import lastclean
+from fleetclean.sim import SimFleet
+
+pytestmark = pytest.mark.sim
+
+GPU_QUERY = "--query-gpu=index,uuid,name,memory.used,memory.total --format=csv,noheader,nounits"
+APPS_QUERY = ("--query-compute-apps=pid,process_name,used_memory,gpu_uuid "
+              "--format=csv,noheader,nounits")
+PENDING_QUERY = ("--query-gpu=index,retired_pages.pending,remapped_rows.pending "
+                 "--format=csv,noheader,nounits")
+# The node's status script, its nvidia-smi calls logged (their arguments, one a line).
+LOGGED_STATUS = r"""nvidia-smi() { echo "$*" >>/tmp/smi.args; command nvidia-smi "$@"; }
+export -f nvidia-smi
+: >/tmp/smi.args
+bash -s </tmp/status.sh >/tmp/status.out
+cat /tmp/smi.args"""
+
+
+def hinted() -> dict[str, Any]:
+    return dict(json.loads(lastclean.path().read_text())["hosts"])
+
+
+def both_reads(fleet: SimFleet, cli: Cli, host: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``host``'s status as the hint makes it read, then as a host never seen clean reads
+    it (-q); the hint left as the first of the two left it."""
+    with_hint = cli("status", "-i", fleet.inventory_path, "--json").host(host)
+    after = lastclean.path().read_text()
+    lastclean.path().write_text(json.dumps({"hosts": {}}))
+    without = cli("status", "-i", fleet.inventory_path, "--json").host(host)
+    lastclean.path().write_text(after)
+    return with_hint, without
+
+
+def calls(fleet: SimFleet, cli: Cli, host: str) -> list[str]:
+    """The nvidia-smi calls of ``host``'s status script as ``show`` renders it now."""
+    script = cli("show", "status", "-i", fleet.inventory_path, "--host", host).out
+    fleet.node_path(host, "/tmp/status.sh").write_text(script)
+    out = fleet.run_in(host, ["bash", "-c", LOGGED_STATUS]).stdout
+    return [line for line in out.splitlines() if line]
+
+
+def table(host: dict[str, Any]) -> tuple[Any, ...]:
+    """What a person reads of a host: its status, its error, every GPU row with its
+    processes, the Xids."""
+    return (host["status"], host.get("error"), json.dumps(host["gpus"], sort_keys=True),
+            json.dumps(host.get("xids"), sort_keys=True))
+
+
+def test_a_host_seen_clean_reads_as_pdsh_does_and_names_who_uses_it_again(
+    sim_fleet_factory: Any, cli: Cli
+) -> None:
+    fleet = sim_fleet_factory(3)
+    fleet.spawn("node02", "sglang", gpus="0-7", mib=4096)
+    # Never seen: every host reads -q; the clean ones are noted.
+    assert calls(fleet, cli, "node01") == ["-q -d MEMORY,PIDS"]
+    first = cli("status", "-i", fleet.inventory_path, "--json")
+    assert [first.host(h)["status"] for h in ("node01", "node02", "node03")] == [
+        "clean", "dirty", "clean"]
+    assert sorted(hinted()) == ["node01", "node03"]
+    # node01 now reads the GPUs as pdsh would, one call; node02 (in use) still reads -q.
+    shown = cli("show", "status", "-i", fleet.inventory_path, "--host", "node01").out
+    assert LAST_CLEAN_NOTE in shown and "{FC_VGFD}< <(" in shown
+    assert calls(fleet, cli, "node01") == [GPU_QUERY]
+    assert calls(fleet, cli, "node02") == ["-q -d MEMORY,PIDS"]
+    # In use again: the compute apps are asked for after the GPUs, and each worker is
+    # named as the -q read names it.
+    worker = fleet.spawn("node01", "sglang", gpus="0-7", mib=2048)
+    assert calls(fleet, cli, "node01") == [GPU_QUERY, APPS_QUERY]
+    with_hint, without = both_reads(fleet, cli, "node01")
+    assert with_hint["status"] == "dirty"
+    named = {p["pid"] for g in with_hint["gpus"] for p in g["processes"]}
+    assert len(named) == 8 and named < set(worker)
+    assert table(with_hint) == table(without)
+    # Seen in use: the hint is gone, and the next status reads -q again.
+    assert sorted(hinted()) == ["node03"]
+    assert calls(fleet, cli, "node01") == ["-q -d MEMORY,PIDS"]
+
+
+def test_memory_no_process_holds_on_a_host_seen_clean_is_found_as_with_q(
+    sim_fleet_factory: Any, cli: Cli
+) -> None:
+    fleet = sim_fleet_factory(1)
+    cli("status", "-i", fleet.inventory_path, "--json")
+    assert list(hinted()) == ["node01"]
+    fleet.set_fault("node01", "leak", 3, 1500)
+    # The apps explain nothing: the holders of /dev/nvidia3 are looked for, its device
+    # minor read from the driver's file of the uuid the query gave.
+    assert calls(fleet, cli, "node01") == [GPU_QUERY, APPS_QUERY]
+    out = fleet.node_path("node01", "/tmp/status.out").read_text()
+    assert "@@fleetclean\tbare\t3\t1500" in out
+    with_hint, without = both_reads(fleet, cli, "node01")
+    assert with_hint["status"] == "dirty" and table(with_hint) == table(without)
+
+
+def test_a_pending_remap_on_a_host_seen_clean_is_read_beside_the_query(
+    sim_fleet_factory: Any, cli: Cli
+) -> None:
+    fleet = sim_fleet_factory(1)
+    cli("status", "-i", fleet.inventory_path, "--json")
+    fleet.set_fault("node01", "xid", 13, 2)  # an application's Xid: no remap can be pending
+    assert calls(fleet, cli, "node01") == [GPU_QUERY]
+    fleet.set_fault("node01", "none")
+    cli("status", "-i", fleet.inventory_path, "--json")
+    # The ECC error that marks a row (Xid 63): the pending fields are asked for beside.
+    fleet.set_fault("node01", "remapped-pending", 1)
+    assert sorted(calls(fleet, cli, "node01")) == sorted([GPU_QUERY, PENDING_QUERY])
+    with_hint, without = both_reads(fleet, cli, "node01")
+    assert with_hint["status"] == "faulty"
+    assert "GPU1: remapped rows pending" in with_hint["error"]
+    assert table(with_hint) == table(without)
+
+
+@pytest.mark.parametrize("fault", [("lost", 2), ("inforom",), ("nvml",), ("na",)])
+def test_a_failing_query_on_a_host_seen_clean_reads_as_before(
+    sim_fleet_factory: Any, cli: Cli, fault: tuple[Any, ...]
+) -> None:
+    fleet = sim_fleet_factory(1)
+    cli("status", "-i", fleet.inventory_path, "--json")
+    assert list(hinted()) == ["node01"]
+    fleet.set_fault("node01", *fault)
+    # The query's answer is not taken: -q asks anew (and the CSV queries after it).
+    assert calls(fleet, cli, "node01")[:2] == [GPU_QUERY, "-q -d MEMORY,PIDS"]
+    with_hint, without = both_reads(fleet, cli, "node01")
+    assert with_hint["status"] != "clean" and table(with_hint) == table(without)
+
+
+# The node's own nvidia-smi replaced by one that logs its arguments first (its link to the
+# fleet's shared copy removed, that copy kept as /tmp/real-smi).
+LOGGING_SMI = r"""cp /usr/local/sbin/nvidia-smi /tmp/real-smi
+rm /usr/local/sbin/nvidia-smi
+printf '#!/bin/sh\necho "$*" >>/tmp/smi.log\nexec /tmp/real-smi "$@"\n' >/usr/local/sbin/nvidia-smi
+chmod 755 /usr/local/sbin/nvidia-smi"""
+
+
+def test_a_watch_reads_each_host_by_what_its_last_refresh_saw(
+    sim_fleet_factory: Any, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(1)
+    assert fleet.run_in("node01", ["bash", "-c", LOGGING_SMI]).returncode == 0
+    log = fleet.node_path("node01", "/tmp/smi.log")
+    log.write_text("")
+
+    def seen() -> list[str]:
+        return log.read_text().splitlines()
+
+    proc = spawn_cli(tmp_path, "status", "--watch", "0.2", "-i", str(fleet.inventory_path))
+    try:
+        # Never seen: -q; seen clean: the query from the next refresh on.
+        wait_for("two refreshes", lambda: len(seen()) >= 2)
+        assert seen()[:2] == ["-q -d MEMORY,PIDS", GPU_QUERY]
+        worker = fleet.spawn("node01", "sglang", gpus="0-7", mib=2048)
+        # In use again: the apps after the query, then -q while it stays in use.
+        wait_for("the worker seen", lambda: APPS_QUERY in seen())
+        wait_for("a -q read after it",
+                 lambda: "-q -d MEMORY,PIDS" in seen()[seen().index(APPS_QUERY):])
+        assert worker
+    finally:
+        proc.send_signal(signal.SIGINT)  # our own child, by PID
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    assert proc.returncode == 130, err
+
+
+def wait_for(what: str, ok: Callable[[], bool], seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not ok():
+        assert time.monotonic() < deadline, f"not within {seconds:g}s: {what}"
+        time.sleep(0.1)
