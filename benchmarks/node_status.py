@@ -3,8 +3,12 @@
 Run as root on Linux: ``.venv/bin/python benchmarks/node_status.py [--rounds 5] [--n 20]``.
 Starts a one-node simulated fleet (nvidia-persistenced on every GPU, as by default), renders
 ``status`` for it, and inside the node times, in alternating rounds of ``--n`` calls each,
-(a) ``bash -s`` reading the rendered script from a pipe, as it does under sshd (a here-string:
-bash 5.1 and later pass one that fits a pipe through a pipe), (b) the bare query the peers
+(a) the rendered script as sshd has it run: the login shell's ``bash -c`` of
+``transport.boot`` reads it whole from a pipe, then runs it (a here-string: bash 5.1 and
+later pass one that fits a pipe through a pipe); as for a host never seen (its GPUs read
+with -q) and, as ``status_seen_clean``, for a host whose GPUs all read clean at its last
+status (``results/lastclean.py``: ``--query-gpu``, the apps only where a GPU is in use, as
+on the busy node here), (b) the bare query the peers
 run, ``nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total
 --format=csv,noheader,nounits``, and (c) the same query as pdsh or ssh run it, through a
 login shell (``bash -c '<query>'``): first on the idle node, then with an SGLang tp8 workload
@@ -38,9 +42,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from fleetclean.transport.boot import read_and_run
 
 SUBNET = 91
 BARE = ("nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total "
@@ -63,7 +70,7 @@ PARTS = {
 # Wall time and the CPU of every child, from bash itself (no /usr/bin/time in a node). $S
 # is the script, $DEFS the script without its last line: fed to bash -s as here-strings.
 TIMER = r"""
-n=$1; S=$(<"$2"); shift 2
+n=$1; S=$(<"$2"); BOOT=$3; shift 3
 DEFS=${S#*read -r -N *$'\n'}
 DEFS=${DEFS%fc_main </dev/null*}
 t0=$EPOCHREALTIME
@@ -73,6 +80,8 @@ echo "$t0 $t1"
 times
 """
 Runner = Callable[[list[str]], str]  # argv -> its stdout, in the node or here
+# Each script's size in bytes, by its path where that is inside a simulated node.
+SIZES: dict[str, int] = {}
 
 
 def _cpu_seconds(field: str) -> float:
@@ -81,8 +90,11 @@ def _cpu_seconds(field: str) -> float:
 
 
 def measure(run: Runner, n: int, command: str, script: str) -> tuple[float, float]:
-    """(wall, cpu) seconds per call of ``command``, run by ``run``."""
-    stdout = run(["bash", "-c", TIMER, "timer", str(n), script, command])
+    """(wall, cpu) seconds per call of ``command``, run by ``run``; ``$S`` in it is the
+    script at the path ``script``, ``$BOOT`` the command sshd's login shell runs for it
+    (transport.boot: the script read whole from standard input, then run)."""
+    size = SIZES[script] if script in SIZES else len(Path(script).read_bytes())
+    stdout = run(["bash", "-c", TIMER, "timer", str(n), script, read_and_run(size), command])
     # `times` prints the shell's own CPU, then its children's: the calls are children.
     lines = stdout.splitlines()
     t0, t1 = lines[0].split()
@@ -90,11 +102,15 @@ def measure(run: Runner, n: int, command: str, script: str) -> tuple[float, floa
     return (float(t1) - float(t0)) / n, (_cpu_seconds(user) + _cpu_seconds(sys_)) / n
 
 
-def rounds(run: Runner, args: argparse.Namespace, label: str, script: str,
-           against: str = "") -> dict[str, Any]:
-    status = 'bash -s <<<"$S"'
+def rounds(run: Runner, args: argparse.Namespace, label: str, script: str, *,
+           against: str = "", seen_clean: str = "") -> dict[str, Any]:
+    # As sshd runs it: the login shell's `bash -c` reads the script whole from the pipe,
+    # then runs it (under `bash -s` bash would read its first lines a byte a read(2)).
+    status = 'bash -c "$BOOT" <<<"$S"'
     commands = [("status", status, script), ("bare", BARE, script),
                 ("bare_shell", BARE_SHELL, script)]
+    if seen_clean:
+        commands.append(("status_seen_clean", status, seen_clean))
     if against:
         commands.append(("against", status, against))
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in commands}
@@ -107,17 +123,20 @@ def rounds(run: Runner, args: argparse.Namespace, label: str, script: str,
     figures: dict[str, Any] = {
         f"{name}_ms": {"wall": [w * 1000 for w, _ in xs], "cpu": [c * 1000 for _, c in xs]}
         for name, xs in runs.items()}
-    for base in [b for b in ("bare", "bare_shell", "against") if b in runs]:
-        for i, name in enumerate(("wall", "cpu")):
-            xs = [s[i] / b[i] for s, b in zip(runs["status"], runs[base], strict=True)]
-            print(f"{label}: {name} ratio status/{base}: min {min(xs):.2f} median "
-                  f"{statistics.median(xs):.2f} max {max(xs):.2f}")
-            figures[f"{name}_ratio_{base}"] = {"min": min(xs), "median": statistics.median(xs),
-                                               "max": max(xs)}
-        best = (min(w for w, _ in runs["status"]), min(w for w, _ in runs[base]))
-        figures[f"best_ratio_{base}"] = best[0] / best[1]
-        print(f"{label}: best status {best[0] * 1000:.1f} ms / best {base} "
-              f"{best[1] * 1000:.1f} ms = {best[0] / best[1]:.2f}x")
+    for which in [s for s in ("status", "status_seen_clean") if s in runs]:
+        for base in [b for b in ("bare", "bare_shell", "against") if b in runs]:
+            key = base if which == "status" else f"{base}_seen_clean"
+            for i, name in enumerate(("wall", "cpu")):
+                xs = [s[i] / b[i] for s, b in zip(runs[which], runs[base], strict=True)]
+                print(f"{label}: {name} ratio {which}/{base}: min {min(xs):.2f} median "
+                      f"{statistics.median(xs):.2f} max {max(xs):.2f}")
+                figures[f"{name}_ratio_{key}"] = {"min": min(xs),
+                                                  "median": statistics.median(xs),
+                                                  "max": max(xs)}
+            best = (min(w for w, _ in runs[which]), min(w for w, _ in runs[base]))
+            figures[f"best_ratio_{key}"] = best[0] / best[1]
+            print(f"{label}: best {which} {best[0] * 1000:.1f} ms / best {base} "
+                  f"{best[1] * 1000:.1f} ms = {best[0] / best[1]:.2f}x")
     if args.parts:
         figures["parts_ms"] = {}
         for name, command in PARTS.items():
@@ -134,13 +153,30 @@ def local(argv: list[str]) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
 
-def render(args: argparse.Namespace, where: list[str], checkout: Path | None = None) -> str:
+def render(args: argparse.Namespace, where: list[str], checkout: Path | None = None,
+           seen_clean: bool = False) -> str:
     """``fleetclean show status`` for ``where`` (``--local``, or an inventory and a host),
-    by this checkout's code or by ``checkout``'s."""
-    env = {**os.environ, "PYTHONPATH": str(checkout)} if checkout else None
-    return subprocess.run([sys.executable, "-m", "fleetclean", "show", "status", *where],
-                          capture_output=True, text=True, check=True, env=env,
-                          cwd=checkout).stdout
+    by this checkout's code or by ``checkout``'s; ``seen_clean``: for a host whose GPUs all
+    read clean at its last status (results/lastclean.py: the early read is --query-gpu),
+    else for one never seen (-q)."""
+    with tempfile.TemporaryDirectory() as state:
+        env = {**os.environ, "FLEETCLEAN_STATE_DIR": state}
+        if checkout:
+            env["PYTHONPATH"] = str(checkout)
+
+        def show() -> str:
+            return subprocess.run([sys.executable, "-m", "fleetclean", "show", "status",
+                                   *where], capture_output=True, text=True, check=True,
+                                  env=env, cwd=checkout).stdout
+
+        text = show()
+        if seen_clean:
+            host = json.loads(text.split("# host: ", 1)[1].split("  mode:", 1)[0])
+            (Path(state) / "last-clean.json").write_text(
+                json.dumps({"hosts": {host: time.time()}}))
+            text = show()
+            assert "FC_VGFD" in text, "the hint was not taken"
+        return text
 
 
 def real(args: argparse.Namespace) -> dict[str, Any]:
@@ -152,12 +188,14 @@ def real(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "status.sh"
         path.write_text(render(args, ["--local"]))
+        clean = Path(tmp) / "seen_clean.sh"
+        clean.write_text(render(args, ["--local"], seen_clean=True))
         other = ""
         if args.against:
             other = str(Path(tmp) / "against.sh")
             Path(other).write_text(render(args, ["--local"], args.against))
-        return {"gpus": gpus.splitlines(), "as found": rounds(local, args, "as found",
-                                                               str(path), other)}
+        return {"gpus": gpus.splitlines(), "as found": rounds(
+            local, args, "as found", str(path), against=other, seen_clean=str(clean))}
 
 
 def simulated(args: argparse.Namespace) -> dict[str, Any]:
@@ -167,18 +205,25 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
         fleet = SimFleet.up(1, Path(tmp), subnet=args.subnet)
         try:
             where = ["-i", str(fleet.inventory_path), "--host", "node01"]
-            fleet.node_path("node01", "/tmp/status.sh").write_text(render(args, where))
+            texts = {"/tmp/status.sh": render(args, where),
+                     "/tmp/seen_clean.sh": render(args, where, seen_clean=True)}
             other = ""
             if args.against:
                 other = "/tmp/against.sh"
-                fleet.node_path("node01", other).write_text(render(args, where, args.against))
+                texts[other] = render(args, where, args.against)
+            for path, text in texts.items():
+                fleet.node_path("node01", path).write_text(text)
+                SIZES[path] = len(text.encode())
 
             def in_node(argv: list[str]) -> str:
                 return fleet.run_in("node01", argv).stdout
 
-            figures = {"idle": rounds(in_node, args, "idle", "/tmp/status.sh", other)}
+            figures = {"idle": rounds(in_node, args, "idle", "/tmp/status.sh", against=other,
+                                      seen_clean="/tmp/seen_clean.sh")}
             fleet.spawn("node01", "sglang", gpus="0-7", mib=4096)
-            figures["busy"] = rounds(in_node, args, "busy", "/tmp/status.sh", other)
+            # A host seen clean and then in use: the query, then the apps after it.
+            figures["busy"] = rounds(in_node, args, "busy", "/tmp/status.sh", against=other,
+                                     seen_clean="/tmp/seen_clean.sh")
             return figures
         finally:
             fleet.down()
