@@ -62,7 +62,7 @@ def _watch_jobs(hosts: list[Host], args: argparse.Namespace
     name, each_q, _ = render_jobs("status", hosts, args.extra_vars, check=False, force=False,
                                   scope=scope_of(args), last_clean=())
     _, each_gpu, _ = render_jobs("status", hosts, args.extra_vars, check=False, force=False,
-                                 scope=scope_of(args), last_clean=[h.name for h in hosts])
+                                 scope=scope_of(args), last_clean={h.name for h in hosts})
     each_q = ask_become_pass(args, each_q)
     known = lastclean.load()
     reads = {q.host.name: (q.host, q.pieces, g.pieces)

@@ -200,9 +200,9 @@ def render_jobs(
     renderer = Renderer(scope)
     # Only a script whose first work is the GPU read (status) starts it by the hint.
     if book.stages or book.verify is None:
-        last_clean = ()
-    elif last_clean is None:
-        last_clean = lastclean.load()
+        clean: Collection[str] = ()
+    else:
+        clean = lastclean.load() if last_clean is None else set(last_clean)
     jobs = []
     # Most hosts of a fleet share their variables (group_vars), and resolving them is most
     # of a post-extraction's rendering (0.24 ms a host): once per distinct set. repr keys
@@ -214,6 +214,6 @@ def render_jobs(
         if resolved is None:
             resolved = resolved_for[key] = resolve(book, host.vars, extra_vars)
         pieces = renderer.pieces(resolved, check=check, force=force, host_name=host.name,
-                                 last_clean=host.name in last_clean)
+                                 last_clean=host.name in clean)
         jobs.append(fleet.Job(host, pieces))
     return book.name, jobs, extra_vars

@@ -184,9 +184,10 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
     """
     path = f"PATH=$PATH:{_PATH_TAIL}"
     fd, args = ("FC_VGFD", VERIFY_GPU_ARGS) if last_clean else ("FC_VQFD", VERIFY_Q_ARGS)
-    gpu = (f"{_OWN.format(fd)} || {{ LC_ALL=C; exec {{{fd}}}< <({path} nvidia-smi "
-           f"{args} 2>&1 </dev/null; printf '\\n@%d' \"$?\"); }}")
-    klog = (f"{_OWN.format('FC_VXIDFD')} || {{ LC_ALL=C; exec {{FC_VXIDFD}}< <({path}; "
+    gpu = (f"{_OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; exec {{{fd}}}< <({path} "
+           f"nvidia-smi {args} 2>&1 </dev/null; printf '\\n@%d' \"$?\"); }}")
+    klog = (f"{_OWN.format('FC_VXIDFD')} || {{ unset FC_VXIDFD; LC_ALL=C; "
+            f"exec {{FC_VXIDFD}}< <({path}; "
             "read -r _ l _ 2>/dev/null </proc/sys/kernel/printk; "
             f"if [[ $l == [0-5] ]] && dmesg -l {KERNEL_LOG_LEVELS} 2>/dev/null </dev/null; "
             "then :; elif command -v sed >/dev/null 2>&1; then "

@@ -28,7 +28,9 @@ costs the next status the cheaper read on those hosts.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -73,21 +75,23 @@ def update(result: RunResult, now: float | None = None) -> None:
     if hosts == before:
         return
     target = path()
+    # Write then rename, under a name of this process's: a reader never sees half a file,
+    # and two runs ending at once do not write into each other's.
+    tmp = target.with_name(f".{FILE}.{os.getpid()}")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        # Write then rename, under a name of this process's: a reader never sees half a
-        # file, and two runs ending at once do not write into each other's.
-        tmp = target.with_name(f".{FILE}.{os.getpid()}")
         tmp.write_text(json.dumps({"hosts": hosts}, sort_keys=True, separators=(",", ":")))
         tmp.replace(target)
     except OSError:
-        return  # a hint: a read-only state directory costs the cheaper read, nothing else
+        # A hint: a state directory that cannot be written costs the cheaper read only.
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def _read() -> dict[str, float]:
     try:
         data = json.loads(path().read_text())
         hosts = data["hosts"]
-        return {str(h): float(t) for h, t in hosts.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
+        return {str(h): float(t) for h, t in hosts.items() if math.isfinite(float(t))}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return {}  # json's parser recurses: a file of nested brackets must not fail a run

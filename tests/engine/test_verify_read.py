@@ -538,10 +538,69 @@ def test_a_pending_remap_on_a_host_seen_clean_comes_from_the_query_beside(
     ("the pending query failed", real_gpus(), "Field \"remapped_rows.pending\" is not a "
      "valid field to query.\n\n__rc=2\n"),
     ("the pending query without the GPU", real_gpus(), "1, [N/A], No\n__rc=0\n"),
+    ("the pending query empty", real_gpus(), "__rc=0\n"),
 ])
-def test_what_the_query_of_a_host_seen_clean_cannot_take_is_read_with_q(
+def test_what_the_query_of_a_host_seen_clean_cannot_take_goes_to_the_csv_queries(
         tmp_path: Path, name: str, gpus: str, pending: str | None) -> None:
-    got = read_gpus(tmp_path, gpus, pending=pending, max_mib=60000)
-    with_q = read(tmp_path / "q", real_q(), max_mib=60000)
-    assert got["calls"][0] == Q_ALL, name  # -q asks anew, then the row is -q's
-    assert got["mode"] == ["q"] and got["row"] == with_q["row"], name
+    got = read_gpus(tmp_path, gpus, pending=pending, max_mib=0)
+    # No -q call in between: what the query could not take, -q would not either.
+    assert got["mode"] == ["csv"], name
+    assert sorted(got["calls"][:2]) == [
+        APPS_CALL, "--query-gpu=index,uuid,name,memory.used,memory.total,"
+        "retired_pages.pending,remapped_rows.pending"], name
+    csv_row = (DATA / "gpu_pending_held.txt").read_text().splitlines()[0]
+    assert got["row"] == [f"{csv_row.rsplit(', ', 2)[0]}\t50387\t[N/A] No\t"], name
+    apps = (DATA / "apps_two_held.txt").read_text().rpartition("__rc=")[0].splitlines()
+    assert got["app"] == apps, name  # the CSV read's own apps, not a query left pending
+
+
+def test_the_minor_of_each_gpu_seen_clean_is_the_one_of_its_uuid(tmp_path: Path) -> None:
+    """Two GPUs whose driver files list them in the other order, minors 5 and 4: each
+    unexplained GPU's device file is found by its uuid, not by its place."""
+    drv = tmp_path / "drv"
+    for bus, uuid, minor in (("0000:18:00.0", "GPU-bbb", 5), ("0000:2a:00.0", "GPU-aaa", 4)):
+        driver_info(drv, f"Model: \t\t NVIDIA H200\nGPU UUID: \t {uuid}\n"
+                    f"Bus Location: \t {bus}\nDevice Minor: \t {minor}\n", bus=bus)
+    gpus = ("0, GPU-aaa, NVIDIA H200, 1500, 143771\n1, GPU-bbb, NVIDIA H200, 900, 143771\n"
+            "__rc=0\n")
+    got = read_gpus(tmp_path, gpus, apps="apps_empty.txt")
+    assert sorted(got["dev"]) == ["0\t4", "1\t5"]
+    assert got["calls"][0] == APPS_CALL and got["calls"][1].startswith("ls -l /proc/")
+
+
+def test_a_gpu_name_with_commas_and_pending_fields_out_of_order_read_as_they_are(
+        tmp_path: Path) -> None:
+    gpus = ("0, GPU-aaa, NVIDIA A100, PCIe, 80GB, 0, 81920\n"
+            "1, GPU-bbb, NVIDIA A100, PCIe, 80GB, 0, 81920\n__rc=0\n")
+    got = read_gpus(tmp_path, gpus, pending="1, No, Yes\n0, No, No\n__rc=0\n")
+    assert got["mode"] == ["q"] and got["calls"] == []
+    assert got["row"] == ["0, GPU-aaa, NVIDIA A100, PCIe, 80GB, 0, 81920\t0\tNo No\t",
+                          "1, GPU-bbb, NVIDIA A100, PCIe, 80GB, 0, 81920\t0\tNo Yes\t"]
+
+
+def test_an_exported_descriptor_is_a_strangers_and_is_never_read(tmp_path: Path) -> None:
+    """A FC_VGFD from the environment (another program's descriptor) is neither read nor
+    closed by the verification; the host is read with -q, as one never seen."""
+    drv = tmp_path / "drv"
+    driver_info(drv, real_info())
+    (tmp_path / "q.txt").write_text((DATA / "q_mem_pids_rr_idle.txt").read_text())
+    (tmp_path / "theirs").write_text("their data\n")
+    calls = tmp_path / "calls"
+    calls.write_text("")
+    script = "\n".join([
+        template("lib.sh"), template("verify.sh"), f"FC_VDRIVER={drv}",
+        'exec 7<"$THEIRS"; export FC_VGFD=7',
+        "opt_max_used_mib=0 opt_timeout_ms=0 opt_interval_s=1 opt_interval_ms=1000",
+        "opt_settle_ms=0 opt_leak_quiet_ms=0 FC_CHECK=1",
+        DRIVER.split("FC_VQ_SECTIONS=")[0],  # the nvidia-smi stub
+        "dmesg() { :; }",  # no kernel log: nothing rules a pending remap out
+        "fc_verify >/dev/null",
+        'read -r line <&7 && printf "theirs\t%s\n" "$line"'])
+    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "FIX_Q": str(tmp_path / "q.txt"),
+           "FIX_QS": str(tmp_path / "q.txt"), "FIX_GPU": str(DATA / "gpu_pending_held.txt"),
+           "FIX_APPS": str(DATA / "apps_empty.txt"), "CALLS": str(calls),
+           "THEIRS": str(tmp_path / "theirs")}
+    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,
+                         timeout=30)
+    assert "theirs\ttheir data" in out.stdout, out.stdout + out.stderr
+    assert calls.read_text().splitlines()[0] == Q_ALL

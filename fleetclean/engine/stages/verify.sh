@@ -45,6 +45,12 @@ fc_verify_klog() {
 fc_verify() {
     local max=$opt_max_used_mib t0 state settled=0 respawn="" now
     local -A leak_since=() leak_used=()
+    # An early read's descriptor from the environment is a stranger's (render.early_reads
+    # unsets one before it starts its own): never read, never closed.
+    [[ -n ${FC_VQFD:-} && ${FC_VQFD@a} == *x* ]] && unset FC_VQFD
+    [[ -n ${FC_VGFD:-} && ${FC_VGFD@a} == *x* ]] && unset FC_VGFD
+    [[ -n ${FC_VRRFD:-} && ${FC_VRRFD@a} == *x* ]] && unset FC_VRRFD
+    [[ -n ${FC_VXIDFD:-} && ${FC_VXIDFD@a} == *x* ]] && unset FC_VXIDFD
     fc_rec stage verify verify verify
     fc_release
     if ((FC_HALT)); then
@@ -276,8 +282,12 @@ FC_VMODE=q
 FC_VDRIVER=/proc/driver/nvidia/gpus
 FC_VAPPSLATER=0
 fc_verify_read() {
-    if [[ -n ${FC_VGFD:-} ]] && fc_verify_read_gpus; then
-        return 0
+    FC_VAPPSLATER=0
+    if [[ -n ${FC_VGFD:-} ]]; then
+        fc_verify_read_gpus && return 0
+        # What that read could not take (a failed call, a lost GPU, [N/A]) -q would not
+        # either: straight to the CSV read, as after a failed -q read, not one call more.
+        FC_VMODE=csv
     fi
     if [[ $FC_VMODE == q ]] && fc_verify_read_q; then
         return 0
@@ -415,18 +425,21 @@ fc_verify_early_q() {
 # (FC_VAPPSLATER: fc_verify_apps), and the device minors (the driver's files, by uuid) only
 # where a holder must be looked for (fc_verify_explain). It costs 0.8-1.9 ms of wall less
 # than -q (an H100, an H200: benchmarks/RESULTS.md), and a clean host reads no driver
-# file; a host in use again pays its apps' query after this one. (The bus id would have
-# matched the driver's files directly: asking for it costs what -q costs.) Where the kernel log cannot rule a pending
+# file; a host in use again pays its apps' query after this one, a snapshot apart (a
+# process that ends in between leaves its memory unexplained: its GPU's device files are
+# then looked through, as for a leak). The bus id would have matched the driver's files
+# directly: asking for it costs what -q costs. Where the kernel log cannot rule a pending
 # remap out, the pending fields were asked for beside it (FC_VRRFD), matched by index.
-# Fails, setting nothing, where either call failed or a line is not as asked: the -q read
-# then asks anew (and the CSV read after it, as ever).
+# Fails, setting nothing, where either call failed or a line is not as asked (the CSV read
+# then asks anew, fc_verify_read); both pipes are read and closed whatever happens.
 fc_verify_read_gpus() {
-    local out rr="" line rc=0 fields
+    local out rr="" line rc=0 fields asked=0
     local -a rows=() idx=() uuids=() used=() minors=() pends=()
     local -A pending=()
     fc_verify_early_q FC_VGFD || rc=1
     out=$REPLY
     if [[ -n ${FC_VRRFD:-} ]]; then
+        asked=1
         fc_verify_early_q FC_VRRFD || rc=1
         rr=$REPLY
     fi
@@ -443,7 +456,7 @@ fc_verify_read_gpus() {
         # index, uuid, name (which may hold commas), used, total.
         [[ $line =~ ^([0-9]+),\ (GPU-[^,]+),\ (.+),\ ([0-9]+),\ ([0-9]+)$ ]] || return 1
         fields=("${BASH_REMATCH[@]}")
-        if [[ -n $rr ]]; then
+        if ((asked)); then
             [[ -n ${pending[${fields[1]}]:-} ]] || return 1
             pends+=("${pending[${fields[1]}]}")
         else
