@@ -169,6 +169,20 @@ def start_holder(run: Run, gib: float, child_gib: float, *,
     return server, siglog
 
 
+def seed_hint(run: Run) -> None:
+    """A status of the idle machine first: the host is noted clean (results/lastclean.py),
+    so that the status with the server running reads the GPUs with --query-gpu and asks
+    for the compute apps after it, as a host seen clean does when it is in use again."""
+    code, status, _ = run.fleetclean("status_idle.json", "status")
+    host = (status or {"hosts": [{}]})["hosts"][0]
+    try:
+        noted = json.loads((run.out / "state" / "last-clean.json").read_text())["hosts"]
+    except (OSError, ValueError, KeyError):
+        noted = {}
+    run.checks["idle status clean, the host noted clean"] = (
+        code == 0 and host.get("status") == "clean" and host.get("host") in noted)
+
+
 def check_before(run: Run, gib: float) -> None:
     """While the memory is held: status reports it (dirty, never faulty) and --check
     signals nothing."""
@@ -183,6 +197,9 @@ def check_before(run: Run, gib: float) -> None:
         code == 1 and host.get("status") == "dirty"
         and abs(table_used[run.gpu] - held[run.gpu]) <= 64
     )
+    named = {p.get("pid") for g in host.get("gpus", []) for p in g.get("processes", [])}
+    run.checks["status of the host seen clean names the server's processes"] = bool(
+        named & set(run.started))
     code, check, _ = run.fleetclean("check.json", "run", str(PLAYBOOK), "-e",
                                     f"marker={run.marker}", "--check")
     alive = [p for p in run.started if _alive(p)]
@@ -237,6 +254,18 @@ def check_after(run: Run) -> None:
                                  str(run.inventory), "--json")
     host = (status or {"hosts": [{}]})["hosts"][0]
     run.checks["status afterwards clean, not faulty"] = code == 0 and host.get("status") == "clean"
+    # Noted clean again: the next status reads with --query-gpu, and says the same.
+    code, again, _ = fleetclean(run.out, "status_seen_clean.json", "status", "-i",
+                                str(run.inventory), "--json")
+    other = (again or {"hosts": [{}]})["hosts"][0]
+
+    def rows(h: dict[str, Any]) -> list[tuple[Any, ...]]:
+        return [(g.get("index"), g.get("uuid"), g.get("name"), g.get("memory_total_mib"))
+                for g in h.get("gpus", [])]
+
+    run.checks["status of the host seen clean: clean, the same rows"] = (
+        code == 0 and other.get("status") == "clean" and rows(other) == rows(host)
+        and bool(rows(host)))
     with (run.out / "status_all.txt").open("w") as fh:
         subprocess.run([sys.executable, "-m", "fleetclean", "status", "-i", str(run.inventory)],
                        stdout=fh, stderr=subprocess.STDOUT, check=False, cwd=ROOT,
@@ -263,6 +292,7 @@ def main() -> int:
     poller = Poller(args.gpu)  # its idle reading: before anything holds memory
     run.summary["detached"] = args.detached
     try:
+        seed_hint(run)
         server, siglog = start_holder(run, args.gib, args.child_gib, detached=args.detached)
         check_before(run, args.gib)
         teardown(run, siglog, poller)
