@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -157,6 +158,26 @@ def down_checked(fleet: SimFleet) -> None:
     fleet.down()
     left = [e for e in recorded if sim_pids.is_alive(e)]
     assert not left, f"simulator processes left after down: {left}"
+
+
+def wait_for(what: str, ok: Callable[[], bool], seconds: float = 60) -> None:
+    """Poll ``ok`` every 0.1 s until it holds; fail naming ``what`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not ok():
+        assert time.monotonic() < deadline, f"not within {seconds:g}s: {what}"
+        time.sleep(0.1)
+
+
+def stop_cli(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """Ctrl-C to a fleetclean this test started (by its PID), killed if it does not stop
+    within 30 s (never left behind, watching whatever fleet comes next); its stdout and
+    stderr."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
 
 
 def spawn_cli(tmp_path: Path, *argv: str) -> subprocess.Popen[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import paramiko
 import pytest
 from fabric import Connection, Group
-from simhelp import Cli, spawn_cli
+from simhelp import Cli, spawn_cli, stop_cli, wait_for
 
 from fleetclean import api, cgroupfs
 from fleetclean.commands import memory
@@ -39,13 +39,6 @@ def count(fleet: SimFleet, name: str, needle: str) -> int:
 
 def counts(fleet: SimFleet, needle: str) -> dict[str, int]:
     return {n.name: count(fleet, n.name, needle) for n in fleet.nodes}
-
-
-def wait_for(what: str, ok: Callable[[], bool], seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while not ok():
-        assert time.monotonic() < deadline, f"not within {seconds:g}s: {what}"
-        time.sleep(0.1)
 
 
 def drop_connections(fleet: SimFleet, name: str) -> None:
@@ -73,12 +66,7 @@ def test_status_watch_logs_in_once_per_host_and_again_only_where_dropped(
         wait_for("two more refreshes of node02",
                  lambda: count(fleet, "node02", "Starting session") >= at_drop + 2)
     finally:
-        proc.send_signal(signal.SIGINT)  # our own child, by PID
-        try:
-            _, err = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()  # never left behind, watching whatever fleet comes next
-            _, err = proc.communicate()
+        _, err = stop_cli(proc)
     assert proc.returncode == 130, err
     after = counts(fleet, "Accepted publickey")
     assert {n: after[n] - logins[n] for n in after} == {"node01": 1, "node02": 2, "node03": 1}
@@ -178,12 +166,7 @@ def watch_under_limits(fleet: SimFleet, proc_of: Callable[[], subprocess.Popen[s
             assert memory.TUNABLE.encode() in b":".join(
                 v.partition(b"=")[2] for v in environ if v.startswith(b"GLIBC_TUNABLES="))
     finally:
-        proc.send_signal(signal.SIGINT)  # our own child, by PID
-        try:
-            out, err = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
+        out, err = stop_cli(proc)
     assert proc.returncode == 130, err
     assert "Too many open files" not in out + err and "new thread" not in out + err
     after = counts(fleet, "Accepted publickey")

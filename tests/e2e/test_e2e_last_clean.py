@@ -6,15 +6,11 @@ the table is the same: these tests read each node both ways, as it is, and compa
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from simhelp import Cli, spawn_cli
+from simhelp import Cli, spawn_cli, stop_cli, wait_for
 
 from fleetclean.engine.render import LAST_CLEAN_NOTE
 from fleetclean.results import lastclean
@@ -178,17 +174,5 @@ def test_a_watch_reads_each_host_by_what_its_last_refresh_saw(
                  lambda: "-q -d MEMORY,PIDS" in seen()[seen().index(APPS_QUERY):])
         assert worker
     finally:
-        proc.send_signal(signal.SIGINT)  # our own child, by PID
-        try:
-            _, err = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
+        _, err = stop_cli(proc)
     assert proc.returncode == 130, err
-
-
-def wait_for(what: str, ok: Callable[[], bool], seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while not ok():
-        assert time.monotonic() < deadline, f"not within {seconds:g}s: {what}"
-        time.sleep(0.1)

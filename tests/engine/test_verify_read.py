@@ -107,6 +107,12 @@ def read(tmp: Path, q_text: str, *, gpu: str = "gpu_pending_held.txt",
     env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "FIX_Q": str(tmp / "q.txt"),
            "FIX_GPU": str(DATA / gpu), "FIX_APPS": str(DATA / apps), "CALLS": str(calls),
            "MAX": str(max_mib), "SECTIONS": sections, "FIX_QS": str(tmp / "q.txt")}
+    return run_case(script, env, calls)
+
+
+def run_case(script: str, env: dict[str, str], calls: Path) -> dict[str, list[str]]:
+    """Run one case's bash: its output lines by kind (the first field), and ``calls``, the
+    stub's log of nvidia-smi and ls calls."""
     out = subprocess.run(["bash", "-c", script], env=env,
                          capture_output=True, text=True, check=True, timeout=30)
     got: dict[str, list[str]] = {"calls": calls.read_text().splitlines()}
@@ -481,13 +487,7 @@ def read_gpus(tmp: Path, gpus: str, *, pending: str | None = None, max_mib: int 
            "FIX_APPS": str(DATA / apps), "CALLS": str(calls), "MAX": str(max_mib),
            "SECTIONS": "", "FIX_G": str(tmp / "g.txt"),
            "FIX_RR": str(tmp / "rr.txt") if pending is not None else ""}
-    out = subprocess.run(["bash", "-c", script], env=env,
-                         capture_output=True, text=True, check=True, timeout=30)
-    got: dict[str, list[str]] = {"calls": calls.read_text().splitlines()}
-    for line in out.stdout.splitlines():
-        kind, _, rest = line.partition("\t")
-        got.setdefault(kind, []).append(rest)
-    return got
+    return run_case(script, env, calls)
 
 
 def test_a_clean_host_seen_clean_reads_its_gpus_in_one_query_and_nothing_else(
