@@ -4,12 +4,12 @@ Run as root on Linux: ``.venv/bin/python benchmarks/node_status.py [--rounds 5] 
 Starts a one-node simulated fleet (nvidia-persistenced on every GPU, as by default), renders
 ``status`` for it, and inside the node times, in alternating rounds of ``--n`` calls each,
 (a) the rendered script as sshd has it run: the login shell's ``bash -c`` of
-``transport.boot`` reads it whole from a pipe, then runs it (a here-string: bash 5.1 and
-later pass one that fits a pipe through a pipe); as for a host never seen (its GPUs read
-with -q) and, as ``status_seen_clean``, for a host whose GPUs all read clean at its last
-status (``results/lastclean.py``: ``--query-gpu``, the apps only where a GPU is in use, as
-on the busy node here), (b) the bare query the peers
-run, ``nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total
+``transport.boot`` starts its GPU read, reads it whole from a pipe, then runs it (a
+here-string: bash 5.1 and later pass one that fits a pipe through a pipe); as for a host
+never seen (its GPUs read with -q) and, as ``status_seen_clean``, for a host whose GPUs
+all read clean at its last status (``results/lastclean.py``: ``--query-gpu``, the apps only
+where a GPU is in use, as on the busy node here), (b) the bare query the peers run,
+``nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total
 --format=csv,noheader,nounits``, and (c) the same query as pdsh or ssh run it, through a
 login shell (``bash -c '<query>'``): first on the idle node, then with an SGLang tp8 workload
 (every GPU busy: the script names eight processes). Wall and CPU (user+sys of the process
@@ -24,8 +24,9 @@ the script is rendered for this machine (``fleetclean show status --local``) and
 with bash, in the same alternating rounds against the same bare queries, on the machine as
 it is (idle or busy). Status only reads (nvidia-smi, /proc, the kernel log): nothing is
 signalled. ``--against DIR``: another checkout's status script (rendered by that checkout's
-code for the same node) is timed in the same alternating rounds as ``against``, each ratio
-status/against its own: a before/after in one run. ``--out FILE`` also writes the figures
+code for the same node) is timed in the same alternating rounds as ``against`` (and its
+script for a host seen clean as ``against_seen_clean``), each ratio status/against its own:
+a before/after in one run. ``--out FILE`` also writes the figures
 as JSON, in either mode; ``--parts`` adds
 rounds of the script's parts alone (``nvidia-smi -q -d MEMORY,PIDS``, with and without
 ``ROW_REMAPPER``, which the script reads only where the kernel log cannot rule it out, the old
@@ -47,7 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fleetclean.transport.boot import read_and_run
+from fleetclean.transport.boot import first_read, inner
 
 SUBNET = 91
 BARE = ("nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total "
@@ -80,8 +81,9 @@ echo "$t0 $t1"
 times
 """
 Runner = Callable[[list[str]], str]  # argv -> its stdout, in the node or here
-# Each script's size in bytes, by its path where that is inside a simulated node.
-SIZES: dict[str, int] = {}
+# What the login shell's ``bash -c`` runs for each script (transport.boot.inner: its GPU
+# read started first, then the script read whole), by its path.
+BOOTS: dict[str, str] = {}
 
 
 def _cpu_seconds(field: str) -> float:
@@ -92,9 +94,12 @@ def _cpu_seconds(field: str) -> float:
 def measure(run: Runner, n: int, command: str, script: str) -> tuple[float, float]:
     """(wall, cpu) seconds per call of ``command``, run by ``run``; ``$S`` in it is the
     script at the path ``script``, ``$BOOT`` the command sshd's login shell runs for it
-    (transport.boot: the script read whole from standard input, then run)."""
-    size = SIZES[script] if script in SIZES else len(Path(script).read_bytes())
-    stdout = run(["bash", "-c", TIMER, "timer", str(n), script, read_and_run(size), command])
+    (transport.boot: a status's GPU read started, the script read whole from standard
+    input, then run)."""
+    if script not in BOOTS:  # a file here (--real): its command as boot makes it
+        text = Path(script).read_text()
+        BOOTS[script] = inner(len(text.encode()), first_read(text))
+    stdout = run(["bash", "-c", TIMER, "timer", str(n), script, BOOTS[script], command])
     # `times` prints the shell's own CPU, then its children's: the calls are children.
     lines = stdout.splitlines()
     t0, t1 = lines[0].split()
@@ -103,7 +108,8 @@ def measure(run: Runner, n: int, command: str, script: str) -> tuple[float, floa
 
 
 def rounds(run: Runner, args: argparse.Namespace, label: str, script: str, *,
-           against: str = "", seen_clean: str = "") -> dict[str, Any]:
+           against: str = "", seen_clean: str = "", against_seen_clean: str = ""
+           ) -> dict[str, Any]:
     # As sshd runs it: the login shell's `bash -c` reads the script whole from the pipe,
     # then runs it (under `bash -s` bash would read its first lines a byte a read(2)).
     status = 'bash -c "$BOOT" <<<"$S"'
@@ -113,6 +119,8 @@ def rounds(run: Runner, args: argparse.Namespace, label: str, script: str, *,
         commands.append(("status_seen_clean", status, seen_clean))
     if against:
         commands.append(("against", status, against))
+    if against_seen_clean:
+        commands.append(("against_seen_clean", status, against_seen_clean))
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in commands}
     for _ in range(args.rounds):
         for name, command, text in commands:
@@ -124,8 +132,11 @@ def rounds(run: Runner, args: argparse.Namespace, label: str, script: str, *,
         f"{name}_ms": {"wall": [w * 1000 for w, _ in xs], "cpu": [c * 1000 for _, c in xs]}
         for name, xs in runs.items()}
     for which in [s for s in ("status", "status_seen_clean") if s in runs]:
-        for base in [b for b in ("bare", "bare_shell", "against") if b in runs]:
-            key = base if which == "status" else f"{base}_seen_clean"
+        for plain in [b for b in ("bare", "bare_shell", "against") if b in runs]:
+            key = plain if which == "status" else f"{plain}_seen_clean"
+            # The other checkout's seen-clean script, where it has one, is the seen-clean
+            # script's before.
+            base = key if which != "status" and key in runs else plain
             for i, name in enumerate(("wall", "cpu")):
                 xs = [s[i] / b[i] for s, b in zip(runs[which], runs[base], strict=True)]
                 print(f"{label}: {name} ratio {which}/{base}: min {min(xs):.2f} median "
@@ -179,6 +190,15 @@ def render(args: argparse.Namespace, where: list[str], checkout: Path | None = N
         return text
 
 
+def against_seen_clean(args: argparse.Namespace, where: list[str]) -> str:
+    """The ``--against`` checkout's script for a host seen clean, or "" where that
+    checkout has no such read (before the fifteenth round)."""
+    try:
+        return render(args, where, args.against, seen_clean=True)
+    except AssertionError:
+        return ""
+
+
 def real(args: argparse.Namespace) -> dict[str, Any]:
     """This machine as it is, with its own nvidia-smi."""
     if shutil.which("nvidia-smi") is None:
@@ -190,12 +210,17 @@ def real(args: argparse.Namespace) -> dict[str, Any]:
         path.write_text(render(args, ["--local"]))
         clean = Path(tmp) / "seen_clean.sh"
         clean.write_text(render(args, ["--local"], seen_clean=True))
-        other = ""
+        other = other_clean = ""
         if args.against:
             other = str(Path(tmp) / "against.sh")
             Path(other).write_text(render(args, ["--local"], args.against))
+            text = against_seen_clean(args, ["--local"])
+            if text:
+                other_clean = str(Path(tmp) / "against_seen_clean.sh")
+                Path(other_clean).write_text(text)
         return {"gpus": gpus.splitlines(), "as found": rounds(
-            local, args, "as found", str(path), against=other, seen_clean=str(clean))}
+            local, args, "as found", str(path), against=other, seen_clean=str(clean),
+            against_seen_clean=other_clean)}
 
 
 def simulated(args: argparse.Namespace) -> dict[str, Any]:
@@ -207,23 +232,29 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
             where = ["-i", str(fleet.inventory_path), "--host", "node01"]
             texts = {"/tmp/status.sh": render(args, where),
                      "/tmp/seen_clean.sh": render(args, where, seen_clean=True)}
-            other = ""
+            other = other_clean = ""
             if args.against:
                 other = "/tmp/against.sh"
                 texts[other] = render(args, where, args.against)
+                text = against_seen_clean(args, where)
+                if text:
+                    other_clean = "/tmp/against_seen_clean.sh"
+                    texts[other_clean] = text
             for path, text in texts.items():
                 fleet.node_path("node01", path).write_text(text)
-                SIZES[path] = len(text.encode())
+                BOOTS[path] = inner(len(text.encode()), first_read(text))
 
             def in_node(argv: list[str]) -> str:
                 return fleet.run_in("node01", argv).stdout
 
             figures = {"idle": rounds(in_node, args, "idle", "/tmp/status.sh", against=other,
-                                      seen_clean="/tmp/seen_clean.sh")}
+                                      seen_clean="/tmp/seen_clean.sh",
+                                      against_seen_clean=other_clean)}
             fleet.spawn("node01", "sglang", gpus="0-7", mib=4096)
             # A host seen clean and then in use: the query, then the apps after it.
             figures["busy"] = rounds(in_node, args, "busy", "/tmp/status.sh", against=other,
-                                     seen_clean="/tmp/seen_clean.sh")
+                                     seen_clean="/tmp/seen_clean.sh",
+                                     against_seen_clean=other_clean)
             return figures
         finally:
             fleet.down()

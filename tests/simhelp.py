@@ -103,15 +103,16 @@ def spawn_holder(fleet: SimFleet, node: str, uid: int, gid: int, *, gpu: int, mi
     raise AssertionError(f"{name} did not start")
 
 
-# How transport.boot's command reads as a process's command line, up to the script's size.
-_BOOT_START = "bash -c " + read_and_run(0).partition(" 0 ")[0] + " "
+# How transport.boot's command reads the script, up to its size (a status's starts its GPU
+# read first: transport.boot.first_read).
+_BOOT_READ = read_and_run(0).partition(" 0 ")[0] + " "
 
 
 def is_script(cmdline: str) -> bool:
     """Whether a node's process is a fleetclean script's bash: started over SSH by
-    ``transport.boot``'s command (``bash -c 'LC_ALL=C; unset FC_SRC; read ...'``), locally or
-    through sudo as ``bash -s``."""
-    return cmdline == "bash -s" or cmdline.startswith(_BOOT_START)
+    ``transport.boot``'s command (``bash -c '... LC_ALL=C; unset FC_SRC; read ...'``),
+    locally or through sudo as ``bash -s``."""
+    return cmdline == "bash -s" or (cmdline.startswith("bash -c ") and _BOOT_READ in cmdline)
 
 
 def alive(fleet: SimFleet, node: str, pids: list[int]) -> list[int]:

@@ -42,9 +42,10 @@ IDLE = frozenset({
     "fc_read_stat", "fc_rec", "fc_release", "fc_reset_opts", "fc_self_init", "fc_verify",
     "fc_verify_apps_close", "fc_verify_early_q", "fc_verify_end", "fc_verify_gate",
     "fc_verify_gpu_info", "fc_verify_gpu_info_all", "fc_verify_gpu_info_load",
+    "fc_verify_info_line",
     "fc_verify_read", "fc_verify_read_q", "fc_verify_rows_out", "fc_verify_state",
     # A host seen clean last time reads its GPUs with --query-gpu (results/lastclean.py).
-    "fc_verify_read_gpus",
+    "fc_verify_read_gpus", "fc_verify_gpu_row", "fc_rec_each",
     "fc_verify_xid_text", "fc_verify_xids",
     # A scoped status (--user) says its scope first, idle or not.
     "fc_scope_begin",

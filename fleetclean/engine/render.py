@@ -41,7 +41,7 @@ from fleetclean.engine.stages.verify import (
     VERIFY_GPU_ARGS,
     VERIFY_Q_ARGS,
 )
-from fleetclean.transport.boot import read_and_run
+from fleetclean.transport.boot import OWN, read_and_run
 
 # Non-interactive SSH shells often lack the sbin directories; ours come after the caller's.
 _PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -52,9 +52,6 @@ LAST_CLEAN_NOTE = ("# GPU read: --query-gpu, compute apps only where a GPU is in
                    "read clean at the host's last status)")
 # True where the script runs as a file or a -c string, not read by ``bash -s``.
 _UNDER_BASH_S = "[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]]"
-# True where the descriptor variable is set and not from the environment: an early read
-# started already (a test's own); an exported one is a stranger's, never read or closed.
-_OWN = "[[ -n ${{{0}:-}} && ${{{0}@a}} != *x* ]]"
 
 
 def _comment_value(value: Any) -> str:
@@ -184,9 +181,11 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
     """
     path = f"PATH=$PATH:{_PATH_TAIL}"
     fd, args = ("FC_VGFD", VERIFY_GPU_ARGS) if last_clean else ("FC_VQFD", VERIFY_Q_ARGS)
-    gpu = (f"{_OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; exec {{{fd}}}< <({path} "
-           f"nvidia-smi {args} 2>&1 </dev/null; printf '\\n@%d' \"$?\"); }}")
-    klog = (f"{_OWN.format('FC_VXIDFD')} || {{ unset FC_VXIDFD; LC_ALL=C; "
+    # Over SSH the login shell's command starts this line's braces' content itself, before
+    # it reads the script (transport.boot.first_read): no single quote in it.
+    gpu = (f"{OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; exec {{{fd}}}< <({path} "
+           f'nvidia-smi {args} 2>&1 </dev/null; printf "\\n@%d" "$?"); }}')
+    klog = (f"{OWN.format('FC_VXIDFD')} || {{ unset FC_VXIDFD; LC_ALL=C; "
             f"exec {{FC_VXIDFD}}< <({path}; "
             "read -r _ l _ 2>/dev/null </proc/sys/kernel/printk; "
             f"if [[ $l == [0-5] ]] && dmesg -l {KERNEL_LOG_LEVELS} 2>/dev/null </dev/null; "

@@ -17,9 +17,13 @@ early reads (render.early_reads) run first as under ``bash -s``.
 
 The command holds no newline, no ``!`` and no single quote but shlex's own, so that every
 login shell takes it alike (sh, bash, zsh, fish, tcsh); nothing of the script is in it, so
-no pattern of the script is in any process's argv. The early reads of a status script
-(render.early_reads) start once all of it has come, not as its first line is read: over
-SSH a script of 36 KB follows the command at once, in the same few packets.
+no pattern of the script is in any process's argv, with one exception: a status script's
+GPU read (render.early_reads: one nvidia-smi query, which only reads) starts in the command
+itself, before the script is read (:func:`first_read`). The script's first commands wait
+for all of its 44 KB to come and be read (1.2 ms of wall on an H100 node, where the GPU
+read is the status's critical path); the command runs even where the script then turns
+out cut short, which runs no line of the script. The kernel log's read
+(render.early_reads) still starts once all of the script has come.
 
 >>> command(1234)  # doctest: +ELLIPSIS
 'bash -c \\'LC_ALL=C; unset FC_SRC; read -r -N 1234 FC_SRC; if ((${#FC_SRC} == 1234)); then ...'
@@ -56,9 +60,51 @@ def explained(line: str) -> str:
             "([[ $- == *i* ]] || return)")
 
 
-def command(size: int) -> str:
-    """The login shell's command for a script of ``size`` bytes (UTF-8) on standard input."""
-    return "bash -c " + shlex.quote(read_and_run(size))
+def command(size: int, first: str = "") -> str:
+    """The login shell's command for a script of ``size`` bytes (UTF-8) on standard input,
+    starting ``first`` (:func:`first_read`) before it reads the script."""
+    return "bash -c " + shlex.quote(inner(size, first))
+
+
+def inner(size: int, first: str = "") -> str:
+    """What the command's bash runs (:func:`command`).
+
+    >>> inner(9, "exec {FC_VGFD}< <(nvidia-smi)")  # doctest: +ELLIPSIS
+    'exec {FC_VGFD}< <(nvidia-smi); LC_ALL=C; unset FC_SRC; read -r -N 9 FC_SRC; ...'
+    """
+    return f"{first}; {read_and_run(size)}" if first else read_and_run(size)
+
+
+# True where the descriptor variable is set and not from the environment: an early read
+# started already (by the command: first_read); an exported one is a stranger's, never
+# read or closed (render.early_reads opens each early read's line with it).
+OWN = "[[ -n ${{{0}:-}} && ${{{0}@a}} != *x* ]]"
+# The descriptors of the GPU reads a status script may start first (render.early_reads).
+FIRST_READS = ("FC_VGFD", "FC_VQFD")
+
+
+def first_read(head: str) -> str:
+    """The command that starts the GPU read of the script that ``head`` begins (its first
+    piece, or all of it), or "" where it has none: a status script's third line
+    (render.early_reads) is ``OWN || { START; }``, and START, in the login shell's
+    command, runs before the script is read. The bash that then runs the script finds the
+    descriptor its own (``OWN``) and leaves the line be. Only a START that every login
+    shell passes alike (no newline, ``!`` or single quote) is taken.
+
+    >>> line = OWN.format("FC_VGFD") + " || { unset FC_VGFD; exec {FC_VGFD}< <(nvidia-smi); }"
+    >>> first_read("#!/usr/bin/env bash\\n# shellcheck x\\n" + line + "\\nrest")
+    'unset FC_VGFD; exec {FC_VGFD}< <(nvidia-smi)'
+    >>> first_read("#!/usr/bin/env bash\\n# shellcheck x\\necho hi\\n")
+    ''
+    """
+    line = (head.split("\n", 3)[2:3] or [""])[0]
+    for fd in FIRST_READS:
+        opening = OWN.format(fd) + " || { "
+        if line.startswith(opening) and line.endswith("; }"):
+            start = line[len(opening):-len("; }")]
+            if not set(start) & set("\n!'"):
+                return start
+    return ""
 
 
 def read_and_run(size: int) -> str:

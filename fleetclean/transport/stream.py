@@ -45,8 +45,8 @@ def open_script_channel(
     """The session channel (opened within ``limit``) with bash reading the script: the one
     command run on the host (``become.plan``; ``boot.command`` without become: the script
     itself comes on stdin, so no pattern of it is ever in a process's argv; the seeds'
-    pkill killed its own shell that way). With become, sudo's dialogue comes first, within
-    ``limit`` too.
+    pkill killed its own shell that way; only a status's GPU read starts in the command).
+    With become, sudo's dialogue comes first, within ``limit`` too.
 
     Raises ``NoSession`` (its cause the transport's error) when the channel itself cannot be
     opened, and ``Failed`` when sudo does not start the script: nothing has run then. Any
@@ -57,7 +57,11 @@ def open_script_channel(
         raise NoSession(str(exc)) from exc
     # Its size only: the bytes are made again as they are sent (become's dialogue may take
     # a while, and a copy per host in flight is what the shared pieces avoid).
-    start = "bash -s" if host.become else boot.command(sum(map(len, script_bytes(script))))
+    if host.become:
+        start = "bash -s"  # sudo's bash: the script's own first lines start its reads
+    else:
+        head = script if isinstance(script, str) else next(iter(script), "")
+        start = boot.command(sum(map(len, script_bytes(script))), boot.first_read(head))
     how = become.plan(host, start=start)
     chan.exec_command(how.command)
     if how.becomes:

@@ -24,7 +24,7 @@ from fleetclean.engine.render import Renderer, carried, library, read_whole
 from fleetclean.engine.stages import template
 from fleetclean.engine.variables import resolve
 from fleetclean.sim import SimFleet
-from fleetclean.transport.boot import command
+from fleetclean.transport.boot import command, first_read
 
 STAGES = Path(__file__).resolve().parents[2] / "fleetclean" / "engine" / "stages"
 
@@ -139,7 +139,7 @@ def test_an_idle_node_parses_no_group_and_a_busy_one_the_first_once(
     text = counted("".join(status_pieces()))
     fleet.node_path("node01", "/tmp/status.sh").write_text(text)
     # Started as over SSH: the whole text read, then run (transport/boot.py).
-    argv = ["bash", "-c", f"{command(len(text.encode()))} </tmp/status.sh"]
+    argv = ["bash", "-c", f"{command(len(text.encode()), first_read(text))} </tmp/status.sh"]
 
     idle = fleet.run_in("node01", argv)
     assert "\tverify\tok\t" in idle.stdout, idle.stdout + idle.stderr
@@ -148,15 +148,16 @@ def test_an_idle_node_parses_no_group_and_a_busy_one_the_first_once(
     scoped = counted("".join(Renderer(Scope(user="root")).pieces(
         resolve(load_playbook("status"), {}, {}), host_name="node01")))
     fleet.node_path("node01", "/tmp/scoped.sh").write_text(scoped)
-    res = fleet.run_in("node01", ["bash", "-c",
-                                  f"{command(len(scoped.encode()))} </tmp/scoped.sh"])
+    scoped_start = command(len(scoped.encode()), first_read(scoped))
+    res = fleet.run_in("node01", ["bash", "-c", f"{scoped_start} </tmp/scoped.sh"])
     assert "\tscope\troot\t0\t" in res.stdout and "\tverify\tok\t" in res.stdout, res
     assert "parsed group" not in res.stderr
 
     # A host seen clean last time reads its GPUs with --query-gpu: an idle node's too.
     seen_clean = counted("".join(status_pieces(last_clean=True)))
     fleet.node_path("node01", "/tmp/seen.sh").write_text(seen_clean)
-    seen_argv = ["bash", "-c", f"{command(len(seen_clean.encode()))} </tmp/seen.sh"]
+    seen_argv = ["bash", "-c",
+                 f"{command(len(seen_clean.encode()), first_read(seen_clean))} </tmp/seen.sh"]
     res = fleet.run_in("node01", seen_argv)
     assert "\tverify\tok\t" in res.stdout and "parsed group" not in res.stderr, res
 

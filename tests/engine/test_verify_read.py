@@ -604,3 +604,111 @@ def test_an_exported_descriptor_is_a_strangers_and_is_never_read(tmp_path: Path)
                          timeout=30, check=False)
     assert "theirs\ttheir data" in out.stdout, out.stdout + out.stderr
     assert calls.read_text().splitlines()[0] == Q_ALL
+
+
+# Rows as --query-gpu prints them, and ones it never should: each must read as the
+# anchored pattern reads it (fields or no match), which is what the script used before.
+ROWS = [
+    "0, GPU-34d59321-b75b-280a-17c6-3345f6ba227e, NVIDIA H200, 0, 143771",
+    "7, GPU-x, NVIDIA H200, 50387, 143771",
+    "3, GPU-x, Tesla, V100, SXM2, 16GB, 12, 16160",  # a name with commas
+    "3, GPU-x, A, 5, 6, 7",
+    "12, GPU-a-b, N, 0, 1",
+    "0, GPU-x, , 5, 6", "0, GPU-x, 5, 6", "0,GPU-x, N, 5, 6", "0, GPU-, N, 5, 6",
+    "0, GPU-a,b, N, 5, 6", "0, GPU-x, N, [N/A], 6", "0, GPU-x, N, 5, ", "0, GPU-x, N, 5,6",
+    "x0, GPU-x, N, 5, 6", ", GPU-x, N, 5, 6", "0, UUID-x, N, 5, 6", "0, GPU-x, N, -5, 6",
+    "0, GPU-x, N, 5, 6 ", " 0, GPU-x, N, 5, 6", "0, GPU-x, N, , 5, 6", "0, GPU-x, N,, 5, 6",
+    "0, GPU-x, N, 5, 6, ", "0, GPU-x, N, 5 , 6", "0, GPU-x, Ünï, 5, 6", "0, GPU-x, N * ?, 5, 6",
+]
+
+
+def test_a_gpu_row_is_read_as_the_anchored_pattern_reads_it() -> None:
+    script = template("verify.sh") + r"""
+re='^([0-9]+), (GPU-[^,]+), (.+), ([0-9]+), ([0-9]+)$'
+while IFS= read -r line; do
+    if [[ $line =~ $re ]]; then want="${BASH_REMATCH[*]:1}"; else want=no; fi
+    if fc_verify_gpu_row "$line"; then got="${FC_VROW[*]}"; else got=no; fi
+    printf '%s\t%s\t%s\n' "$line" "$want" "$got"
+done
+"""
+    out = subprocess.run(["bash", "-c", script], input="\n".join(ROWS) + "\n", text=True,
+                         capture_output=True, check=True, env={"LC_ALL": "C"}).stdout
+    seen = [line.split("\t") for line in out.splitlines()]
+    assert [row for row, _, _ in seen] == ROWS
+    assert [(row, got) for row, _, got in seen] == [(row, want) for row, want, _ in seen]
+    got = {row: got for row, _, got in seen}
+    assert got[ROWS[2]] == "3 GPU-x Tesla, V100, SXM2, 16GB 12 16160"
+    assert got[ROWS[5]] == "no" and got["0, GPU-x, N, 5, 6 "] == "no"
+
+
+@pytest.mark.parametrize("tap", [0, 1])
+def test_records_written_together_are_the_records_written_one_by_one(tap: int) -> None:
+    rows = ["0, GPU-a, N, 0, 1", "1, GPU-b, 50% off\tname, 0, 1", "", "2, GPU-c, N, 0, 1"]
+    script = template("lib.sh") + f"""
+fc_tap() {{ echo "tap $2 $3"; }}
+FC_TAP={tap}
+rows=("$@")
+fc_rec_each gpu "${{rows[@]}}"; echo ---
+for r in "${{rows[@]}}"; do fc_rec gpu "$r"; done; echo ---
+fc_rec_each gpu "${{rows[0]}}" "${{rows[3]}}"; echo ---
+for r in "${{rows[0]}}" "${{rows[3]}}"; do fc_rec gpu "$r"; done; echo ---
+fc_hold; fc_rec_each gpu "${{rows[0]}}"; fc_rec_each gpu; echo held; fc_release
+"""
+    out = subprocess.run(["bash", "-c", script, "x", *rows], text=True, capture_output=True,
+                         check=True, env={"LC_ALL": "C"}).stdout
+    all_each, all_one, clean_each, clean_one, held = out.split("---\n")
+    assert all_each == all_one and "50%25 off%09name" in all_one
+    assert clean_each == clean_one and clean_one.count("@@fleetclean\tgpu\t") == 2
+    # Held, the record leaves with the release (none for no row); tapped, it is also logged
+    # at once, as fc_rec's.
+    record = "@@fleetclean\tgpu\t0, GPU-a, N, 0, 1\n"
+    assert held == "tap gpu 0, GPU-a, N, 0, 1\n" * tap + "held\n" + record
+
+
+# Driver files as /proc/driver/nvidia/gpus/*/information has them, and damaged ones: each
+# must read as the three anchored patterns the script used before read it.
+INFOS = [
+    "Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-34d5\nDevice Minor: \t 0\n",
+    "Model: NVIDIA H100 80GB HBM3\nIRQ: 1\nGPU UUID: GPU-x\nBus Location: 0\nDevice Minor: 17",
+    "Model: \t A, B\nGPU UUID: \t GPU-x\nDevice Minor: \t 3 \t\nGPU Excluded:\t No\n",
+    "GPU UUID: GPU-x\nDevice Minor: 0\n", "Model: N\nDevice Minor: 0\n",
+    "Model: N\nGPU UUID: GPU-x\n", "Model: N\nGPU UUID: GPU-x\nDevice Minor: x1\n",
+    "Model: N\nGPU UUID: \t \nDevice Minor: 1\n", "Model:\nGPU UUID: GPU-x\nDevice Minor: 1\n",
+    "Model: N\nGPU UUID: GPU-x\nDevice Minor: 1 2\n",
+    "XModel: N\nGPU UUID: GPU-x\nDevice Minor: 1\n",
+    "",
+]
+
+
+def test_a_drivers_file_is_read_as_the_anchored_patterns_read_it(tmp_path: Path) -> None:
+    for i, text in enumerate(INFOS):
+        driver_info(tmp_path, text, bus=f"0000:00:{i:02x}.0")
+    script = template("verify.sh") + r"""
+old() {
+    local text="" uuid name minor
+    { IFS= read -r -N 65536 text <"$FC_VDRIVER/$1/information"; } 2>/dev/null
+    text=$'\n'$text
+    [[ $text =~ $'\n'"Model:"[[:blank:]]*([^$'\n']*) ]] || return 1
+    name=${BASH_REMATCH[1]}
+    [[ $text =~ $'\n'"GPU UUID:"[[:blank:]]*([^$'\n']*) ]] || return 1
+    uuid=${BASH_REMATCH[1]}
+    [[ $text =~ $'\n'"Device Minor:"[[:blank:]]*([0-9]+)[[:blank:]]*($'\n'|$) ]] || return 1
+    minor=${BASH_REMATCH[1]}
+    [[ -n $uuid && -n $name ]] || return 1
+    REPLY="$minor $uuid, $name"
+}
+FC_VDRIVER=$DRV
+for dir in "$FC_VDRIVER"/*/; do
+    bus=${dir%/} bus=${bus##*/}
+    if old "$bus"; then want=$REPLY; else want=no; fi
+    if fc_verify_gpu_info_load "$bus"; then got=${FC_VINFO[$bus]}; else got=no; fi
+    printf '%s\t%s\t%s\n' "$bus" "$want" "$got"
+done
+"""
+    out = subprocess.run(["bash", "-c", script], text=True, capture_output=True, check=True,
+                         env={"LC_ALL": "C", "DRV": str(tmp_path)}).stdout
+    seen = [line.split("\t") for line in out.splitlines()]
+    assert len(seen) == len(INFOS)
+    assert [got for _, _, got in seen] == [want.rstrip(" \t") for _, want, _ in seen]
+    assert [got for _, _, got in seen[:3]] == [
+        "0 GPU-34d5, NVIDIA H200", "17 GPU-x, NVIDIA H100 80GB HBM3", "3 GPU-x, A, B"]

@@ -208,6 +208,39 @@ def check_before(run: Run, gib: float) -> None:
     )
 
 
+def check_as_over_ssh(run: Run) -> None:
+    """While the memory is held, the status script as sshd's login shell starts it
+    (``transport.boot``: its GPU read in the command itself, the script read whole from
+    standard input), the one path the local connection does not take (this machine has no
+    sshd): for a host never seen (-q) and for one seen clean (--query-gpu, then the apps),
+    the held memory and the server's processes, read through the real nvidia-smi."""
+    sys.path.insert(0, str(ROOT))
+    from fleetclean.results.parse import parse_script_output
+    from fleetclean.transport.boot import command, first_read
+
+    held = used_mib()[run.gpu]
+    # The status of the held memory has just forgotten the host's hint: noted here again.
+    (run.out / "state-seen").mkdir(exist_ok=True)
+    (run.out / "state-seen" / "last-clean.json").write_text(
+        json.dumps({"hosts": {"gpuhost": time.time()}}))
+    for name, state, read in (("never seen", "state-none", " -q "),
+                              ("seen clean", "state-seen", " --query-gpu=")):
+        env = dict(os.environ, FLEETCLEAN_STATE_DIR=str(run.out / state))
+        text = subprocess.run([sys.executable, "-m", "fleetclean", "show", "status", "-i",
+                               str(run.inventory), "--host", "gpuhost"], capture_output=True,
+                              text=True, env=env, cwd=ROOT, check=True).stdout
+        first = first_read(text)
+        done = subprocess.run(["sh", "-c", command(len(text.encode()), first)], input=text,
+                              capture_output=True, text=True, timeout=120, check=False)
+        (run.out / f"over_ssh_{state}.txt").write_text(done.stdout + done.stderr)
+        report = parse_script_output(done.stdout, done.stderr, done.returncode)
+        used = [g.memory_used_mib for g in report.gpus]
+        named = {p.pid for p in report.processes}
+        run.checks[f"status as sshd starts it, {name}: GPU read first, memory, server named"] = (
+            read in first and len(used) > run.gpu and abs(used[run.gpu] - held) <= 64
+            and bool(named & set(run.started)))
+
+
 def teardown(run: Run, siglog: Path, poller: Poller) -> None:
     """The teardown, timed from the first signal to idle memory by ``poller`` (made, and
     its idle level read, before the holder started)."""
@@ -295,6 +328,7 @@ def main() -> int:
         seed_hint(run)
         server, siglog = start_holder(run, args.gib, args.child_gib, detached=args.detached)
         check_before(run, args.gib)
+        check_as_over_ssh(run)
         teardown(run, siglog, poller)
         check_after(run)
     except RuntimeError as exc:

@@ -17,7 +17,7 @@ from fleetclean.engine.playbook import load_playbook
 from fleetclean.engine.render import render_script
 from fleetclean.engine.variables import resolve
 from fleetclean.results.parse import parse_script_output
-from fleetclean.transport.boot import CUT_SHORT, command
+from fleetclean.transport.boot import CUT_SHORT, command, first_read
 
 SCRIPT = "#!/usr/bin/env bash\n# héllo ✓: bytes, not characters\necho ran > \"$OUT\"\n"
 
@@ -26,11 +26,11 @@ LOGIN_SHELLS = ("sh", "bash", "zsh", "tcsh", "fish")
 
 
 def login_shell(script: bytes, size: int, env: dict[str, str],
-                shell: str = "sh") -> subprocess.CompletedProcess[str]:
+                shell: str = "sh", first: str = "") -> subprocess.CompletedProcess[str]:
     sh = shutil.which(shell)
     if sh is None:
         pytest.skip(f"no {shell} here (scripts/dev setup installs it)")
-    return subprocess.run([sh, "-c", command(size)], input=script.decode(), check=False,
+    return subprocess.run([sh, "-c", command(size, first)], input=script.decode(), check=False,
                           capture_output=True, encoding="utf-8", timeout=30,
                           env={"PATH": os.environ["PATH"], "LANG": "C.UTF-8", **env})
 
@@ -78,3 +78,41 @@ def test_a_status_scripts_early_reads_start_under_it(tmp_path: Path, exported: b
     vq, vx, rest = done.stdout.split("|", 2)
     assert int(vq) >= 10 and int(vx) >= 10 and vq != vx
     assert rest.startswith("nvidia-smi\n") and rest.endswith("dmesg\n")
+
+
+@pytest.mark.parametrize("shell", LOGIN_SHELLS)
+@pytest.mark.parametrize("last_clean", [False, True])
+def test_the_command_starts_a_status_scripts_gpu_read_once(tmp_path: Path, shell: str,
+                                                            last_clean: bool) -> None:
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    for name in ("nvidia-smi", "dmesg"):
+        (bin_dir / name).write_text(f'#!/bin/sh\necho {name} >>"{calls}"\necho {name} "$1"\n')
+        (bin_dir / name).chmod(0o755)
+    status = render_script(resolve(load_playbook("status"), {}, {}), host_name="n",
+                           last_clean=last_clean)
+    first = first_read(status)
+    fd = "FC_VGFD" if last_clean else "FC_VQFD"
+    assert first.startswith(f"unset {fd}; ") and "nvidia-smi" in first
+    early = status.split("\n")[:4]
+    body = (f'printf "%s|" "${fd}"; cat <&"${fd}"; echo "|${{{fd}@a}}|"; '
+            'cat <&"$FC_VXIDFD" >/dev/null\n')
+    script = ("\n".join(early) + "\n" + body).encode()
+    # An exported number is a stranger's: the command starts its own read, and the script's
+    # own line then finds it and starts none.
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", fd: "1"}
+    done = login_shell(script, len(script), env, shell, first)
+    assert done.returncode == 0, done.stderr
+    number, read, attrs, _ = done.stdout.split("|")
+    assert int(number) >= 10 and "x" not in attrs
+    assert read.startswith(f"nvidia-smi {'--query-gpu' if last_clean else '-q'}")
+    assert read.endswith("\n@0")
+    assert sorted(calls.read_text().split()) == ["dmesg", "nvidia-smi"]  # each once
+
+
+def test_a_script_without_an_early_read_starts_nothing_first() -> None:
+    teardown = render_script(resolve(load_playbook("post-extraction"), {}, {}), host_name="n")
+    assert first_read(teardown) == ""
+    # A line shaped like one, but that a login shell would not pass alike, is not taken.
+    odd = "#!/usr/bin/env bash\n#\n[[ -n ${FC_VGFD:-} && ${FC_VGFD@a} != *x* ]] || { echo '!'; }\n"
+    assert first_read(odd) == ""

@@ -49,6 +49,27 @@ fc_rec() {
 }
 FC_TAP=0
 
+# One record of kind $1 for each further argument, a field each, as fc_rec would write them
+# one at a time; in one builtin where none needs an escape (an 8-GPU node's eight rows:
+# 0.2 ms less of its wall after nvidia-smi answers).
+fc_rec_each() {
+    local kind=$1 out
+    shift
+    if ((FC_TAP)) || [[ $* == *[%$'\t\n\r']* ]]; then
+        for out in "$@"; do
+            fc_rec "$kind" "$out"
+        done
+        return 0
+    fi
+    (($#)) || return 0
+    printf -v out "@@fleetclean\t$kind\t%s\n" "$@"
+    if ((FC_HOLD && !BASH_SUBSHELL)); then
+        FC_HELD+=$out
+    else
+        printf '%s' "$out"
+    fi
+}
+
 # Records written together leave together. sshd sends what one read of the pipe gives as
 # one packet, and every packet costs the controller (paramiko reads, decrypts and hands
 # it on: ~60 us) and the node's sshd its own: a status wrote 13 packets on an idle node and
