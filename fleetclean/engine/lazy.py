@@ -58,6 +58,24 @@ BUSY = frozenset({
     "fc_verify_settled",
 })
 TIERS = (IDLE, BUSY)
+# A script's first GPU read is one of two (render.early_reads): -q, GPUs and processes, and
+# the driver's files; or, on a host seen clean last time, --query-gpu. Neither calls the
+# other's functions, which it leaves with the rarer rest: 4.4 KB that a host seen clean
+# does not parse (0.35 ms of its CPU), 2 KB for the others.
+Q_READ = frozenset({"fc_verify_read_q", "fc_verify_gpu_info", "fc_verify_gpu_info_all",
+                    "fc_verify_gpu_info_load", "fc_verify_info_line"})
+QUERY_READ = frozenset({"fc_verify_read_gpus", "fc_verify_gpu_row"})
+
+
+def tiers(last_clean: bool = False) -> tuple[frozenset[str], ...]:
+    """The tiers of a status script whose first GPU read is -q, or the query of a host seen
+    clean (``last_clean``).
+
+    >>> q, seen = tiers()[0], tiers(last_clean=True)[0]
+    >>> "fc_verify_read_q" in q, "fc_verify_read_q" in seen, "fc_verify_read_gpus" in seen
+    (True, False, True)
+    """
+    return (IDLE - (Q_READ if last_clean else QUERY_READ), BUSY)
 
 # A function of the packaged bash: its name line at the start of a line, its closing
 # brace alone on one (tests/engine/test_lazy.py holds every packaged file to it).

@@ -102,7 +102,7 @@ class Renderer:
         check = check or resolved.read_only
         force = force or resolved.force
         shebang, _, header = _header(resolved, check, force, host_name).partition("\n")
-        lib, rest, shared_size = self._library(resolved)
+        lib, rest, shared_size = self._library(resolved, last_clean)
         main = "\n".join([*main_function(resolved, check=check, force=force,
                                          host=q(host_name), scope=self._scope),
                           "", "fc_main </dev/null", ""])
@@ -123,17 +123,20 @@ class Renderer:
                 f"{header}")
         return (head, lib, tail, rest) if rest else (head, lib, tail)
 
-    def _library(self, resolved: ResolvedPlaybook) -> tuple[str, str, int]:
-        """``library`` joined (cut in two by :func:`.lazy.split` where there is no stage),
-        and the two's size in bytes: once per set of stage types."""
+    def _library(self, resolved: ResolvedPlaybook,
+                 last_clean: bool = False) -> tuple[str, str, int]:
+        """``library`` joined (cut in two by :func:`.lazy.split` where there is no stage,
+        by the first GPU read's tiers: ``last_clean``), and the two's size in bytes: once
+        per set of stage types."""
         scope = self._scope
+        last_clean = last_clean and not resolved.stages and resolved.verify is not None
         key = (tuple(s.type for s in resolved.stages), resolved.verify is not None,
-               scope is not None and scope.active)
+               scope is not None and scope.active, last_clean)
         known = self._libraries.get(key)
         if known is None:
             text, rest = "\n".join(library([resolved], scope)), ""
             if not resolved.stages:
-                text, groups = lazy.split(text)
+                text, groups = lazy.split(text, lazy.tiers(last_clean))
                 text += lazy.loader(groups)
                 rest = lazy.end(groups)
             known = self._libraries[key] = (text, rest,

@@ -61,8 +61,11 @@ def status_pieces(last_clean: bool = False) -> tuple[str, ...]:
                              last_clean=last_clean)
 
 
-def test_a_status_script_once_loaded_has_every_definition_of_the_whole_library() -> None:
-    head, idle, tail, rest = status_pieces()
+@pytest.mark.parametrize("last_clean", [False, True])
+def test_a_status_script_once_loaded_has_every_definition_of_the_whole_library(
+    last_clean: bool,
+) -> None:
+    head, idle, tail, rest = status_pieces(last_clean)
     whole = "\n".join(library([resolve(load_playbook("status"), {}, {})]))
     dump = 'declare -f | sed "/^fc_lazy ()/,/^}/d"'
     loaded = bash(f'eval "$1"; FC_SRC=$2; fc_lazy 1 x; fc_lazy 2 y; {dump}', idle,
@@ -72,6 +75,9 @@ def test_a_status_script_once_loaded_has_every_definition_of_the_whole_library()
     # Naming owners and the rarer rest wait: more than half of the library's text.
     assert len(rest) > len(whole) / 2
     assert "fc_owner_path() { fc_lazy 1 " in idle and "fc_open_fds() { fc_lazy 2 " in idle
+    # Each parses at once only its own first GPU read's functions.
+    parsed, waits = ("fc_verify_read_gpus", "fc_verify_read_q")[::1 if last_clean else -1]
+    assert f"\n{parsed}() {{\n" in idle and f"{waits}() {{ fc_lazy 2 " in idle
 
 
 def toy(tmp_path: Path, *, cut: bool = False) -> tuple[Path, int]:
