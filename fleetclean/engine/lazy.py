@@ -39,7 +39,7 @@ from collections.abc import Sequence
 # server: tests/engine/test_lazy.py fails when a status calls any other).
 IDLE = frozenset({
     "fc_begin", "fc_finish", "fc_flush", "fc_hold", "fc_lines", "fc_now_us", "fc_read_fd",
-    "fc_read_stat", "fc_rec", "fc_release", "fc_reset_opts", "fc_self_init", "fc_verify",
+    "fc_rec", "fc_release", "fc_reset_opts", "fc_verify",
     "fc_verify_apps_close", "fc_verify_early_q", "fc_verify_end", "fc_verify_gate",
     "fc_verify_gpu_info", "fc_verify_gpu_info_all", "fc_verify_gpu_info_load",
     "fc_verify_info_line",
@@ -54,6 +54,8 @@ BUSY = frozenset({
     "fc_cmdline", "fc_owner", "fc_owner_ancestry", "fc_owner_cgroup", "fc_owner_cgroup_rules",
     "fc_owner_path", "fc_owner_records", "fc_owner_roots", "fc_proc_fill", "fc_proc_load",
     "fc_protected", "fc_user_name", "fc_verify_all_kept", "fc_verify_all_stuck",
+    # Who the script is (its ancestors, its session), read at the first fc_protected.
+    "fc_self", "fc_self_init", "fc_read_stat",
     "fc_verify_apps", "fc_verify_explain", "fc_verify_proc", "fc_verify_report",
     "fc_verify_settled",
 })

@@ -11,6 +11,7 @@ fc_writers() {
     # fc_open_fds prints targets as ls escapes them: so is the path they are compared to.
     fc_ls_escape "$path"
     path=$REPLY
+    fc_self  # the script's own writers (its ancestors) are not in the way
     # Split by hand, not by read: it would drop the space of a name ending in "\ ".
     while IFS= read -r line; do
         pid=${line%% *} line=${line#* }

@@ -308,9 +308,19 @@ declare -gA FC_ANCESTOR=() FC_PROTECTED_NAME=()
 FC_SELF_SID=0
 
 # The script, its ancestors up to PID 1 (so the sshd serving it) and its session; the
-# protected names as a set (keys get a "_" so that an empty name is never one).
+# protected names as a set (keys get a "_" so that an empty name is never one). A teardown
+# reads them as it begins; a read-only run (status, --check), which signals nothing, when
+# first asked (fc_self: a status on an idle host never is, and saves a read of /proc per
+# ancestor). From a subshell they are read anew there: its own ancestors are the script's
+# and the script's.
+FC_SELF_DONE=0
+fc_self() {
+    ((FC_SELF_DONE)) || fc_self_init
+}
+
 fc_self_init() {
     local pid=$BASHPID name
+    ((BASH_SUBSHELL)) || FC_SELF_DONE=1
     FC_PROTECTED_NAME=()
     for name in "${FC_PROTECT[@]}"; do
         FC_PROTECTED_NAME[${name}_]=1
@@ -337,6 +347,7 @@ fc_in_list() {
 # Why PID must never be signalled (REPLY), or failure if it may be.
 fc_protected() {
     local pid=$1 base
+    fc_self
     REPLY=""
     if [[ $pid == 1 ]]; then
         REPLY="pid 1"
@@ -522,7 +533,7 @@ fc_lock() {
 fc_begin() {
     fc_hold
     fc_rec begin 1 "$FC_PLAYBOOK" "$FC_HOST" "$FC_CHECK"
-    fc_self_init
+    ((FC_CHECK)) || fc_self_init
     # A read-only run (status, --check) changes nothing, so it races with nobody: it must
     # not wait behind a teardown that holds the lock.
     if ((FC_CHECK)); then
