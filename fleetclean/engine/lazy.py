@@ -4,11 +4,13 @@ the last two only if something calls them.
 
 bash parses every function it is sent before it runs any: a status script's 35 KB of
 definitions cost 2.25 ms of the node's CPU (``perf stat``, 20-30 runs), yet a node whose
-GPUs are idle (most of a fleet, most of the time) calls 26 of its 66 functions, 14 KB of
-it. The others come after the script's ``fc_main </dev/null`` and an ``exit``, where bash
-never parses them, in two groups: naming a busy GPU's processes and their owners (what a
-status on a busy node runs, 14 KB), then the rarer rest (looking through descriptors for
-a holder nvidia-smi does not list, reading Xids, the CSV queries, 7 KB). Each of their
+GPUs are idle (most of a fleet, most of the time) calls 25 of its 71 functions, 12 KB of
+it (22 and 10 KB where the host was seen clean: only one of the two first GPU reads is
+its, :func:`tiers`). The others come after the script's ``fc_main </dev/null`` and an
+``exit``, where bash never parses them, in two groups: naming a busy GPU's processes and
+their owners (what a status on a busy node runs, 14 KB), then the rarer rest (looking
+through descriptors for a holder nvidia-smi does not list, reading Xids, the CSV queries,
+the other first read: 9-11 KB). Each of their
 functions is a one-line stand-in until then: its first call (``fc_lazy GROUP``) parses
 its group from the script's own text (``FC_SRC`` where ``transport.boot`` or
 ``render.read_whole`` read it, the file, or the ``-c`` string), and the group's stand-ins

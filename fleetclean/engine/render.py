@@ -150,10 +150,12 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
     each a process whose output waits in a pipe (``FC_VQFD``, ``FC_VXIDFD``) for the
     verification, which reads them instead of starting its own. nvidia-smi's wall time
     (20-25 ms on an H200, more with eight GPUs) then overlaps bash's own start-up and the
-    first lines of the script rather than following them (over SSH, once the whole script
-    has come: ``transport.boot``); and each is forked by a bash
+    first lines of the script rather than following them (over SSH the login shell's
+    command starts the GPU read before it reads the script, ``transport.boot.first_read``,
+    and the kernel log's once the whole script has come); and each is forked by a bash
     that holds no definitions yet, which is cheaper. Both only read; PATH gets the same
-    tail as ``fc_main`` gives it, and neither can read the script on standard input.
+    tail as ``fc_main`` gives it, and neither can read the script on standard input; the
+    GPU read holds no descriptor of the session but its pipe.
 
     Each is a line of its own, before the one that reads the rest (:func:`read_whole`):
     under ``bash -s``, bash reads a script from a pipe one byte per read(2) and runs
@@ -161,7 +163,8 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
     after it (0.2 ms on an H200 node's CPU). Each runs once however the script is started:
     under ``bash -s`` bash runs them before the rest is read; started by the command of
     ``transport.boot`` (the whole script read, then run by ``eval``) they are its first
-    commands; a test that has started its own read first (its descriptor set) keeps it.
+    commands, but for the GPU read, which that command started (its descriptor set, as a
+    test that has started its own read first keeps it).
 
     The -q read leaves the row remapper's section out: the verification reads it beside
     this one where the kernel log cannot rule a pending remap out (fc_verify_gate). Of
@@ -177,7 +180,7 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
     pays a second query after the first; one in use last time, or never seen, reads -q.
 
     >>> gpu, klog = early_reads()
-    >>> "nvidia-smi -q -d MEMORY,PIDS " in gpu, "dmesg -l " in klog
+    >>> "nvidia-smi -q -d MEMORY,PIDS;" in gpu, "dmesg -l " in klog
     (True, True)
     >>> "FC_VGFD}< <(" in early_reads(last_clean=True)[0]
     True
@@ -186,8 +189,10 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
     fd, args = ("FC_VGFD", VERIFY_GPU_ARGS) if last_clean else ("FC_VQFD", VERIFY_Q_ARGS)
     # Over SSH the login shell's command starts this line's braces' content itself, before
     # it reads the script (transport.boot.first_read): no single quote in it.
-    gpu = (f"{OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; exec {{{fd}}}< <({path} "
-           f'nvidia-smi {args} 2>&1 </dev/null; printf "\\n@%d" "$?"); }}')
+    # Its exec, not a redirection of a group, which would keep the session's stderr open
+    # (saved) in the subshell till nvidia-smi ends: a run cut short ends without it.
+    gpu = (f"{OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; exec {{{fd}}}< <(exec 2>&1 "
+           f'</dev/null; {path} nvidia-smi {args}; printf "\\n@%d" "$?"); }}')
     klog = (f"{OWN.format('FC_VXIDFD')} || {{ unset FC_VXIDFD; LC_ALL=C; "
             f"exec {{FC_VXIDFD}}< <({path}; "
             "read -r _ l _ 2>/dev/null </proc/sys/kernel/printk; "

@@ -1,5 +1,5 @@
 """The command the host's login shell runs to start a script over SSH: a ``bash -c`` that
-reads the whole script from standard input, then runs it, or runs nothing.
+reads the whole script from standard input, then runs it, or runs none of it.
 
 sshd runs the command with the account's login shell, and that shell reads its startup
 files first: bash started by sshd reads ~/.bashrc (Debian and Ubuntu build it so, and
@@ -10,8 +10,8 @@ wherever that left off, without its first lines: on a simulated node whose ~/.ba
 50,000 of post-extraction's 78,000 bytes, ``fc_main`` ran with half of its functions
 undefined. This command comes in the SSH exec request, which no startup file can read: it
 reads exactly the script's size (``read -N``, in blocks) and runs it (``eval``) only when
-every byte came; else it says so on stderr (``CUT_SHORT``), exits 1 and has run
-nothing. The script's
+every byte came; else it says so on stderr (``CUT_SHORT``), exits 1 and has run no line
+of the script (a status's GPU read, below, which only reads, has started). The script's
 own first lines (render.read_whole, for ``bash -s``) stand aside under ``bash -c``, its
 early reads (render.early_reads) run first as under ``bash -s``.
 
@@ -22,7 +22,10 @@ GPU read (render.early_reads: one nvidia-smi query, which only reads) starts in 
 itself, before the script is read (:func:`first_read`). The script's first commands wait
 for all of its 44 KB to come and be read (1.2 ms of wall on an H100 node, where the GPU
 read is the status's critical path); the command runs even where the script then turns
-out cut short, which runs no line of the script. The kernel log's read
+out cut short, which runs no line of the script, and holds none of the session's
+descriptors (the pipe is its output: a cut run ends without waiting for it). Its argv then
+holds nvidia-smi's: a teardown whose pattern matches that command line would end the
+status's read either way, since nvidia-smi's own argv is the same. The kernel log's read
 (render.early_reads) still starts once all of the script has come.
 
 >>> command(1234)  # doctest: +ELLIPSIS
@@ -89,7 +92,8 @@ def first_read(head: str) -> str:
     (render.early_reads) is ``OWN || { START; }``, and START, in the login shell's
     command, runs before the script is read. The bash that then runs the script finds the
     descriptor its own (``OWN``) and leaves the line be. Only a START that every login
-    shell passes alike (no newline, ``!`` or single quote) is taken.
+    shell passes alike is taken: no newline, ``!`` or single quote, and no two backslashes
+    in a row (inside single quotes fish makes them one).
 
     >>> line = OWN.format("FC_VGFD") + " || { unset FC_VGFD; exec {FC_VGFD}< <(nvidia-smi); }"
     >>> first_read("#!/usr/bin/env bash\\n# shellcheck x\\n" + line + "\\nrest")
@@ -102,7 +106,7 @@ def first_read(head: str) -> str:
         opening = OWN.format(fd) + " || { "
         if line.startswith(opening) and line.endswith("; }"):
             start = line[len(opening):-len("; }")]
-            if not set(start) & set("\n!'"):
+            if not set(start) & set("\n!'") and "\\\\" not in start:
                 return start
     return ""
 

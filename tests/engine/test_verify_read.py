@@ -652,11 +652,17 @@ fc_rec_each gpu "${{rows[@]}}"; echo ---
 for r in "${{rows[@]}}"; do fc_rec gpu "$r"; done; echo ---
 fc_rec_each gpu "${{rows[0]}}" "${{rows[3]}}"; echo ---
 for r in "${{rows[0]}}" "${{rows[3]}}"; do fc_rec gpu "$r"; done; echo ---
-fc_hold; fc_rec_each gpu "${{rows[0]}}"; fc_rec_each gpu; echo held; fc_release
+fc_hold; fc_rec_each gpu "${{rows[0]}}"; fc_rec_each gpu; echo held; fc_release; echo ---
+fc_rec_each 'k%d\\n' a b; fc_rec 'k%d\\n' a; fc_rec 'k%d\\n' b; echo ---
+fc_rec_each 'k\\n' a b; fc_rec 'k\\n' a; fc_rec 'k\\n' b
 """
     out = subprocess.run(["bash", "-c", script, "x", *rows], text=True, capture_output=True,
                          check=True, env={"LC_ALL": "C"}).stdout
-    all_each, all_one, clean_each, clean_one, held = out.split("---\n")
+    all_each, all_one, clean_each, clean_one, held, odd_kind, backslash = out.split("---\n")
+    # A kind with a % or a backslash is written as fc_rec writes it, not as a format.
+    for text in (odd_kind, backslash):
+        lines = text.splitlines()
+        assert lines[:len(lines) // 2] == lines[len(lines) // 2:] and len(lines) == 4 + 4 * tap
     assert all_each == all_one and "50%25 off%09name" in all_one
     assert clean_each == clean_one and clean_one.count("@@fleetclean\tgpu\t") == 2
     # Held, the record leaves with the release (none for no row); tapped, it is also logged

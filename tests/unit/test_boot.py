@@ -6,9 +6,12 @@ reads start under it as under ``bash -s``."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -116,3 +119,29 @@ def test_a_script_without_an_early_read_starts_nothing_first() -> None:
     # A line shaped like one, but that a login shell would not pass alike, is not taken.
     odd = "#!/usr/bin/env bash\n#\n[[ -n ${FC_VGFD:-} && ${FC_VGFD@a} != *x* ]] || { echo '!'; }\n"
     assert first_read(odd) == ""
+
+
+def test_a_cut_status_script_ends_without_waiting_for_its_gpu_read(tmp_path: Path) -> None:
+    # The read the command started holds only its pipe: a run cut short (nothing of the
+    # script run) ends at once, though its nvidia-smi still runs (it only reads).
+    bin_dir, pid_file = tmp_path / "bin", tmp_path / "pid"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(f'#!/bin/sh\necho $$ >"{pid_file}"\nexec sleep 30\n')
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    status = render_script(resolve(load_playbook("status"), {}, {}), host_name="n",
+                           last_clean=True).encode()
+    try:
+        cut = login_shell(status[:20000], len(status), {"PATH": f"{bin_dir}:/usr/bin:/bin"},
+                          first=first_read(status.decode()))
+        assert cut.returncode == 1 and CUT_SHORT in cut.stderr
+        for _ in range(100):  # the read starts in the background: its PID comes soon
+            if pid_file.exists() and pid_file.read_text().strip():
+                break
+            time.sleep(0.05)
+        pid = int(pid_file.read_text())
+        # Still reading when the run came back: nothing waited for it.
+        assert Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0")
+    finally:
+        if pid_file.exists() and pid_file.read_text().strip():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)

@@ -55,14 +55,15 @@ FC_TAP=0
 fc_rec_each() {
     local kind=$1 out
     shift
-    if ((FC_TAP)) || [[ $* == *[%$'\t\n\r']* ]]; then
+    if ((FC_TAP)) || [[ $kind$* == *[%$'\t\n\r']* ]]; then
         for out in "$@"; do
             fc_rec "$kind" "$out"
         done
         return 0
     fi
     (($#)) || return 0
-    printf -v out "@@fleetclean\t$kind\t%s\n" "$@"
+    # The kind goes into the format (it holds no %, as checked): its \ as itself.
+    printf -v out "@@fleetclean\t${kind//\\/\\\\}\t%s\n" "$@"
     if ((FC_HOLD && !BASH_SUBSHELL)); then
         FC_HELD+=$out
     else
@@ -311,8 +312,8 @@ FC_SELF_SID=0
 # protected names as a set (keys get a "_" so that an empty name is never one). A teardown
 # reads them as it begins; a read-only run (status, --check), which signals nothing, when
 # first asked (fc_self: a status on an idle host never is, and saves a read of /proc per
-# ancestor). From a subshell they are read anew there: its own ancestors are the script's
-# and the script's.
+# ancestor). A subshell that asks first reads them anew: its ancestors are the script and
+# the script's ancestors.
 FC_SELF_DONE=0
 fc_self() {
     ((FC_SELF_DONE)) || fc_self_init

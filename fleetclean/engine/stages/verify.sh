@@ -475,6 +475,7 @@ fc_verify_read_gpus() {
 # hold commas), as ^([0-9]+), (GPU-[^,]+), (.+), ([0-9]+), ([0-9]+)$ takes them; fails where
 # it would not match. Globs and expansions: =~ compiles its regex at each test, 45 us a row
 # on the node's wall once nvidia-smi has answered.
+FC_VROW=()
 fc_verify_gpu_row() {
     local r=$1 i u n m t
     [[ $r == ?*", "?*", "?*", "?*", "?* ]] || return 1
