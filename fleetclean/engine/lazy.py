@@ -65,7 +65,7 @@ TIERS = (IDLE, BUSY)
 # A script's first GPU read is one of two (render.early_reads): -q, GPUs and processes, and
 # the driver's files; or, on a host seen clean last time, --query-gpu. Neither calls the
 # other's functions, which it leaves with the rarer rest: 4.4 KB that a host seen clean
-# does not parse (0.35 ms of its CPU), 2 KB for the others.
+# does not parse (0.45 ms of its CPU, perf stat), 2 KB for the others.
 Q_READ = frozenset({"fc_verify_read_q", "fc_verify_gpu_info", "fc_verify_gpu_info_all",
                     "fc_verify_gpu_info_load", "fc_verify_info_line"})
 QUERY_READ = frozenset({"fc_verify_read_gpus", "fc_verify_gpu_row"})
