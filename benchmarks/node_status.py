@@ -186,7 +186,8 @@ def render(args: argparse.Namespace, where: list[str], checkout: Path | None = N
             (Path(state) / "last-clean.json").write_text(
                 json.dumps({"hosts": {host: time.time()}}))
             text = show()
-            assert "FC_VGFD" in text, "the hint was not taken"
+            if "FC_VGFD" not in text:
+                raise LookupError(f"{checkout or 'this checkout'}: the hint was not taken")
         return text
 
 
@@ -195,7 +196,7 @@ def against_seen_clean(args: argparse.Namespace, where: list[str]) -> str:
     checkout has no such read (before the fifteenth round)."""
     try:
         return render(args, where, args.against, seen_clean=True)
-    except AssertionError:
+    except LookupError:
         return ""
 
 

@@ -36,11 +36,7 @@ fc_rec() {
         done
     fi
     out="@@fleetclean$out"
-    if ((FC_HOLD && !BASH_SUBSHELL)); then
-        FC_HELD+=$out$'\n'
-    else
-        printf '%s\n' "$out"
-    fi
+    fc_put "$out"$'\n'
     # A script no controller reads (fleetclean export: standalone.sh) logs and judges
     # its own records as they are written.
     if ((FC_TAP)); then
@@ -64,11 +60,7 @@ fc_rec_each() {
     (($#)) || return 0
     # The kind goes into the format (it holds no %, as checked): its \ as itself.
     printf -v out "@@fleetclean\t${kind//\\/\\\\}\t%s\n" "$@"
-    if ((FC_HOLD && !BASH_SUBSHELL)); then
-        FC_HELD+=$out
-    else
-        printf '%s' "$out"
-    fi
+    fc_put "$out"
 }
 
 # Records written together leave together. sshd sends what one read of the pipe gives as
@@ -80,6 +72,15 @@ fc_rec_each() {
 # releases what is held, so that the controller sees each stage as it starts; a record
 # from a subshell (whose FC_HELD dies with it) is written at once.
 FC_HOLD=0 FC_HELD=""
+# Whole record lines $1, held or written now.
+fc_put() {
+    if ((FC_HOLD && !BASH_SUBSHELL)); then
+        FC_HELD+=$1
+    else
+        printf '%s' "$1"
+    fi
+}
+
 fc_hold() {
     FC_HOLD=1
 }

@@ -43,14 +43,13 @@ fc_verify_klog() {
 }
 
 fc_verify() {
-    local max=$opt_max_used_mib t0 state settled=0 respawn="" now
+    local max=$opt_max_used_mib t0 state settled=0 respawn="" now fd
     local -A leak_since=() leak_used=()
     # An early read's descriptor from the environment is a stranger's (render.early_reads
     # unsets one before it starts its own): never read, never closed.
-    [[ -n ${FC_VQFD:-} && ${FC_VQFD@a} == *x* ]] && unset FC_VQFD
-    [[ -n ${FC_VGFD:-} && ${FC_VGFD@a} == *x* ]] && unset FC_VGFD
-    [[ -n ${FC_VRRFD:-} && ${FC_VRRFD@a} == *x* ]] && unset FC_VRRFD
-    [[ -n ${FC_VXIDFD:-} && ${FC_VXIDFD@a} == *x* ]] && unset FC_VXIDFD
+    for fd in FC_VQFD FC_VGFD FC_VRRFD FC_VXIDFD; do
+        [[ -n ${!fd:-} && ${!fd@a} == *x* ]] && unset "$fd"
+    done
     fc_rec stage verify verify verify
     fc_release
     if ((FC_HALT)); then

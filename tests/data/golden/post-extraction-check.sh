@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; unset FC_SRC; read -r -N 86242 FC_SRC; if ((${#FC_SRC} == 86242)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short, nothing was run (${#FC_SRC} of 86242 bytes)" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; unset FC_SRC; read -r -N 86029 FC_SRC; if ((${#FC_SRC} == 86029)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short, nothing was run (${#FC_SRC} of 86029 bytes)" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook post-extraction (built-in)
 # host: "node01"  mode: check
 # Runs as `bash -s` with this text on standard input (over SSH, fleetclean's own
