@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from fleetclean import fleet
@@ -18,13 +19,16 @@ from fleetclean.commands.env import Env, error_line
 from fleetclean.commands.steps import fitted_forks, options
 from fleetclean.errors import UsageError
 from fleetclean.models import RunResult
-from fleetclean.results.lastseen import apply_history
+from fleetclean.results.lastseen import history_judge, judged_by
 
 
 def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env) -> RunResult:
     opts = options(args)
     forks = fitted_forks(args, env, len(jobs)).forks
     cancel = threading.Event()
+    # Faults that need each host's past (its GPU count, Xids since its last run), read
+    # before the first host: the live view counts each host as the table will show it.
+    judged = history_judge([j.host for j in jobs])
     # A live view only for a person watching the table come: not for --json/--csv, not
     # into a pipe or log (and then neither rich's live machinery is imported).
     console = None if args.json or args.csv else env.console(stderr=True)
@@ -32,12 +36,17 @@ def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env
         from fleetclean.results.live import LiveProgress
 
         with LiveProgress(console, [j.host.name for j in jobs]) as progress:
+
+            def on_event(event: fleet.Event) -> None:
+                if event.result is not None:
+                    event = replace(event, result=judged(event.result))
+                progress(event)
+
             result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=forks,
-                                     on_event=progress, cancel=cancel)
+                                     on_event=on_event, cancel=cancel)
     else:
         result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=forks, cancel=cancel)
-    # Faults that need each host's past (its GPU count, Xids since its last run).
-    return apply_history(result, [j.host for j in jobs])
+    return judged_by(result, judged)
 
 
 def emit(result: RunResult, args: argparse.Namespace, env: Env) -> None:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import calendar
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fleetclean.models import Host, RunResult
+from fleetclean.models import Host, HostResult, RunResult
 from fleetclean.results.health import expected_from, judge
 from fleetclean.results.records import list_records, seen_path, seen_summary
 
@@ -82,18 +82,29 @@ def _fold(summary: Mapping[str, Any], want: set[str], ended: dict[str, float],
         gpus[name] = max(gpus.get(name, 0), int(count))
 
 
-def apply_history(result: RunResult, hosts: Iterable[Host]) -> RunResult:
-    """``result`` with each host judged against its past (:func:`health.judge`): an
-    inventory ``expected_gpus`` wins over the count its records show."""
+def history_judge(hosts: Iterable[Host]) -> Callable[[HostResult], HostResult]:
+    """A host's result judged against its past (:func:`health.judge`), the records read
+    once, now: an inventory ``expected_gpus`` wins over the count its records show. A run
+    takes it before its first host, so that the live view counts each host as it finishes
+    as the table will show it (a hardware Xid since its last run: faulty, not clean)."""
     by_name = {h.name: h for h in hosts}
     seen = last_seen(by_name)
-    judged = []
-    for h in result.hosts:
+
+    def judged(h: HostResult) -> HostResult:
         past = seen.get(h.host)
         host = by_name.get(h.host)
         expected = expected_from(host.vars.get("expected_gpus")) if host else None
         if expected is None and past is not None and past.gpus:
             expected = past.gpus
-        judged.append(judge(h, expected_gpus=expected,
-                            since_epoch=past.ended if past else None))
-    return replace(result, hosts=tuple(judged))
+        return judge(h, expected_gpus=expected, since_epoch=past.ended if past else None)
+
+    return judged
+
+
+def apply_history(result: RunResult, hosts: Iterable[Host]) -> RunResult:
+    """``result`` with each host judged against its past (:func:`history_judge`)."""
+    return judged_by(result, history_judge(hosts))
+
+
+def judged_by(result: RunResult, judged: Callable[[HostResult], HostResult]) -> RunResult:
+    return replace(result, hosts=tuple(judged(h) for h in result.hosts))

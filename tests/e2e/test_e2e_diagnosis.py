@@ -8,6 +8,8 @@ starts one. One fleet serves the module; each test leaves its node idle.
 
 from __future__ import annotations
 
+import io
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 from simhelp import Cli, alive, edit_inventory, reset_node
 
+from fleetclean.cli import Env, main
 from fleetclean.sim import SimFleet
 
 pytestmark = pytest.mark.sim
@@ -138,6 +141,29 @@ def test_each_fault_makes_the_host_faulty_with_its_reason(
     if fault[0] == "lost":
         table = cli("status", "-i", fleet.inventory_path)
         assert f"node01: faulty: {reason}" in table.out and "1 faulty" in table.out
+
+
+class Terminal(io.StringIO):
+    """stderr as a person's terminal: the live view draws its frames into it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_live_view_counts_a_host_as_the_table_shows_it(
+    fleet: SimFleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The script reports the Xid; only the controller, which knows the host's last run,
+    # makes it a fault: the live tally must not count the host clean meanwhile.
+    fleet.set_fault("node01", "xid", 79, 0)
+    monkeypatch.setenv("FLEETCLEAN_STATE_DIR", str(tmp_path / "state"))
+    out, err = io.StringIO(), Terminal()
+    code = main(["status", "-i", str(fleet.inventory_path)],
+                Env(stdout=out, stderr=err, environ={"NO_COLOR": "1"}))
+    frames = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", err.getvalue()).splitlines()
+    tallies = [line.strip() for line in frames if line.strip().startswith("done:")]
+    assert code == 1 and "0 clean, 0 dirty, 1 faulty" in out.getvalue()
+    assert tallies and tallies[-1] == "done: faulty 1", frames
 
 
 # The status script as sshd runs it (bash -s), with nvidia-smi logging its arguments: an
