@@ -27,6 +27,10 @@ class Env:
     # from Python, as the tests do): only then may a command start the process again.
     own_process: bool = False
 
+    def is_terminal(self, *, stderr: bool = False) -> bool:
+        """Whether the stream is a person's terminal, asked without importing rich."""
+        return _isatty(self.stderr if stderr else self.stdout)
+
     def console(self, *, stderr: bool = False) -> Console:
         from rich.console import Console
 

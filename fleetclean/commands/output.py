@@ -7,6 +7,8 @@ for: ``--json`` never loads rich, a pipe never loads the live display."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import os
 import sys
 import threading
@@ -19,23 +21,25 @@ from fleetclean.commands.env import Env, error_line
 from fleetclean.commands.steps import fitted_forks, options
 from fleetclean.errors import UsageError
 from fleetclean.models import RunResult
-from fleetclean.results.lastseen import history_judge, judged_by
+from fleetclean.results.lastseen import HistoryJudge, judged_by
 
 
 def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env) -> RunResult:
     opts = options(args)
     forks = fitted_forks(args, env, len(jobs)).forks
     cancel = threading.Event()
-    # Faults that need each host's past (its GPU count, Xids since its last run), read
-    # before the first host: the live view counts each host as the table will show it.
-    judged = history_judge([j.host for j in jobs])
+    # Faults that need each host's past (its GPU count, Xids since its last run): the
+    # live view counts each host as the table will show it.
+    judged = HistoryJudge([j.host for j in jobs])
+    # The main thread only waits while the hosts run: the output's modules (rich and the
+    # table, 20-25 ms) and the hosts' past are read meanwhile, not after the last host.
+    threading.Thread(target=_prepare_output, args=(args, judged), daemon=True).start()
     # A live view only for a person watching the table come: not for --json/--csv, not
-    # into a pipe or log (and then neither rich's live machinery is imported).
-    console = None if args.json or args.csv else env.console(stderr=True)
-    if console is not None and console.is_terminal:
+    # into a pipe or log (and then rich is not imported before the first host starts).
+    if not (args.json or args.csv) and env.is_terminal(stderr=True):
         from fleetclean.results.live import LiveProgress
 
-        with LiveProgress(console, [j.host.name for j in jobs]) as progress:
+        with LiveProgress(env.console(stderr=True), [j.host.name for j in jobs]) as progress:
 
             def on_event(event: fleet.Event) -> None:
                 if event.result is not None:
@@ -47,6 +51,16 @@ def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env
     else:
         result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=forks, cancel=cancel)
     return judged_by(result, judged)
+
+
+def _prepare_output(args: argparse.Namespace, judged: HistoryJudge) -> None:
+    """Import what :func:`emit` will, and read the hosts' past: what fails here fails
+    again where it is needed, and is reported there."""
+    module = "jsonio" if args.json else "csvout" if args.csv else "table"
+    with contextlib.suppress(Exception):
+        importlib.import_module(f"fleetclean.results.{module}")
+    with contextlib.suppress(Exception):
+        judged.load()
 
 
 def emit(result: RunResult, args: argparse.Namespace, env: Env) -> None:

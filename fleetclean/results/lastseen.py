@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -82,28 +83,36 @@ def _fold(summary: Mapping[str, Any], want: set[str], ended: dict[str, float],
         gpus[name] = max(gpus.get(name, 0), int(count))
 
 
-def history_judge(hosts: Iterable[Host]) -> Callable[[HostResult], HostResult]:
-    """A host's result judged against its past (:func:`health.judge`), the records read
-    once, now: an inventory ``expected_gpus`` wins over the count its records show. A run
-    takes it before its first host, so that the live view counts each host as it finishes
-    as the table will show it (a hardware Xid since its last run: faulty, not clean)."""
-    by_name = {h.name: h for h in hosts}
-    seen = last_seen(by_name)
+class HistoryJudge:
+    """A host's result judged against its past (:func:`health.judge`): an inventory
+    ``expected_gpus`` wins over the count its records show. The records are read once, at
+    :meth:`load` or the first host judged, from any thread: a run loads them while its
+    hosts run, and its live view counts each host as the table will show it (a hardware
+    Xid since its last run: faulty, not clean)."""
 
-    def judged(h: HostResult) -> HostResult:
-        past = seen.get(h.host)
-        host = by_name.get(h.host)
+    def __init__(self, hosts: Iterable[Host]) -> None:
+        self._hosts = {h.name: h for h in hosts}
+        self._seen: dict[str, Seen] | None = None
+        self._lock = threading.Lock()
+
+    def load(self) -> dict[str, Seen]:
+        with self._lock:
+            if self._seen is None:
+                self._seen = last_seen(self._hosts)
+            return self._seen
+
+    def __call__(self, h: HostResult) -> HostResult:
+        past = self.load().get(h.host)
+        host = self._hosts.get(h.host)
         expected = expected_from(host.vars.get("expected_gpus")) if host else None
         if expected is None and past is not None and past.gpus:
             expected = past.gpus
         return judge(h, expected_gpus=expected, since_epoch=past.ended if past else None)
 
-    return judged
-
 
 def apply_history(result: RunResult, hosts: Iterable[Host]) -> RunResult:
-    """``result`` with each host judged against its past (:func:`history_judge`)."""
-    return judged_by(result, history_judge(hosts))
+    """``result`` with each host judged against its past (:class:`HistoryJudge`)."""
+    return judged_by(result, HistoryJudge(hosts))
 
 
 def judged_by(result: RunResult, judged: Callable[[HostResult], HostResult]) -> RunResult:
