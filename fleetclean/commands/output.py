@@ -31,9 +31,6 @@ def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env
     # Faults that need each host's past (its GPU count, Xids since its last run): the
     # live view counts each host as the table will show it.
     judged = HistoryJudge([j.host for j in jobs])
-    # The main thread only waits while the hosts run: the output's modules (rich and the
-    # table, 20-25 ms) and the hosts' past are read meanwhile, not after the last host.
-    threading.Thread(target=_prepare_output, args=(args, judged), daemon=True).start()
     # A live view only for a person watching the table come: not for --json/--csv, not
     # into a pipe or log (and then rich is not imported before the first host starts).
     if not (args.json or args.csv) and env.is_terminal(stderr=True):
@@ -49,6 +46,10 @@ def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env
             result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=forks,
                                      on_event=on_event, cancel=cancel)
     else:
+        # The main thread only waits while the hosts run: the output's modules (rich and
+        # the table, 20-25 ms) and the hosts' past are read meanwhile, not after the last
+        # host. (Not beside a live view, whose own thread draws with rich all along.)
+        threading.Thread(target=_prepare_output, args=(args, judged), daemon=True).start()
         result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=forks, cancel=cancel)
     return judged_by(result, judged)
 
