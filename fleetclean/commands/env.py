@@ -27,8 +27,15 @@ class Env:
     # from Python, as the tests do): only then may a command start the process again.
     own_process: bool = False
 
-    def is_terminal(self, *, stderr: bool = False) -> bool:
-        """Whether the stream is a person's terminal, asked without importing rich."""
+    def may_be_terminal(self, *, stderr: bool = False) -> bool:
+        """Whether rich may draw on the stream as on a terminal, asked without importing
+        rich (its console has the last word): rich's own rules from the environment first
+        (``TTY_COMPATIBLE`` 0 or 1, then https://force-color.org), else the stream's."""
+        forced = self.environ.get("TTY_COMPATIBLE", "")
+        if forced in ("0", "1"):
+            return forced == "1"
+        if "FORCE_COLOR" in self.environ:
+            return self.environ["FORCE_COLOR"] != ""
         return _isatty(self.stderr if stderr else self.stdout)
 
     def console(self, *, stderr: bool = False) -> Console:

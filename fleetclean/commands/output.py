@@ -13,6 +13,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from fleetclean import fleet
 from fleetclean.commands.env import Env, error_line
 from fleetclean.commands.steps import fitted_forks, options
 from fleetclean.errors import UsageError
-from fleetclean.models import RunResult
+from fleetclean.models import HostResult, RunResult
 from fleetclean.results.lastseen import HistoryJudge, judged_by
 
 
@@ -33,18 +34,15 @@ def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env
     judged = HistoryJudge([j.host for j in jobs])
     # A live view only for a person watching the table come: not for --json/--csv, not
     # into a pipe or log (and then rich is not imported before the first host starts).
-    if not (args.json or args.csv) and env.is_terminal(stderr=True):
+    console = None
+    if not (args.json or args.csv) and env.may_be_terminal(stderr=True):
+        console = env.console(stderr=True)
+    if console is not None and console.is_terminal:
         from fleetclean.results.live import LiveProgress
 
-        with LiveProgress(env.console(stderr=True), [j.host.name for j in jobs]) as progress:
-
-            def on_event(event: fleet.Event) -> None:
-                if event.result is not None:
-                    event = replace(event, result=judged(event.result))
-                progress(event)
-
+        with LiveProgress(console, [j.host.name for j in jobs]) as progress:
             result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=forks,
-                                     on_event=on_event, cancel=cancel)
+                                     on_event=judging(progress, judged), cancel=cancel)
     else:
         # The main thread only waits while the hosts run: the output's modules (rich and
         # the table, 20-25 ms) and the hosts' past are read meanwhile, not after the last
@@ -54,9 +52,24 @@ def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env
     return judged_by(result, judged)
 
 
+def judging(progress: fleet.EventCallback, judged: Callable[[HostResult], HostResult]
+            ) -> fleet.EventCallback:
+    """``progress`` fed each finished host as the table will show it (``judged``). Where
+    judging fails, the script's own verdict: the run's end judges every host again, on
+    the main thread, and reports the failure there."""
+
+    def on_event(event: fleet.Event) -> None:
+        if event.result is not None:
+            with contextlib.suppress(Exception):
+                event = replace(event, result=judged(event.result))
+        progress(event)
+
+    return on_event
+
+
 def _prepare_output(args: argparse.Namespace, judged: HistoryJudge) -> None:
-    """Import what :func:`emit` will, and read the hosts' past: what fails here fails
-    again where it is needed, and is reported there."""
+    """Import what :func:`emit` will (as ``_emit_to`` chooses), and read the hosts' past:
+    what fails here fails again where it is needed, and is reported there."""
     module = "jsonio" if args.json else "csvout" if args.csv else "table"
     with contextlib.suppress(Exception):
         importlib.import_module(f"fleetclean.results.{module}")

@@ -88,7 +88,8 @@ class HistoryJudge:
     ``expected_gpus`` wins over the count its records show. The records are read once, at
     :meth:`load` or the first host judged, from any thread: a run loads them while its
     hosts run, and its live view counts each host as the table will show it (a hardware
-    Xid since its last run: faulty, not clean)."""
+    Xid since its last run: faulty, not clean). A run that another controller finishes
+    meanwhile is not this run's "last run" of its hosts: the two ran at once."""
 
     def __init__(self, hosts: Iterable[Host]) -> None:
         self._hosts = {h.name: h for h in hosts}
@@ -116,4 +117,5 @@ def apply_history(result: RunResult, hosts: Iterable[Host]) -> RunResult:
 
 
 def judged_by(result: RunResult, judged: Callable[[HostResult], HostResult]) -> RunResult:
+    """``result`` with every host passed through ``judged``."""
     return replace(result, hosts=tuple(judged(h) for h in result.hosts))

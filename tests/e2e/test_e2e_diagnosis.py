@@ -157,6 +157,11 @@ def test_the_live_view_counts_a_host_as_the_table_shows_it(
     # makes it a fault: the live tally must not count the host clean meanwhile.
     fleet.set_fault("node01", "xid", 79, 0)
     monkeypatch.setenv("FLEETCLEAN_STATE_DIR", str(tmp_path / "state"))
+    # rich reads these from the process's environment: a terminal it draws on, wide.
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.setenv("COLUMNS", "200")
+    for forced in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(forced, raising=False)
     out, err = io.StringIO(), Terminal()
     code = main(["status", "-i", str(fleet.inventory_path)],
                 Env(stdout=out, stderr=err, environ={"NO_COLOR": "1"}))

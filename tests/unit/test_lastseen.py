@@ -4,11 +4,18 @@ small summary beside it, and the answer is the same from it as from the record."
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult
+from fleetclean.commands.output import judging
+from fleetclean.fleet import Event
+from fleetclean.models import GpuRow, Host, HostResult, HostStatus, RunResult
+from fleetclean.results import lastseen
 from fleetclean.results.lastseen import last_seen
 from fleetclean.results.records import RunRecord, seen_path
 
@@ -64,3 +71,41 @@ def test_an_unfinished_run_leaves_no_summary_and_says_nothing(state: Path) -> No
                     variables={}, check=True)
     assert [p.suffix for p in (state / "runs").glob("*")] == [".json"]
     assert last_seen(["gpu01"]) == {}
+
+
+def test_the_records_are_read_once_whichever_threads_judge(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    finish_run(["gpu01"], {"gpu01": 8})
+    reads: list[int] = []
+    real = lastseen.last_seen
+
+    def counted(names: Iterable[str]) -> dict[str, lastseen.Seen]:
+        reads.append(1)
+        time.sleep(0.05)  # long enough for every thread to ask meanwhile
+        return real(names)
+
+    monkeypatch.setattr(lastseen, "last_seen", counted)
+    judged = lastseen.HistoryJudge([Host("gpu01", "10.0.0.1")])
+    # gpu01 showed 8 GPUs last time: 7 now is faulty, whoever asks.
+    seven = HostResult("gpu01", HostStatus.CLEAN, gpus=gpus(7))
+    with ThreadPoolExecutor(16) as pool:
+        verdicts = list(pool.map(lambda _: judged(seven).status, range(32)))
+    assert reads == [1] and set(verdicts) == {HostStatus.FAULTY}
+
+
+def test_the_live_view_is_fed_each_host_judged_or_else_as_reported() -> None:
+    fed: list[Event] = []
+
+    def faulty(h: HostResult) -> HostResult:
+        return replace(h, status=HostStatus.FAULTY)
+
+    def broken(h: HostResult) -> HostResult:
+        raise OSError("records unreadable")
+
+    done = Event("gpu01", "done", result=HostResult("gpu01", HostStatus.CLEAN))
+    judging(fed.append, faulty)(Event("gpu01", "start"))
+    judging(fed.append, faulty)(done)
+    judging(fed.append, broken)(done)
+    assert [(e.kind, e.result and e.result.status) for e in fed] == [
+        ("start", None), ("done", HostStatus.FAULTY), ("done", HostStatus.CLEAN)]

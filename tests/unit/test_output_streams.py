@@ -93,3 +93,25 @@ def test_faulty_hosts_are_counted_and_listed_only_when_present() -> None:
     assert table.summary_line(result) == "1 host: 0 clean, 0 dirty, 1 faulty, 0 failed in 1.00s"
     assert table.problems(result) == ["gpu09: faulty: GPU3 lost (Xid 79)"]
     assert "faulty" in printed({}, result)
+
+
+@pytest.mark.parametrize(("environ", "tty", "expected"), [
+    ({}, True, True),
+    ({}, False, False),
+    ({"TTY_COMPATIBLE": "0"}, True, False),
+    ({"TTY_COMPATIBLE": "1"}, False, True),
+    ({"FORCE_COLOR": "1"}, False, True),
+    ({"FORCE_COLOR": ""}, True, False),
+    ({"TTY_COMPATIBLE": "0", "FORCE_COLOR": "1"}, True, False),
+])
+def test_a_live_view_is_chosen_as_rich_would_draw_one(
+    environ: dict[str, str], tty: bool, expected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("TTY_COMPATIBLE", "FORCE_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)  # rich reads the process's environment
+    stream = Tty() if tty else io.StringIO()
+    env = Env(stderr=stream, environ=environ)
+    assert env.may_be_terminal(stderr=True) is expected
+    assert env.console(stderr=True).is_terminal is expected
