@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from fleetclean.sim import SimFleet
-from fleetclean.transport.boot import read_and_run
+from fleetclean.transport.boot import BASH, read_and_run
 
 
 @dataclass
@@ -110,9 +110,10 @@ _BOOT_READ = read_and_run(0).partition(" 0 ")[0] + " "
 
 def is_script(cmdline: str) -> bool:
     """Whether a node's process is a fleetclean script's bash: started over SSH by
-    ``transport.boot``'s command (``bash -c '... LC_ALL=C; unset FC_SRC; read ...'``),
-    locally or through sudo as ``bash -s``."""
-    return cmdline == "bash -s" or (cmdline.startswith("bash -c ") and _BOOT_READ in cmdline)
+    ``transport.boot``'s command (``bash --norc -p -c '... unset FC_SRC; read ...'``),
+    locally or through sudo as ``bash --norc -p -s``."""
+    return cmdline == f"{BASH} -s" or (cmdline.startswith(f"{BASH} -c ")
+                                      and _BOOT_READ in cmdline)
 
 
 def alive(fleet: SimFleet, node: str, pids: list[int]) -> list[int]:

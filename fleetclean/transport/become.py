@@ -3,7 +3,7 @@
 With become, the one command run on the host is::
 
     env LC_ALL=C sudo -S -p '[fleetclean-sudo:NONCE]' -u root -- \\
-        bash -c 'echo @@fleetclean-become:NONCE >&2; exec bash -s'
+        bash --norc -p -c 'echo @@fleetclean-become:NONCE >&2; exec bash --norc -p -s'
 
 (``-n`` instead of ``-S -p ...`` when no password was given: sudo then fails at once
 instead of waiting for one). Nothing of the script is sent until that ``bash -c`` runs
@@ -22,7 +22,7 @@ a person can act on, and nothing has run. The whole dialogue gets the connect ti
 >>> p = plan(host, "n0nce")
 >>> p.command  # doctest: +NORMALIZE_WHITESPACE
 "env LC_ALL=C sudo -S -p '[fleetclean-sudo:n0nce]' -u root --
- bash -c 'echo @@fleetclean-become:n0nce >&2; exec bash -s'"
+ bash --norc -p -c 'echo @@fleetclean-become:n0nce >&2; exec bash --norc -p -s'"
 >>> d = Dialog(host, p)
 >>> d.step("").kind, d.step("[fleetclean-sudo:n0nce]").kind
 ('wait', 'send')
@@ -33,7 +33,7 @@ TransportFailure(kind='auth_failed', message='sudo on gpu01 refused the become p
 >>> d.ended("[fleetclean-sudo:n0nce]alice is not in the sudoers file.\\n", 1).kind
 'error'
 >>> plan(Host("h", "h")).command
-'bash -s'
+'bash --norc -p -s'
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from typing import Protocol
 
 from fleetclean.models import Host, Secret
 from fleetclean.transport.base import TransportFailure
+from fleetclean.transport.boot import BASH
 
 __all__ = ["Dialog", "Pipe", "Plan", "Step", "converse", "plan"]
 
@@ -66,7 +67,7 @@ class Plan:
         return bool(self.ready)
 
 
-def plan(host: Host, nonce: str | None = None, start: str = "bash -s") -> Plan:
+def plan(host: Host, nonce: str | None = None, start: str = f"{BASH} -s") -> Plan:
     """How the script starts on ``host``: ``start`` without become (over SSH, ``boot``'s
     command); ``nonce`` (random by default) makes the prompt and the ready line ones no
     other program prints. With become nothing is sent before sudo's bash says it is
@@ -81,8 +82,8 @@ def plan(host: Host, nonce: str | None = None, start: str = "bash -s") -> Plan:
     # -p takes %-escapes (%u, %h); the prompt has no '%', so sudo prints it as it is.
     how = f"-S -p {shlex.quote(prompt)}" if host.become_password else "-n"
     user = shlex.quote(host.become_user or "root")
-    inner = shlex.quote(f"echo {ready} >&2; exec bash -s")
-    command = f"env LC_ALL=C sudo {how} -u {user} -- bash -c {inner}"
+    inner = shlex.quote(f"echo {ready} >&2; exec {BASH} -s")
+    command = f"env LC_ALL=C sudo {how} -u {user} -- {BASH} -c {inner}"
     return Plan(command, prompt, ready, host.become_password)
 
 

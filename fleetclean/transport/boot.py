@@ -29,7 +29,7 @@ status's read either way, since nvidia-smi's own argv is the same. The kernel lo
 (render.early_reads) still starts once all of the script has come.
 
 >>> command(1234)  # doctest: +ELLIPSIS
-'bash -c \\'LC_ALL=C; unset FC_SRC; read -r -N 1234 FC_SRC; if ((${#FC_SRC} == 1234)); then ...'
+'bash --norc -p -c \\'LC_ALL=C; unset FC_SRC; read -r -N 1234 FC_SRC; if ...'
 >>> "\\n" in command(1234) or "!" in command(1234)
 False
 """
@@ -37,6 +37,22 @@ False
 from __future__ import annotations
 
 import shlex
+
+# The bash that runs a script, as the login shell's command or sudo's starts it, clean of
+# what the login's startup files make of every bash:
+# - --norc: a bash whose stdin is a socket or which sees SSH_CLIENT, at shell level 1 (the
+#   login shell's exec of this command leaves it there), reads /etc/bash.bashrc and
+#   ~/.bashrc itself (Debian and Ubuntu build bash so): the login's startup files ran a
+#   second time, inside the script's own bash, with all they define and set.
+# - -p (privileged mode; with the real and the effective ids equal, as here, nothing else
+#   of it applies): bash ignores what they export, BASH_ENV (which a non-interactive bash
+#   sources first; HPC nodes set it for Lmod's `module`), functions exported with `export
+#   -f` (one named nvidia-smi or kill would stand in for the command), SHELLOPTS and
+#   BASHOPTS (errexit, nounset or nocasematch would change what the script does), CDPATH
+#   and GLOBIGNORE.
+# bash 4.4 and 5.x alike. What the script starts (nvidia-smi, a shell stage's command)
+# still gets the login's environment as it is.
+BASH = "bash --norc -p"
 
 # What the command says when fewer bytes came; results/parse.py explains it to a person
 # (the argv stays short: a word of it could match another run's pattern).
@@ -66,7 +82,7 @@ def explained(line: str) -> str:
 def command(size: int, first: str = "") -> str:
     """The login shell's command for a script of ``size`` bytes (UTF-8) on standard input,
     starting ``first`` (:func:`first_read`) before it reads the script."""
-    return "bash -c " + shlex.quote(inner(size, first))
+    return f"{BASH} -c " + shlex.quote(inner(size, first))
 
 
 def inner(size: int, first: str = "") -> str:

@@ -58,7 +58,7 @@ def open_script_channel(
     # Its size only: the bytes are made again as they are sent (become's dialogue may take
     # a while, and a copy per host in flight is what the shared pieces avoid).
     if host.become:
-        start = "bash -s"  # sudo's bash: the script's own first lines start its reads
+        start = f"{boot.BASH} -s"  # sudo's bash: the script's own first lines start its reads
     else:
         head = script if isinstance(script, str) else next(iter(script), "")
         start = boot.command(sum(map(len, script_bytes(script))), boot.first_read(head))

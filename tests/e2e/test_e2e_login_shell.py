@@ -48,3 +48,43 @@ def test_a_startup_file_that_reads_stdin_stops_the_run_there_and_only_there(
         assert res.host(node)["status"] == "clean", res.out
         assert alive(fleet, node, servers[node]) == []
         assert fleet.gpu_used_mib(node) == [0] * 8
+
+
+# What an HPC node's startup files may export to every bash they start: Lmod's BASH_ENV,
+# a site's `export -f` wrappers (here of nvidia-smi and of bash's own kill), and shell
+# options exported with SHELLOPTS and BASHOPTS.
+HOSTILE_BASHRC = """\
+export BASH_ENV=/root/bash_env.sh
+nvidia-smi() { echo 'No devices were found'; return 6; }
+kill() { echo 'kill: not here' >&2; return 1; }
+export -f nvidia-smi kill
+shopt -s nocasematch; export BASHOPTS
+set -o errexit -o nounset; export SHELLOPTS
+"""
+
+
+def test_what_the_login_exports_to_every_bash_changes_nothing_the_script_does(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli
+) -> None:
+    fleet = sim_fleet_factory(2)
+    if os.stat(fleet.node_path("node01", "/root")).st_dev == os.stat("/root").st_dev:
+        pytest.skip("the nodes share this machine's /root (Python lives under it)")
+    fleet.node_path("node01", "/root/.bashrc").write_text(HOSTILE_BASHRC)
+    fleet.node_path("node01", "/root/bash_env.sh").write_text(
+        "tr '\\0' ' ' </proc/$$/cmdline >> /tmp/bash_env.log; echo >> /tmp/bash_env.log\n")
+    servers = {n: fleet.spawn(n, "sglang", gpus="0-7", mib=2048) for n in ("node01", "node02")}
+
+    status = cli("status", "-i", fleet.inventory_path, "--json")
+    for node in ("node01", "node02"):
+        host = status.host(node)
+        assert host["status"] == "dirty", host
+        assert f"held by {servers[node][1]} sglang::scheduler_TP0" in host["error"], host
+
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, *SETTLE, "--json")
+    for node in ("node01", "node02"):
+        assert res.host(node)["status"] == "clean", res.out
+        assert alive(fleet, node, servers[node]) == []
+        assert fleet.gpu_used_mib(node) == [0] * 8
+    # The login shell starts before its ~/.bashrc exports BASH_ENV; the script's bash
+    # ignores it: no bash of any run sourced it.
+    assert not fleet.node_path("node01", "/tmp/bash_env.log").exists()

@@ -13,6 +13,7 @@ import pytest
 from fleetclean.models import Host, Secret
 from fleetclean.transport import Options, Session
 from fleetclean.transport.become import Dialog, plan
+from fleetclean.transport.boot import BASH
 
 P = "[fleetclean-sudo:abc]"
 ALICE = Host("gpu07", "10.0.0.7", user="alice", become=True, become_password=Secret("pw"))
@@ -42,7 +43,7 @@ def test_the_ready_line_starts_the_script_with_or_without_a_prompt() -> None:
 def test_no_password_means_sudo_n_and_never_a_prompt() -> None:
     host = Host("gpu07", "10.0.0.7", user="alice", become=True, become_user="gpuadmin")
     p = plan(host, "abc")
-    assert p.command.startswith("env LC_ALL=C sudo -n -u gpuadmin -- bash -c ")
+    assert p.command.startswith(f"env LC_ALL=C sudo -n -u gpuadmin -- {BASH} -c ")
     assert p.password is None and P not in p.command
 
 

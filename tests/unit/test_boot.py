@@ -20,7 +20,7 @@ from fleetclean.engine.playbook import load_playbook
 from fleetclean.engine.render import render_script
 from fleetclean.engine.variables import resolve
 from fleetclean.results.parse import parse_script_output
-from fleetclean.transport.boot import CUT_SHORT, command, first_read
+from fleetclean.transport.boot import BASH, CUT_SHORT, command, first_read
 
 SCRIPT = "#!/usr/bin/env bash\n# héllo ✓: bytes, not characters\necho ran > \"$OUT\"\n"
 
@@ -41,7 +41,7 @@ def login_shell(script: bytes, size: int, env: dict[str, str],
 def test_the_command_is_one_line_any_login_shell_takes_alike() -> None:
     cmd = command(36109)
     assert "\n" not in cmd and "!" not in cmd
-    assert cmd.startswith("bash -c '") and "36109" in cmd
+    assert cmd.startswith(f"{BASH} -c '") and "36109" in cmd
 
 
 @pytest.mark.parametrize("shell", LOGIN_SHELLS)
@@ -61,6 +61,36 @@ def test_the_whole_script_runs_and_a_cut_one_runs_nothing(tmp_path: Path, shell:
     # The controller says what to look at.
     error = parse_script_output("", cut.stderr, cut.returncode).error or ""
     assert "~/.bashrc" in error and "nothing was run" in error
+
+
+# What an HPC node's startup files may export to every bash (Lmod sets BASH_ENV; a
+# site may `export -f` a wrapper; `set -e; export SHELLOPTS` in a ~/.bashrc).
+HOSTILE = r"""#!/usr/bin/env bash
+false
+[[ ABC == abc ]] && echo "case-blind" >> "$OUT"
+echo "fn=$(type -t nvidia-smi || echo none) unset=${never_set}." >> "$OUT"
+"""
+
+
+@pytest.mark.parametrize("shell", LOGIN_SHELLS)
+def test_what_the_environment_exports_to_every_bash_never_reaches_the_script(
+    tmp_path: Path, shell: str
+) -> None:
+    out, sourced = tmp_path / "out", tmp_path / "sourced"
+    (tmp_path / "env.sh").write_text(
+        f'tr "\\0" " " </proc/$$/cmdline >> {sourced}; echo >> {sourced}\n'
+        "set -o errexit -o nounset\n")
+    data = HOSTILE.encode()
+    res = login_shell(data, len(data), {
+        "OUT": str(out), "BASH_ENV": str(tmp_path / "env.sh"),
+        "SHELLOPTS": "errexit:nounset", "BASHOPTS": "nocasematch",
+        "BASH_FUNC_nvidia-smi%%": "() { echo 'No devices were found'; return 6; }"}, shell)
+    assert res.returncode == 0, res.stderr
+    assert out.read_text() == "fn=none unset=.\n"
+    # Only a login shell that is bash itself sources BASH_ENV: never the script's bash.
+    lines = sourced.read_text().splitlines() if sourced.exists() else []
+    assert not [line for line in lines if line.startswith(f"{BASH} -c ")], lines
+    assert len(lines) == (shell == "bash")
 
 
 @pytest.mark.parametrize("exported", [False, True])

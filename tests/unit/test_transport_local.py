@@ -33,7 +33,7 @@ def test_script_text_is_not_in_any_argv() -> None:
     with Session(Options(timeout=10)) as session:
         out = session.run(LOCAL, script)
     shell, parent = out.stdout.splitlines()
-    assert shell.strip() == "bash -s"
+    assert shell.strip() == "bash --norc -p -s"
     assert marker not in shell and marker not in parent
 
 
@@ -49,9 +49,9 @@ def test_a_script_past_its_timeout_is_stopped_and_reported() -> None:
 
 def test_become_goes_through_sudo_without_a_password_prompt() -> None:
     command = plan(Host("h", "h", become=True), "abc").command
-    assert command == ("env LC_ALL=C sudo -n -u root -- "
-                       "bash -c 'echo @@fleetclean-become:abc >&2; exec bash -s'")
-    assert plan(Host("h", "h")).command == "bash -s"
+    assert command == ("env LC_ALL=C sudo -n -u root -- bash --norc -p -c "
+                       "'echo @@fleetclean-become:abc >&2; exec bash --norc -p -s'")
+    assert plan(Host("h", "h")).command == "bash --norc -p -s"
 
 
 def test_connection_refused_is_unreachable() -> None:
