@@ -60,6 +60,7 @@ kill() { echo 'kill: not here' >&2; return 1; }
 export -f nvidia-smi kill
 shopt -s nocasematch; export BASHOPTS
 set -o errexit -o nounset; export SHELLOPTS
+export POSIXLY_CORRECT=1
 """
 
 
