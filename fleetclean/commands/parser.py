@@ -176,7 +176,7 @@ examples:
   fleetclean export slurm-epilog post-extraction > /etc/slurm/epilog.d/50-fleetclean
   fleetclean export slurm-epilog pre-restart -e epilog_log=/var/log/slurm/fleetclean.log
   fleetclean export script post-extraction -i lab.yml > fc.sh
-  clush -b -w gpu[01-16] 'bash -s' < fc.sh > out.txt 2>&1; fleetclean report out.txt
+  clush -b -w gpu[01-16] 'bash -p -s' < fc.sh > out.txt 2>&1; fleetclean report out.txt
   fleetclean export script post-extraction -i lab.yml --plain | less   (to read it)
   fleetclean export script post-extraction -i lab.yml --pdsh > fc.pdsh
   pdsh -R ssh -w gpu[01-16] "$(cat fc.pdsh)" > out.txt 2>&1; fleetclean report out.txt
@@ -184,7 +184,7 @@ examples:
 
 EPILOG_REPORT = """\
 examples:
-  clush -b -w gpu[01-16] 'bash -s' < fc.sh > out.txt 2>&1; fleetclean report out.txt
+  clush -b -w gpu[01-16] 'bash -p -s' < fc.sh > out.txt 2>&1; fleetclean report out.txt
   pdsh -R ssh -w gpu[01-16] "$(cat fc.pdsh)" 2>&1 | fleetclean report --from pdsh -
   srun -N16 -l bash fc.sh > out.txt 2>&1; fleetclean report --from srun --json out.txt
   fleetclean report node*/var/log/fleetclean/epilog.log    (each node's last epilog)

@@ -41,7 +41,7 @@ from fleetclean.engine.stages.verify import (
     VERIFY_GPU_ARGS,
     VERIFY_Q_ARGS,
 )
-from fleetclean.transport.boot import OWN, read_and_run
+from fleetclean.transport.boot import OWN, SETTLE, read_and_run
 
 # Non-interactive SSH shells often lack the sbin directories; ours come after the caller's.
 _PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -315,6 +315,7 @@ def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host:
     the shell word ``FC_HOST`` gets (a quoted name, or a variable set at run time)."""
     main = [
         f"{name}() {{",
+        f"    {SETTLE}",
         "    export LC_ALL=C",
         f'    PATH="$PATH:{_PATH_TAIL}"',
         f"    FC_PLAYBOOK={q(resolved.name)}",

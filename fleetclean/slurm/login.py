@@ -80,7 +80,8 @@ def login_host(spec: LoginSpec, ssh_config: str | None) -> Host:
 
 
 def remote_command(argv: Sequence[str]) -> str:
-    """The line the login node's ``bash -s`` runs: every word quoted, nothing expanded."""
+    """The line the login node's bash runs (``transport.boot``'s command): every word
+    quoted, nothing expanded."""
     return "exec " + shlex.join(argv)
 
 

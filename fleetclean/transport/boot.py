@@ -29,7 +29,7 @@ status's read either way, since nvidia-smi's own argv is the same. The kernel lo
 (render.early_reads) still starts once all of the script has come.
 
 >>> command(1234)  # doctest: +ELLIPSIS
-'bash --norc -p -c \\'LC_ALL=C; unset FC_SRC; read -r -N 1234 FC_SRC; if ...'
+'bash --norc -p -c \\'set +p; unset TMOUT BASH_COMPAT; LC_ALL=C; unset FC_SRC; read ...'
 >>> "\\n" in command(1234) or "!" in command(1234)
 False
 """
@@ -39,20 +39,25 @@ from __future__ import annotations
 import shlex
 
 # The bash that runs a script, as the login shell's command or sudo's starts it, clean of
-# what the login's startup files make of every bash:
-# - --norc: a bash whose stdin is a socket or which sees SSH_CLIENT, at shell level 1 (the
-#   login shell's exec of this command leaves it there), reads /etc/bash.bashrc and
-#   ~/.bashrc itself (Debian and Ubuntu build bash so): the login's startup files ran a
-#   second time, inside the script's own bash, with all they define and set.
+# what the login's startup files make of every bash (bash 4.4 and 5.x alike):
 # - -p (privileged mode; with the real and the effective ids equal, as here, nothing else
-#   of it applies): bash ignores what they export, BASH_ENV (which a non-interactive bash
-#   sources first; HPC nodes set it for Lmod's `module`), functions exported with `export
-#   -f` (one named nvidia-smi or kill would stand in for the command), SHELLOPTS and
-#   BASHOPTS (errexit, nounset or nocasematch would change what the script does), CDPATH
-#   and GLOBIGNORE.
-# bash 4.4 and 5.x alike. What the script starts (nvidia-smi, a shell stage's command)
-# still gets the login's environment as it is.
+#   of it applies): bash ignores BASH_ENV, which a non-interactive bash sources first (HPC
+#   nodes set it for Lmod's `module`), functions exported with `export -f` (one named
+#   nvidia-smi or kill would stand in for the command), SHELLOPTS and BASHOPTS (errexit,
+#   nounset or nocasematch would change what the script does), CDPATH and GLOBIGNORE.
+# - --norc: a `bash -c` started by sshd's login shell, whose exec leaves it at shell level
+#   1, reads /etc/bash.bashrc and ~/.bashrc itself where its standard input is a socket
+#   (any bash) or SSH_CLIENT is set (Debian's): the login's startup files ran a second
+#   time, inside the script's own bash. (A `bash -s` never does; there it changes nothing.)
 BASH = "bash --norc -p"
+
+# The script's bash first sets aside what -p cannot: the variables a bash takes from the
+# environment whatever its flags that would change the script (an exported TMOUT=1 makes
+# every `read` give up after a second; BASH_COMPAT=31 changes `[[ =~ "$re" ]]`), and -p
+# itself, which bash writes into an exported SHELLOPTS for every bash below the script (a
+# shell stage's command would not source BASH_ENV as the login's bashes do). What the
+# script starts gets the login's environment as it is, but for those two variables.
+SETTLE = "set +p; unset TMOUT BASH_COMPAT"
 
 # What the command says when fewer bytes came; results/parse.py explains it to a person
 # (the argv stays short: a word of it could match another run's pattern).
@@ -134,8 +139,9 @@ def read_and_run(size: int) -> str:
     under ``bash -s`` (render.read_whole).
 
     >>> read_and_run(9)  # doctest: +ELLIPSIS
-    'LC_ALL=C; unset FC_SRC; read -r -N 9 FC_SRC; if ((${#FC_SRC} == 9)); then eval "$FC_SRC"; ...'
+    'set +p; unset TMOUT BASH_COMPAT; LC_ALL=C; unset FC_SRC; read -r -N 9 FC_SRC; if ...'
     """
-    return (f"LC_ALL=C; unset FC_SRC; read -r -N {size} FC_SRC; if ((${{#FC_SRC}} == {size})); "
+    return (f"{SETTLE}; LC_ALL=C; unset FC_SRC; read -r -N {size} FC_SRC; "
+            f"if ((${{#FC_SRC}} == {size})); "
             f'then eval "$FC_SRC"; else echo "{CUT_SHORT} (${{#FC_SRC}} of {size} bytes)" '
             ">&2; false; fi")

@@ -1,4 +1,4 @@
-"""The local connection (``ansible_connection: local``): the script to ``bash -s``, as over SSH
+"""The local connection (``ansible_connection: local``): the script to ``boot.BASH -s``, as over SSH
 with become (no login shell runs first: ``boot`` is for SSH).
 
 >>> out = run_local(Host("here", "localhost", connection="local"), "echo hi", Options(), None)

@@ -111,9 +111,9 @@ def test_clush_and_pdsh_runs_of_the_bundle_report_as_a_direct_run(
 
     workloads(fleet)
     clush_out = tmp_path / "clush.txt"
-    # As the README runs it: no startup file again in that bash, nothing of what they export.
+    # As the README runs it: nothing of what the login's startup files export (-p).
     tool(["clush", "-b", "-w", "node[01-03]", "-o", f"-F {fleet.ssh_config_path}",
-          "bash --norc -p -s"], clush_out, stdin=script)
+          "bash -p -s"], clush_out, stdin=script)
     assert reported(cli, clush_out) == (code, direct)
     assert reported(cli, clush_out, "--from", "clush") == (code, direct)
 

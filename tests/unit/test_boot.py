@@ -64,11 +64,14 @@ def test_the_whole_script_runs_and_a_cut_one_runs_nothing(tmp_path: Path, shell:
 
 
 # What an HPC node's startup files may export to every bash (Lmod sets BASH_ENV; a
-# site may `export -f` a wrapper; `set -e; export SHELLOPTS` in a ~/.bashrc).
+# site may `export -f` a wrapper; `set -e; export SHELLOPTS` in a ~/.bashrc). The child
+# bash stands for a shell stage's command, which gets the login's environment as it is.
 HOSTILE = r"""#!/usr/bin/env bash
 false
 [[ ABC == abc ]] && echo "case-blind" >> "$OUT"
+re='a.c'; [[ abc =~ "$re" ]] && echo "compat-31" >> "$OUT"
 echo "fn=$(type -t nvidia-smi || echo none) unset=${never_set}." >> "$OUT"
+bash -c 'echo "child: p=${-//[!p]/} fn=$(type -t nvidia-smi)"' >> "$OUT"
 """
 
 
@@ -83,14 +86,26 @@ def test_what_the_environment_exports_to_every_bash_never_reaches_the_script(
     data = HOSTILE.encode()
     res = login_shell(data, len(data), {
         "OUT": str(out), "BASH_ENV": str(tmp_path / "env.sh"),
-        "SHELLOPTS": "errexit:nounset", "BASHOPTS": "nocasematch",
+        "SHELLOPTS": "errexit:nounset", "BASHOPTS": "nocasematch", "BASH_COMPAT": "31",
         "BASH_FUNC_nvidia-smi%%": "() { echo 'No devices were found'; return 6; }"}, shell)
     assert res.returncode == 0, res.stderr
-    assert out.read_text() == "fn=none unset=.\n"
-    # Only a login shell that is bash itself sources BASH_ENV: never the script's bash.
-    lines = sourced.read_text().splitlines() if sourced.exists() else []
+    # dash (sh) passes on no variable whose name is not a shell name: no function to find.
+    child_fn = "" if shell == "sh" else "function"
+    assert out.read_text() == f"fn=none unset=.\nchild: p= fn={child_fn}\n"
+    # A login shell that is bash sources BASH_ENV, and so does the child; the script's
+    # bash never does.
+    lines = sourced.read_text().splitlines()
     assert not [line for line in lines if line.startswith(f"{BASH} -c ")], lines
-    assert len(lines) == (shell == "bash")
+    assert [line for line in lines if line.startswith("bash -c echo")], lines
+    assert len(lines) == 1 + (shell == "bash"), lines
+
+
+def test_an_exported_tmout_gives_the_scripts_reads_no_deadline(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    data = b'read -r x < <(sleep 1.5; echo late); echo "$x" > "$OUT"\n'
+    res = login_shell(data, len(data), {"OUT": str(out), "TMOUT": "1"})
+    assert res.returncode == 0, res.stderr
+    assert out.read_text() == "late\n"
 
 
 @pytest.mark.parametrize("exported", [False, True])
@@ -164,13 +179,18 @@ def test_a_cut_status_script_ends_without_waiting_for_its_gpu_read(tmp_path: Pat
         cut = login_shell(status[:20000], len(status), {"PATH": f"{bin_dir}:/usr/bin:/bin"},
                           first=first_read(status.decode()))
         assert cut.returncode == 1 and CUT_SHORT in cut.stderr
-        for _ in range(100):  # the read starts in the background: its PID comes soon
+        # The read starts in the background: its PID comes soon, then its exec of sleep
+        # (the stub writes the PID first: on a loaded machine the exec may come later).
+        cmdline = b""
+        for _ in range(100):
             if pid_file.exists() and pid_file.read_text().strip():
-                break
+                with contextlib.suppress(OSError):
+                    cmdline = Path(f"/proc/{int(pid_file.read_text())}/cmdline").read_bytes()
+                if cmdline.startswith(b"sleep\0"):
+                    break
             time.sleep(0.05)
-        pid = int(pid_file.read_text())
         # Still reading when the run came back: nothing waited for it.
-        assert Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0")
+        assert cmdline.startswith(b"sleep\0"), cmdline
     finally:
         if pid_file.exists() and pid_file.read_text().strip():
             with contextlib.suppress(ProcessLookupError):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { LC_ALL=C; unset FC_SRC; read -r -N 81564 FC_SRC; if ((${#FC_SRC} == 81564)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short, nothing was run (${#FC_SRC} of 81564 bytes)" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { set +p; unset TMOUT BASH_COMPAT; LC_ALL=C; unset FC_SRC; read -r -N 81600 FC_SRC; if ((${#FC_SRC} == 81600)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short, nothing was run (${#FC_SRC} of 81600 bytes)" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook free-gpus (built-in)
 # host: "node01"  mode: run
 # Runs as `bash -s` with this text on standard input (over SSH, fleetclean's own
@@ -50,6 +50,7 @@
 # [gpu-reset.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 fc_main() {
+    set +p; unset TMOUT BASH_COMPAT
     export LC_ALL=C
     PATH="$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     FC_PLAYBOOK=free-gpus
