@@ -186,7 +186,7 @@ EPILOG_REPORT = """\
 examples:
   clush -b -w gpu[01-16] 'bash -p -s' < fc.sh > out.txt 2>&1; fleetclean report out.txt
   pdsh -R ssh -w gpu[01-16] "$(cat fc.pdsh)" 2>&1 | fleetclean report --from pdsh -
-  srun -N16 -l bash fc.sh > out.txt 2>&1; fleetclean report --from srun --json out.txt
+  srun -N16 -l bash -p fc.sh > out.txt 2>&1; fleetclean report --from srun --json out.txt
   fleetclean report node*/var/log/fleetclean/epilog.log    (each node's last epilog)
 
 """ + EXIT_STATUS_HELP

@@ -94,7 +94,7 @@ def inner(size: int, first: str = "") -> str:
     """What the command's bash runs (:func:`command`).
 
     >>> inner(9, "exec {FC_VGFD}< <(nvidia-smi)")  # doctest: +ELLIPSIS
-    'exec {FC_VGFD}< <(nvidia-smi); LC_ALL=C; unset FC_SRC; read -r -N 9 FC_SRC; ...'
+    'exec {FC_VGFD}< <(nvidia-smi); set +p; unset TMOUT BASH_COMPAT; LC_ALL=C; unset FC_SRC; ...'
     """
     return f"{first}; {read_and_run(size)}" if first else read_and_run(size)
 
