@@ -57,12 +57,12 @@ def open_script_channel(
         raise NoSession(str(exc)) from exc
     # Its size only: the bytes are made again as they are sent (become's dialogue may take
     # a while, and a copy per host in flight is what the shared pieces avoid).
-    if host.become:
-        start = f"{boot.BASH} -s"  # sudo's bash: the script's own first lines start its reads
+    if host.become:  # sudo's `bash -s` (become.plan): the script's own lines start its reads
+        how = become.plan(host)
     else:
         head = script if isinstance(script, str) else next(iter(script), "")
-        start = boot.command(sum(map(len, script_bytes(script))), boot.first_read(head))
-    how = become.plan(host, start=start)
+        how = become.plan(host, start=boot.command(sum(map(len, script_bytes(script))),
+                                                   boot.first_read(head)))
     chan.exec_command(how.command)
     if how.becomes:
         where = f"{host.address}:{host.port or 22}"
