@@ -41,7 +41,7 @@ from fleetclean.engine.stages.verify import (
     VERIFY_GPU_ARGS,
     VERIFY_Q_ARGS,
 )
-from fleetclean.transport.boot import OWN, SETTLE, read_and_run
+from fleetclean.transport.boot import OWN, POSIX_OFF, SETTLE, read_and_run
 
 # Non-interactive SSH shells often lack the sbin directories; ours come after the caller's.
 _PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -119,8 +119,10 @@ class Renderer:
         # waiting definitions come after an exit, reached through fc_lazy's eval, which
         # shellcheck cannot follow (it calls them unreachable and never invoked).
         codes = "SC2034,SC2317,SC2329" if rest else "SC2034"
-        head = (f"{shebang}\n# shellcheck disable={codes}\n{early}{read_whole(size)}\n"
-                f"{header}")
+        # POSIX mode goes before the first line with a process substitution is parsed (a
+        # line of its own: bash parses a line whole before it runs any of it).
+        head = (f"{shebang}\n# shellcheck disable={codes}\n{POSIX_OFF}\n{early}"
+                f"{read_whole(size)}\n{header}")
         return (head, lib, tail, rest) if rest else (head, lib, tail)
 
     def _library(self, resolved: ResolvedPlaybook,
@@ -204,15 +206,15 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
 
 
 def read_whole(size: int) -> str:
-    """The script's first command (its third line; its fifth after the early reads of
-    :func:`early_reads`): under ``bash -s`` (no file, no ``-c`` string), read the ``size``
-    bytes after this line in one builtin ``read -N`` and run them (``eval``), or run
-    nothing when fewer arrived (``transport.boot.read_and_run``, which over SSH is the
-    whole command). bash reads a script from a pipe one byte per read(2), so
-    that a command it runs can read the rest: a system call per byte (34,000 for status),
-    most of the CPU a status script cost on the node; ``read -N`` reads in blocks (bash 5.1
-    and later). A file run with ``bash FILE`` or a ``bash -c`` string (``transport.boot``,
-    which reads the whole script itself) is read on as usual.
+    """The script's first command after ``POSIX_OFF`` (its fourth line; its sixth after
+    the early reads of :func:`early_reads`): under ``bash -s`` (no file, no ``-c``
+    string), read the ``size`` bytes after this line in one builtin ``read -N`` and run
+    them (``eval``), or run nothing when fewer arrived (``transport.boot.read_and_run``,
+    which over SSH is the whole command). bash reads a script from a pipe one byte per
+    read(2), so that a command it runs can read the rest: a system call per byte (34,000
+    for status), most of the CPU a status script cost on the node; ``read -N`` reads in
+    blocks (bash 5.1 and later). A file run with ``bash FILE`` or a ``bash -c`` string
+    (``transport.boot``, which reads the whole script itself) is read on as usual.
 
     >>> read_whole(12)[:48]
     '[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING'

@@ -29,7 +29,7 @@ status's read either way, since nvidia-smi's own argv is the same. The kernel lo
 (render.early_reads) still starts once all of the script has come.
 
 >>> command(1234)  # doctest: +ELLIPSIS
-'bash --norc -p -c \\'set +p; unset TMOUT BASH_COMPAT; LC_ALL=C; unset FC_SRC; read ...'
+'bash --norc -p -c \\'set +o posix; eval "$1"\\' bash \\'set +p; unset TMOUT BASH_COMPAT; ...'
 >>> "\\n" in command(1234) or "!" in command(1234)
 False
 """
@@ -59,6 +59,17 @@ BASH = "bash --norc -p"
 # script starts gets the login's environment as it is, but for those two variables.
 SETTLE = "set +p; unset TMOUT BASH_COMPAT"
 
+# POSIX mode, which bash turns on at its start where POSIXLY_CORRECT is in the environment
+# (a login may export it; no flag of bash's undoes it), goes first, before bash parses any
+# of the script: bash 4.4 (RHEL 8) in POSIX mode takes a process substitution for a syntax
+# error, and the script (and a status's first read) opens with some; bash 5 would run the
+# whole script by POSIX mode's rules, which differ from those it was written for. bash
+# parses a line whole before it runs any of it, so where this cannot be a line of its own
+# (the command, :func:`command`), what follows it is parsed later, by an ``eval``. bash
+# unsets POSIXLY_CORRECT as it leaves POSIX mode (and setting it would turn the mode back
+# on), so what the script starts does not find it either.
+POSIX_OFF = "set +o posix"
+
 # What the command says when fewer bytes came; results/parse.py explains it to a person
 # (the argv stays short: a word of it could match another run's pattern).
 CUT_SHORT = "fleetclean: the script arrived cut short, nothing was run"
@@ -87,7 +98,10 @@ def explained(line: str) -> str:
 def command(size: int, first: str = "") -> str:
     """The login shell's command for a script of ``size`` bytes (UTF-8) on standard input,
     starting ``first`` (:func:`first_read`) before it reads the script."""
-    return f"{BASH} -c " + shlex.quote(inner(size, first))
+    # The command's bash parses only its -c string before it leaves POSIX mode (POSIX_OFF);
+    # the rest is its $1 (its $0 stays "bash", as before), which the eval parses after.
+    return (f"{BASH} -c " + shlex.quote(f'{POSIX_OFF}; eval "$1"') + " bash "
+            + shlex.quote(inner(size, first)))
 
 
 def inner(size: int, first: str = "") -> str:
@@ -109,20 +123,21 @@ FIRST_READS = ("FC_VGFD", "FC_VQFD")
 
 def first_read(head: str) -> str:
     """The command that starts the GPU read of the script that ``head`` begins (its first
-    piece, or all of it), or "" where it has none: a status script's third line
-    (render.early_reads) is ``OWN || { START; }``, and START, in the login shell's
-    command, runs before the script is read. The bash that then runs the script finds the
-    descriptor its own (``OWN``) and leaves the line be. Only a START that every login
-    shell passes alike is taken: no newline, ``!`` or single quote, and no two backslashes
-    in a row (inside single quotes fish makes them one).
+    piece, or all of it), or "" where it has none: a status script's fourth line (after
+    the shebang, shellcheck's directive and ``POSIX_OFF``: render.early_reads) is ``OWN ||
+    { START; }``, and START, in the login shell's command, runs before the script is read.
+    The bash that then runs the script finds the descriptor its own (``OWN``) and leaves
+    the line be. Only a START that every login shell passes alike is taken: no newline,
+    ``!`` or single quote, and no two backslashes in a row (inside single quotes fish makes
+    them one).
 
     >>> line = OWN.format("FC_VGFD") + " || { unset FC_VGFD; exec {FC_VGFD}< <(nvidia-smi); }"
-    >>> first_read("#!/usr/bin/env bash\\n# shellcheck x\\n" + line + "\\nrest")
+    >>> first_read("#!/usr/bin/env bash\\n# shellcheck x\\nset +o posix\\n" + line + "\\nrest")
     'unset FC_VGFD; exec {FC_VGFD}< <(nvidia-smi)'
-    >>> first_read("#!/usr/bin/env bash\\n# shellcheck x\\necho hi\\n")
+    >>> first_read("#!/usr/bin/env bash\\n# shellcheck x\\nset +o posix\\necho hi\\n")
     ''
     """
-    line = (head.split("\n", 3)[2:3] or [""])[0]
+    line = (head.split("\n", 4)[3:4] or [""])[0]
     for fd in FIRST_READS:
         opening = OWN.format(fd) + " || { "
         if line.startswith(opening) and line.endswith("; }"):

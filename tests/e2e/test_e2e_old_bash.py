@@ -60,10 +60,17 @@ def test_without_epochrealtime_a_stubborn_holder_still_gets_sigkill_after_its_gr
 
 
 @pytest.mark.skipif(not OLD_BASH, reason="no bash 4.4 given (FLEETCLEAN_TEST_OLD_BASH=PATH)")
+@pytest.mark.parametrize("posixly_correct", [False, True])
 def test_a_node_with_bash_4_4_is_read_named_and_cleaned_over_ssh(
-    sim_fleet_factory: Callable[..., SimFleet], cli: Cli
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli, posixly_correct: bool
 ) -> None:
     fleet = sim_fleet_factory(1)
+    if posixly_correct:
+        # A login that exports it starts every bash in POSIX mode, where bash 4.4 takes a
+        # process substitution for a syntax error (transport/boot.py: POSIX_OFF).
+        if os.stat(fleet.node_path("node01", "/root")).st_dev == os.stat("/root").st_dev:
+            pytest.skip("the nodes share this machine's /root (Python lives under it)")
+        fleet.node_path("node01", "/root/.bashrc").write_text("export POSIXLY_CORRECT=1\n")
     bash = fleet.node_path("node01", "/usr/local/sbin/bash")
     shutil.copy(OLD_BASH, bash)
     version = fleet.run_in("node01", ["sh", "-c", "exec bash -c 'echo $BASH_VERSION'"])

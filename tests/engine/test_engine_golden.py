@@ -120,14 +120,15 @@ def test_a_status_script_carries_no_stage_driver_and_reads_itself_whole_first() 
     assert marker("lib-stage.sh") not in own_part(status)
     assert marker("lib-stage.sh") in own_part(teardown)
     # The status script starts its GPU read and then its kernel log's on lines of their own,
-    # before the bootstrap: bash runs each as soon as it has read that line.
-    shebang, _, gpu, klog, bootstrap, body = status.split("\n", 5)
-    assert shebang == "#!/usr/bin/env bash"
+    # before the bootstrap: bash runs each as soon as it has read that line. First of all,
+    # on a line of its own, bash leaves POSIX mode, where bash 4.4 cannot parse a <(...).
+    shebang, _, posix_off, gpu, klog, bootstrap, body = status.split("\n", 6)
+    assert shebang == "#!/usr/bin/env bash" and posix_off == "set +o posix"
     assert "exec {FC_VQFD}< <(" in gpu and "nvidia-smi -q" in gpu and "read -r" not in gpu
     assert "exec {FC_VXIDFD}< <(" in klog and "read -r -N" not in klog
     assert f"read -r -N {len(body.encode())} FC_SRC;" in bootstrap
-    shebang, _, bootstrap, body = teardown.split("\n", 3)
-    assert shebang == "#!/usr/bin/env bash"
+    shebang, _, posix_off, bootstrap, body = teardown.split("\n", 4)
+    assert shebang == "#!/usr/bin/env bash" and posix_off == "set +o posix"
     assert f"read -r -N {len(body.encode())} FC_SRC;" in bootstrap
     assert "FC_VQFD" not in bootstrap
 

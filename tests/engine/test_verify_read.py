@@ -303,12 +303,13 @@ def test_the_early_read_is_the_verifications_own_and_only_a_status_script_has_it
     status = render_script(resolve(load_playbook("status"), {}, {}), host_name="n")
     teardown = render_script(resolve(load_playbook("post-extraction"), {}, {}), host_name="n")
     # The GPU read, then the kernel log's, each a line before the one that reads the rest.
-    gpu, klog, first = status.splitlines()[2:5]
+    gpu, klog, first = status.splitlines()[3:6]
     assert f"nvidia-smi {VERIFY_Q_ARGS}" in gpu and "FC_VQFD" in gpu
     assert "read -r -N" not in gpu + klog and "read -r -N" in first
     assert f"dmesg 2>/dev/null </dev/null | sed -n '{KERNEL_LOG_SED}'" in klog
-    assert "FC_VQFD" not in teardown.splitlines()[2]
-    assert "FC_VXIDFD" not in teardown.splitlines()[2]
+    head = teardown.split("\n# fleetclean ", 1)[0]  # the lines before the header
+    assert "read -r -N" in head.splitlines()[-1]
+    assert "FC_VQFD" not in head and "FC_VXIDFD" not in head
 
 
 BOOT = "[    0.000000] Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103)\n"
@@ -358,7 +359,8 @@ def test_bash_reads_only_the_kernel_logs_first_line_and_its_xid_lines(
     (bin_dir / "dmesg").chmod(0o755)
     if sed:
         (bin_dir / "sed").symlink_to(shutil.which("sed") or "/bin/sed")
-    early = render_script(resolve(load_playbook("status"), {}, {}), host_name="n").splitlines()[3]
+    status = render_script(resolve(load_playbook("status"), {}, {}), host_name="n")
+    early = status.splitlines()[4]  # after the shebang, the directive, POSIX mode, the GPU
     assert early.startswith("[[ -n ${FC_VXIDFD:-} && ${FC_VXIDFD@a} != *x* ]] || {")
     early = re.sub(r"PATH=\$PATH:[^;]*;", "PATH=$PATH;", early)  # this PATH alone
     script = "\n".join([

@@ -108,6 +108,45 @@ def test_an_exported_tmout_gives_the_scripts_reads_no_deadline(tmp_path: Path) -
     assert out.read_text() == "late\n"
 
 
+# bash 4.4 (RHEL 8) is not Debian's: tests/e2e/test_e2e_old_bash.py says how to build one.
+OLD_BASH = os.environ.get("FLEETCLEAN_TEST_OLD_BASH", "")
+BASHES = [pytest.param("", id="bash"),
+          pytest.param(OLD_BASH, id="bash-4.4", marks=pytest.mark.skipif(
+              not OLD_BASH, reason="no bash 4.4 given (FLEETCLEAN_TEST_OLD_BASH=PATH)"))]
+
+
+@pytest.mark.parametrize("old_bash", BASHES)
+@pytest.mark.parametrize("start", ["ssh", "stdin"])
+def test_an_exported_posixly_correct_leaves_the_script_out_of_posix_mode(
+    tmp_path: Path, start: str, old_bash: str
+) -> None:
+    # bash turns POSIX mode on where POSIXLY_CORRECT is exported, and bash 4.4 in it takes a
+    # process substitution (the status's first GPU read) for a syntax error.
+    bin_dir, out = tmp_path / "bin", tmp_path / "out"
+    bin_dir.mkdir()
+    for name in ("nvidia-smi", "dmesg"):
+        (bin_dir / name).write_text(f'#!/bin/sh\necho {name} "$1"\n')
+        (bin_dir / name).chmod(0o755)
+    if old_bash:
+        (bin_dir / "bash").symlink_to(old_bash)
+    status = render_script(resolve(load_playbook("status"), {}, {}), host_name="n",
+                           last_clean=True)
+    body = ('read -r gpu <&"$FC_VGFD"; read -r here < <(echo procsub); '
+            '[[ -o posix ]] && p=on || p=off; echo "$gpu|$here|$p|$POSIXLY_CORRECT" >"$OUT"\n')
+    script = ("\n".join(status.split("\n")[:5]) + "\n" + body).encode()
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "POSIXLY_CORRECT": "1", "OUT": str(out)}
+    if start == "ssh":
+        done = login_shell(script, len(script), env, first=first_read(status))
+    else:  # as the local connection and sudo's bash start it
+        bash = shutil.which("bash", path=env["PATH"]) or "bash"
+        done = subprocess.run([bash, *BASH.split()[1:], "-s"], input=script, check=False,
+                              capture_output=True, timeout=30, env=env)
+    assert done.returncode == 0, done.stderr
+    # The script's bash is out of POSIX mode (and bash unset the variable as it left it).
+    want = "nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total|procsub|off|"
+    assert out.read_text() == want + "\n"
+
+
 @pytest.mark.parametrize("exported", [False, True])
 def test_a_status_scripts_early_reads_start_under_it(tmp_path: Path, exported: bool) -> None:
     bin_dir = tmp_path / "bin"
@@ -116,7 +155,7 @@ def test_a_status_scripts_early_reads_start_under_it(tmp_path: Path, exported: b
         (bin_dir / name).write_text(f"#!/bin/sh\necho {name}\n")
         (bin_dir / name).chmod(0o755)
     status = render_script(resolve(load_playbook("status"), {}, {}), host_name="n")
-    early = status.split("\n")[:4]  # the shebang's two lines, the GPU read, the kernel log
+    early = status.split("\n")[:5]  # shebang, directive, POSIX_OFF, the GPU read, the kernel log
     body = 'printf "%s|" "$FC_VQFD" "$FC_VXIDFD"; cat <&"$FC_VQFD"; cat <&"$FC_VXIDFD"\n'
     script = ("\n".join(early) + "\n" + body).encode()
     # A descriptor number in the environment is a stranger's: the script starts its own.
@@ -142,7 +181,7 @@ def test_the_command_starts_a_status_scripts_gpu_read_once(tmp_path: Path, shell
     first = first_read(status)
     fd = "FC_VGFD" if last_clean else "FC_VQFD"
     assert first.startswith(f"unset {fd}; ") and "nvidia-smi" in first
-    early = status.split("\n")[:4]
+    early = status.split("\n")[:5]
     body = (f'printf "%s|" "${fd}"; cat <&"${fd}"; echo "|${{{fd}@a}}|"; '
             'cat <&"$FC_VXIDFD" >/dev/null\n')
     script = ("\n".join(early) + "\n" + body).encode()
