@@ -200,8 +200,9 @@ class StageResult:
     """What one stage did on one host.
 
     status: "ok" (done, nothing left), "changed" (--check: would change), "failed"
-    (could not do its job, e.g. processes remain or a backup is missing), "denied" (done but
-    for processes this login may not signal: another user's, root's), "refused" (a
+    (could not do its job, e.g. processes remain or a backup is missing), "denied" (done,
+    or with --check would be, but for processes this login may not signal: another user's,
+    root's), "refused" (a
     guard stopped the teardown), "skipped" (not run because an earlier stage refused/failed).
     """
 

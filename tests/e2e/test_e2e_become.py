@@ -390,3 +390,33 @@ def test_a_target_it_may_not_signal_is_never_a_silent_success(
         f"stop-server: not permitted: {server} python3 -m sglang.launch_server --tp 1 (root)")
     assert [g["memory_used_mib"] for g in host["gpus"]] == [0] * 8
     assert alive(fleet, "node01", [server]) == [server]
+
+
+def test_a_plain_users_check_lists_what_its_run_would_be_refused(
+    fleet: SimFleet, cli: Cli, tmp_path: Path
+) -> None:
+    """--check without root says of root's processes what the run would find: not
+    permitted, never "would send TERM"; its own holder it would signal."""
+    server, tp0, tp1, detok = roots_job(fleet)
+    own = fleet.spawn("node01", "stubborn", gpu=4, user="ops")
+    inv = inventory(fleet, tmp_path / "ops.yml", "ops")
+
+    check = cli("run", "post-extraction", "-i", inv, "-l", "node01", "--check", "--json")
+    told = cli("run", "post-extraction", "-i", inv, "-l", "node01", "--check")
+
+    host = check.host("node01")
+    assert host["status"] == "dirty"
+    assert host["error"].startswith(
+        f"stop-server: not permitted: {server} python3 -m sglang.launch_server ")
+    assert "denied" in {s["status"] for s in host["stages"]}
+    assert f"would send TERM to {own[0]} (" in told.out, told.out
+    for pid in (server, tp0, tp1, detok):
+        assert f"{pid} " in host["error"] and f" to {pid} (" not in told.out, told.out
+    # A check signals nothing.
+    assert alive(fleet, "node01", [server, tp0, tp1, detok, *own]) == [
+        server, tp0, tp1, detok, *own]
+
+    # And the run finds what the check said.
+    res = cli("run", "post-extraction", "-i", inv, "-l", "node01", *FAST)
+    assert res.host("node01")["error"].startswith(host["error"].split(";")[0][:60])
+    assert alive(fleet, "node01", own) == []

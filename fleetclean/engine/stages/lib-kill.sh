@@ -210,11 +210,29 @@ fc_send() {
 # Not permitted to signal PID (see "rights" in lib.sh): list it with its user, and make
 # fc_alive never match it again, so that fc_wait_gone and the KILL pass it by.
 fc_deny() {
-    local p=$1
-    fc_proc_user "$p"
-    FC_DENIED+=("$p ${cmd[$p]} ($REPLY)")
+    fc_deny_list "$1" "${cmd[$1]}"
+    start[$1]=denied
+}
+
+# List PID (command line $2) with its user among those this login may not signal.
+fc_deny_list() {
+    fc_proc_user "$1"
+    FC_DENIED+=("$1 $2 ($REPLY)")
     FC_DENIED_ANY=1
-    start[$p]=denied
+}
+
+# Whether kill(2) would let this login signal PID: root may signal any process; any other
+# caller (without CAP_KILL) only one whose real or saved uid is its real or effective uid.
+# An unreadable status says yes: the run itself then finds out. For --check, which must
+# not say "would send TERM" of a process the run will be refused (another user's server).
+fc_may_signal() {
+    ((EUID == 0)) && return 0
+    local key="" real saved
+    while read -r key real _ saved _; do
+        [[ $key == Uid: ]] && break
+    done 2>/dev/null <"/proc/$1/status"
+    [[ $key == Uid: ]] || return 0
+    [[ $UID == "$real" || $UID == "$saved" || $EUID == "$real" || $EUID == "$saved" ]]
 }
 
 # Poll every 10 ms until every (pid, starttime) is gone or MS pass; FC_LEFT = survivors.
@@ -278,6 +296,16 @@ fc_act_on_targets() {
     # Refused, or stopped through their owner (owner-act.sh): FC_TARGETS keeps the rest.
     fc_owner_act "$sig" "$grace_ms" "$kill_ms"
     if ((FC_CHECK)); then
+        # What the run would be refused is listed as the run lists it (fc_report_denied).
+        fresh=()
+        for p in "${FC_TARGETS[@]}"; do
+            if fc_may_signal "$p"; then
+                fresh+=("$p")
+            else
+                fc_deny_list "$p" "${FC_CMD[$p]}"
+            fi
+        done
+        FC_TARGETS=("${fresh[@]}")
         FC_STATUS=changed
         FC_MESSAGE="${FC_OWNER_SAID}would signal ${#FC_TARGETS[@]} process(es) with $sig"
         for p in "${FC_TARGETS[@]}"; do

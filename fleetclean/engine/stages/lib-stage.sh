@@ -114,6 +114,8 @@ fc_report_denied() {
         FC_STATUS=denied
         FC_MESSAGE="$FC_SIGNALLED signal(s) sent; not permitted: $list"
     else
+        # --check ("changed") is denied as its run would be; a failure stays one.
+        [[ $FC_STATUS == changed ]] && FC_STATUS=denied
         FC_MESSAGE+="; not permitted: $list"
     fi
 }
