@@ -3,9 +3,11 @@ device files are named by minor number, and the driver's /proc file says which i
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
+from simhelp import Cli
 
 from fleetclean.sim import SimFleet
 
@@ -30,3 +32,29 @@ def test_a_gpu_held_through_its_minor_shows_at_its_index_and_proc_names_the_mino
         assert f"Device Minor: \t {MINORS[int(index)]}\n" in info
     device = fleet.run_in("node01", ["stat", "-c", "%F", "/dev/nvidia2"]).stdout.strip()
     assert device == "character special file"  # what Slurm's gres.conf File= requires
+
+
+def test_a_device_file_holder_is_named_under_the_gpu_its_minor_is(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli
+) -> None:
+    # GPU5 leaks 512 MiB and no compute app explains it: the verification looks for the
+    # holders of its device file, /dev/nvidia2 here, and names them under GPU5.
+    fleet = sim_fleet_factory(1, gpu_minors=[7, 6, 5, 4, 3, 2, 1, 0])
+    fleet.set_fault("node01", "leak", 5, 512)
+    hold = ("import os, time; os.open('/dev/nvidia2', os.O_RDWR); print(os.getpid(), "
+            "flush=True); time.sleep(600)")
+    started = fleet.run_in("node01", ["sh", "-c", "FLEETCLEAN_SIM_GPU_MIB=0 setsid -f "
+                                      "python3 -c \"$0\" </dev/null >/tmp/hold.pid 2>&1", hold])
+    assert started.returncode == 0, started.stderr
+    pid_file = fleet.node_path("node01", "/tmp/hold.pid")
+    deadline = time.monotonic() + 30
+    while not pid_file.read_text().strip() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(pid_file.read_text())
+
+    host = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    assert host["status"] == "dirty"
+    named = {g["index"]: [p["pid"] for p in g["processes"] if p["source"] == "device-file"]
+             for g in host["gpus"]}
+    assert pid in named[5] and not [i for i, pids in named.items() if pid in pids and i != 5]
+    assert f"{pid} python3 (no CUDA context)" in host["error"], host["error"]
