@@ -3,9 +3,10 @@
 Run as root on Linux: ``.venv/bin/python benchmarks/node_status.py [--rounds 5] [--n 20]``.
 Starts a one-node simulated fleet (nvidia-persistenced on every GPU, as by default), renders
 ``status`` for it, and inside the node times, in alternating rounds of ``--n`` calls each,
-(a) the rendered script as sshd has it run: the login shell's ``bash -c`` of
-``transport.boot`` starts its GPU read, reads it whole from a pipe, then runs it (a
-here-string: bash 5.1 and later pass one that fits a pipe through a pipe); as for a host
+(a) the rendered script as sshd has it run: the command of ``transport.boot`` (which the
+login shell execs; by the checkout that rendered the script, for ``--against``) starts its
+GPU read, reads the script whole from a pipe, then runs it (a here-string: bash 5.1 and
+later pass one that fits a pipe through a pipe); as for a host
 never seen (its GPUs read with -q) and, as ``status_seen_clean``, for a host whose GPUs
 all read clean at its last status (``results/lastclean.py``: ``--query-gpu``, the apps only
 where a GPU is in use, as on the busy node here), (b) the bare query the peers run,
@@ -48,7 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fleetclean.transport.boot import first_read, inner
+from fleetclean.transport import boot
 
 SUBNET = 91
 BARE = ("nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total "
@@ -81,9 +82,21 @@ echo "$t0 $t1"
 times
 """
 Runner = Callable[[list[str]], str]  # argv -> its stdout, in the node or here
-# What the login shell's ``bash -c`` runs for each script (transport.boot.inner: its GPU
-# read started first, then the script read whole), by its path.
+# What sshd's login shell runs for each script, by its path, as the checkout that rendered
+# the script makes it (transport.boot.command: its GPU read started first, then the script
+# read whole): the login shell execs it, so it is timed without one.
 BOOTS: dict[str, str] = {}
+
+
+def boot_command(text: str, checkout: Path | None = None) -> str:
+    """``transport.boot.command`` for the script ``text``, by this checkout or ``checkout``."""
+    if checkout is None:
+        return boot.command(len(text.encode()), boot.first_read(text))
+    code = ("import sys; from fleetclean.transport import boot; t = sys.stdin.read(); "
+            "print(boot.command(len(t.encode()), boot.first_read(t)), end='')")
+    return subprocess.run([sys.executable, "-c", code], input=text, capture_output=True,
+                          text=True, check=True, env={**os.environ, "PYTHONPATH": str(checkout)},
+                          cwd=checkout).stdout
 
 
 def _cpu_seconds(field: str) -> float:
@@ -96,9 +109,6 @@ def measure(run: Runner, n: int, command: str, script: str) -> tuple[float, floa
     script at the path ``script``, ``$BOOT`` the command sshd's login shell runs for it
     (transport.boot: a status's GPU read started, the script read whole from standard
     input, then run)."""
-    if script not in BOOTS:  # a file here (--real): its command as boot makes it
-        text = Path(script).read_text()
-        BOOTS[script] = inner(len(text.encode()), first_read(text))
     stdout = run(["bash", "-c", TIMER, "timer", str(n), script, BOOTS[script], command])
     # `times` prints the shell's own CPU, then its children's: the calls are children.
     lines = stdout.splitlines()
@@ -110,9 +120,9 @@ def measure(run: Runner, n: int, command: str, script: str) -> tuple[float, floa
 def rounds(run: Runner, args: argparse.Namespace, label: str, script: str, *,
            against: str = "", seen_clean: str = "", against_seen_clean: str = ""
            ) -> dict[str, Any]:
-    # As sshd runs it: the login shell's `bash -c` reads the script whole from the pipe,
-    # then runs it (under `bash -s` bash would read its first lines a byte a read(2)).
-    status = 'bash -c "$BOOT" <<<"$S"'
+    # As sshd runs it: boot's command, which the login shell execs, reads the script whole
+    # from the pipe, then runs it (under `bash -s` bash would read a byte a read(2)).
+    status = 'eval "$BOOT" <<<"$S"'
     commands = [("status", status, script), ("bare", BARE, script),
                 ("bare_shell", BARE_SHELL, script)]
     if seen_clean:
@@ -208,17 +218,20 @@ def real(args: argparse.Namespace) -> dict[str, Any]:
     print(f"this machine: {len(gpus.splitlines())} GPUs, {gpus.splitlines()[:1]} ...")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "status.sh"
-        path.write_text(render(args, ["--local"]))
         clean = Path(tmp) / "seen_clean.sh"
-        clean.write_text(render(args, ["--local"], seen_clean=True))
+        texts = {str(path): (render(args, ["--local"]), None),
+                 str(clean): (render(args, ["--local"], seen_clean=True), None)}
         other = other_clean = ""
         if args.against:
             other = str(Path(tmp) / "against.sh")
-            Path(other).write_text(render(args, ["--local"], args.against))
+            texts[other] = (render(args, ["--local"], args.against), args.against)
             text = against_seen_clean(args, ["--local"])
             if text:
                 other_clean = str(Path(tmp) / "against_seen_clean.sh")
-                Path(other_clean).write_text(text)
+                texts[other_clean] = (text, args.against)
+        for name, (text, checkout) in texts.items():
+            Path(name).write_text(text)
+            BOOTS[name] = boot_command(text, checkout)
         return {"gpus": gpus.splitlines(), "as found": rounds(
             local, args, "as found", str(path), against=other, seen_clean=str(clean),
             against_seen_clean=other_clean)}
@@ -231,19 +244,19 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
         fleet = SimFleet.up(1, Path(tmp), subnet=args.subnet)
         try:
             where = ["-i", str(fleet.inventory_path), "--host", "node01"]
-            texts = {"/tmp/status.sh": render(args, where),
-                     "/tmp/seen_clean.sh": render(args, where, seen_clean=True)}
+            texts = {"/tmp/status.sh": (render(args, where), None),
+                     "/tmp/seen_clean.sh": (render(args, where, seen_clean=True), None)}
             other = other_clean = ""
             if args.against:
                 other = "/tmp/against.sh"
-                texts[other] = render(args, where, args.against)
+                texts[other] = (render(args, where, args.against), args.against)
                 text = against_seen_clean(args, where)
                 if text:
                     other_clean = "/tmp/against_seen_clean.sh"
-                    texts[other_clean] = text
-            for path, text in texts.items():
+                    texts[other_clean] = (text, args.against)
+            for path, (text, checkout) in texts.items():
                 fleet.node_path("node01", path).write_text(text)
-                BOOTS[path] = inner(len(text.encode()), first_read(text))
+                BOOTS[path] = boot_command(text, checkout)
 
             def in_node(argv: list[str]) -> str:
                 return fleet.run_in("node01", argv).stdout
