@@ -78,8 +78,10 @@ def run_fleet(
 ) -> RunResult:
     """Run every job; a first KeyboardInterrupt stops starting hosts and waits for the
     running ones (they are bounded by their own timeouts); the result is then marked
-    interrupted, also when it comes before the first host started. A second
-    KeyboardInterrupt propagates. ``forks``: as many hosts at once, fitted here to the
+    interrupted, also when it comes before the first host started. A second one closes
+    every connection and waits only for what the running hosts had done by then
+    (``ABANDON_S``): each host is in the result, as it ended, as left while it ran, or as
+    not started. ``forks``: as many hosts at once, fitted here to the
     limits on open files and threads (``limits.fit_forks``), or a ``limits.Fit`` the
     caller made, taken as it is (the limits are read once). ``session``: the caller's own
     (kept connections, adopted ones), left open, with ``forks`` taken as it is; by
@@ -144,18 +146,45 @@ def _run_all(
                     pending.discard(fut)
             except KeyboardInterrupt:
                 if interrupted:
-                    # A second Ctrl-C: stop waiting for the running hosts.
+                    # A second Ctrl-C: stop waiting for the running hosts. Their connections
+                    # close now, and each says what it had done until then (a signal it
+                    # sent stays in the record) within ABANDON_S; a host that says nothing
+                    # by then is recorded as left, never as not started.
                     session.abort()
                     pool.shutdown(wait=False, cancel_futures=True)
-                    raise
+                    left = _collect(pending, futures, results)
+                    return _result(jobs, playbook, results, started, interrupted=True,
+                                   left=left)
                 interrupted = True
                 cancel.set()
     return _result(jobs, playbook, results, started,
                    interrupted=interrupted or cancel.is_set())
 
 
+# How long a second Ctrl-C waits for the hosts whose connections it closed to say what they
+# had done: each returns as soon as its read loop sees its channel closed.
+ABANDON_S = 2.0
+LEFT = ("interrupted while it ran: fleetclean stopped waiting (a second Ctrl-C); its "
+        "script may have gone on there until its next write")
+
+
+def _collect(pending: set[Future[HostResult | None]], futures: dict[Future[HostResult | None], Job],
+             results: dict[str, HostResult]) -> set[str]:
+    """What the hosts cut off by a second Ctrl-C still say within ``ABANDON_S`` (into
+    ``results``); the names of those that said nothing (a third Ctrl-C stops the wait)."""
+    try:
+        for fut in as_completed(pending, timeout=ABANDON_S):
+            pending.discard(fut)
+            res = None if fut.cancelled() else fut.result()  # cancelled: never started
+            if res is not None:
+                results[futures[fut].host.name] = res
+    except (TimeoutError, KeyboardInterrupt):
+        pass
+    return {futures[f].host.name for f in pending if not f.cancelled()}
+
+
 def _result(jobs: Sequence[Job], playbook: str, results: dict[str, HostResult],
-            started: float, *, interrupted: bool) -> RunResult:
+            started: float, *, interrupted: bool, left: set[str] | None = None) -> RunResult:
     ordered = []
     for job in jobs:
         res = results.get(job.host.name)
@@ -163,6 +192,7 @@ def _result(jobs: Sequence[Job], playbook: str, results: dict[str, HostResult],
             res = HostResult(
                 job.host.name,
                 HostStatus.ERROR,
+                LEFT if job.host.name in (left or ()) else
                 "not started: the run was interrupted before this host's turn",
             )
         ordered.append(res)

@@ -33,14 +33,16 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     name, jobs, extra = render_jobs(args.playbook, hosts, args.extra_vars,
                                      check=args.check, force=args.force, scope=scope)
     jobs = ask_become_pass(args, jobs)
-    record = None if args.no_record else _start_record(name, jobs, args, env, argv=argv,
-                                                       extra=extra, scope=scope)
+    record = None
     try:
+        if not args.no_record:
+            record = _start_record(name, jobs, args, env, argv=argv, extra=extra, scope=scope)
         result = execute(name, jobs, args, env)
     except KeyboardInterrupt:
-        # Ctrl-C before the hosts' loop took over (the transport still loading on a slow
-        # machine): no host was started. Reported, recorded and exited (130) as a run
-        # interrupted before any host's turn; a second Ctrl-C still ends it at once.
+        # Ctrl-C before the hosts' loop took over (the record just written, the transport
+        # still loading on a slow machine): no host was started. Reported, recorded and
+        # exited (130) as a run interrupted before any host's turn; a second Ctrl-C still
+        # ends it at once. (Once the loop runs, fleet.run_fleet answers both.)
         result = _not_started(name, jobs)
     result = slurm_step.apply(result, args, env, None if record is None else record.data["id"])
     if record is not None:

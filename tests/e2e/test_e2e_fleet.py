@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from simhelp import Cli, edit_inventory, spawn_cli, ssh_log_count
+from simhelp import Cli, alive, edit_inventory, spawn_cli, ssh_log_count
 
 pytestmark = pytest.mark.sim
 
@@ -143,6 +145,57 @@ def test_interrupted_run_writes_a_record_and_exits_130(
     assert json.loads(out)["summary"]["hosts"] == 2
 
 
+# A transport that takes long to load (a machine at load 25 took seconds to import it):
+# the import of fleetclean.transport.session says it began, then waits (or a Ctrl-C).
+SLOW_TRANSPORT = """\
+import sys, time
+from pathlib import Path
+
+class SlowTransport:
+    def find_spec(self, name, path=None, target=None):
+        if name == "fleetclean.transport.session":
+            Path({marker!r}).write_text("loading")
+            time.sleep(30)
+        return None
+
+sys.meta_path.insert(0, SlowTransport())
+"""
+
+
+def test_a_ctrl_c_while_the_transport_loads_records_the_run_and_reaches_no_host(
+    sim_fleet_factory, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(2)
+    holders = {n.name: fleet.spawn(n.name, "stubborn", gpu=1) for n in fleet.nodes}
+    hook, marker = tmp_path / "hook", tmp_path / "loading"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SLOW_TRANSPORT.format(marker=str(marker)))
+    before = ssh_log_count(fleet, "Connection from")
+    env = dict(os.environ, FLEETCLEAN_STATE_DIR=str(tmp_path / "state"), NO_COLOR="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, "-m", "fleetclean", "run", "post-extraction",
+                             "-i", str(fleet.inventory_path), "--json"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)  # our own child, by PID
+    out, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == 130, err
+    result = json.loads(out)
+    assert result["summary"]["hosts"] == 2
+    assert {h["status"] for h in result["hosts"]} == {"error"}
+    assert all("not started" in h["error"] for h in result["hosts"])
+    (record,) = (tmp_path / "state" / "runs").glob("*.json")
+    assert json.loads(record.read_text())["interrupted"] is True
+    # Nothing reached any host: no connection, every holder still runs.
+    assert ssh_log_count(fleet, "Connection from") == before
+    for node, pids in holders.items():
+        assert alive(fleet, node, pids) == pids
+
+
 def test_history_lists_and_shows_runs(sim_fleet_factory, cli: Cli) -> None:
     fleet = sim_fleet_factory(1)
     server = fleet.spawn("node01", "sglang", gpus="0")
@@ -157,7 +210,7 @@ def test_a_second_ctrl_c_stops_waiting_for_running_hosts(
     sim_fleet_factory, tmp_path: Path
 ) -> None:
     fleet = sim_fleet_factory(1)
-    fleet.spawn("node01", "stubborn", gpu=1)
+    (stubborn,) = fleet.spawn("node01", "stubborn", gpu=1)
     before = ssh_log_count(fleet, "Accepted publickey")
     proc = spawn_cli(tmp_path, "run", "post-extraction", "-i", str(fleet.inventory_path),
                      "-e", "grace=120", "--timeout", "200", "--json")
@@ -166,10 +219,19 @@ def test_a_second_ctrl_c_stops_waiting_for_running_hosts(
         proc.send_signal(signal.SIGINT)  # our own child, by PID
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)  # not the 120 s grace
+        out, err = proc.communicate(timeout=30)  # not the 120 s grace
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
+    # What the host did before the run stopped waiting is reported and recorded: it sent
+    # the stubborn holder SIGTERM (its grace was running). Never "not started".
+    (host,) = json.loads(out)["hosts"]
+    assert host["status"] == "error" and "not started" not in host["error"], host
+    assert [(s["pid"], s["signal"]) for s in host["signalled"]] == [(stubborn, "TERM")]
+    (record,) = (tmp_path / "state" / "runs").glob("*.json")
+    kept = json.loads(record.read_text())
+    assert kept["interrupted"] is True
+    assert kept["changes"]["node01"]["signalled"][0]["pid"] == stubborn
