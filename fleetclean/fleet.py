@@ -164,8 +164,8 @@ def _run_all(
 # How long a second Ctrl-C waits for the hosts whose connections it closed to say what they
 # had done: each returns as soon as its read loop sees its channel closed.
 ABANDON_S = 2.0
-LEFT = ("interrupted while it ran: fleetclean stopped waiting (a second Ctrl-C); its "
-        "script may have gone on there until its next write")
+LEFT = ("interrupted while it ran: fleetclean stopped waiting (a second Ctrl-C); a "
+        "teardown goes on there alone, and the host's next run says what it did")
 
 
 def _collect(pending: set[Future[HostResult | None]], futures: dict[Future[HostResult | None], Job],

@@ -51,6 +51,8 @@ IDLE = frozenset({
     "fc_verify_xid_text", "fc_verify_xids",
     # A scoped status (--user) says its scope first, idle or not.
     "fc_scope_begin",
+    # Every status looks for what a teardown that lost its controller left (lib.sh).
+    "fc_journal_look", "fc_lock_dir",
 })
 BUSY = frozenset({
     "fc_cmdline", "fc_owner", "fc_owner_ancestry", "fc_owner_cgroup", "fc_owner_cgroup_rules",

@@ -40,6 +40,9 @@ scope      user, uid, job, GPUs judged, how they were given ("" | list | slurm)
 refused    index, pid, cmdline, who, fix (a target left to its owner: never signalled)
 warn       index, text                   (an owner that may start again what was signalled)
 done       0                             (the script reached its end)
+journal    the records of an earlier teardown here that lost its controller and went on
+           alone (lib.sh: "the journal"), as it kept them: results/journal.py says what
+           it did
 clock      start µs, end µs, exit status (a standalone script's: fleetclean report)
 =========  ==========================================================================
 
@@ -185,6 +188,13 @@ def _clock(st: Readings, a: list[str]) -> None:
     """When a standalone script ran (fleetclean report reads it): nothing for a run."""
 
 
+def _journal(st: Readings, a: list[str]) -> None:
+    """An earlier teardown here lost its controller and went on alone: what it did."""
+    from fleetclean.results.journal import describe  # it parses the journal with this module
+
+    st.warnings.append(describe(a[0]))
+
+
 def _scope(st: Readings, a: list[str]) -> None:
     """Only the GPUs of a --gpus or epilog scope are judged; the others are shown."""
     if a[4]:
@@ -194,7 +204,7 @@ def _scope(st: Readings, a: list[str]) -> None:
 _GENERIC: dict[str, Callable[[Readings, list[str]], None]] = {
     "begin": _begin, "lock": _lock, "stage": _stage, "match": _match, "signal": _signal,
     "stuck": _stuck, "unstuck": _unstuck, "change": _change, "end": _end, "error": _error,
-    "left": _left, "done": _done, "scope": _scope, "clock": _clock,
+    "left": _left, "done": _done, "scope": _scope, "clock": _clock, "journal": _journal,
 }
 
 def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> ScriptReport:

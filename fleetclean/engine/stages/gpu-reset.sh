@@ -180,10 +180,16 @@ fc_gr_reset() {
 # interrupted or ends before fc_gr_persistence_restore does (REPLY: the error, if any).
 fc_gr_persistence_off() {
     FC_GR_PM_OFF=$1
-    trap fc_gr_persistence_restore EXIT
-    trap 'fc_gr_persistence_restore; trap - EXIT; exit 129' HUP
+    trap 'fc_gr_persistence_restore; fc_journal_end' EXIT
+    if [[ -n $FC_JOURNAL_FD ]]; then
+        # A teardown that keeps a journal goes on without its controller (lib.sh), and so
+        # does the reset, which turns persistence on again itself.
+        trap fc_gone HUP PIPE
+    else
+        trap 'fc_gr_persistence_restore; trap - EXIT; exit 129' HUP
+        trap 'fc_gr_persistence_restore; trap - EXIT; exit 141' PIPE
+    fi
     trap 'fc_gr_persistence_restore; trap - EXIT; exit 130' INT
-    trap 'fc_gr_persistence_restore; trap - EXIT; exit 141' PIPE
     trap 'fc_gr_persistence_restore; trap - EXIT; exit 143' TERM
     REPLY=$(nvidia-smi --persistence-mode=0 -i "$1" 2>&1) && return 0
     fc_gr_persistence_restore
@@ -194,7 +200,7 @@ fc_gr_persistence_off() {
 # cleared; REPLY says how it went. Writes no record: it may run with stdout gone.
 fc_gr_persistence_restore() {
     local out
-    trap - EXIT HUP INT PIPE TERM
+    fc_traps
     [[ -n ${FC_GR_PM_OFF:-} ]] || return 0
     if out=$(nvidia-smi --persistence-mode=1 -i "$FC_GR_PM_OFF" 2>&1); then
         REPLY="restored"

@@ -72,12 +72,14 @@ fc_rec_each() {
 # releases what is held, so that the controller sees each stage as it starts; a record
 # from a subshell (whose FC_HELD dies with it) is written at once.
 FC_HOLD=0 FC_HELD=""
-# Whole record lines $1, held or written now.
+# Whole record lines $1, held or written now (and journaled: fc_journal_put).
 fc_put() {
     if ((FC_HOLD && !BASH_SUBSHELL)); then
         FC_HELD+=$1
-    else
+    elif [[ -z $FC_JOURNAL_FD ]]; then
         printf '%s' "$1"
+    else
+        fc_journal_put "$1"
     fi
 }
 
@@ -86,7 +88,13 @@ fc_hold() {
 }
 
 fc_flush() {
-    [[ -z $FC_HELD ]] || printf '%s' "$FC_HELD"
+    if [[ -z $FC_HELD ]]; then
+        :
+    elif [[ -z $FC_JOURNAL_FD ]]; then
+        printf '%s' "$FC_HELD"
+    else
+        fc_journal_put "$FC_HELD"
+    fi
     FC_HELD=""
 }
 
@@ -500,20 +508,102 @@ fc_reset_opts() {
     done
 }
 
-# A directory only this user can write to, for the lock: /run/lock and /tmp are
-# world-writable, where another user could hold the lock file or plant a symlink there.
+# A directory only this user can write to, for the lock (and the journal): /run/lock and
+# /tmp are world-writable, where another user could hold the lock file or plant a symlink
+# there. The first of these that is such a directory, made if it can be (``make``).
 fc_lock_dir() {
     local d
     for d in /run/fleetclean-lock "${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/fleetclean-lock}" \
         "/tmp/fleetclean-lock-$EUID"; do
         [[ -n $d ]] || continue
-        mkdir -m 0700 "$d" 2>/dev/null
+        [[ ${1:-make} != make ]] || mkdir -m 0700 "$d" 2>/dev/null
         if [[ -d $d && ! -L $d && -O $d ]]; then
             REPLY=$d
             return 0
         fi
     done
     return 1
+}
+
+# ---------------------------------------------------------------------------- the journal
+# A teardown whose controller goes away (its laptop's network drops, fleetclean is killed,
+# a second Ctrl-C closes the connection) used to die at its next write (SIGPIPE): a node
+# left with its server stopped, its workers holding GPUs, its patched file in place, and no
+# word of it anywhere. A teardown that holds the lock now keeps its records in a journal
+# beside the lock as well; when a write finds the controller gone (SIGPIPE, or SIGHUP where
+# sshd gave a terminal), it notes the time, sends the rest nowhere but the journal, and
+# finishes its work. The next run on the host by the same login (status or teardown) sends
+# that journal as a "journal" record, which the controller reports. A journal whose run
+# kept its controller to the end is emptied at its exit: the controller has it all.
+FC_JOURNAL="" FC_JOURNAL_FD="" FC_GONE=0 FC_BEGIN_REC=""
+
+# Records $1 into the journal (a full disk is no reason to say so on every write), then to
+# the controller while it is there.
+fc_journal_put() {
+    printf '%s' "$1" 2>/dev/null 1>&"$FC_JOURNAL_FD"
+    ((FC_GONE)) || printf '%s' "$1" || fc_gone
+}
+
+# The controller is gone: the rest of the run writes nowhere but the journal.
+fc_gone() {
+    local t
+    ((FC_GONE)) && return 0
+    FC_GONE=1
+    exec >/dev/null 2>&1
+    printf -v t '%(%s)T' -1
+    [[ -z $FC_JOURNAL_FD ]] || printf '@@fleetclean\tgone\t%s\n' "$t" >&"$FC_JOURNAL_FD"
+}
+
+# The traps a teardown stands on (gpu-reset.sh sets its own for a while, then these again).
+fc_traps() {
+    trap - INT TERM
+    if [[ -n $FC_JOURNAL_FD ]]; then
+        trap fc_gone PIPE HUP
+        trap fc_journal_end EXIT
+    else
+        trap - EXIT HUP PIPE
+    fi
+}
+
+# Start the journal in the lock's directory (its lock held): what an earlier run that lost
+# its controller left there is sent first, then the journal begins anew with this run's
+# begin record.
+fc_journal_begin() {
+    local dir=${FC_LOCK_PATH%/*} t
+    fc_journal_send "$dir" 1
+    exec {FC_JOURNAL_FD}>"$dir/journal" || {
+        FC_JOURNAL_FD=""
+        return 0
+    }
+    FC_JOURNAL=$dir/journal
+    printf -v t '%(%s)T' -1
+    printf '@@fleetclean\tjournaled\t%s\n%s' "$t" "$FC_BEGIN_REC" >&"$FC_JOURNAL_FD"
+    fc_traps
+}
+
+# At the script's exit: a run that kept its controller leaves nothing to tell.
+fc_journal_end() {
+    [[ -n $FC_JOURNAL_FD ]] || return 0
+    ((FC_GONE)) || : >"$FC_JOURNAL"
+}
+
+# Send the journal in DIR as a "journal" record where its run lost its controller; a
+# teardown (TAKE=1, the lock held: that run is over) then takes it, a read-only run only
+# once that run reached its end (it may still be at work).
+fc_journal_send() {
+    local text=""
+    { IFS= read -r -d '' text <"$1/journal"; } 2>/dev/null
+    [[ $text == *$'\n@@fleetclean\tgone\t'* ]] || return 0
+    fc_rec journal "$text"
+    if ((${2:-0})) || [[ $text == *$'\n@@fleetclean\tdone\t'* ]]; then
+        : >"$1/journal"
+    fi
+}
+
+# A read-only run (status) looks for a journal without making the directory (no process).
+fc_journal_look() {
+    fc_lock_dir look || return 0
+    [[ ! -s $REPLY/journal ]] || fc_journal_send "$REPLY" 0
 }
 
 # Take the per-host lock: FC_LOCK_STATE ok, none (no private directory, no flock: run
@@ -535,11 +625,13 @@ fc_lock() {
 fc_begin() {
     fc_hold
     fc_rec begin 1 "$FC_PLAYBOOK" "$FC_HOST" "$FC_CHECK"
+    FC_BEGIN_REC=$FC_HELD
     ((FC_CHECK)) || fc_self_init
     # A read-only run (status, --check) changes nothing, so it races with nobody: it must
     # not wait behind a teardown that holds the lock.
     if ((FC_CHECK)); then
         fc_rec lock none ""
+        fc_journal_look
         return 0
     fi
     fc_release
@@ -548,6 +640,7 @@ fc_begin() {
     # Held again once the lock is taken, to the first stage's record.
     fc_hold
     fc_rec lock "$FC_LOCK_STATE" "${FC_LOCK_PATH:-}"
+    [[ $FC_LOCK_STATE != ok ]] || fc_journal_begin
     return "$taken"
 }
 

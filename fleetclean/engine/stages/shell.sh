@@ -15,6 +15,9 @@ fc_stage_shell() {
             printf -v "${opt_env[i]}" '%s' "${opt_env[i + 1]}"
             export "${opt_env[i]?}"
         done
+        # Neither the lock (9) nor the journal (lib.sh) outlives the script in a daemon
+        # the command starts.
+        [[ -z $FC_JOURNAL_FD ]] || exec {FC_JOURNAL_FD}>&-
         exec timeout -k 5 "$opt_timeout_s" bash -c "$opt_command"
     ) 9>&- </dev/null >&2
     rc=$?

@@ -1,0 +1,78 @@
+"""A teardown whose controller goes away (a laptop's network drops, fleetclean is killed)
+finishes on the node by itself, and the host's next run says what it did: never a node
+left with its server stopped, a GPU still held and its patched file in place, and no word
+of it anywhere."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from simhelp import Cli, alive, spawn_cli
+
+from fleetclean.sim import SimFleet
+
+pytestmark = pytest.mark.sim
+MODEL = "/tmp/sglang/models/deepseek_v2.py"
+JOURNAL = "/run/fleetclean-lock/journal"
+
+
+def test_a_teardown_whose_controller_dies_finishes_alone_and_the_next_run_says_so(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(1)
+    fleet.run_in("node01", ["mkdir", "-p", MODEL.rsplit("/", 1)[0]])
+    fleet.node_path("node01", MODEL).write_text("patched: dump hidden states\n")
+    fleet.node_path("node01", MODEL + ".bak_hsdump").write_text("original\n")
+    # A server that ignores SIGTERM: the teardown waits out its grace, then SIGKILLs it.
+    server = fleet.spawn("node01", "stubborn", gpu=0, name="python3 -m sglang.launch_server")
+    holder = fleet.spawn("node01", "stubborn", gpu=6)
+    proc = spawn_cli(tmp_path, "run", "post-extraction", "-i", str(fleet.inventory_path),
+                     "-e", f"model_file={MODEL}", "-e", "grace=3", "--json")
+    try:
+        # The controller dies (SIGKILL: no goodbye) once the server has had its SIGTERM.
+        journal = fleet.node_path("node01", JOURNAL)
+        deadline = time.monotonic() + 60
+        while "\tsignal\t" not in (journal.read_text() if journal.exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)  # our own child, by PID
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    # The node goes on alone: the server gets its SIGKILL after its grace, the holder its
+    # signals, the model file comes back, the GPUs are free.
+    deadline = time.monotonic() + 60
+    while "\tdone\t" not in journal.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert alive(fleet, "node01", server + holder) == []
+    assert fleet.node_path("node01", MODEL).read_text() == "original\n"
+    assert fleet.gpu_used_mib("node01") == [0] * 8
+
+    status = cli("status", "-i", fleet.inventory_path, "--json")
+    host = status.host("node01")
+    assert host["status"] == "clean"
+    (said,) = [w for w in host["warnings"] if "lost its controller" in w]
+    assert said.startswith("the post-extraction run begun here at ")
+    assert "went on alone: 4 signals sent; it ended clean" in said, said
+    # Said once.
+    again = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    assert not [w for w in again["warnings"] if "lost its controller" in w]
+
+
+def test_a_teardown_that_keeps_its_controller_leaves_nothing_to_tell(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli
+) -> None:
+    fleet = sim_fleet_factory(1)
+    fleet.spawn("node01", "stubborn", gpu=6)
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json")
+    assert res.host("node01")["status"] == "clean"
+    assert fleet.node_path("node01", JOURNAL).read_text() == ""
+    status = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    assert status["warnings"] == []
