@@ -14,10 +14,12 @@ Example::
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -125,38 +127,33 @@ def _run_all(
     emit = on_event or (lambda _e: None)
     results: dict[str, HostResult] = {}
     interrupted = False
-    with ThreadPoolExecutor(max_workers=max(1, forks)) as pool:
-        futures: dict[Future[HostResult | None], Job] = {}
+    # Not a `with`: its exit joins every worker, which a second Ctrl-C must not wait for.
+    pool = ThreadPoolExecutor(max_workers=max(1, forks))
+    futures: dict[Future[HostResult | None], Job] = {}
+    try:
+        for job in jobs:
+            futures[pool.submit(_run_one, session, job, emit, cancel)] = job
+    except KeyboardInterrupt:  # hosts not submitted yet never start
+        interrupted = True
+        cancel.set()
+    pending = set(futures)
+    while pending:
+        # as_completed, not wait(FIRST_COMPLETED) in a loop: each wait() hangs a waiter on
+        # every pending future and takes it off again, O(hosts) per finished host, 0.7 s
+        # of the main thread's CPU at 1,000 hosts and 2.1 s at 2,000.
         try:
-            for job in jobs:
-                futures[pool.submit(_run_one, session, job, emit, cancel)] = job
-        except KeyboardInterrupt:  # hosts not submitted yet never start
+            for fut in as_completed(pending):
+                res = fut.result()
+                if res is not None:
+                    results[futures[fut].host.name] = res
+                pending.discard(fut)
+        except KeyboardInterrupt:
+            if interrupted:
+                left = _abandon(session, pool, pending, futures, results)
+                return _result(jobs, playbook, results, started, interrupted=True, left=left)
             interrupted = True
             cancel.set()
-        pending = set(futures)
-        while pending:
-            # as_completed, not wait(FIRST_COMPLETED) in a loop: each wait() hangs a waiter on
-            # every pending future and takes it off again, O(hosts) per finished host, 0.7 s
-            # of the main thread's CPU at 1,000 hosts and 2.1 s at 2,000.
-            try:
-                for fut in as_completed(pending):
-                    res = fut.result()
-                    if res is not None:
-                        results[futures[fut].host.name] = res
-                    pending.discard(fut)
-            except KeyboardInterrupt:
-                if interrupted:
-                    # A second Ctrl-C: stop waiting for the running hosts. Their connections
-                    # close now, and each says what it had done until then (a signal it
-                    # sent stays in the record) within ABANDON_S; a host that says nothing
-                    # by then is recorded as left, never as not started.
-                    session.abort()
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    left = _collect(pending, futures, results)
-                    return _result(jobs, playbook, results, started, interrupted=True,
-                                   left=left)
-                interrupted = True
-                cancel.set()
+    pool.shutdown()
     return _result(jobs, playbook, results, started,
                    interrupted=interrupted or cancel.is_set())
 
@@ -168,19 +165,34 @@ LEFT = ("interrupted while it ran: fleetclean stopped waiting (a second Ctrl-C);
         "teardown goes on there alone, and the host's next run says what it did")
 
 
-def _collect(pending: set[Future[HostResult | None]], futures: dict[Future[HostResult | None], Job],
+def _abandon(session: Session | LocalSession, pool: ThreadPoolExecutor,
+             pending: set[Future[HostResult | None]],
+             futures: dict[Future[HostResult | None], Job],
              results: dict[str, HostResult]) -> set[str]:
-    """What the hosts cut off by a second Ctrl-C still say within ``ABANDON_S`` (into
-    ``results``); the names of those that said nothing (a third Ctrl-C stops the wait)."""
+    """A second Ctrl-C: stop waiting for the running hosts. Their connections close now,
+    and each says what it had done until then (a signal it sent stays in the record)
+    within ``ABANDON_S``, into ``results``; the names of those that said nothing by then
+    (recorded as left, never as not started). A further Ctrl-C meanwhile is not a way out
+    of saying what happened: it is ignored here, where it can be (the main thread)."""
+    held = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN) if held else None
     try:
-        for fut in as_completed(pending, timeout=ABANDON_S):
-            pending.discard(fut)
-            res = None if fut.cancelled() else fut.result()  # cancelled: never started
-            if res is not None:
-                results[futures[fut].host.name] = res
-    except (TimeoutError, KeyboardInterrupt):
-        pass
-    return {futures[f].host.name for f in pending if not f.cancelled()}
+        session.abort()
+        pool.shutdown(wait=False, cancel_futures=True)
+        # A cancelled future (a host never started) never completes as_completed's wait.
+        running = {f for f in pending if not f.cancelled()}
+        try:
+            for fut in as_completed(running, timeout=ABANDON_S):
+                running.discard(fut)
+                res = fut.result()
+                if res is not None:
+                    results[futures[fut].host.name] = res
+        except FuturesTimeout:  # not the builtin TimeoutError before Python 3.11
+            pass
+        return {futures[f].host.name for f in running}
+    finally:
+        if held:
+            signal.signal(signal.SIGINT, signal.default_int_handler if before is None else before)
 
 
 def _result(jobs: Sequence[Job], playbook: str, results: dict[str, HostResult],

@@ -41,8 +41,8 @@ refused    index, pid, cmdline, who, fix (a target left to its owner: never sign
 warn       index, text                   (an owner that may start again what was signalled)
 done       0                             (the script reached its end)
 journal    the records of an earlier teardown here that lost its controller and went on
-           alone (lib.sh: "the journal"), as it kept them: results/journal.py says what
-           it did
+           alone (lib.sh: "the journal"), as it kept them, and "running" while it still
+           holds the lock: results/journal.py says what it did
 clock      start µs, end µs, exit status (a standalone script's: fleetclean report)
 =========  ==========================================================================
 
@@ -192,7 +192,7 @@ def _journal(st: Readings, a: list[str]) -> None:
     """An earlier teardown here lost its controller and went on alone: what it did."""
     from fleetclean.results.journal import describe  # it parses the journal with this module
 
-    st.warnings.append(describe(a[0]))
+    st.warnings.append(describe(a[0], a[1] if len(a) > 1 else ""))
 
 
 def _scope(st: Readings, a: list[str]) -> None:

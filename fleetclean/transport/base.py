@@ -62,7 +62,8 @@ class ScriptOutput:
     exit_code: int | None = None
     failure: TransportFailure | None = None
     # True when the script started on the host: a failure after that (a timeout, a cut
-    # connection) may have left the host half-cleaned, and the report must say so.
+    # connection) leaves its end unknown here (a teardown goes on alone: lib.sh's journal),
+    # and the report must say so.
     started: bool = False
 
     @property

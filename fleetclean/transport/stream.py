@@ -178,7 +178,8 @@ def _timed_out(
     return ScriptOutput(stdout, stderr, None, TransportFailure(
         "timeout",
         f"script still running on {host.name} after --timeout {timeout:g}s; "
-        "the connection was closed and the host may be half-cleaned",
+        "the connection was closed (a teardown goes on there alone, and the host's next "
+        "run says how it ended)",
     ), started=True)
 
 

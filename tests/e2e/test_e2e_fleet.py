@@ -209,13 +209,18 @@ def test_history_lists_and_shows_runs(sim_fleet_factory, cli: Cli) -> None:
 def test_a_second_ctrl_c_stops_waiting_for_running_hosts(
     sim_fleet_factory, tmp_path: Path
 ) -> None:
-    fleet = sim_fleet_factory(1)
+    fleet = sim_fleet_factory(2)
     (stubborn,) = fleet.spawn("node01", "stubborn", gpu=1)
     before = ssh_log_count(fleet, "Accepted publickey")
+    # One host at a time: node02 waits its turn, which never comes.
     proc = spawn_cli(tmp_path, "run", "post-extraction", "-i", str(fleet.inventory_path),
-                     "-e", "grace=120", "--timeout", "200", "--json")
+                     "-e", "grace=120", "--timeout", "200", "--forks", "1", "--json")
     try:
-        started(fleet, before, proc)
+        deadline = time.monotonic() + 60
+        while ssh_log_count(fleet, "Accepted publickey") < before + 1:
+            assert proc.poll() is None and time.monotonic() < deadline, "never started"
+            time.sleep(0.05)
+        time.sleep(0.5)  # into the holder's grace
         proc.send_signal(signal.SIGINT)  # our own child, by PID
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
@@ -227,10 +232,12 @@ def test_a_second_ctrl_c_stops_waiting_for_running_hosts(
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     # What the host did before the run stopped waiting is reported and recorded: it sent
-    # the stubborn holder SIGTERM (its grace was running). Never "not started".
-    (host,) = json.loads(out)["hosts"]
-    assert host["status"] == "error" and "not started" not in host["error"], host
-    assert [(s["pid"], s["signal"]) for s in host["signalled"]] == [(stubborn, "TERM")]
+    # the stubborn holder SIGTERM (its grace was running). Never "not started"; the host
+    # whose turn never came is.
+    one, two = json.loads(out)["hosts"]
+    assert one["status"] == "error" and "not started" not in one["error"], one
+    assert [(s["pid"], s["signal"]) for s in one["signalled"]] == [(stubborn, "TERM")]
+    assert two["error"].startswith("not started"), two
     (record,) = (tmp_path / "state" / "runs").glob("*.json")
     kept = json.loads(record.read_text())
     assert kept["interrupted"] is True

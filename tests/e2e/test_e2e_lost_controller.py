@@ -60,7 +60,8 @@ def test_a_teardown_whose_controller_dies_finishes_alone_and_the_next_run_says_s
     assert host["status"] == "clean"
     (said,) = [w for w in host["warnings"] if "lost its controller" in w]
     assert said.startswith("the post-extraction run begun here at ")
-    assert "went on alone: 4 signals sent; it ended clean" in said, said
+    # The server's SIGTERM went out before; its SIGKILL, the holder's TERM and KILL after.
+    assert "went on alone (4 signals sent in all, 3 after that); it ended clean" in said, said
     # Said once.
     again = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert not [w for w in again["warnings"] if "lost its controller" in w]
@@ -76,3 +77,60 @@ def test_a_teardown_that_keeps_its_controller_leaves_nothing_to_tell(
     assert fleet.node_path("node01", JOURNAL).read_text() == ""
     status = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert status["warnings"] == []
+
+
+SLOW_FREE = """\
+name: slow-free
+description: stop the server, then give every GPU holder a long grace
+stages:
+  - {name: stop-server, type: signal, pattern: sglang.launch_server, grace: 1}
+  - {name: free, type: gpu-holders, grace: 8}
+verify: {max_used_mib: 0, timeout: 20}
+"""
+
+
+def test_a_status_says_a_teardown_that_lost_its_controller_is_still_at_work(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(1)
+    server = fleet.spawn("node01", "stubborn", gpu=0, name="python3 -m sglang.launch_server")
+    holder = fleet.spawn("node01", "stubborn", gpu=6)
+    book = tmp_path / "slow-free.yaml"
+    book.write_text(SLOW_FREE)
+    proc = spawn_cli(tmp_path, "run", str(book), "-i", str(fleet.inventory_path), "--json")
+    journal = fleet.node_path("node01", JOURNAL)
+    try:
+        deadline = time.monotonic() + 60
+        while "\tsignal\t" not in (journal.read_text() if journal.exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)  # our own child, by PID
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # The server's SIGKILL, a second later, finds the controller gone; the holder's grace
+    # (8 s) then runs with nobody watching.
+    deadline = time.monotonic() + 30
+    while "\tgone\t" not in journal.read_text():
+        assert time.monotonic() < deadline, journal.read_text()
+        time.sleep(0.05)
+
+    during = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    assert during["status"] == "dirty"  # the holder still has GPU6
+    (said,) = [w for w in during["warnings"] if "lost its controller" in w]
+    assert said.startswith("the slow-free run begun here at ") and said.endswith(
+        "it is still at work"), said
+
+    deadline = time.monotonic() + 60
+    while "\tdone\t" not in journal.read_text():
+        assert time.monotonic() < deadline, journal.read_text()
+        time.sleep(0.1)
+    assert alive(fleet, "node01", server + holder) == []
+    after = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    assert after["status"] == "clean"
+    (said,) = [w for w in after["warnings"] if "lost its controller" in w]
+    assert said.endswith("it ended clean"), said
+    last = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    assert last["warnings"] == []

@@ -508,15 +508,15 @@ fc_reset_opts() {
     done
 }
 
-# A directory only this user can write to, for the lock (and the journal): /run/lock and
-# /tmp are world-writable, where another user could hold the lock file or plant a symlink
-# there. The first of these that is such a directory, made if it can be (``make``).
-fc_lock_dir() {
-    local d
-    for d in /run/fleetclean-lock "${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/fleetclean-lock}" \
-        "/tmp/fleetclean-lock-$EUID"; do
+# REPLY = the first DIR that is a directory only this user can write to, made (mode 0700)
+# where MODE is "make": /run/lock and /tmp are world-writable, where another user could
+# hold a file of ours or plant a symlink there.
+fc_own_dir() {
+    local mode=$1 d
+    shift
+    for d in "$@"; do
         [[ -n $d ]] || continue
-        [[ ${1:-make} != make ]] || mkdir -m 0700 "$d" 2>/dev/null
+        [[ $mode != make ]] || mkdir -m 0700 "$d" 2>/dev/null
         if [[ -d $d && ! -L $d && -O $d ]]; then
             REPLY=$d
             return 0
@@ -525,23 +525,39 @@ fc_lock_dir() {
     return 1
 }
 
+# The lock's directory (MODE: make, the default, or look).
+fc_lock_dir() {
+    fc_own_dir "${1:-make}" /run/fleetclean-lock \
+        "${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/fleetclean-lock}" "/tmp/fleetclean-lock-$EUID"
+}
+
 # ---------------------------------------------------------------------------- the journal
-# A teardown whose controller goes away (its laptop's network drops, fleetclean is killed,
-# a second Ctrl-C closes the connection) used to die at its next write (SIGPIPE): a node
-# left with its server stopped, its workers holding GPUs, its patched file in place, and no
-# word of it anywhere. A teardown that holds the lock now keeps its records in a journal
-# beside the lock as well; when a write finds the controller gone (SIGPIPE, or SIGHUP where
-# sshd gave a terminal), it notes the time, sends the rest nowhere but the journal, and
-# finishes its work. The next run on the host by the same login (status or teardown) sends
-# that journal as a "journal" record, which the controller reports. A journal whose run
-# kept its controller to the end is emptied at its exit: the controller has it all.
+# A teardown whose controller goes away (fleetclean is killed, a second Ctrl-C closes the
+# connection, the connection breaks) used to die at its next write (SIGPIPE): a node left
+# with its server stopped, its workers holding GPUs, its patched file in place, and no
+# word of it anywhere. A teardown that holds the lock now keeps its records in a journal as
+# well; when a write finds the controller gone (SIGPIPE, or SIGHUP where sshd gave a
+# terminal), it notes the time, sends the rest nowhere but the journal, and finishes its
+# work. The next run on the host by the same login (status or teardown) sends that journal
+# as a "journal" record, which the controller reports (results/journal.py). A journal whose
+# run kept its controller to the end is emptied at its exit. What it cannot see: a
+# connection that stalls without an error (a network that drops silently while sshd still
+# takes the output) looks kept to the end. A script no controller runs (an exported bundle,
+# the epilog: FC_TAP) keeps no journal and reads none.
 FC_JOURNAL="" FC_JOURNAL_FD="" FC_GONE=0 FC_BEGIN_REC=""
 
-# Records $1 into the journal (a full disk is no reason to say so on every write), then to
-# the controller while it is there.
+# The journal's directory: not under XDG_RUNTIME_DIR, which logind removes when the login's
+# last session ends (a teardown that lost its controller ends its session).
+fc_journal_dir() {
+    fc_own_dir "${1:-make}" /run/fleetclean-lock "/tmp/fleetclean-lock-$EUID"
+}
+
+# Records $1 to the controller while it is there, then into the journal (after the "gone"
+# line where this write found it gone: the first record it never had); a full disk is no
+# reason to say so at every write.
 fc_journal_put() {
-    printf '%s' "$1" 2>/dev/null 1>&"$FC_JOURNAL_FD"
     ((FC_GONE)) || printf '%s' "$1" || fc_gone
+    printf '%s' "$1" 2>/dev/null 1>&"$FC_JOURNAL_FD"
 }
 
 # The controller is gone: the rest of the run writes nowhere but the journal.
@@ -565,17 +581,17 @@ fc_traps() {
     fi
 }
 
-# Start the journal in the lock's directory (its lock held): what an earlier run that lost
-# its controller left there is sent first, then the journal begins anew with this run's
-# begin record.
+# Start the journal (the lock held): what an earlier run that lost its controller left is
+# sent first, then the journal begins anew with this run's begin record.
 fc_journal_begin() {
-    local dir=${FC_LOCK_PATH%/*} t
-    fc_journal_send "$dir" 1
-    exec {FC_JOURNAL_FD}>"$dir/journal" || {
+    local t
+    fc_journal_dir look || fc_journal_dir || return 0
+    fc_journal_send "$REPLY" 1
+    exec {FC_JOURNAL_FD}>"$REPLY/journal" || {
         FC_JOURNAL_FD=""
         return 0
     }
-    FC_JOURNAL=$dir/journal
+    FC_JOURNAL=$REPLY/journal
     printf -v t '%(%s)T' -1
     printf '@@fleetclean\tjournaled\t%s\n%s' "$t" "$FC_BEGIN_REC" >&"$FC_JOURNAL_FD"
     fc_traps
@@ -587,22 +603,38 @@ fc_journal_end() {
     ((FC_GONE)) || : >"$FC_JOURNAL"
 }
 
-# Send the journal in DIR as a "journal" record where its run lost its controller; a
-# teardown (TAKE=1, the lock held: that run is over) then takes it, a read-only run only
-# once that run reached its end (it may still be at work).
+# Send the journal in DIR as a "journal" record where its run lost its controller, with
+# "running" where that run still holds the lock. A teardown (TAKE=1: it holds the lock, so
+# that run is over) then takes the journal; a read-only run takes it only where it gets
+# the lock for a moment (no teardown is at work, none can start meanwhile): told once.
 fc_journal_send() {
-    local text=""
+    local text="" fd state=""
     { IFS= read -r -d '' text <"$1/journal"; } 2>/dev/null
     [[ $text == *$'\n@@fleetclean\tgone\t'* ]] || return 0
-    fc_rec journal "$text"
-    if ((${2:-0})) || [[ $text == *$'\n@@fleetclean\tdone\t'* ]]; then
+    if ((${2:-0})); then
+        fc_rec journal "$text" ""
         : >"$1/journal"
+        return 0
     fi
+    if ! fc_lock_dir look || ! command -v flock >/dev/null 2>&1 ||
+        ! exec {fd}>>"$REPLY/lock"; then
+        fc_rec journal "$text" ""  # no lock to ask: told now, and told again
+        return 0
+    fi
+    if flock -n "$fd"; then
+        { IFS= read -r -d '' text <"$1/journal"; } 2>/dev/null  # as it is now, locked
+        [[ $text != *$'\n@@fleetclean\tgone\t'* ]] || fc_rec journal "$text" ""
+        : >"$1/journal"
+    else
+        state=running
+        fc_rec journal "$text" "$state"
+    fi
+    exec {fd}>&-
 }
 
 # A read-only run (status) looks for a journal without making the directory (no process).
 fc_journal_look() {
-    fc_lock_dir look || return 0
+    fc_journal_dir look || return 0
     [[ ! -s $REPLY/journal ]] || fc_journal_send "$REPLY" 0
 }
 
@@ -631,7 +663,7 @@ fc_begin() {
     # not wait behind a teardown that holds the lock.
     if ((FC_CHECK)); then
         fc_rec lock none ""
-        fc_journal_look
+        ((FC_TAP)) || fc_journal_look
         return 0
     fi
     fc_release
@@ -640,7 +672,13 @@ fc_begin() {
     # Held again once the lock is taken, to the first stage's record.
     fc_hold
     fc_rec lock "$FC_LOCK_STATE" "${FC_LOCK_PATH:-}"
-    [[ $FC_LOCK_STATE != ok ]] || fc_journal_begin
+    if [[ $FC_LOCK_STATE == ok ]] && ((!FC_TAP)); then
+        # Written now, with the default SIGPIPE: a controller that left while the lock was
+        # awaited ends the run here, before it acts, not a whole teardown done alone.
+        fc_release
+        fc_journal_begin
+        fc_hold
+    fi
     return "$taken"
 }
 
