@@ -6,6 +6,7 @@ of it anywhere."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,21 @@ MODEL = "/tmp/sglang/models/deepseek_v2.py"
 JOURNAL = "/run/fleetclean-lock/journal"
 
 
+def kill_at_first_signal(proc: subprocess.Popen[str], journal: Path) -> None:
+    """SIGKILL the controller (no goodbye) once the node's journal shows its first signal."""
+    try:
+        deadline = time.monotonic() + 60
+        while "\tsignal\t" not in (journal.read_text() if journal.exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)  # our own child, by PID
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_a_teardown_whose_controller_dies_finishes_alone_and_the_next_run_says_so(
     sim_fleet_factory: Callable[..., SimFleet], cli: Cli, tmp_path: Path
 ) -> None:
@@ -32,19 +48,9 @@ def test_a_teardown_whose_controller_dies_finishes_alone_and_the_next_run_says_s
     holder = fleet.spawn("node01", "stubborn", gpu=6)
     proc = spawn_cli(tmp_path, "run", "post-extraction", "-i", str(fleet.inventory_path),
                      "-e", f"model_file={MODEL}", "-e", "grace=3", "--json")
-    try:
-        # The controller dies (SIGKILL: no goodbye) once the server has had its SIGTERM.
-        journal = fleet.node_path("node01", JOURNAL)
-        deadline = time.monotonic() + 60
-        while "\tsignal\t" not in (journal.read_text() if journal.exists() else ""):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)  # our own child, by PID
-        proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    # The controller dies once the server has had its SIGTERM.
+    journal = fleet.node_path("node01", JOURNAL)
+    kill_at_first_signal(proc, journal)
 
     # The node goes on alone: the server gets its SIGKILL after its grace, the holder its
     # signals, the model file comes back, the GPUs are free.
@@ -99,17 +105,7 @@ def test_a_status_says_a_teardown_that_lost_its_controller_is_still_at_work(
     book.write_text(SLOW_FREE)
     proc = spawn_cli(tmp_path, "run", str(book), "-i", str(fleet.inventory_path), "--json")
     journal = fleet.node_path("node01", JOURNAL)
-    try:
-        deadline = time.monotonic() + 60
-        while "\tsignal\t" not in (journal.read_text() if journal.exists() else ""):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)  # our own child, by PID
-        proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    kill_at_first_signal(proc, journal)
     # The server's SIGKILL, a second later, finds the controller gone; the holder's grace
     # (8 s) then runs with nobody watching.
     deadline = time.monotonic() + 30

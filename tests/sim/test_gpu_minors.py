@@ -3,11 +3,12 @@ device files are named by minor number, and the driver's /proc file says which i
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
 import pytest
-from simhelp import Cli
+from simhelp import Cli, spawn_holder
 
 from fleetclean.sim import SimFleet
 
@@ -41,16 +42,13 @@ def test_a_device_file_holder_is_named_under_the_gpu_its_minor_is(
     # holders of its device file, /dev/nvidia2 here, and names them under GPU5.
     fleet = sim_fleet_factory(1, gpu_minors=[7, 6, 5, 4, 3, 2, 1, 0])
     fleet.set_fault("node01", "leak", 5, 512)
-    hold = ("import os, time; os.open('/dev/nvidia2', os.O_RDWR); print(os.getpid(), "
-            "flush=True); time.sleep(600)")
-    started = fleet.run_in("node01", ["sh", "-c", "FLEETCLEAN_SIM_GPU_MIB=0 setsid -f "
-                                      "python3 -c \"$0\" </dev/null >/tmp/hold.pid 2>&1", hold])
-    assert started.returncode == 0, started.stderr
-    pid_file = fleet.node_path("node01", "/tmp/hold.pid")
+    # An NVML user (no CUDA context, no memory of its own) with GPU5's device file open.
+    pid = spawn_holder(fleet, "node01", 0, 0, gpu=5, mib=0, name="nvml-agent")
+    fds = fleet.node_path("node01", f"/proc/{pid}/fd")
     deadline = time.monotonic() + 30
-    while not pid_file.read_text().strip() and time.monotonic() < deadline:
+    while "/dev/nvidia2" not in {os.readlink(fds / fd) for fd in os.listdir(fds)}:
+        assert time.monotonic() < deadline, "the holder never opened /dev/nvidia2"
         time.sleep(0.05)
-    pid = int(pid_file.read_text())
 
     host = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert host["status"] == "dirty"
