@@ -52,7 +52,7 @@ IDLE = frozenset({
     # A scoped status (--user) says its scope first, idle or not.
     "fc_scope_begin",
     # Every status looks for what a teardown that lost its controller left (lib.sh).
-    "fc_journal_look", "fc_journal_dir", "fc_own_dir",
+    "fc_journal_look", "fc_lock_dir", "fc_own_dir",
 })
 BUSY = frozenset({
     "fc_cmdline", "fc_owner", "fc_owner_ancestry", "fc_owner_cgroup", "fc_owner_cgroup_rules",

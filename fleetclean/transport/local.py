@@ -8,6 +8,7 @@ with become (no login shell runs first: ``boot`` is for SSH).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shlex
@@ -71,7 +72,8 @@ class _ProcessPipe:
 
 
 def run_local(
-    host: Host, script: Script, opts: Options, on_line: LineCallback | None
+    host: Host, script: Script, opts: Options, on_line: LineCallback | None,
+    aborted: threading.Event | None = None,
 ) -> ScriptOutput:
     how = become.plan(host)
     argv = shlex.split(how.command)
@@ -119,7 +121,16 @@ def run_local(
                 TransportFailure("timeout", f"local script ran past --timeout {opts.timeout:g}s"),
                 started=True,
             )
-        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+        if aborted is not None and aborted.is_set():
+            # A second Ctrl-C: stop reading, as a closed SSH connection does. A teardown
+            # then goes on alone and tells the next run (lib.sh: "the journal").
+            with contextlib.suppress(OSError):
+                proc.stdout.close()
+            return ScriptOutput(
+                out.decode("utf-8", "replace"), b"".join(err_chunks).decode("utf-8", "replace"),
+                None, TransportFailure("error", "fleetclean stopped reading (a second Ctrl-C)"),
+                started=True)
+        ready, _, _ = select.select([fd], [], [], min(left, 0.2))
         if ready:
             data = os.read(fd, 65536)
             if not data:
@@ -139,14 +150,17 @@ class LocalSession:
 
     def __init__(self, opts: Options) -> None:
         self.opts = opts
+        self.aborted = threading.Event()
 
     def run(
         self, host: Host, script: Script, on_line: LineCallback | None = None
     ) -> ScriptOutput:
-        return run_local(host, script, self.opts, on_line)
+        return run_local(host, script, self.opts, on_line, self.aborted)
 
     def abort(self) -> None:
-        """Nothing to cut: a local script ends by its own --timeout."""
+        """Stop reading every script (a second Ctrl-C): each read loop sees it within 0.2 s
+        and returns; the scripts are not killed (a teardown goes on alone)."""
+        self.aborted.set()
 
     def __enter__(self) -> LocalSession:
         return self

@@ -130,3 +130,31 @@ def test_a_status_says_a_teardown_that_lost_its_controller_is_still_at_work(
     assert said.endswith("it ended clean"), said
     last = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert last["warnings"] == []
+
+
+def test_the_next_teardown_tells_what_the_lone_one_did_and_keeps_its_own_journal_there(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(1)
+    fleet.spawn("node01", "stubborn", gpu=0, name="python3 -m sglang.launch_server")
+    proc = spawn_cli(tmp_path, "run", "post-extraction", "-i", str(fleet.inventory_path),
+                     "-e", "grace=2", "--json")
+    journal = fleet.node_path("node01", JOURNAL)
+    kill_at_first_signal(proc, journal)
+    deadline = time.monotonic() + 60
+    while "\tdone\t" not in journal.read_text():
+        assert time.monotonic() < deadline, journal.read_text()
+        time.sleep(0.1)
+
+    # A teardown, not a status, comes next: it tells the lone run's journal, then keeps its
+    # own in the same place (and, its controller there to the end, empties it).
+    holder = fleet.spawn("node01", "stubborn", gpu=3)
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json")
+    host = res.host("node01")
+    assert host["status"] == "clean" and alive(fleet, "node01", holder) == []
+    (said,) = [w for w in host["warnings"] if "lost its controller" in w]
+    assert said.endswith("it ended clean"), said
+    assert journal.read_text() == ""
+    assert not fleet.node_path("node01", "/journal").exists()
+    status = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    assert status["warnings"] == []

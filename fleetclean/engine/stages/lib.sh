@@ -525,10 +525,13 @@ fc_own_dir() {
     return 1
 }
 
-# The lock's directory (MODE: make, the default, or look).
+# The lock's directory, and the journal's (MODE: make, the default, or look). Under
+# XDG_RUNTIME_DIR only where another user holds the name in /tmp: logind removes that
+# directory when the login's last session ends, as a teardown that lost its controller
+# ends its own, journal and lock with it.
 fc_lock_dir() {
-    fc_own_dir "${1:-make}" /run/fleetclean-lock \
-        "${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/fleetclean-lock}" "/tmp/fleetclean-lock-$EUID"
+    fc_own_dir "${1:-make}" /run/fleetclean-lock "/tmp/fleetclean-lock-$EUID" \
+        "${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/fleetclean-lock}"
 }
 
 # ---------------------------------------------------------------------------- the journal
@@ -545,12 +548,6 @@ fc_lock_dir() {
 # takes the output) looks kept to the end. A script no controller runs (an exported bundle,
 # the epilog: FC_TAP) keeps no journal and reads none.
 FC_JOURNAL="" FC_JOURNAL_FD="" FC_GONE=0 FC_BEGIN_REC=""
-
-# The journal's directory: not under XDG_RUNTIME_DIR, which logind removes when the login's
-# last session ends (a teardown that lost its controller ends its session).
-fc_journal_dir() {
-    fc_own_dir "${1:-make}" /run/fleetclean-lock "/tmp/fleetclean-lock-$EUID"
-}
 
 # Records $1 to the controller while it is there, then into the journal (after the "gone"
 # line where this write found it gone: the first record it never had); a full disk is no
@@ -584,14 +581,14 @@ fc_traps() {
 # Start the journal (the lock held): what an earlier run that lost its controller left is
 # sent first, then the journal begins anew with this run's begin record.
 fc_journal_begin() {
-    local t
-    fc_journal_dir look || fc_journal_dir || return 0
-    fc_journal_send "$REPLY" 1
-    exec {FC_JOURNAL_FD}>"$REPLY/journal" || {
+    local t dir=${FC_LOCK_PATH%/*}
+    fc_journal_send "$dir" 1
+    # Appended to (after emptying it): a status that empties it meanwhile leaves no hole.
+    if ! { : >"$dir/journal" && exec {FC_JOURNAL_FD}>>"$dir/journal"; }; then
         FC_JOURNAL_FD=""
         return 0
-    }
-    FC_JOURNAL=$REPLY/journal
+    fi
+    FC_JOURNAL=$dir/journal
     printf -v t '%(%s)T' -1
     printf '@@fleetclean\tjournaled\t%s\n%s' "$t" "$FC_BEGIN_REC" >&"$FC_JOURNAL_FD"
     fc_traps
@@ -608,33 +605,35 @@ fc_journal_end() {
 # that run is over) then takes the journal; a read-only run takes it only where it gets
 # the lock for a moment (no teardown is at work, none can start meanwhile): told once.
 fc_journal_send() {
-    local text="" fd state=""
-    { IFS= read -r -d '' text <"$1/journal"; } 2>/dev/null
+    local dir=$1 text="" fd
+    { IFS= read -r -d '' text <"$dir/journal"; } 2>/dev/null
     [[ $text == *$'\n@@fleetclean\tgone\t'* ]] || return 0
     if ((${2:-0})); then
         fc_rec journal "$text" ""
-        : >"$1/journal"
+        fc_flush  # out before it is emptied: a run cut off here leaves it to the next
+        : >"$dir/journal"
         return 0
     fi
-    if ! fc_lock_dir look || ! command -v flock >/dev/null 2>&1 ||
-        ! exec {fd}>>"$REPLY/lock"; then
+    if ! command -v flock >/dev/null 2>&1 || ! exec {fd}>>"$dir/lock"; then
         fc_rec journal "$text" ""  # no lock to ask: told now, and told again
         return 0
     fi
     if flock -n "$fd"; then
-        { IFS= read -r -d '' text <"$1/journal"; } 2>/dev/null  # as it is now, locked
-        [[ $text != *$'\n@@fleetclean\tgone\t'* ]] || fc_rec journal "$text" ""
-        : >"$1/journal"
-    else
-        state=running
-        fc_rec journal "$text" "$state"
-    fi
+        { IFS= read -r -d '' text <"$dir/journal"; } 2>/dev/null  # as it is now, locked
+        if [[ $text == *$'\n@@fleetclean\tgone\t'* ]]; then
+            fc_rec journal "$text" ""
+            fc_flush
+            : >"$dir/journal"
+        fi
+    elif [[ $text != *$'\n@@fleetclean\tdone\t'* ]]; then
+        fc_rec journal "$text" running
+    fi  # else over, and the lock another's for a moment: that run tells it
     exec {fd}>&-
 }
 
 # A read-only run (status) looks for a journal without making the directory (no process).
 fc_journal_look() {
-    fc_journal_dir look || return 0
+    fc_lock_dir look || return 0
     [[ ! -s $REPLY/journal ]] || fc_journal_send "$REPLY" 0
 }
 
