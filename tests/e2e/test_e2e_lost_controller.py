@@ -36,6 +36,14 @@ def kill_at_first_signal(proc: subprocess.Popen[str], journal: Path) -> None:
             proc.wait()
 
 
+def wait_for(journal: Path, kind: str, seconds: float = 60) -> None:
+    """Until the node's journal holds a record of ``kind`` (``gone``, ``done``)."""
+    deadline = time.monotonic() + seconds
+    while f"\t{kind}\t" not in journal.read_text():
+        assert time.monotonic() < deadline, journal.read_text()
+        time.sleep(0.05)
+
+
 def test_a_teardown_whose_controller_dies_finishes_alone_and_the_next_run_says_so(
     sim_fleet_factory: Callable[..., SimFleet], cli: Cli, tmp_path: Path
 ) -> None:
@@ -54,9 +62,7 @@ def test_a_teardown_whose_controller_dies_finishes_alone_and_the_next_run_says_s
 
     # The node goes on alone: the server gets its SIGKILL after its grace, the holder its
     # signals, the model file comes back, the GPUs are free.
-    deadline = time.monotonic() + 60
-    while "\tdone\t" not in journal.read_text() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(journal, "done")
     assert alive(fleet, "node01", server + holder) == []
     assert fleet.node_path("node01", MODEL).read_text() == "original\n"
     assert fleet.gpu_used_mib("node01") == [0] * 8
@@ -108,10 +114,7 @@ def test_a_status_says_a_teardown_that_lost_its_controller_is_still_at_work(
     kill_at_first_signal(proc, journal)
     # The server's SIGKILL, a second later, finds the controller gone; the holder's grace
     # (8 s) then runs with nobody watching.
-    deadline = time.monotonic() + 30
-    while "\tgone\t" not in journal.read_text():
-        assert time.monotonic() < deadline, journal.read_text()
-        time.sleep(0.05)
+    wait_for(journal, "gone", 30)
 
     during = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert during["status"] == "dirty"  # the holder still has GPU6
@@ -119,10 +122,7 @@ def test_a_status_says_a_teardown_that_lost_its_controller_is_still_at_work(
     assert said.startswith("the slow-free run begun here at ") and said.endswith(
         "it is still at work"), said
 
-    deadline = time.monotonic() + 60
-    while "\tdone\t" not in journal.read_text():
-        assert time.monotonic() < deadline, journal.read_text()
-        time.sleep(0.1)
+    wait_for(journal, "done")
     assert alive(fleet, "node01", server + holder) == []
     after = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert after["status"] == "clean"
@@ -141,10 +141,7 @@ def test_the_next_teardown_tells_what_the_lone_one_did_and_keeps_its_own_journal
                      "-e", "grace=2", "--json")
     journal = fleet.node_path("node01", JOURNAL)
     kill_at_first_signal(proc, journal)
-    deadline = time.monotonic() + 60
-    while "\tdone\t" not in journal.read_text():
-        assert time.monotonic() < deadline, journal.read_text()
-        time.sleep(0.1)
+    wait_for(journal, "done")
 
     # A teardown, not a status, comes next: it tells the lone run's journal, then keeps its
     # own in the same place (and, its controller there to the end, empties it).
