@@ -41,7 +41,7 @@ from collections.abc import Sequence
 # server: tests/engine/test_lazy.py fails when a status calls any other).
 IDLE = frozenset({
     "fc_begin", "fc_finish", "fc_flush", "fc_hold", "fc_lines", "fc_now_us", "fc_read_fd",
-    "fc_put", "fc_rec", "fc_release", "fc_reset_opts", "fc_verify",
+    "fc_put", "fc_write", "fc_rec", "fc_release", "fc_reset_opts", "fc_verify",
     "fc_verify_apps_close", "fc_verify_early_q", "fc_verify_end", "fc_verify_gate",
     "fc_verify_gpu_info", "fc_verify_gpu_info_all", "fc_verify_gpu_info_load",
     "fc_verify_info_line",

@@ -72,14 +72,12 @@ fc_rec_each() {
 # releases what is held, so that the controller sees each stage as it starts; a record
 # from a subshell (whose FC_HELD dies with it) is written at once.
 FC_HOLD=0 FC_HELD=""
-# Whole record lines $1, held or written now (and journaled: fc_journal_put).
+# Whole record lines $1, held or written now (fc_write).
 fc_put() {
     if ((FC_HOLD && !BASH_SUBSHELL)); then
         FC_HELD+=$1
-    elif [[ -z $FC_JOURNAL_FD ]]; then
-        printf '%s' "$1"
     else
-        fc_journal_put "$1"
+        fc_write "$1"
     fi
 }
 
@@ -88,13 +86,7 @@ fc_hold() {
 }
 
 fc_flush() {
-    if [[ -z $FC_HELD ]]; then
-        :
-    elif [[ -z $FC_JOURNAL_FD ]]; then
-        printf '%s' "$FC_HELD"
-    else
-        fc_journal_put "$FC_HELD"
-    fi
+    [[ -z $FC_HELD ]] || fc_write "$FC_HELD"
     FC_HELD=""
 }
 
@@ -549,10 +541,14 @@ fc_lock_dir() {
 # the epilog: FC_TAP) keeps no journal and reads none.
 FC_JOURNAL="" FC_JOURNAL_FD="" FC_GONE=0 FC_BEGIN_REC=""
 
-# Records $1 to the controller while it is there, then into the journal (after the "gone"
-# line where this write found it gone: the first record it never had); a full disk is no
-# reason to say so at every write.
-fc_journal_put() {
+# Record lines $1 out now: to the controller while it is there, then, where a teardown
+# keeps a journal, into it (after the "gone" line where this write found the controller
+# gone: the first record it never had); a full disk is no reason to say so at every write.
+fc_write() {
+    if [[ -z $FC_JOURNAL_FD ]]; then
+        printf '%s' "$1"
+        return
+    fi
     ((FC_GONE)) || printf '%s' "$1" || fc_gone
     printf '%s' "$1" 2>/dev/null 1>&"$FC_JOURNAL_FD"
 }
@@ -605,30 +601,28 @@ fc_journal_end() {
 # that run is over) then takes the journal; a read-only run takes it only where it gets
 # the lock for a moment (no teardown is at work, none can start meanwhile): told once.
 fc_journal_send() {
-    local dir=$1 text="" fd
+    local dir=$1 text="" fd=""
     { IFS= read -r -d '' text <"$dir/journal"; } 2>/dev/null
     [[ $text == *$'\n@@fleetclean\tgone\t'* ]] || return 0
-    if ((${2:-0})); then
+    if ! ((${2:-0})); then
+        if ! command -v flock >/dev/null 2>&1 || ! exec {fd}>>"$dir/lock"; then
+            fc_rec journal "$text" ""  # no lock to ask: told now, and told again
+            return 0
+        fi
+        if ! flock -n "$fd"; then
+            # Still at work, or over and the lock another's for a moment (that run tells it).
+            [[ $text == *$'\n@@fleetclean\tdone\t'* ]] || fc_rec journal "$text" running
+            exec {fd}>&-
+            return 0
+        fi
+        { IFS= read -r -d '' text <"$dir/journal"; } 2>/dev/null  # as it is now, locked
+    fi
+    if [[ $text == *$'\n@@fleetclean\tgone\t'* ]]; then
         fc_rec journal "$text" ""
         fc_flush  # out before it is emptied: a run cut off here leaves it to the next
         : >"$dir/journal"
-        return 0
     fi
-    if ! command -v flock >/dev/null 2>&1 || ! exec {fd}>>"$dir/lock"; then
-        fc_rec journal "$text" ""  # no lock to ask: told now, and told again
-        return 0
-    fi
-    if flock -n "$fd"; then
-        { IFS= read -r -d '' text <"$dir/journal"; } 2>/dev/null  # as it is now, locked
-        if [[ $text == *$'\n@@fleetclean\tgone\t'* ]]; then
-            fc_rec journal "$text" ""
-            fc_flush
-            : >"$dir/journal"
-        fi
-    elif [[ $text != *$'\n@@fleetclean\tdone\t'* ]]; then
-        fc_rec journal "$text" running
-    fi  # else over, and the lock another's for a moment: that run tells it
-    exec {fd}>&-
+    [[ -z $fd ]] || exec {fd}>&-
 }
 
 # A read-only run (status) looks for a journal without making the directory (no process).
