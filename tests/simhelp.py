@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from fleetclean.sim import SimFleet
@@ -160,6 +161,14 @@ def down_checked(fleet: SimFleet) -> None:
     fleet.down()
     left = [e for e in recorded if sim_pids.is_alive(e)]
     assert not left, f"simulator processes left after down: {left}"
+
+
+def skip_unless_own_root(fleet: SimFleet, node: str = "node01") -> None:
+    """Skip unless ``node``'s /root is its own: it is a tmpfs of the node's, unless the
+    Python that runs the nodes lives there (node_init.make_mounts), and then it is this
+    machine's, which no test may write (a test that writes a ~/.bashrc)."""
+    if os.stat(fleet.node_path(node, "/root")).st_dev == os.stat("/root").st_dev:
+        pytest.skip("the nodes share this machine's /root (Python lives under it)")
 
 
 def wait_for(what: str, ok: Callable[[], bool], seconds: float = 60) -> None:

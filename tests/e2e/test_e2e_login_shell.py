@@ -7,11 +7,10 @@ others are cleaned as usual."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import pytest
-from simhelp import Cli, alive
+from simhelp import Cli, alive, skip_unless_own_root
 
 from fleetclean.sim import SimFleet
 
@@ -23,10 +22,7 @@ def test_a_startup_file_that_reads_stdin_stops_the_run_there_and_only_there(
     sim_fleet_factory: Callable[..., SimFleet], cli: Cli
 ) -> None:
     fleet = sim_fleet_factory(3)
-    # Each node's /root is its own tmpfs, unless the Python that runs the nodes lives there
-    # (node_init.make_mounts): then it is this machine's, which no test may write.
-    if os.stat(fleet.node_path("node01", "/root")).st_dev == os.stat("/root").st_dev:
-        pytest.skip("the nodes share this machine's /root (Python lives under it)")
+    skip_unless_own_root(fleet)
     # node01 as an ~/.bashrc with an `ssh` (no -n) or a `read` in it; node02 a chatty one.
     fleet.node_path("node01", "/root/.bashrc").write_text("head -c 20000 >/dev/null\n")
     fleet.node_path("node02", "/root/.bashrc").write_text(
@@ -68,8 +64,7 @@ def test_what_the_login_exports_to_every_bash_changes_nothing_the_script_does(
     sim_fleet_factory: Callable[..., SimFleet], cli: Cli
 ) -> None:
     fleet = sim_fleet_factory(2)
-    if os.stat(fleet.node_path("node01", "/root")).st_dev == os.stat("/root").st_dev:
-        pytest.skip("the nodes share this machine's /root (Python lives under it)")
+    skip_unless_own_root(fleet)
     fleet.node_path("node01", "/root/.bashrc").write_text(HOSTILE_BASHRC)
     fleet.node_path("node01", "/root/bash_env.sh").write_text(
         "tr '\\0' ' ' </proc/$$/cmdline >> /tmp/bash_env.log; echo >> /tmp/bash_env.log\n")

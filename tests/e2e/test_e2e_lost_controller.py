@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from simhelp import Cli, alive, spawn_cli
+from simhelp import Cli, alive, spawn_cli, wait_for
 
 from fleetclean.sim import SimFleet
 
@@ -36,13 +36,10 @@ def kill_at_first_signal(proc: subprocess.Popen[str], journal: Path) -> None:
             proc.wait()
 
 
-def wait_for(journal: Path, kind: str, seconds: float = 60) -> None:
+def wait_for_record(journal: Path, kind: str, seconds: float = 60) -> None:
     """Until the node's journal holds a record of ``kind`` (``gone``, ``done``)."""
-    deadline = time.monotonic() + seconds
-    while f"\t{kind}\t" not in journal.read_text():
-        assert time.monotonic() < deadline, journal.read_text()
-        time.sleep(0.05)
-
+    wait_for(f"a {kind} record in the journal", lambda: f"\t{kind}\t" in journal.read_text(),
+             seconds)
 
 def test_a_teardown_whose_controller_dies_finishes_alone_and_the_next_run_says_so(
     sim_fleet_factory: Callable[..., SimFleet], cli: Cli, tmp_path: Path
@@ -62,7 +59,7 @@ def test_a_teardown_whose_controller_dies_finishes_alone_and_the_next_run_says_s
 
     # The node goes on alone: the server gets its SIGKILL after its grace, the holder its
     # signals, the model file comes back, the GPUs are free.
-    wait_for(journal, "done")
+    wait_for_record(journal, "done")
     assert alive(fleet, "node01", server + holder) == []
     assert fleet.node_path("node01", MODEL).read_text() == "original\n"
     assert fleet.gpu_used_mib("node01") == [0] * 8
@@ -114,7 +111,7 @@ def test_a_status_says_a_teardown_that_lost_its_controller_is_still_at_work(
     kill_at_first_signal(proc, journal)
     # The server's SIGKILL, a second later, finds the controller gone; the holder's grace
     # (8 s) then runs with nobody watching.
-    wait_for(journal, "gone", 30)
+    wait_for_record(journal, "gone", 30)
 
     during = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert during["status"] == "dirty"  # the holder still has GPU6
@@ -122,7 +119,7 @@ def test_a_status_says_a_teardown_that_lost_its_controller_is_still_at_work(
     assert said.startswith("the slow-free run begun here at ") and said.endswith(
         "it is still at work"), said
 
-    wait_for(journal, "done")
+    wait_for_record(journal, "done")
     assert alive(fleet, "node01", server + holder) == []
     after = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert after["status"] == "clean"
@@ -141,7 +138,7 @@ def test_the_next_teardown_tells_what_the_lone_one_did_and_keeps_its_own_journal
                      "-e", "grace=2", "--json")
     journal = fleet.node_path("node01", JOURNAL)
     kill_at_first_signal(proc, journal)
-    wait_for(journal, "done")
+    wait_for_record(journal, "done")
 
     # A teardown, not a status, comes next: it tells the lone run's journal, then keeps its
     # own in the same place (and, its controller there to the end, empties it).

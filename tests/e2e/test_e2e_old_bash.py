@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from simhelp import Cli, alive
+from simhelp import Cli, alive, skip_unless_own_root
 
 from fleetclean.engine.playbook import load_playbook
 from fleetclean.engine.render import render_script
@@ -68,8 +68,7 @@ def test_a_node_with_bash_4_4_is_read_named_and_cleaned_over_ssh(
     if posixly_correct:
         # A login that exports it starts every bash in POSIX mode, where bash 4.4 takes a
         # process substitution for a syntax error (transport/boot.py: POSIX_OFF).
-        if os.stat(fleet.node_path("node01", "/root")).st_dev == os.stat("/root").st_dev:
-            pytest.skip("the nodes share this machine's /root (Python lives under it)")
+        skip_unless_own_root(fleet)
         fleet.node_path("node01", "/root/.bashrc").write_text("export POSIXLY_CORRECT=1\n")
     bash = fleet.node_path("node01", "/usr/local/sbin/bash")
     shutil.copy(OLD_BASH, bash)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from simhelp import Cli, alive, down_checked, module_subnet
+from simhelp import Cli, alive, down_checked, module_subnet, skip_unless_own_root
 from slurmhelp import needs_slurm
 
 from fleetclean.sim import SimFleet
@@ -129,10 +129,7 @@ def test_clush_and_pdsh_runs_of_the_bundle_report_as_a_direct_run(
 def test_a_startup_file_that_takes_the_bundles_start_stops_that_host_only(
     fleet: SimFleet, cli: Cli, tmp_path: Path
 ) -> None:
-    # Each node's /root is its own tmpfs, unless the Python that runs the nodes lives there
-    # (node_init.make_mounts): then it is this machine's, which no test may write.
-    if os.stat(fleet.node_path("node02", "/root")).st_dev == os.stat("/root").st_dev:
-        pytest.skip("the nodes share this machine's /root (Python lives under it)")
+    skip_unless_own_root(fleet, "node02")
     script = bundle(fleet, cli)
     bashrc = fleet.node_path("node02", "/root/.bashrc")
     assert not bashrc.exists()
