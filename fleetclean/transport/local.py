@@ -109,27 +109,25 @@ def run_local(
     proc.stdin.close()
     deadline = time.monotonic() + opts.timeout
     fd = proc.stdout.fileno()
+
+    def cut(kind: str, message: str) -> ScriptOutput:
+        """What the script said before the read stopped early, and why it stopped."""
+        return ScriptOutput(out.decode("utf-8", "replace"),
+                            b"".join(err_chunks).decode("utf-8", "replace"), None,
+                            TransportFailure(kind, message), started=True)
+
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             proc.kill()  # our own child, by PID
             proc.wait()
-            return ScriptOutput(
-                out.decode("utf-8", "replace"),
-                b"".join(err_chunks).decode("utf-8", "replace"),
-                None,
-                TransportFailure("timeout", f"local script ran past --timeout {opts.timeout:g}s"),
-                started=True,
-            )
+            return cut("timeout", f"local script ran past --timeout {opts.timeout:g}s")
         if aborted is not None and aborted.is_set():
             # A second Ctrl-C: stop reading, as a closed SSH connection does. A teardown
             # then goes on alone and tells the next run (lib.sh: "the journal").
             with contextlib.suppress(OSError):
                 proc.stdout.close()
-            return ScriptOutput(
-                out.decode("utf-8", "replace"), b"".join(err_chunks).decode("utf-8", "replace"),
-                None, TransportFailure("error", "fleetclean stopped reading (a second Ctrl-C)"),
-                started=True)
+            return cut("error", "fleetclean stopped reading (a second Ctrl-C)")
         ready, _, _ = select.select([fd], [], [], min(left, 0.2))
         if ready:
             data = os.read(fd, 65536)
