@@ -1,7 +1,5 @@
 """``python -m fleetclean`` is the ``fleetclean`` command."""
 
-import sys
+from fleetclean.cli import entry
 
-from fleetclean.cli import main
-
-sys.exit(main())
+entry()

@@ -20,7 +20,7 @@ from pathlib import Path
 from fleetclean import fleet
 from fleetclean.commands.env import Env, error_line
 from fleetclean.commands.steps import fitted_forks, options
-from fleetclean.errors import UsageError
+from fleetclean.errors import FleetcleanError, UsageError
 from fleetclean.models import HostResult, RunResult
 from fleetclean.results.lastseen import HistoryJudge, judged_by
 
@@ -87,6 +87,10 @@ def emit(result: RunResult, args: argparse.Namespace, env: Env) -> None:
         if env.stdout is sys.stdout:
             # Python would complain about the broken pipe again when it flushes at exit.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError as exc:  # a full disk under `> out.json`: not a bug, and not a success
+        raise FleetcleanError(
+            f"the result could not be written to standard output: {exc.strerror or exc}"
+        ) from exc
 
 
 def _emit_to(result: RunResult, args: argparse.Namespace, env: Env) -> None:

@@ -75,3 +75,35 @@ def test_a_prom_file_in_a_missing_directory_is_bad_input_before_anything_is_sent
     assert res.returncode == 4 and res.stderr.count("\n") == 1
     assert "does not exist" in res.stderr
     assert alive(fleet, "node01", server) == server  # nothing was sent
+
+
+def test_a_full_disk_under_the_output_is_a_failure_named_in_one_line(
+    sim_fleet_factory, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(1)
+    for extra in ([], ["--json"]):
+        with open("/dev/full", "w") as full:
+            res = subprocess.run(
+                [sys.executable, "-m", "fleetclean", "status", "-i", str(fleet.inventory_path),
+                 *extra], stdout=full, stderr=subprocess.PIPE, text=True, timeout=240,
+                env={**os.environ, "FLEETCLEAN_STATE_DIR": str(tmp_path / "state")},
+                check=False)
+        assert res.returncode == 2, res.stderr
+        assert res.stderr == ("fleetclean: error: the result could not be written to "
+                              "standard output: No space left on device\n")
+
+
+def test_a_reader_that_goes_away_leaves_the_status_to_the_hosts(
+    sim_fleet_factory, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(2)
+    fleet.spawn("node02", "stubborn", gpu=3)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetclean", "status", "-i", str(fleet.inventory_path),
+         "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "FLEETCLEAN_STATE_DIR": str(tmp_path / "state")})
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the result is written: `| true`
+    err = proc.stderr.read()
+    assert proc.wait(timeout=240) == 1, err  # node02 is dirty
+    assert err == b""
