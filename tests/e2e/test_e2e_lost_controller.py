@@ -152,3 +152,37 @@ def test_the_next_teardown_tells_what_the_lone_one_did_and_keeps_its_own_journal
     assert not fleet.node_path("node01", "/journal").exists()
     status = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert status["warnings"] == []
+
+
+SHELL_AFTER = """\
+name: note-it
+description: a command that writes on after its controller went away
+stages:
+  - name: note
+    type: shell
+    command: 'touch /tmp/note-started; sleep 2; echo still writing; echo done > /tmp/note-done'
+verify: {max_used_mib: 0, timeout: 5}
+"""
+
+
+def test_a_shell_stages_command_outlives_its_controller(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(1)
+    book = tmp_path / "note-it.yaml"
+    book.write_text(SHELL_AFTER)
+    proc = spawn_cli(tmp_path, "run", str(book), "-i", str(fleet.inventory_path), "--json")
+    started = fleet.node_path("node01", "/tmp/note-started")
+    try:
+        wait_for("the command's start", started.exists, 60)
+    finally:
+        proc.send_signal(signal.SIGKILL)  # our own child, by PID: no goodbye
+        proc.communicate(timeout=30)
+    # Its `echo` comes after sshd closed the stream the command wrote to. It used to die of
+    # that (SIGPIPE) before its last line; the teardown went on and called it exit 141.
+    journal = fleet.node_path("node01", JOURNAL)
+    wait_for_record(journal, "done", 30)
+    assert fleet.node_path("node01", "/tmp/note-done").read_text() == "done\n"
+    after = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    (said,) = [w for w in after["warnings"] if "lost its controller" in w]
+    assert said.endswith("it ended clean"), said

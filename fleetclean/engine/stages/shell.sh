@@ -19,7 +19,7 @@ fc_stage_shell() {
         # the command starts.
         [[ -z $FC_JOURNAL_FD ]] || exec {FC_JOURNAL_FD}>&-
         exec timeout -k 5 "$opt_timeout_s" bash -c "$opt_command"
-    ) 9>&- </dev/null >&2
+    ) 9>&- </dev/null > >(fc_shell_relay) 2>&1
     rc=$?
     FC_MATCHED=1
     if ((rc == 0)); then
@@ -31,4 +31,18 @@ fc_stage_shell() {
         FC_STATUS=failed
         FC_MESSAGE="exit status $rc"
     fi
+}
+
+# What the command writes (stdout and stderr alike) goes to the script's stderr through
+# this relay, not straight there: a controller that goes away closes that stream, and the
+# command's next write would kill it (SIGPIPE) halfway through, while the teardown goes on
+# alone (lib.sh: the journal). The relay takes the broken pipe instead (SIGPIPE ignored
+# here alone, never in the command) and reads on into /dev/null until the command and
+# whatever it left running close their end. Neither the lock (9) nor the journal is held
+# by it: a daemon the command starts may keep it for as long as it lives.
+fc_shell_relay() {
+    exec 9>&-
+    [[ -z $FC_JOURNAL_FD ]] || exec {FC_JOURNAL_FD}>&-
+    trap '' PIPE
+    cat >&2 || exec cat >/dev/null
 }
