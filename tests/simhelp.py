@@ -163,6 +163,20 @@ def down_checked(fleet: SimFleet) -> None:
     assert not left, f"simulator processes left after down: {left}"
 
 
+# What an HPC node's startup files may export to every bash they start: Lmod's BASH_ENV,
+# a site's `export -f` wrappers (here of nvidia-smi and of bash's own kill), and shell
+# options exported with SHELLOPTS and BASHOPTS.
+HOSTILE_BASHRC = """\
+export BASH_ENV=/root/bash_env.sh
+nvidia-smi() { echo 'No devices were found'; return 6; }
+kill() { echo 'kill: not here' >&2; return 1; }
+export -f nvidia-smi kill
+shopt -s nocasematch; export BASHOPTS
+set -o errexit -o nounset; export SHELLOPTS
+export POSIXLY_CORRECT=1
+"""
+
+
 def skip_unless_own_root(fleet: SimFleet, node: str = "node01") -> None:
     """Skip unless ``node``'s /root is its own: it is a tmpfs of the node's, unless the
     Python that runs the nodes lives there (node_init.make_mounts), and then it is this

@@ -54,6 +54,7 @@ def _bundle(args: argparse.Namespace, env: Env) -> str:
     from fleetclean.engine.export import armored, bundle_title, render_bundle
     from fleetclean.engine.playbook import load_playbook
     from fleetclean.engine.variables import parse_extra_vars, resolve
+    from fleetclean.transport import boot
 
     hosts = select_hosts(args, env)
     book = load_playbook(args.playbook)
@@ -68,7 +69,7 @@ def _bundle(args: argparse.Namespace, env: Env) -> str:
         return armored(text, title=bundle_title(book.name, [h.name for h in hosts]))
     # pdsh expands %h, %u, %n and %% in the remote command (the exec and ssh modules
     # alike), which turned the bundle's ${line%%,*} into ${line%,*}.
-    text = text.replace("%", "%%")
+    text = boot.given(text).replace("%", "%%")
     if len(text.encode()) > PDSH_ARG_LIMIT:
         error_line(env, f"fleetclean: warning: the bundle is {len(text.encode()) // 1024} KiB, "
                    "too long to pass as pdsh's command; copy it to the nodes (pdcp, clush "

@@ -104,6 +104,22 @@ def command(size: int, first: str = "") -> str:
             + shlex.quote(inner(size, first)))
 
 
+def given(script: str) -> str:
+    """The login shell's command that runs ``script`` given whole in it (pdsh hands an
+    exported bundle to the login shell so: ``export script --pdsh``), in the same bash as
+    :func:`command`'s: out of POSIX mode before it parses the script, clean of what the
+    login's startup files exported. Run as the login shell's own command, the script was at
+    the mercy of both, and of the login shell being bash.
+
+    >>> import subprocess
+    >>> run = given("echo \\"it's $0, $-\\"")
+    >>> subprocess.run(["sh", "-c", run], capture_output=True, text=True).stdout
+    "it's bash, hBc\\n"
+    """
+    return (f"{BASH} -c " + shlex.quote(f'{POSIX_OFF}; eval "$1"') + " bash "
+            + shlex.quote(f"{SETTLE}; {script}"))
+
+
 def inner(size: int, first: str = "") -> str:
     """What the command's bash runs (:func:`command`).
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from simhelp import Cli, alive, skip_unless_own_root
+from simhelp import HOSTILE_BASHRC, Cli, alive, skip_unless_own_root
 
 from fleetclean.sim import SimFleet
 
@@ -44,20 +44,6 @@ def test_a_startup_file_that_reads_stdin_stops_the_run_there_and_only_there(
         assert res.host(node)["status"] == "clean", res.out
         assert alive(fleet, node, servers[node]) == []
         assert fleet.gpu_used_mib(node) == [0] * 8
-
-
-# What an HPC node's startup files may export to every bash they start: Lmod's BASH_ENV,
-# a site's `export -f` wrappers (here of nvidia-smi and of bash's own kill), and shell
-# options exported with SHELLOPTS and BASHOPTS.
-HOSTILE_BASHRC = """\
-export BASH_ENV=/root/bash_env.sh
-nvidia-smi() { echo 'No devices were found'; return 6; }
-kill() { echo 'kill: not here' >&2; return 1; }
-export -f nvidia-smi kill
-shopt -s nocasematch; export BASHOPTS
-set -o errexit -o nounset; export SHELLOPTS
-export POSIXLY_CORRECT=1
-"""
 
 
 def test_what_the_login_exports_to_every_bash_changes_nothing_the_script_does(

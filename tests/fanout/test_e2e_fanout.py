@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from simhelp import Cli, alive, down_checked, module_subnet, skip_unless_own_root
+from simhelp import (
+    HOSTILE_BASHRC,
+    Cli,
+    alive,
+    down_checked,
+    module_subnet,
+    skip_unless_own_root,
+)
 from slurmhelp import needs_slurm
 
 from fleetclean.sim import SimFleet
@@ -124,6 +131,32 @@ def test_clush_and_pdsh_runs_of_the_bundle_report_as_a_direct_run(
          env={"PDSH_SSH_ARGS_APPEND": f"-F {fleet.ssh_config_path}"})
     assert reported(cli, pdsh_out, "--from", "pdsh") == (code, direct)
     assert fleet.gpu_used_mib("node01") == [0] * 8
+
+
+def test_pdsh_runs_the_bundle_clean_of_what_the_login_exports(
+    fleet: SimFleet, cli: Cli, tmp_path: Path
+) -> None:
+    skip_unless_own_root(fleet, "node02")
+    bashrc = fleet.node_path("node02", "/root/.bashrc")
+    assert not bashrc.exists()
+    try:
+        # pdsh hands the bundle to the login shell as its command, after its ~/.bashrc
+        # ran in that very shell: errexit, nounset, POSIX mode, a `kill` function. The
+        # bundle used to run there, and failed on node02 as a direct run never does.
+        bashrc.write_text(HOSTILE_BASHRC)
+        fleet.node_path("node02", "/root/bash_env.sh").write_text(
+            "echo sourced >> /tmp/bash_env.log\n")
+        code, direct = direct_run(fleet, cli)
+        workloads(fleet)
+        out = tmp_path / "pdsh.txt"
+        tool(["pdsh", "-R", "ssh", "-w", "node[01-03]",
+              bundle(fleet, cli, "--pdsh").read_text()], out,
+             env={"PDSH_SSH_ARGS_APPEND": f"-F {fleet.ssh_config_path}"})
+        assert reported(cli, out, "--from", "pdsh") == (code, direct)
+        assert fleet.gpu_used_mib("node02") == [0] * 8
+        assert not fleet.node_path("node02", "/tmp/bash_env.log").exists()
+    finally:
+        bashrc.unlink(missing_ok=True)
 
 
 def test_a_startup_file_that_takes_the_bundles_start_stops_that_host_only(
