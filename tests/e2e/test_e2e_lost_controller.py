@@ -186,3 +186,44 @@ def test_a_shell_stages_command_outlives_its_controller(
     after = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     (said,) = [w for w in after["warnings"] if "lost its controller" in w]
     assert said.endswith("it ended clean"), said
+
+
+def test_an_exported_bundle_whose_tool_dies_finishes_alone_and_the_next_run_says_so(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(1)
+    fleet.run_in("node01", ["mkdir", "-p", MODEL.rsplit("/", 1)[0]])
+    fleet.node_path("node01", MODEL).write_text("patched: dump hidden states\n")
+    fleet.node_path("node01", MODEL + ".bak_hsdump").write_text("original\n")
+    server = fleet.spawn("node01", "stubborn", gpu=0, name="python3 -m sglang.launch_server")
+    holder = fleet.spawn("node01", "stubborn", gpu=6)
+    bundle = tmp_path / "fc.sh"
+    res = cli("export", "script", "post-extraction", "-i", fleet.inventory_path,
+              "-e", f"model_file={MODEL}", "-e", "grace=3")
+    assert res.code == 0, res.err
+    bundle.write_text(res.out)
+    # The bundle as clush or `ssh host bash -p -s` runs it; the tool (our own ssh client,
+    # by PID) dies once the server has had its SIGTERM. The bundle used to die at its next
+    # write (SIGPIPE) and leave the rest undone.
+    with bundle.open() as script:
+        proc = subprocess.Popen(["ssh", "-F", str(fleet.ssh_config_path), "node01",
+                                 "bash -p -s"], stdin=script, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:  # the records, as the tool prints them
+            if "\tsignal\t" in line:
+                break
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+
+    model = fleet.node_path("node01", MODEL)
+    wait_for("the model file put back", lambda: model.read_text() == "original\n", 60)
+    wait_for_record(fleet.node_path("node01", JOURNAL), "done")
+    assert alive(fleet, "node01", server + holder) == []
+    assert fleet.gpu_used_mib("node01") == [0] * 8
+    host = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    (said,) = [w for w in host["warnings"] if "lost its controller" in w]
+    assert said.startswith("the post-extraction run begun here at ")
+    assert said.endswith("it ended clean"), said

@@ -537,9 +537,10 @@ fc_lock_dir() {
 # as a "journal" record, which the controller reports (results/journal.py). A journal whose
 # run kept its controller to the end is emptied at its exit. What it cannot see: a
 # connection that stalls without an error (a network that drops silently while sshd still
-# takes the output) looks kept to the end. A script no controller runs (an exported bundle,
-# the epilog: FC_TAP) keeps no journal and reads none.
-FC_JOURNAL="" FC_JOURNAL_FD="" FC_GONE=0 FC_BEGIN_REC=""
+# takes the output) looks kept to the end. An exported bundle keeps one too (FC_TAP_JOURNAL,
+# standalone.sh): the tool that runs it (clush, pdsh, ssh) can go away as fleetclean can.
+# The epilog, whose output slurmd does not read, keeps none; neither reads one.
+FC_JOURNAL="" FC_JOURNAL_FD="" FC_GONE=0 FC_BEGIN_REC="" FC_TAP_JOURNAL=0
 
 # Record lines $1 out now: to the controller while it is there, then, where a teardown
 # keeps a journal, into it (after the "gone" line where this write found the controller
@@ -665,7 +666,7 @@ fc_begin() {
     # Held again once the lock is taken, to the first stage's record.
     fc_hold
     fc_rec lock "$FC_LOCK_STATE" "${FC_LOCK_PATH:-}"
-    if [[ $FC_LOCK_STATE == ok ]] && ((!FC_TAP)); then
+    if [[ $FC_LOCK_STATE == ok ]] && ((!FC_TAP || FC_TAP_JOURNAL)); then
         # Written now, with the default SIGPIPE: a controller that left while the lock was
         # awaited ends the run here, before it acts, not a whole teardown done alone.
         fc_release

@@ -117,6 +117,7 @@ fc_bundle_run() {
         return "$FC_JUDGED"
     fi
     FC_TARGET_HOST=${FC_BUNDLE_NAME[$key]}
+    FC_TAP_JOURNAL=1  # lib.sh: the journal
     fc_standalone "" "fc_main_${FC_BUNDLE_FN[$key]}"
 }
 
