@@ -41,16 +41,23 @@ def wait_for_record(journal: Path, kind: str, seconds: float = 60) -> None:
     wait_for(f"a {kind} record in the journal", lambda: f"\t{kind}\t" in journal.read_text(),
              seconds)
 
+
+def patched_and_busy(fleet: SimFleet) -> tuple[list[int], list[int]]:
+    """node01 with its model file patched (the original beside it), a server that ignores
+    SIGTERM (a teardown waits out its grace, then SIGKILLs it) and a GPU holder: the
+    server's and the holder's PIDs."""
+    fleet.run_in("node01", ["mkdir", "-p", MODEL.rsplit("/", 1)[0]])
+    fleet.node_path("node01", MODEL).write_text("patched: dump hidden states\n")
+    fleet.node_path("node01", MODEL + ".bak_hsdump").write_text("original\n")
+    server = fleet.spawn("node01", "stubborn", gpu=0, name="python3 -m sglang.launch_server")
+    return server, fleet.spawn("node01", "stubborn", gpu=6)
+
+
 def test_a_teardown_whose_controller_dies_finishes_alone_and_the_next_run_says_so(
     sim_fleet_factory: Callable[..., SimFleet], cli: Cli, tmp_path: Path
 ) -> None:
     fleet = sim_fleet_factory(1)
-    fleet.run_in("node01", ["mkdir", "-p", MODEL.rsplit("/", 1)[0]])
-    fleet.node_path("node01", MODEL).write_text("patched: dump hidden states\n")
-    fleet.node_path("node01", MODEL + ".bak_hsdump").write_text("original\n")
-    # A server that ignores SIGTERM: the teardown waits out its grace, then SIGKILLs it.
-    server = fleet.spawn("node01", "stubborn", gpu=0, name="python3 -m sglang.launch_server")
-    holder = fleet.spawn("node01", "stubborn", gpu=6)
+    server, holder = patched_and_busy(fleet)
     proc = spawn_cli(tmp_path, "run", "post-extraction", "-i", str(fleet.inventory_path),
                      "-e", f"model_file={MODEL}", "-e", "grace=3", "--json")
     # The controller dies once the server has had its SIGTERM.
@@ -192,11 +199,7 @@ def test_an_exported_bundle_whose_tool_dies_finishes_alone_and_the_next_run_says
     sim_fleet_factory: Callable[..., SimFleet], cli: Cli, tmp_path: Path
 ) -> None:
     fleet = sim_fleet_factory(1)
-    fleet.run_in("node01", ["mkdir", "-p", MODEL.rsplit("/", 1)[0]])
-    fleet.node_path("node01", MODEL).write_text("patched: dump hidden states\n")
-    fleet.node_path("node01", MODEL + ".bak_hsdump").write_text("original\n")
-    server = fleet.spawn("node01", "stubborn", gpu=0, name="python3 -m sglang.launch_server")
-    holder = fleet.spawn("node01", "stubborn", gpu=6)
+    server, holder = patched_and_busy(fleet)
     bundle = tmp_path / "fc.sh"
     res = cli("export", "script", "post-extraction", "-i", fleet.inventory_path,
               "-e", f"model_file={MODEL}", "-e", "grace=3")
