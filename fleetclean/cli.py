@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import gc
 import importlib
 import os
@@ -73,15 +74,35 @@ def main(argv: Sequence[str] | None = None, env: Env | None = None) -> int:
         return int(ExitStatus.INTERRUPTED)
     except BrokenPipeError:
         return int(ExitStatus.OK)
+    except OSError as exc:
+        return _os_error(exc, env, debug)
     except Exception as exc:  # a bug: one line (or the traceback with --debug), exit 3
-        if debug:
-            import traceback  # only a bug needs it (linecache, tokenize: 2 ms of start-up)
+        return _bug(exc, env, debug)
 
-            traceback.print_exception(type(exc), exc, exc.__traceback__, file=env.stderr)
-            env.stderr.flush()
-        else:
-            error_line(env, internalerror_line(exc))
-        return int(ExitStatus.INTERNAL)
+
+# What a write to a full file system (or a file past its limits) fails with.
+WRITE_FAILED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def _os_error(exc: OSError, env: Env, debug: bool) -> int:
+    """A full disk or quota under `> file` (export, show, history): a failure, not a bug.
+    Any other OSError that reached here is a bug."""
+    if exc.errno not in WRITE_FAILED:
+        return _bug(exc, env, debug)
+    error_line(env, f"fleetclean: error: could not write: {exc.strerror}")
+    return int(ExitStatus.FAILED)
+
+
+def _bug(exc: BaseException, env: Env, debug: bool) -> int:
+    """A bug: one line (or the traceback with --debug), exit 3."""
+    if debug:
+        import traceback  # only a bug needs it (linecache, tokenize: 2 ms of start-up)
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=env.stderr)
+        env.stderr.flush()
+    else:
+        error_line(env, internalerror_line(exc))
+    return int(ExitStatus.INTERNAL)
 
 
 def entry() -> NoReturn:
@@ -110,16 +131,20 @@ def end(status: int) -> NoReturn:
     """
     if threading.active_count() == 1:
         try:
-            sys.stdout.flush()
+            if sys.stdout is not None:  # None: started with its stdout closed
+                sys.stdout.flush()
         except BrokenPipeError:  # its reader is gone: as main's own BrokenPipeError
             pass
         except (OSError, ValueError) as exc:  # a full disk: the output is not all there
-            with contextlib.suppress(OSError, ValueError):
-                print(f"fleetclean: error: the output could not be written: {exc}",
-                      file=sys.stderr)
+            if sys.stderr is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    why = getattr(exc, "strerror", None) or exc
+                    print("fleetclean: error: the result could not be written to standard "
+                          f"output: {why}", file=sys.stderr)
             status = int(ExitStatus.FAILED)
-        with contextlib.suppress(OSError, ValueError):
-            sys.stderr.flush()
+        if sys.stderr is not None:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
         os._exit(status)
     sys.exit(status)
 

@@ -3,6 +3,8 @@ way an error line is written."""
 
 from __future__ import annotations
 
+import errno
+import functools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -39,21 +41,41 @@ class Env:
         return _isatty(self.stderr if stderr else self.stdout)
 
     def console(self, *, stderr: bool = False) -> Console:
-        from rich.console import Console
-
         stream = self.stderr if stderr else self.stdout
         # https://no-color.org: set and not empty.
         no_color = self.no_color or bool(self.environ.get("NO_COLOR"))
+        kind = _console_kind()
         if _isatty(stream):
-            return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=False)
+            return kind(file=stream, no_color=no_color, highlight=False, soft_wrap=False)
         # Logs and pipes (CI, `| tee`): nothing is hard-wrapped; a table is as wide as it
         # needs unless COLUMNS says otherwise, and lines of text are never broken.
-        return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=True,
-                       width=_columns(self.environ))
+        return kind(file=stream, no_color=no_color, highlight=False, soft_wrap=True,
+                    width=_columns(self.environ))
 
     @property
     def debug(self) -> bool:
         return self.environ.get("FLEETCLEAN_DEBUG", "") not in ("", "0")
+
+
+@functools.cache
+def _console_kind() -> type[Console]:
+    """rich's Console, but for a reader that went away (``fleetclean status | head -1``).
+
+    rich ends the whole process there: its ``on_broken_pipe`` raises ``SystemExit(1)``
+    (https://github.com/Textualize/rich/pull/3468, for
+    https://github.com/Textualize/rich/issues/1591), and 1 is fleetclean's "a host is
+    dirty": a status of a clean fleet piped into ``head`` said dirty. Here the broken pipe
+    goes back to the caller as the error it is; ``commands.output.emit`` keeps the exit
+    status the hosts gave. (Made at the first console: rich is imported only then.)
+    """
+    from rich.console import Console
+
+    class PipedConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True  # nothing more is drawn for a reader that is gone
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    return PipedConsole
 
 
 def _isatty(stream: TextIO) -> bool:

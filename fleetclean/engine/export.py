@@ -130,7 +130,7 @@ def render_bundle(
         bundle_title(playbook, names),
         "# Every host runs the part made for it, found by its hostname. Run it with one of",
         "#   clush -b -w NODES 'bash -p -s' < THIS_FILE > out.txt 2>&1   (the bundle, not --plain)",
-        "#   pdsh -R ssh -w NODES \"$(cat THIS_FILE)\" > out.txt 2>&1   (export script --pdsh)",
+        "#   pdsh -R ssh -w NODES \"$(cat THIS_FILE)\" > out.txt 2>&1   (--pdsh; sh, bash, zsh)",
         "#   srun -N COUNT -w NODES -l bash -p THIS_FILE > out.txt 2>&1   (on a shared filesystem)",
         "# then read what they printed: fleetclean report out.txt",
         CARRIED_NOTE,

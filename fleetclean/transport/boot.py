@@ -109,7 +109,10 @@ def given(script: str) -> str:
     exported bundle to the login shell so: ``export script --pdsh``), in the same bash as
     :func:`command`'s: out of POSIX mode before it parses the script, clean of what the
     login's startup files exported. Run as the login shell's own command, the script was at
-    the mercy of both, and of the login shell being bash.
+    the mercy of both, and of the login shell being bash. Unlike :func:`command`'s, this
+    one holds the script's newlines and backslashes, which only a POSIX-like login shell
+    (sh, bash, zsh) passes on as they are: tcsh refuses a newline inside quotes, and fish
+    makes two backslashes one.
 
     >>> import subprocess
     >>> run = given("echo \\"it's $0, $-\\"")

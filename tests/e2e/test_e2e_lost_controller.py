@@ -5,6 +5,7 @@ of it anywhere."""
 
 from __future__ import annotations
 
+import fcntl
 import signal
 import subprocess
 import time
@@ -37,9 +38,24 @@ def kill_at_first_signal(proc: subprocess.Popen[str], journal: Path) -> None:
 
 
 def wait_for_record(journal: Path, kind: str, seconds: float = 60) -> None:
-    """Until the node's journal holds a record of ``kind`` (``gone``, ``done``)."""
+    """Until the node's journal holds a record of ``kind`` (``gone``, ``done``); after
+    ``done``, until the run let go of the host's lock too (a status that finds the lock
+    still held and the run done leaves the telling to the next run)."""
     wait_for(f"a {kind} record in the journal", lambda: f"\t{kind}\t" in journal.read_text(),
              seconds)
+    if kind == "done":
+        wait_for("the lone run's lock let go", lambda: _lock_free(journal.parent / "lock"),
+                 seconds)
+
+
+def _lock_free(path: Path) -> bool:
+    with path.open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return True
 
 
 def patched_and_busy(fleet: SimFleet) -> tuple[list[int], list[int]]:
@@ -167,7 +183,9 @@ description: a command that writes on after its controller went away
 stages:
   - name: note
     type: shell
-    command: 'touch /tmp/note-started; sleep 2; echo still writing; echo done > /tmp/note-done'
+    command: >-
+      touch /tmp/note-started; until [ -e /tmp/note-go ]; do sleep 0.05; done;
+      for i in $(seq 20); do echo still writing $i; sleep 0.05; done; echo done > /tmp/note-done
 verify: {max_used_mib: 0, timeout: 5}
 """
 
@@ -185,8 +203,11 @@ def test_a_shell_stages_command_outlives_its_controller(
     finally:
         proc.send_signal(signal.SIGKILL)  # our own child, by PID: no goodbye
         proc.communicate(timeout=30)
-    # Its `echo` comes after sshd closed the stream the command wrote to. It used to die of
-    # that (SIGPIPE) before its last line; the teardown went on and called it exit 141.
+    # The command writes on once the controller is gone, for a second after sshd had a
+    # second to close the stream it writes to. It used to die of that (SIGPIPE) at its
+    # next `echo`; the teardown went on and called it exit 141.
+    time.sleep(1)
+    fleet.node_path("node01", "/tmp/note-go").touch()
     journal = fleet.node_path("node01", JOURNAL)
     wait_for_record(journal, "done", 30)
     assert fleet.node_path("node01", "/tmp/note-done").read_text() == "done\n"
@@ -226,7 +247,17 @@ def test_an_exported_bundle_whose_tool_dies_finishes_alone_and_the_next_run_says
     wait_for_record(fleet.node_path("node01", JOURNAL), "done")
     assert alive(fleet, "node01", server + holder) == []
     assert fleet.gpu_used_mib("node01") == [0] * 8
-    host = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    # A status bundle, run by the same kind of tool, tells it (and takes the journal).
+    status = cli("export", "script", "status", "-i", fleet.inventory_path)
+    assert status.code == 0, status.err
+    out = subprocess.run(["ssh", "-F", str(fleet.ssh_config_path), "node01", "bash -p -s"],
+                         input=status.out, capture_output=True, text=True, timeout=120,
+                         check=False)
+    saved = tmp_path / "status.txt"
+    saved.write_text(out.stdout + out.stderr)
+    host = cli("report", "--json", saved).host("node01")
     (said,) = [w for w in host["warnings"] if "lost its controller" in w]
     assert said.startswith("the post-extraction run begun here at ")
     assert said.endswith("it ended clean"), said
+    again = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    assert again["warnings"] == []

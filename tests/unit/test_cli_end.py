@@ -32,8 +32,8 @@ def test_a_full_disk_is_a_failure_named_in_one_line() -> None:
         res = _python("from fleetclean.cli import end\nprint('{}')\nend(0)",
                       stdout=full, stderr=subprocess.PIPE)
     assert res.returncode == 2
-    assert res.stderr == (b"fleetclean: error: the output could not be written: "
-                          b"[Errno 28] No space left on device\n")
+    assert res.stderr == (b"fleetclean: error: the result could not be written to standard "
+                          b"output: No space left on device\n")
 
 
 def test_a_reader_gone_keeps_the_status() -> None:
@@ -60,3 +60,23 @@ def test_a_thread_still_at_work_is_waited_for(tmp_path: Path) -> None:
                   "end(0)", capture_output=True)
     assert res.returncode == 0, res.stderr
     assert done.read_text() == "written"
+
+
+def test_a_closed_standard_output_or_error_is_no_crash() -> None:
+    # As `fleetclean ... >&-` starts: Python's sys.stdout (or sys.stderr) is then None.
+    for closed in (">&-", "2>&-"):
+        res = subprocess.run(
+            ["bash", "-c", f'exec "$0" -c "from fleetclean.cli import end; end(3)" {closed}',
+             sys.executable], capture_output=True, timeout=60, check=False, env=ENV)
+        assert res.returncode == 3, res.stderr
+        assert res.stdout == res.stderr == b""
+
+
+def test_a_command_that_fills_the_disk_says_so_in_one_line() -> None:
+    # The bundle (100 KB) fails in its own write, inside the command: a failure, not a bug.
+    with open("/dev/full", "wb") as full:
+        res = subprocess.run([sys.executable, "-m", "fleetclean", "export", "script",
+                              "post-extraction", "-i", "gpu01,"], stdout=full,
+                             stderr=subprocess.PIPE, timeout=60, check=False, env=ENV)
+    assert res.returncode == 2
+    assert res.stderr == b"fleetclean: error: could not write: No space left on device\n"

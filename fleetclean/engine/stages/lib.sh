@@ -537,9 +537,10 @@ fc_lock_dir() {
 # as a "journal" record, which the controller reports (results/journal.py). A journal whose
 # run kept its controller to the end is emptied at its exit. What it cannot see: a
 # connection that stalls without an error (a network that drops silently while sshd still
-# takes the output) looks kept to the end. An exported bundle keeps one too (FC_TAP_JOURNAL,
-# standalone.sh): the tool that runs it (clush, pdsh, ssh) can go away as fleetclean can.
-# The epilog, whose output slurmd does not read, keeps none; neither reads one.
+# takes the output) looks kept to the end. An exported bundle keeps one too, and a status
+# bundle sends one (FC_TAP_JOURNAL, standalone.sh): the tool that runs it (clush, pdsh,
+# ssh) can go away as fleetclean can. The epilog, whose output slurmd does not read, keeps
+# none and sends none.
 FC_JOURNAL="" FC_JOURNAL_FD="" FC_GONE=0 FC_BEGIN_REC="" FC_TAP_JOURNAL=0
 
 # Record lines $1 out now: to the controller while it is there, then, where a teardown
@@ -657,7 +658,7 @@ fc_begin() {
     # not wait behind a teardown that holds the lock.
     if ((FC_CHECK)); then
         fc_rec lock none ""
-        ((FC_TAP)) || fc_journal_look
+        ((FC_TAP && !FC_TAP_JOURNAL)) || fc_journal_look
         return 0
     fi
     fc_release
