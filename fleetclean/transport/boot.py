@@ -98,10 +98,14 @@ def explained(line: str) -> str:
 def command(size: int, first: str = "") -> str:
     """The login shell's command for a script of ``size`` bytes (UTF-8) on standard input,
     starting ``first`` (:func:`first_read`) before it reads the script."""
+    return _in_bash(inner(size, first))
+
+
+def _in_bash(text: str) -> str:
+    """The login shell's command that has :data:`BASH` run ``text``."""
     # The command's bash parses only its -c string before it leaves POSIX mode (POSIX_OFF);
     # the rest is its $1 (its $0 stays "bash", as before), which the eval parses after.
-    return (f"{BASH} -c " + shlex.quote(f'{POSIX_OFF}; eval "$1"') + " bash "
-            + shlex.quote(inner(size, first)))
+    return f"{BASH} -c " + shlex.quote(f'{POSIX_OFF}; eval "$1"') + " bash " + shlex.quote(text)
 
 
 def given(script: str) -> str:
@@ -119,8 +123,7 @@ def given(script: str) -> str:
     >>> subprocess.run(["sh", "-c", run], capture_output=True, text=True).stdout
     "it's bash, hBc\\n"
     """
-    return (f"{BASH} -c " + shlex.quote(f'{POSIX_OFF}; eval "$1"') + " bash "
-            + shlex.quote(f"{SETTLE}; {script}"))
+    return _in_bash(f"{SETTLE}; {script}")
 
 
 def inner(size: int, first: str = "") -> str:
