@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import errno
 import gc
 import importlib
 import os
@@ -23,7 +22,7 @@ from typing import NoReturn, cast
 
 from fleetclean.commands.env import Env, error_line
 from fleetclean.commands.parser import build_parser
-from fleetclean.errors import BadInput, ExitStatus, FleetcleanError
+from fleetclean.errors import WRITE_FAILED, BadInput, ExitStatus, FleetcleanError
 
 __all__ = ["Env", "build_parser", "entry", "main"]
 
@@ -78,10 +77,6 @@ def main(argv: Sequence[str] | None = None, env: Env | None = None) -> int:
         return _os_error(exc, env, debug)
     except Exception as exc:  # a bug: one line (or the traceback with --debug), exit 3
         return _bug(exc, env, debug)
-
-
-# What a write to a full file system (or a file past its limits) fails with.
-WRITE_FAILED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def _os_error(exc: OSError, env: Env, debug: bool) -> int:

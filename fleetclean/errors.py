@@ -9,6 +9,7 @@ option never build the pipeline's dataclasses.
 from __future__ import annotations
 
 import enum
+import errno
 
 
 class ExitStatus(enum.IntEnum):
@@ -20,6 +21,11 @@ class ExitStatus(enum.IntEnum):
     INTERNAL = 3  # a bug in fleetclean: --debug prints its traceback
     BAD_INPUT = 4
     INTERRUPTED = 130
+
+
+# What a write to a full file system (or to a file past its limits) fails with: the output
+# of a command under `> file`, a failure to report in one line, not a bug.
+WRITE_FAILED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 class FleetcleanError(Exception):

@@ -20,7 +20,7 @@ from pathlib import Path
 from fleetclean import fleet
 from fleetclean.commands.env import Env, error_line
 from fleetclean.commands.steps import fitted_forks, options
-from fleetclean.errors import FleetcleanError, UsageError
+from fleetclean.errors import WRITE_FAILED, FleetcleanError, UsageError
 from fleetclean.models import HostResult, RunResult
 from fleetclean.results.lastseen import HistoryJudge, judged_by
 
@@ -88,9 +88,10 @@ def emit(result: RunResult, args: argparse.Namespace, env: Env) -> None:
             # Python would complain about the broken pipe again when it flushes at exit.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except OSError as exc:  # a full disk under `> out.json`: not a bug, and not a success
+        if exc.errno not in WRITE_FAILED:
+            raise
         raise FleetcleanError(
-            f"the result could not be written to standard output: {exc.strerror or exc}"
-        ) from exc
+            f"the result could not be written to standard output: {exc.strerror}") from exc
 
 
 def _emit_to(result: RunResult, args: argparse.Namespace, env: Env) -> None:
