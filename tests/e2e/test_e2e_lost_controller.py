@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from simhelp import Cli, alive, spawn_cli, wait_for
@@ -58,6 +59,11 @@ def _lock_free(path: Path) -> bool:
         return True
 
 
+def told(host: dict[str, Any]) -> list[str]:
+    """What a run said of a teardown on the host that lost its controller (its warnings)."""
+    return [w for w in host["warnings"] if "lost its controller" in w]
+
+
 def patched_and_busy(fleet: SimFleet) -> tuple[list[int], list[int]]:
     """node01 with its model file patched (the original beside it), a server that ignores
     SIGTERM (a teardown waits out its grace, then SIGKILLs it) and a GPU holder: the
@@ -90,13 +96,13 @@ def test_a_teardown_whose_controller_dies_finishes_alone_and_the_next_run_says_s
     status = cli("status", "-i", fleet.inventory_path, "--json")
     host = status.host("node01")
     assert host["status"] == "clean"
-    (said,) = [w for w in host["warnings"] if "lost its controller" in w]
+    (said,) = told(host)
     assert said.startswith("the post-extraction run begun here at ")
     # The server's SIGTERM went out before; its SIGKILL, the holder's TERM and KILL after.
     assert "went on alone (4 signals sent in all, 3 after that); it ended clean" in said, said
     # Said once.
     again = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
-    assert not [w for w in again["warnings"] if "lost its controller" in w]
+    assert not told(again)
 
 
 def test_a_teardown_that_keeps_its_controller_leaves_nothing_to_tell(
@@ -138,7 +144,7 @@ def test_a_status_says_a_teardown_that_lost_its_controller_is_still_at_work(
 
     during = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert during["status"] == "dirty"  # the holder still has GPU6
-    (said,) = [w for w in during["warnings"] if "lost its controller" in w]
+    (said,) = told(during)
     assert said.startswith("the slow-free run begun here at ") and said.endswith(
         "it is still at work"), said
 
@@ -146,7 +152,7 @@ def test_a_status_says_a_teardown_that_lost_its_controller_is_still_at_work(
     assert alive(fleet, "node01", server + holder) == []
     after = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert after["status"] == "clean"
-    (said,) = [w for w in after["warnings"] if "lost its controller" in w]
+    (said,) = told(after)
     assert said.endswith("it ended clean"), said
     last = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert last["warnings"] == []
@@ -169,7 +175,7 @@ def test_the_next_teardown_tells_what_the_lone_one_did_and_keeps_its_own_journal
     res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json")
     host = res.host("node01")
     assert host["status"] == "clean" and alive(fleet, "node01", holder) == []
-    (said,) = [w for w in host["warnings"] if "lost its controller" in w]
+    (said,) = told(host)
     assert said.endswith("it ended clean"), said
     assert journal.read_text() == ""
     assert not fleet.node_path("node01", "/journal").exists()
@@ -212,7 +218,7 @@ def test_a_shell_stages_command_outlives_its_controller(
     wait_for_record(journal, "done", 30)
     assert fleet.node_path("node01", "/tmp/note-done").read_text() == "done\n"
     after = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
-    (said,) = [w for w in after["warnings"] if "lost its controller" in w]
+    (said,) = told(after)
     assert said.endswith("it ended clean"), said
 
 
@@ -256,7 +262,7 @@ def test_an_exported_bundle_whose_tool_dies_finishes_alone_and_the_next_run_says
     saved = tmp_path / "status.txt"
     saved.write_text(out.stdout + out.stderr)
     host = cli("report", "--json", saved).host("node01")
-    (said,) = [w for w in host["warnings"] if "lost its controller" in w]
+    (said,) = told(host)
     assert said.startswith("the post-extraction run begun here at ")
     assert said.endswith("it ended clean"), said
     again = cli("status", "-i", fleet.inventory_path, "--json").host("node01")

@@ -4,11 +4,10 @@ device files are named by minor number, and the driver's /proc file says which i
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 
 import pytest
-from simhelp import Cli, spawn_holder
+from simhelp import Cli, spawn_holder, wait_for
 
 from fleetclean.sim import SimFleet
 
@@ -45,10 +44,8 @@ def test_a_device_file_holder_is_named_under_the_gpu_its_minor_is(
     # An NVML user (no CUDA context, no memory of its own) with GPU5's device file open.
     pid = spawn_holder(fleet, "node01", 0, 0, gpu=5, mib=0, name="nvml-agent")
     fds = fleet.node_path("node01", f"/proc/{pid}/fd")
-    deadline = time.monotonic() + 30
-    while "/dev/nvidia2" not in {os.readlink(fds / fd) for fd in os.listdir(fds)}:
-        assert time.monotonic() < deadline, "the holder never opened /dev/nvidia2"
-        time.sleep(0.05)
+    wait_for("the holder's open /dev/nvidia2",
+             lambda: "/dev/nvidia2" in {os.readlink(fds / fd) for fd in os.listdir(fds)}, 30)
 
     host = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert host["status"] == "dirty"
