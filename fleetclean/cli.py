@@ -16,7 +16,6 @@ import gc
 import importlib
 import os
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from typing import NoReturn, cast
 
@@ -124,7 +123,10 @@ def end(status: int) -> NoReturn:
     may still hold text; they are flushed here. Any other thread still alive (a second
     Ctrl-C left hosts running) is left to Python's exit as before, which waits on it.
     """
-    if threading.active_count() == 1:
+    # threading never imported (--version, --help, a completion): no other thread exists,
+    # and importing it here to ask would cost each of those starts 0.5 ms.
+    threading = sys.modules.get("threading")
+    if threading is None or threading.active_count() == 1:
         try:
             if sys.stdout is not None:  # None: started with its stdout closed
                 sys.stdout.flush()
