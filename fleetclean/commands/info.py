@@ -33,8 +33,9 @@ def cmd_show(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
         if args.host:
             raise UsageError("--host needs -i INVENTORY")
         hosts = [Host(name="HOST", address="HOST")]
+    # The script as any run would send it, without this controller's notes of a host.
     _, jobs, _ = render_jobs(args.playbook, hosts, args.extra_vars, check=args.check,
-                              force=False, scope=scope_of(args))
+                              force=False, scope=scope_of(args), unheard={})
     env.stdout.write(jobs[0].script)
     return int(ExitStatus.OK)
 

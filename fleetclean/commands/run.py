@@ -18,7 +18,7 @@ from fleetclean.commands.steps import (
     select_hosts,
 )
 from fleetclean.models import HostResult, HostStatus, RunResult
-from fleetclean.results import records
+from fleetclean.results import records, unheard
 from fleetclean.slurm import options as slurm_options
 
 if TYPE_CHECKING:
@@ -30,13 +30,17 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     slurm_options.check(args, inventory_sources(args, env))
     hosts = select_hosts(args, env, warn=True)
     scope = scope_of(args)
+    # A teardown's token, which its journal on each node carries (results/unheard.py).
+    run = "" if args.check else unheard.token()
     name, jobs, extra = render_jobs(args.playbook, hosts, args.extra_vars,
-                                     check=args.check, force=args.force, scope=scope)
+                                     check=args.check, force=args.force, scope=scope, run=run)
     jobs = ask_become_pass(args, jobs)
     record = None
     try:
         if not args.no_record:
             record = _start_record(name, jobs, args, env, argv=argv, extra=extra, scope=scope)
+        if run:
+            unheard.begin([j.host.name for j in jobs], run)
         result = execute(name, jobs, args, env)
     except KeyboardInterrupt:
         # Ctrl-C before the hosts' loop took over (the record just written, the transport
@@ -44,6 +48,8 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
         # exited (130) as a run interrupted before any host's turn; a second Ctrl-C still
         # ends it at once. (Once the loop runs, fleet.run_fleet answers both.)
         result = _not_started(name, jobs)
+    if run:
+        unheard.end(result)
     result = slurm_step.apply(result, args, env, None if record is None else record.data["id"])
     if record is not None:
         try:

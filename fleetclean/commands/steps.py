@@ -14,7 +14,7 @@ from fleetclean.errors import UsageError
 from fleetclean.models import Host
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Collection, Mapping
 
     from fleetclean import fleet
     from fleetclean.engine.model import ResolvedPlaybook, Scope
@@ -183,16 +183,20 @@ def gpu_list(text: str) -> tuple[int, ...]:
 
 def render_jobs(
     playbook_ref: str, hosts: list[Host], extra: list[str], *, check: bool, force: bool,
-    scope: Scope | None = None, last_clean: Collection[str] | None = None,
+    scope: Scope | None = None, last_clean: Collection[str] | None = None, run: str = "",
+    unheard: Mapping[str, str] | None = None,
 ) -> tuple[str, list[fleet.Job], dict[str, Any]]:
     """Render every host's script before any connection: bad input never reaches a host.
     ``last_clean``: the hosts whose early GPU read is ``--query-gpu`` (render.early_reads);
-    None: those :mod:`fleetclean.results.lastclean` knows clean."""
+    None: those :mod:`fleetclean.results.lastclean` knows clean. ``run``: a teardown's
+    token; ``unheard``: each host's token of a teardown whose end was not heard; None:
+    those :mod:`fleetclean.results.unheard` keeps."""
     from fleetclean import fleet
     from fleetclean.engine.playbook import load_playbook
     from fleetclean.engine.render import Renderer
     from fleetclean.engine.variables import parse_extra_vars, resolve
     from fleetclean.results import lastclean
+    from fleetclean.results import unheard as unheard_notes
 
     book = load_playbook(playbook_ref)
     extra_vars = parse_extra_vars(extra)
@@ -203,6 +207,7 @@ def render_jobs(
         clean: Collection[str] = ()
     else:
         clean = lastclean.load() if last_clean is None else set(last_clean)
+    asked = unheard_notes.load() if unheard is None else unheard
     jobs = []
     # Most hosts of a fleet share their variables (group_vars), and resolving them is most
     # of a post-extraction's rendering (0.24 ms a host): once per distinct set. repr keys
@@ -214,6 +219,7 @@ def render_jobs(
         if resolved is None:
             resolved = resolved_for[key] = resolve(book, host.vars, extra_vars)
         pieces = renderer.pieces(resolved, check=check, force=force, host_name=host.name,
-                                 last_clean=host.name in clean)
+                                 last_clean=host.name in clean, run=run,
+                                 unheard=asked.get(host.name, ""))
         jobs.append(fleet.Job(host, pieces))
     return book.name, jobs, extra_vars

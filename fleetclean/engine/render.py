@@ -93,18 +93,20 @@ class Renderer:
         self._libraries: dict[tuple[object, ...], tuple[str, str, int]] = {}
 
     def pieces(self, resolved: ResolvedPlaybook, *, check: bool = False, force: bool = False,
-               host_name: str = "", last_clean: bool = False) -> tuple[str, ...]:
+               host_name: str = "", last_clean: bool = False, run: str = "",
+               unheard: str = "") -> tuple[str, ...]:
         """(head, library, tail) of one host's script, and for a script without stages the
         definitions it parses only when called (:mod:`.lazy`); the libraries are shared.
         ``last_clean``: every GPU of the host read clean at its last status
         (:mod:`fleetclean.results.lastclean`), so that its early GPU read is the one pdsh
-        would make (:func:`early_reads`)."""
+        would make (:func:`early_reads`). ``run`` and ``unheard``: :func:`main_function`'s."""
         check = check or resolved.read_only
         force = force or resolved.force
         shebang, _, header = _header(resolved, check, force, host_name).partition("\n")
         lib, rest, shared_size = self._library(resolved, last_clean)
         main = "\n".join([*main_function(resolved, check=check, force=force,
-                                         host=q(host_name), scope=self._scope),
+                                         host=q(host_name), scope=self._scope, run=run,
+                                         unheard=unheard),
                           "", "fc_main </dev/null", ""])
         header += "\n"
         early = ""
@@ -312,9 +314,13 @@ def variable_comments(variables: dict[str, Any]) -> list[str]:
 
 
 def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host: str,
-                  name: str = "fc_main", scope: Scope | None = None) -> list[str]:
+                  name: str = "fc_main", scope: Scope | None = None, run: str = "",
+                  unheard: str = "") -> list[str]:
     """The lines of the function that runs the stages and the verification; ``host`` is
-    the shell word ``FC_HOST`` gets (a quoted name, or a variable set at run time)."""
+    the shell word ``FC_HOST`` gets (a quoted name, or a variable set at run time).
+    ``run``: the run's token, which a teardown's journal carries; ``unheard``: the token of
+    this host's run whose end the controller did not hear, whose journal the script sends
+    (lib.sh: the journal; :mod:`fleetclean.results.unheard`)."""
     main = [
         f"{name}() {{",
         f"    {SETTLE}",
@@ -326,6 +332,8 @@ def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host:
         f"    FC_FORCE={int(force)}",
         f"    FC_LOCK_WAIT={resolved.lock_wait:g}",
         f"    FC_PROTECT=({' '.join(q(n) for n in resolved.protect)})",
+        *([f"    FC_RUN={q(run)}"] if run and not check else []),
+        *([f"    FC_UNHEARD={q(unheard)}"] if unheard else []),
         *(_owner_lines(resolved) if "owner-act.sh" in libraries_of([resolved]) else []),
         "    if ! fc_begin; then",
         '        fc_rec error "host busy: another fleetclean run holds $FC_LOCK_PATH"',

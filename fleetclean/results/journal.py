@@ -9,6 +9,15 @@ node kept for it (lib.sh: "the journal") and sent with the host's next run.
 ... # doctest: +NORMALIZE_WHITESPACE
 the post-extraction run begun here at t0 lost its controller at t4 and went on alone
 (2 signals sent in all, 1 after that); it is still at work
+
+A run whose end its controller did not hear, though the node saw no sign of it (lib.sh:
+"heard"; :mod:`fleetclean.results.unheard`), has no "gone" line:
+
+>>> print(describe(text.replace(rec("gone", "1700000004"), "") + rec("done"),
+...                when=lambda t: f"t{t - 1700000000}"))
+... # doctest: +NORMALIZE_WHITESPACE
+the post-extraction run begun here at t0 went on after its connection stalled, unheard by
+its controller (2 signals sent); it ended
 """
 
 from __future__ import annotations
@@ -43,7 +52,9 @@ def describe(text: str, state: str = "", when: Callable[[int], str] = _local) ->
 
     playbook = (first.get("begin") or ["", "a teardown"])[1]
     n = len(report.signalled)
-    did = f"{n} signal{'s' if n != 1 else ''} sent in all, {after} after that"
+    gone = "gone" in first
+    did = f"{n} signal{'s' if n != 1 else ''} sent" + (
+        f" in all, {after} after that" if gone else "")
     odd = [f"{s.name} {s.status}" for s in report.stages
            if s.status not in ("ok", "skipped") and "output ended" not in s.message]
     did += f"; stages: {', '.join(odd)}" if odd else ""
@@ -59,5 +70,8 @@ def describe(text: str, state: str = "", when: Callable[[int], str] = _local) ->
         end = "it ended with GPUs still in use"
     else:
         end = "it ended"
+    if not gone:  # kept as "heard", asked for by a controller that did not hear its end
+        return (f"the {playbook} run begun here at {at('journaled')} went on after its "
+                f"connection stalled, unheard by its controller ({did}); {end}")
     return (f"the {playbook} run begun here at {at('journaled')} lost its controller at "
             f"{at('gone')} and went on alone ({did}); {end}")

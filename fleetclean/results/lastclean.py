@@ -29,14 +29,13 @@ costs the next status the cheaper read on those hosts.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import os
 import time
 from pathlib import Path
 
 from fleetclean.models import HostResult, HostStatus, RunResult
 from fleetclean.results.records import state_dir
+from fleetclean.results.statefile import read_hosts, write_hosts
 
 FILE = "last-clean.json"
 # A host not seen clean for this long is dropped: it may have left the fleet.
@@ -72,26 +71,14 @@ def update(result: RunResult, now: float | None = None) -> None:
                 hosts[host.host] = now
         else:
             hosts.pop(host.host, None)
-    if hosts == before:
-        return
-    target = path()
-    # Write then rename, under a name of this process's: a reader never sees half a file,
-    # and two runs ending at once do not write into each other's.
-    tmp = target.with_name(f".{FILE}.{os.getpid()}")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"hosts": hosts}, sort_keys=True, separators=(",", ":")))
-        tmp.replace(target)
-    except OSError:
-        # A hint: a state directory that cannot be written costs the cheaper read only.
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    if hosts != before:
+        write_hosts(FILE, hosts)
 
 
 def _read() -> dict[str, float]:
-    try:
-        data = json.loads(path().read_text())
-        hosts = data["hosts"]
-        return {str(h): float(t) for h, t in hosts.items() if math.isfinite(float(t))}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
-        return {}  # json's parser recurses: a file of nested brackets must not fail a run
+    hosts: dict[str, float] = {}
+    for host, t in read_hosts(FILE).items():
+        with contextlib.suppress(TypeError, ValueError):
+            if math.isfinite(float(t)):
+                hosts[str(host)] = float(t)
+    return hosts

@@ -535,13 +535,18 @@ fc_lock_dir() {
 # terminal), it notes the time, sends the rest nowhere but the journal, and finishes its
 # work. The next run on the host by the same login (status or teardown) sends that journal
 # as a "journal" record, which the controller reports (results/journal.py). A journal whose
-# run kept its controller to the end is emptied at its exit. What it cannot see: a
-# connection that stalls without an error (a network that drops silently while sshd still
-# takes the output) looks kept to the end. An exported bundle keeps one too, and a status
-# bundle sends one (FC_TAP_JOURNAL, standalone.sh): the tool that runs it (clush, pdsh,
-# ssh) can go away as fleetclean can. The epilog, whose output slurmd does not read, keeps
-# none and sends none.
-FC_JOURNAL="" FC_JOURNAL_FD="" FC_GONE=0 FC_BEGIN_REC="" FC_TAP_JOURNAL=0
+# run kept its controller to the end, as far as the node can tell, is kept at its exit as
+# "heard", beside it: a connection that stalls without an error (a network that drops
+# silently while sshd still takes the output, a controller stopped and then killed) looks
+# kept to the end from here, and only the controller knows it never had the end. So the
+# run's journaled line carries its run's token (FC_RUN), which the controller keeps for
+# each host it did not hear to the end (results/unheard.py), and the host's next run from
+# it asks for that journal by the token (FC_UNHEARD): told once, as a lost one is. An
+# exported bundle (no controller to ask: no token) empties it. An exported bundle keeps
+# one too, and a status bundle sends one (FC_TAP_JOURNAL, standalone.sh): the tool that
+# runs it (clush, pdsh, ssh) can go away as fleetclean can. The epilog, whose output
+# slurmd does not read, keeps none and sends none.
+FC_JOURNAL="" FC_JOURNAL_FD="" FC_GONE=0 FC_BEGIN_REC="" FC_TAP_JOURNAL=0 FC_RUN="" FC_UNHEARD=""
 
 # Record lines $1 out now: to the controller while it is there, then, where a teardown
 # keeps a journal, into it (after the "gone" line where this write found the controller
@@ -581,6 +586,7 @@ fc_traps() {
 fc_journal_begin() {
     local t dir=${FC_LOCK_PATH%/*}
     fc_journal_send "$dir" 1
+    fc_journal_send "$dir" 1 heard
     # Appended to (after emptying it): a status that empties it meanwhile leaves no hole.
     if ! { : >"$dir/journal" && exec {FC_JOURNAL_FD}>>"$dir/journal"; }; then
         FC_JOURNAL_FD=""
@@ -588,24 +594,38 @@ fc_journal_begin() {
     fi
     FC_JOURNAL=$dir/journal
     printf -v t '%(%s)T' -1
-    printf '@@fleetclean\tjournaled\t%s\n%s' "$t" "$FC_BEGIN_REC" >&"$FC_JOURNAL_FD"
+    printf '@@fleetclean\tjournaled\t%s\t%s\n%s' "$t" "$FC_RUN" "$FC_BEGIN_REC" \
+        >&"$FC_JOURNAL_FD"
     fc_traps
 }
 
-# At the script's exit: a run that kept its controller leaves nothing to tell.
+# At the script's exit: a run that kept its controller to the end, as far as it can tell,
+# is kept as "heard" (a rename: a status looks at "journal" alone unless it is asked),
+# for its controller to ask for if it did not hear that end; without a token, or where
+# the rename fails, it leaves nothing to tell.
 fc_journal_end() {
     [[ -n $FC_JOURNAL_FD ]] || return 0
-    ((FC_GONE)) || : >"$FC_JOURNAL"
+    ((FC_GONE)) && return 0
+    [[ -n $FC_RUN ]] && mv -f -- "$FC_JOURNAL" "${FC_JOURNAL%/*}/heard" 2>/dev/null && return 0
+    : >"$FC_JOURNAL"
 }
 
 # Send the journal in DIR as a "journal" record where its run lost its controller, with
 # "running" where that run still holds the lock. A teardown (TAKE=1: it holds the lock, so
 # that run is over) then takes the journal; a read-only run takes it only where it gets
 # the lock for a moment (no teardown is at work, none can start meanwhile): told once.
+# NAME "heard": the journal of a run that kept its controller as far as it could tell,
+# sent only where the controller asks for it (FC_UNHEARD: it did not hear that run's end).
 fc_journal_send() {
-    local dir=$1 text="" fd=""
-    { IFS= read -r -d '' text <"$dir/journal"; } 2>/dev/null
-    [[ $text == *$'\n@@fleetclean\tgone\t'* ]] || return 0
+    local dir=$1 name=${3:-journal} text="" fd=""
+    if [[ $name == heard ]]; then
+        # Its first line alone (a buffered read) unless it is the one asked for.
+        [[ -n $FC_UNHEARD ]] || return 0
+        { IFS= read -r text <"$dir/heard"; } 2>/dev/null
+        fc_journal_told heard "$text" || return 0
+    fi
+    { IFS= read -r -d '' text <"$dir/$name"; } 2>/dev/null
+    fc_journal_told "$name" "$text" || return 0
     if ! ((${2:-0})); then
         if ! command -v flock >/dev/null 2>&1 || ! exec {fd}>>"$dir/lock"; then
             fc_rec journal "$text" ""  # no lock to ask: told now, and told again
@@ -613,24 +633,37 @@ fc_journal_send() {
         fi
         if ! flock -n "$fd"; then
             # Still at work, or over and the lock another's for a moment (that run tells it).
-            [[ $text == *$'\n@@fleetclean\tdone\t'* ]] || fc_rec journal "$text" running
+            [[ $name == heard || $text == *$'\n@@fleetclean\tdone\t'* ]] ||
+                fc_rec journal "$text" running
             exec {fd}>&-
             return 0
         fi
-        { IFS= read -r -d '' text <"$dir/journal"; } 2>/dev/null  # as it is now, locked
+        { IFS= read -r -d '' text <"$dir/$name"; } 2>/dev/null  # as it is now, locked
     fi
-    if [[ $text == *$'\n@@fleetclean\tgone\t'* ]]; then
+    if fc_journal_told "$name" "$text"; then
         fc_rec journal "$text" ""
         fc_flush  # out before it is emptied: a run cut off here leaves it to the next
-        : >"$dir/journal"
+        : >"$dir/$name"
     fi
     [[ -z $fd ]] || exec {fd}>&-
+}
+
+# Whether the journal NAME, now TEXT, is to be told: one that lost its controller, or
+# the heard one the controller asks for.
+fc_journal_told() {
+    if [[ $1 == heard ]]; then
+        [[ ${2%%$'\n'*} == *$'\t'"$FC_UNHEARD" ]]
+    else
+        [[ $2 == *$'\n@@fleetclean\tgone\t'* ]]
+    fi
 }
 
 # A read-only run (status) looks for a journal without making the directory (no process).
 fc_journal_look() {
     fc_lock_dir look || return 0
-    [[ ! -s $REPLY/journal ]] || fc_journal_send "$REPLY" 0
+    local dir=$REPLY
+    [[ ! -s $dir/journal ]] || fc_journal_send "$dir" 0
+    [[ -z $FC_UNHEARD || ! -s $dir/heard ]] || fc_journal_send "$dir" 0 heard
 }
 
 # Take the per-host lock: FC_LOCK_STATE ok, none (no private directory, no flock: run
