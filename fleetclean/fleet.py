@@ -46,6 +46,7 @@ class Job:
 
     host: Host
     pieces: tuple[str, ...]
+    run: str = ""  # the teardown's token its script carries (results/unheard.py), if any
 
     @property
     def script(self) -> str:
@@ -261,6 +262,8 @@ def host_result(name: str, output: ScriptOutput, duration_s: float) -> HostResul
         judged_gpus=report.judged_gpus,
         refused=report.refused,
         warnings=report.warnings,
+        ended=report.ended,
+        answered=report.answered,
     )
 
 

@@ -244,6 +244,10 @@ class ScriptReport:
     judged_gpus: tuple[int, ...] | None = None  # a scope's GPUs; None: every GPU
     refused: tuple[Refusal, ...] = ()  # targets left to their owner, one per PID
     warnings: tuple[str, ...] = ()  # e.g. an owner that may restart what was signalled
+    ended: bool = False  # the script's output reached its end ("done")
+    # Tokens of runs whose end the controller did not hear that the node has answered for
+    # (told their journal, or has none to tell): results/unheard.py.
+    answered: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -278,6 +282,8 @@ class HostResult:
     judged_gpus: tuple[int, ...] | None = None
     refused: tuple[Refusal, ...] = ()  # see ScriptReport.refused
     warnings: tuple[str, ...] = ()  # see ScriptReport.warnings
+    ended: bool = False  # see ScriptReport.ended: heard to the end
+    answered: tuple[str, ...] = ()  # see ScriptReport.answered
 
 
 @dataclass(frozen=True)

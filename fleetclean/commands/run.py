@@ -39,8 +39,8 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     try:
         if not args.no_record:
             record = _start_record(name, jobs, args, env, argv=argv, extra=extra, scope=scope)
-        if run:
-            unheard.begin([j.host.name for j in jobs], run)
+        if any(j.run for j in jobs):
+            unheard.begin([j.host.name for j in jobs if j.run], run)
         result = execute(name, jobs, args, env)
     except KeyboardInterrupt:
         # Ctrl-C before the hosts' loop took over (the record just written, the transport
@@ -48,8 +48,7 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
         # exited (130) as a run interrupted before any host's turn; a second Ctrl-C still
         # ends it at once. (Once the loop runs, fleet.run_fleet answers both.)
         result = _not_started(name, jobs)
-    if run:
-        unheard.end(result)
+    unheard.settle(result, run)
     result = slurm_step.apply(result, args, env, None if record is None else record.data["id"])
     if record is not None:
         try:

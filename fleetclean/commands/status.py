@@ -19,7 +19,7 @@ from fleetclean.commands.steps import (
     select_hosts,
 )
 from fleetclean.errors import ExitStatus
-from fleetclean.results import lastclean
+from fleetclean.results import lastclean, unheard
 from fleetclean.results.lastseen import apply_history
 from fleetclean.slurm import options as slurm_options
 
@@ -43,6 +43,7 @@ def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
                                 scope=scope_of(args))
     jobs = ask_become_pass(args, jobs)
     result = execute(name, jobs, args, env)
+    unheard.settle(result)
     if not result.interrupted:
         lastclean.update(result)
     result = slurm_step.apply(result, args, env, None)
@@ -102,6 +103,7 @@ def _watch(name: str, jobs: list[fleet.Job], reads: Reads, args: argparse.Namesp
                 if result.interrupted:
                     break
                 result = apply_history(result, [j.host for j in jobs])
+                unheard.settle(result)
                 lastclean.update(result)
                 jobs = _next_reads(jobs, result, reads)
                 write_prom(result, args, env)

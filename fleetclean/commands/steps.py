@@ -221,5 +221,6 @@ def render_jobs(
         pieces = renderer.pieces(resolved, check=check, force=force, host_name=host.name,
                                  last_clean=host.name in clean, run=run,
                                  unheard=asked.get(host.name, ""))
-        jobs.append(fleet.Job(host, pieces))
+        # A read-only playbook's script keeps no journal: its token is none.
+        jobs.append(fleet.Job(host, pieces, "" if check or resolved.read_only else run))
     return book.name, jobs, extra_vars

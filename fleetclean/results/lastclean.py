@@ -78,7 +78,7 @@ def update(result: RunResult, now: float | None = None) -> None:
 def _read() -> dict[str, float]:
     hosts: dict[str, float] = {}
     for host, t in read_hosts(FILE).items():
-        with contextlib.suppress(TypeError, ValueError):
+        with contextlib.suppress(TypeError, ValueError, OverflowError):
             if math.isfinite(float(t)):
                 hosts[str(host)] = float(t)
     return hosts

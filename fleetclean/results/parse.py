@@ -43,6 +43,9 @@ done       0                             (the script reached its end)
 journal    the records of an earlier teardown here that lost its controller and went on
            alone (lib.sh: "the journal"), as it kept them, and "running" while it still
            holds the lock: results/journal.py says what it did
+unheard    token                         (the node has told, or has nothing to tell of, the
+           run with that token whose end the controller did not hear: lib.sh, the journal;
+           results/unheard.py)
 clock      start µs, end µs, exit status (a standalone script's: fleetclean report)
 =========  ==========================================================================
 
@@ -195,6 +198,11 @@ def _journal(st: Readings, a: list[str]) -> None:
     st.warnings.append(describe(a[0], a[1] if len(a) > 1 else ""))
 
 
+def _unheard(st: Readings, a: list[str]) -> None:
+    """The node answered for an unheard run's token: told its journal, or has none."""
+    st.answered.append(a[0])
+
+
 def _scope(st: Readings, a: list[str]) -> None:
     """Only the GPUs of a --gpus or epilog scope are judged; the others are shown."""
     if a[4]:
@@ -205,6 +213,7 @@ _GENERIC: dict[str, Callable[[Readings, list[str]], None]] = {
     "begin": _begin, "lock": _lock, "stage": _stage, "match": _match, "signal": _signal,
     "stuck": _stuck, "unstuck": _unstuck, "change": _change, "end": _end, "error": _error,
     "left": _left, "done": _done, "scope": _scope, "clock": _clock, "journal": _journal,
+    "unheard": _unheard,
 }
 
 def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> ScriptReport:
@@ -265,7 +274,8 @@ def parse_script_output(stdout: str, stderr: str, exit_code: int | None) -> Scri
                         left_running=tuple(st.left), resets=tuple(st.resets),
                         stuck=tuple(ProcessRef(pid, cmd) for pid, cmd in st.stuck.items()),
                         owners=dict(st.owners), refused=refused,
-                        warnings=tuple(st.warnings),
+                        warnings=tuple(st.warnings), ended=st.done,
+                        answered=tuple(st.answered),
                         judged_gpus=None if st.judged_gpus is None else tuple(st.judged_gpus))
 
 

@@ -13,15 +13,19 @@ renames, so that a reader never sees half a file.
 >>> write_hosts("x.json", {"gpu01": 1})
 >>> read_hosts("x.json")
 {'gpu01': 1}
+>>> update_hosts("x.json", lambda hosts: {**hosts, "gpu02": 2})
+>>> sorted(read_hosts("x.json"))
+['gpu01', 'gpu02']
 >>> del os.environ["FLEETCLEAN_STATE_DIR"]
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fleetclean.results.records import state_dir
@@ -49,3 +53,26 @@ def write_hosts(name: str, hosts: Mapping[str, Any]) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink()
+
+
+def update_hosts(name: str, change: Callable[[dict[str, Any]], Mapping[str, Any]]) -> None:
+    """Read, change and write the file under a lock of its own (``.NAME.lock``), so that
+    two runs that update it at once both count: for a file whose lost update costs more
+    than a hint. Without the lock (a state directory that cannot be written) it is done
+    unlocked, as :func:`write_hosts` would fail anyway."""
+    lock = state_dir() / f".{name}.lock"
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT, 0o600)
+    except OSError:
+        fd = -1
+    try:
+        if fd >= 0:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        before = read_hosts(name)
+        after = dict(change(dict(before)))
+        if after != before:
+            write_hosts(name, after)
+    finally:
+        if fd >= 0:
+            os.close(fd)  # and the lock with it

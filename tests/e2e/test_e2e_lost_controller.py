@@ -5,6 +5,7 @@ of it anywhere."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -24,7 +25,6 @@ from fleetclean.sim import SimFleet
 pytestmark = pytest.mark.sim
 MODEL = "/tmp/sglang/models/deepseek_v2.py"
 JOURNAL = "/run/fleetclean-lock/journal"
-HEARD = "/run/fleetclean-lock/heard"
 
 
 def kill_at_first_signal(proc: subprocess.Popen[str], journal: Path) -> None:
@@ -123,12 +123,16 @@ def test_a_teardown_that_keeps_its_controller_leaves_nothing_to_tell(
 
 def nothing_lost_left(fleet: SimFleet) -> bool:
     """No journal of a run that lost its controller on node01: the last one, heard to its
-    end as far as the node could tell, kept only as "heard" (asked for by the controller
-    where it did not hear that end)."""
+    end as far as the node could tell, kept only as "heard.TOKEN" (asked for by the
+    controller where it did not hear that end)."""
     journal = fleet.node_path("node01", JOURNAL)
-    heard = fleet.node_path("node01", HEARD)
-    return (not journal.exists() or journal.read_text() == "") and \
-        "\tdone\t" in heard.read_text()
+    return (not journal.exists() or journal.read_text() == "") and any(
+        "\tdone\t" in f.read_text() for f in heard(fleet))
+
+
+def heard(fleet: SimFleet) -> list[Path]:
+    """node01's heard journals: the teardowns that saw no sign of losing their controller."""
+    return sorted(fleet.node_path("node01", JOURNAL).parent.glob("heard.*"))
 
 
 # A ProxyCommand that relays the controller's connection and writes its PID first: the
@@ -174,21 +178,24 @@ def test_a_teardown_whose_connection_stalls_silently_is_told_by_the_next_status(
     proc = spawn_cli(tmp_path, "run", "post-extraction", "-i", str(inventory),
                      "-F", str(config), "-e", f"model_file={MODEL}", "-e", "grace=3",
                      "--json")
-    journal, heard = fleet.node_path("node01", JOURNAL), fleet.node_path("node01", HEARD)
-    pid = 0
+    journal = fleet.node_path("node01", JOURNAL)
     try:
         wait_for("the first signal", lambda: "\tsignal\t" in (
             journal.read_text() if journal.exists() else ""), 60)
-        pid = int(pidfile.read_text())
-        os.kill(pid, signal.SIGSTOP)  # the relay this test wrote, by its PID
+        os.kill(int(pidfile.read_text()), signal.SIGSTOP)  # the relay this test wrote, by PID
         # The node finishes alone and sees no sign of trouble: its journal kept as heard.
-        wait_for_record(heard, "done")
+        wait_for("the journal kept as heard", lambda: any(
+            "\tdone\t" in f.read_text() for f in heard(fleet)), 60)
+        wait_for("the lone run's lock let go", lambda: _lock_free(journal.parent / "lock"), 60)
         assert alive(fleet, "node01", server + holder) == []
         assert fleet.node_path("node01", MODEL).read_text() == "original\n"
     finally:
-        if pid:
-            os.kill(pid, signal.SIGKILL)  # the end it had taken in never reaches the controller
-        out, err = proc.communicate(timeout=60)
+        stop_relay(pidfile)  # the end it had taken in never reaches the controller
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # our own child, by PID
+            out, err = proc.communicate()
     assert proc.returncode == 2, err  # the host failed: its end never came
     assert json.loads(out)["hosts"][0]["status"] in ("error", "timeout")
 
@@ -198,12 +205,22 @@ def test_a_teardown_whose_connection_stalls_silently_is_told_by_the_next_status(
     assert said.startswith("the post-extraction run begun here at "), said
     assert said.endswith("went on after its connection stalled, unheard by its controller "
                          "(4 signals sent); it ended clean"), said
-    # Said once; and a teardown heard to its end leaves nothing to ask for.
+    # Said once: the node answered for the token, which the controller then forgot.
+    notes = tmp_path / "state" / "unheard.json"
+    assert json.loads(notes.read_text())["hosts"] == {}
     assert told(cli("status", "-i", fleet.inventory_path, "--json").host("node01"),
                 "unheard") == []
+    # A teardown heard to its end leaves nothing to ask for.
     assert cli("run", "post-extraction", "-i", fleet.inventory_path,
                "--json").host("node01")["status"] == "clean"
-    assert json.loads((tmp_path / "state" / "unheard.json").read_text())["hosts"] == {}
+    assert json.loads(notes.read_text())["hosts"] == {}
+
+
+def stop_relay(pidfile: Path) -> None:
+    """SIGKILL the relay by the PID it wrote, if it started and still runs."""
+    if pidfile.exists():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 
 SLOW_FREE = """\

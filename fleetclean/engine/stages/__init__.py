@@ -64,7 +64,7 @@ from fleetclean.engine.stages.owner import OWNER
 from fleetclean.engine.stages.verify import VERIFY
 
 GENERIC_RECORDS = ("begin", "lock", "stage", "match", "signal", "stuck", "unstuck", "change",
-                   "end", "error", "left", "done", "scope", "clock", "journal")
+                   "end", "error", "left", "done", "scope", "clock", "journal", "unheard")
 """Record kinds the runtime writes whatever the stages (``lib.sh``; ``scope.sh``'s scope,
 ``standalone.sh``'s clock); the parser reads them itself. (A journal's own ``journaled``
 and ``gone`` lines never reach the parser but inside a ``journal``: results/journal.py.)"""

@@ -99,6 +99,7 @@ class Readings:
     judged_gpus: list[int] | None = None  # --gpus / an epilog's job: the GPUs judged
     refused: dict[int, tuple[str, str, str]] = field(default_factory=dict)  # cmd, who, fix
     warnings: list[str] = field(default_factory=list)
+    answered: list[str] = field(default_factory=list)  # unheard runs' tokens ("unheard")
 
 
 RecordReader = Callable[[Readings, list[str]], None]

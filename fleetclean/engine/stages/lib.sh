@@ -536,16 +536,16 @@ fc_lock_dir() {
 # work. The next run on the host by the same login (status or teardown) sends that journal
 # as a "journal" record, which the controller reports (results/journal.py). A journal whose
 # run kept its controller to the end, as far as the node can tell, is kept at its exit as
-# "heard", beside it: a connection that stalls without an error (a network that drops
+# "heard.TOKEN" beside it: a connection that stalls without an error (a network that drops
 # silently while sshd still takes the output, a controller stopped and then killed) looks
-# kept to the end from here, and only the controller knows it never had the end. So the
+# kept to the end from here, and only the controller knows it never had the end. So a
 # run's journaled line carries its run's token (FC_RUN), which the controller keeps for
-# each host it did not hear to the end (results/unheard.py), and the host's next run from
-# it asks for that journal by the token (FC_UNHEARD): told once, as a lost one is. An
-# exported bundle (no controller to ask: no token) empties it. An exported bundle keeps
-# one too, and a status bundle sends one (FC_TAP_JOURNAL, standalone.sh): the tool that
-# runs it (clush, pdsh, ssh) can go away as fleetclean can. The epilog, whose output
-# slurmd does not read, keeps none and sends none.
+# each host it did not hear to the end (results/unheard.py); the host's next runs from it
+# ask for those tokens (FC_UNHEARD), and each such journal is told once, as a lost one is.
+# Without a token (an exported bundle: no controller to ask) it is emptied. An exported
+# bundle keeps a journal too, and a status bundle sends one (FC_TAP_JOURNAL,
+# standalone.sh): the tool that runs it (clush, pdsh, ssh) can go away as fleetclean can.
+# The epilog, whose output slurmd does not read, keeps none and sends none.
 FC_JOURNAL="" FC_JOURNAL_FD="" FC_GONE=0 FC_BEGIN_REC="" FC_TAP_JOURNAL=0 FC_RUN="" FC_UNHEARD=""
 
 # Record lines $1 out now: to the controller while it is there, then, where a teardown
@@ -582,11 +582,12 @@ fc_traps() {
 }
 
 # Start the journal (the lock held): what an earlier run that lost its controller left is
-# sent first, then the journal begins anew with this run's begin record.
+# sent first, and the heard journals the controller asks for (fc_journal_asked); then the
+# journal begins anew with this run's begin record.
 fc_journal_begin() {
     local t dir=${FC_LOCK_PATH%/*}
     fc_journal_send "$dir" 1
-    fc_journal_send "$dir" 1 heard
+    [[ -z $FC_UNHEARD ]] || fc_journal_asked "$dir" 1
     # Appended to (after emptying it): a status that empties it meanwhile leaves no hole.
     if ! { : >"$dir/journal" && exec {FC_JOURNAL_FD}>>"$dir/journal"; }; then
         FC_JOURNAL_FD=""
@@ -600,32 +601,50 @@ fc_journal_begin() {
 }
 
 # At the script's exit: a run that kept its controller to the end, as far as it can tell,
-# is kept as "heard" (a rename: a status looks at "journal" alone unless it is asked),
-# for its controller to ask for if it did not hear that end; without a token, or where
-# the rename fails, it leaves nothing to tell.
+# is kept as "heard.TOKEN" (a rename: a status looks at "journal" alone unless it is
+# asked), for its controller to ask for where it did not hear that end; without a token,
+# or where the rename fails, it leaves nothing to tell. A broken pipe or a hangup from here
+# on changes nothing: whatever the controller missed of the end, the token covers.
 fc_journal_end() {
     [[ -n $FC_JOURNAL_FD ]] || return 0
+    trap '' PIPE HUP
     ((FC_GONE)) && return 0
-    [[ -n $FC_RUN ]] && mv -f -- "$FC_JOURNAL" "${FC_JOURNAL%/*}/heard" 2>/dev/null && return 0
+    local dir=${FC_JOURNAL%/*}
+    if [[ -n $FC_RUN ]] && mv -f -- "$FC_JOURNAL" "$dir/heard.$FC_RUN" 2>/dev/null; then
+        fc_journal_prune "$dir"
+        return 0
+    fi
     : >"$FC_JOURNAL"
 }
 
-# Send the journal in DIR as a "journal" record where its run lost its controller, with
-# "running" where that run still holds the lock. A teardown (TAKE=1: it holds the lock, so
-# that run is over) then takes the journal; a read-only run takes it only where it gets
-# the lock for a moment (no teardown is at work, none can start meanwhile): told once.
-# NAME "heard": the journal of a run that kept its controller as far as it could tell,
-# sent only where the controller asks for it (FC_UNHEARD: it did not hear that run's end).
+# Keep the 8 newest heard journals in DIR (results/unheard.py: KEEP, the tokens a
+# controller asks for at most): those told (emptied) go first, then the oldest; one rm
+# for all, none while there are 8 or fewer.
+fc_journal_prune() {
+    local i old
+    local -a heard=("$1"/heard.*) drop=()
+    while ((${#heard[@]} > 8)); do
+        old=0
+        for i in "${!heard[@]}"; do
+            [[ -s ${heard[old]} ]] || break
+            [[ ! -s ${heard[i]} || ${heard[i]} -ot ${heard[old]} ]] && old=$i
+        done
+        drop+=("${heard[old]}")
+        unset 'heard[old]'
+        heard=("${heard[@]}")
+    done
+    ((${#drop[@]} == 0)) || rm -f -- "${drop[@]}" 2>/dev/null
+}
+
+# Send the journal NAME in DIR ("journal": where its run lost its controller; a heard one:
+# whole) as a "journal" record, with "running" where that run still holds the lock; 0
+# where it was told. A teardown (TAKE=1: it holds the lock, so that run is over) then
+# takes the journal; a read-only run takes it only where it gets the lock for a moment (no
+# teardown is at work, none can start meanwhile): told once.
 fc_journal_send() {
-    local dir=$1 name=${3:-journal} text="" fd=""
-    if [[ $name == heard ]]; then
-        # Its first line alone (a buffered read) unless it is the one asked for.
-        [[ -n $FC_UNHEARD ]] || return 0
-        { IFS= read -r text <"$dir/heard"; } 2>/dev/null
-        fc_journal_told heard "$text" || return 0
-    fi
+    local dir=$1 name=${3:-journal} text="" fd="" told=1
     { IFS= read -r -d '' text <"$dir/$name"; } 2>/dev/null
-    fc_journal_told "$name" "$text" || return 0
+    fc_journal_told "$name" "$text" || return 1
     if ! ((${2:-0})); then
         if ! command -v flock >/dev/null 2>&1 || ! exec {fd}>>"$dir/lock"; then
             fc_rec journal "$text" ""  # no lock to ask: told now, and told again
@@ -633,10 +652,10 @@ fc_journal_send() {
         fi
         if ! flock -n "$fd"; then
             # Still at work, or over and the lock another's for a moment (that run tells it).
-            [[ $name == heard || $text == *$'\n@@fleetclean\tdone\t'* ]] ||
+            [[ $name != journal || $text == *$'\n@@fleetclean\tdone\t'* ]] ||
                 fc_rec journal "$text" running
             exec {fd}>&-
-            return 0
+            return 1
         fi
         { IFS= read -r -d '' text <"$dir/$name"; } 2>/dev/null  # as it is now, locked
     fi
@@ -644,18 +663,43 @@ fc_journal_send() {
         fc_rec journal "$text" ""
         fc_flush  # out before it is emptied: a run cut off here leaves it to the next
         : >"$dir/$name"
+        told=0
     fi
     [[ -z $fd ]] || exec {fd}>&-
+    return "$told"
 }
 
-# Whether the journal NAME, now TEXT, is to be told: one that lost its controller, or
-# the heard one the controller asks for.
+# Whether the journal NAME, now TEXT, is to be told: one that lost its controller, or a
+# heard one not told yet.
 fc_journal_told() {
-    if [[ $1 == heard ]]; then
-        [[ ${2%%$'\n'*} == *$'\t'"$FC_UNHEARD" ]]
+    if [[ $1 == heard.* ]]; then
+        [[ -n $2 ]]
     else
         [[ $2 == *$'\n@@fleetclean\tgone\t'* ]]
     fi
+}
+
+# The heard journals the controller asks for (FC_UNHEARD: the tokens of its teardowns here
+# whose end it did not hear), each told once; and an "unheard" record for each token dealt
+# with: told now, or nothing kept under it (told before, pruned, never begun here), but
+# for the run of that token still at work here (its journal not renamed yet: a read-only
+# run leaves it to a later one; a teardown tells what it left, over without its exit).
+fc_journal_asked() {
+    local dir=$1 tok line text
+    for tok in $FC_UNHEARD; do
+        if [[ -s $dir/heard.$tok ]]; then
+            fc_journal_send "$dir" "$2" "heard.$tok" || continue
+        else
+            line=""
+            { IFS= read -r line <"$dir/journal"; } 2>/dev/null
+            if [[ $line == *$'\t'"$tok" ]]; then
+                ((${2:-0})) || continue
+                { IFS= read -r -d '' text <"$dir/journal"; } 2>/dev/null
+                fc_rec journal "$text" ""
+            fi
+        fi
+        fc_rec unheard "$tok"
+    done
 }
 
 # A read-only run (status) looks for a journal without making the directory (no process).
@@ -663,7 +707,7 @@ fc_journal_look() {
     fc_lock_dir look || return 0
     local dir=$REPLY
     [[ ! -s $dir/journal ]] || fc_journal_send "$dir" 0
-    [[ -z $FC_UNHEARD || ! -s $dir/heard ]] || fc_journal_send "$dir" 0 heard
+    [[ -z $FC_UNHEARD ]] || fc_journal_asked "$dir" 0
 }
 
 # Take the per-host lock: FC_LOCK_STATE ok, none (no private directory, no flock: run

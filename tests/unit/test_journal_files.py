@@ -1,0 +1,74 @@
+"""The node's journal files (``lib.sh``: the journal), worked on by lib.sh's own functions
+in a directory of the test's: which heard journals a controller's tokens get told, which
+the node answers for, and which it keeps. No simulator: nothing here runs a teardown."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from fleetclean.engine.stages import template
+from fleetclean.results.parse import parse_script_output
+
+
+def lib(script: str, cwd: Path) -> str:
+    """``script`` run by bash after lib.sh's definitions; its records."""
+    return subprocess.run(["bash", "-c", template("lib.sh") + "\n" + script + "\nfc_flush\n"],
+                          cwd=cwd, capture_output=True, text=True, check=True, timeout=30).stdout
+
+
+def journal(token: str, *records: str) -> str:
+    rec = "@@fleetclean\t{}\n".format
+    return rec(f"journaled\t1700000000\t{token}") + "".join(rec(r) for r in records)
+
+
+def test_each_token_asked_for_is_told_once_and_answered_unless_its_run_is_at_work(
+    tmp_path: Path,
+) -> None:
+    d = tmp_path / "lock"
+    d.mkdir()
+    (d / "heard.aaa").write_text(journal("aaa", "begin\t1\tpost-extraction\tgpu01\t0",
+                                         "done\t0"))
+    (d / "heard.ddd").write_text("")  # told before
+    (d / "journal").write_text(journal("bbb", "begin\t1\tpost-extraction\tgpu01\t0"))
+    out = lib(f"FC_UNHEARD='aaa bbb ccc ddd'\nfc_journal_asked {d} 0", tmp_path)
+    report = parse_script_output(out, "", 0)
+    (said,) = report.warnings
+    assert said.startswith("the post-extraction run begun here at ") and \
+        "unheard by its controller" in said, said
+    assert report.answered == ("aaa", "ccc", "ddd")  # bbb's run still at work: not yet
+    assert (d / "heard.aaa").read_text() == ""  # told once
+    assert "\tbbb\n" in (d / "journal").read_text()  # a read-only run leaves it be
+
+
+def test_a_teardown_tells_the_journal_of_an_asked_run_that_ended_without_its_exit(
+    tmp_path: Path,
+) -> None:
+    d = tmp_path / "lock"
+    d.mkdir()
+    (d / "journal").write_text(journal("bbb", "begin\t1\tpost-extraction\tgpu01\t0",
+                                       "stage\t1\tstop-server\tsignal"))
+    out = lib(f"FC_UNHEARD=bbb\nfc_journal_asked {d} 1", tmp_path)
+    report = parse_script_output(out, "", 0)
+    (said,) = report.warnings
+    assert said.endswith("it stopped before its end (killed, or the node went down)"), said
+    assert report.answered == ("bbb",)
+
+
+def test_a_node_keeps_the_eight_newest_heard_journals_dropping_told_ones_first(
+    tmp_path: Path,
+) -> None:
+    d = tmp_path / "lock"
+    d.mkdir()
+    for i in range(9):
+        f = d / f"heard.t{i}"
+        f.write_text(journal(f"t{i}", "done\t0"))
+        os.utime(f, (1700000000 + i, 1700000000 + i))
+    for told in ("heard.x1", "heard.x2"):
+        (d / told).write_text("")
+        os.utime(d / told, (1800000000, 1800000000))  # newer, but told
+    lib(f"fc_journal_prune {d}", tmp_path)
+    assert sorted(f.name for f in d.iterdir()) == [f"heard.t{i}" for i in range(1, 9)]
+    lib(f"fc_journal_prune {d}", tmp_path)  # eight: none goes
+    assert len(list(d.iterdir())) == 8
