@@ -8,6 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from fleetclean.engine.stages import template
 from fleetclean.results.parse import parse_script_output
 
@@ -23,11 +25,17 @@ def journal(token: str, *records: str) -> str:
     return rec(f"journaled\t1700000000\t{token}") + "".join(rec(r) for r in records)
 
 
+@pytest.fixture
+def d(tmp_path: Path) -> Path:
+    """The node's lock directory, where its journals are."""
+    path = tmp_path / "lock"
+    path.mkdir()
+    return path
+
+
 def test_each_token_asked_for_is_told_once_and_answered_unless_its_run_is_at_work(
-    tmp_path: Path,
+    d: Path, tmp_path: Path
 ) -> None:
-    d = tmp_path / "lock"
-    d.mkdir()
     (d / "heard.aaa").write_text(journal("aaa", "begin\t1\tpost-extraction\tgpu01\t0",
                                          "done\t0"))
     (d / "heard.ddd").write_text("")  # told before
@@ -43,10 +51,8 @@ def test_each_token_asked_for_is_told_once_and_answered_unless_its_run_is_at_wor
 
 
 def test_a_teardown_tells_the_journal_of_an_asked_run_that_ended_without_its_exit(
-    tmp_path: Path,
+    d: Path, tmp_path: Path
 ) -> None:
-    d = tmp_path / "lock"
-    d.mkdir()
     (d / "journal").write_text(journal("bbb", "begin\t1\tpost-extraction\tgpu01\t0",
                                        "stage\t1\tstop-server\tsignal"))
     out = lib(f"FC_UNHEARD=bbb\nfc_journal_asked {d} 1", tmp_path)
@@ -57,10 +63,8 @@ def test_a_teardown_tells_the_journal_of_an_asked_run_that_ended_without_its_exi
 
 
 def test_a_node_keeps_the_eight_newest_heard_journals_dropping_told_ones_first(
-    tmp_path: Path,
+    d: Path, tmp_path: Path
 ) -> None:
-    d = tmp_path / "lock"
-    d.mkdir()
     for i in range(9):
         f = d / f"heard.t{i}"
         f.write_text(journal(f"t{i}", "done\t0"))
