@@ -262,6 +262,7 @@ def host_result(name: str, output: ScriptOutput, duration_s: float) -> HostResul
         judged_gpus=report.judged_gpus,
         refused=report.refused,
         warnings=report.warnings,
+        started=output.started,
         ended=report.ended,
         answered=report.answered,
     )

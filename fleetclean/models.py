@@ -282,6 +282,7 @@ class HostResult:
     judged_gpus: tuple[int, ...] | None = None
     refused: tuple[Refusal, ...] = ()  # see ScriptReport.refused
     warnings: tuple[str, ...] = ()  # see ScriptReport.warnings
+    started: bool = False  # the script was started on the host (transport.ScriptOutput)
     ended: bool = False  # see ScriptReport.ended: heard to the end
     answered: tuple[str, ...] = ()  # see ScriptReport.answered
 

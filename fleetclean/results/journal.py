@@ -16,8 +16,8 @@ A run whose end its controller did not hear, though the node saw no sign of it (
 >>> print(describe(text.replace(rec("gone", "1700000004"), "") + rec("done"),
 ...                when=lambda t: f"t{t - 1700000000}"))
 ... # doctest: +NORMALIZE_WHITESPACE
-the post-extraction run begun here at t0 went on after its connection stalled, unheard by
-its controller (2 signals sent); it ended
+the post-extraction run begun here at t0 went on unheard by its controller (2 signals
+sent); it ended
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def describe(text: str, state: str = "", when: Callable[[int], str] = _local) ->
     else:
         end = "it ended"
     if not gone:  # kept as "heard", asked for by a controller that did not hear its end
-        return (f"the {playbook} run begun here at {at('journaled')} went on after its "
-                f"connection stalled, unheard by its controller ({did}); {end}")
+        return (f"the {playbook} run begun here at {at('journaled')} went on unheard by its "
+                f"controller ({did}); {end}")
     return (f"the {playbook} run begun here at {at('journaled')} lost its controller at "
             f"{at('gone')} and went on alone ({did}); {end}")

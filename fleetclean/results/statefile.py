@@ -58,8 +58,8 @@ def write_hosts(name: str, hosts: Mapping[str, Any]) -> None:
 def update_hosts(name: str, change: Callable[[dict[str, Any]], Mapping[str, Any]]) -> None:
     """Read, change and write the file under a lock of its own (``.NAME.lock``), so that
     two runs that update it at once both count: for a file whose lost update costs more
-    than a hint. Without the lock (a state directory that cannot be written) it is done
-    unlocked, as :func:`write_hosts` would fail anyway."""
+    than a hint. Where no lock can be had (a state directory that cannot be written, a file
+    system without locks) it is done unlocked: a run is never failed for a hint file."""
     lock = state_dir() / f".{name}.lock"
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
@@ -68,7 +68,9 @@ def update_hosts(name: str, change: Callable[[dict[str, Any]], Mapping[str, Any]
         fd = -1
     try:
         if fd >= 0:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            # No locks there (NFS without lockd: ENOLCK): done unlocked.
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX)
         before = read_hosts(name)
         after = dict(change(dict(before)))
         if after != before:

@@ -617,13 +617,14 @@ fc_journal_end() {
     : >"$FC_JOURNAL"
 }
 
-# Keep the 8 newest heard journals in DIR (results/unheard.py: KEEP, the tokens a
-# controller asks for at most): those told (emptied) go first, then the oldest; one rm
-# for all, none while there are 8 or fewer.
+# Keep the 64 newest heard journals in DIR (most of them heard, never asked for: several
+# controllers' teardowns may come between a stalled one and its controller's next run):
+# those told (emptied) go first, then the oldest; one rm for all, none while there are 64
+# or fewer. At most a few MB in /run.
 fc_journal_prune() {
     local i old
     local -a heard=("$1"/heard.*) drop=()
-    while ((${#heard[@]} > 8)); do
+    while ((${#heard[@]} > 64)); do
         old=0
         for i in "${!heard[@]}"; do
             [[ -s ${heard[old]} ]] || break
@@ -684,19 +685,19 @@ fc_journal_told() {
 # with: told now, or nothing kept under it (told before, pruned, never begun here), but
 # for the run of that token still at work here (its journal not renamed yet: a read-only
 # run leaves it to a later one; a teardown tells what it left, over without its exit).
+# The journal is looked at before its heard name: a run that renames it in between is
+# found there, never taken for one with nothing kept.
 fc_journal_asked() {
     local dir=$1 tok line text
     for tok in $FC_UNHEARD; do
-        if [[ -s $dir/heard.$tok ]]; then
+        line=""
+        { IFS= read -r line <"$dir/journal"; } 2>/dev/null
+        if [[ $line == *$'\t'"$tok" ]]; then
+            ((${2:-0})) || continue
+            { IFS= read -r -d '' text <"$dir/journal"; } 2>/dev/null
+            fc_rec journal "$text" ""
+        elif [[ -s $dir/heard.$tok ]]; then
             fc_journal_send "$dir" "$2" "heard.$tok" || continue
-        else
-            line=""
-            { IFS= read -r line <"$dir/journal"; } 2>/dev/null
-            if [[ $line == *$'\t'"$tok" ]]; then
-                ((${2:-0})) || continue
-                { IFS= read -r -d '' text <"$dir/journal"; } 2>/dev/null
-                fc_rec journal "$text" ""
-            fi
         fi
         fc_rec unheard "$tok"
     done

@@ -1,0 +1,70 @@
+"""Which tokens of unheard teardowns a host's next run asks for (results/unheard.py): never
+one whose run is still in flight, always one whose run is over, and a damaged file is no
+reason to fail a run."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from fleetclean.models import HostResult, HostStatus, RunResult
+from fleetclean.results import unheard
+
+
+@pytest.fixture
+def notes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("FLEETCLEAN_STATE_DIR", str(tmp_path))
+    return tmp_path / unheard.FILE
+
+
+def write(path: Path, hosts: dict[str, object]) -> None:
+    path.write_text(json.dumps({"hosts": hosts}))
+
+
+def gone_pid() -> int:
+    """The PID of a process of this test's that has exited."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_token_is_asked_for_once_the_run_that_noted_it_is_gone(notes: Path) -> None:
+    now = time.time()
+    here = socket.gethostname()
+    write(notes, {"gpu01": [["a1", now, gone_pid(), here]],      # its controller died
+                  "gpu02": [["b1", now, 1, here]],               # PID 1: in flight
+                  "gpu03": [["c1", now, 1, "elsewhere"]],        # another machine's, young
+                  "gpu04": [["d1", now - 2 * unheard.FLIGHT_S, 1, "elsewhere"]],
+                  "gpu05": [["e1", now], ["e2", now]]})          # settled, not heard
+    assert unheard.load() == {"gpu01": "a1", "gpu04": "d1", "gpu05": "e1 e2"}
+
+
+def test_a_run_keeps_its_token_only_where_its_script_started_and_was_not_heard_to_the_end(
+    notes: Path,
+) -> None:
+    unheard.begin(["gpu01", "gpu02", "gpu03"], "r1")
+    unheard.settle(RunResult("post-extraction", 1.0, (
+        HostResult("gpu01", HostStatus.ERROR, "a stage failed", started=True, ended=True),
+        HostResult("gpu02", HostStatus.ERROR, "connection lost", started=True),
+        HostResult("gpu03", HostStatus.ERROR, "not started"))), "r1")
+    assert unheard.load() == {"gpu02": "r1"}
+    # Asked, answered: forgotten. A status settles only what the nodes answered for.
+    unheard.settle(RunResult("status", 1.0, (
+        HostResult("gpu02", HostStatus.CLEAN, started=True, ended=True, answered=("r1",)),)))
+    assert unheard.load() == {}
+    assert json.loads(notes.read_text()) == {"hosts": {}}
+
+
+def test_a_damaged_file_reads_as_no_tokens(notes: Path) -> None:
+    write(notes, {"gpu01": [["a1", "inf"], ["a2", 10**400]],
+                  "gpu02": [["b b", time.time()], ["b1", time.time(), -1, socket.gethostname()],
+                            ["b2", time.time(), 10**30, socket.gethostname()]],
+                  "gpu03": "x", "gpu04": [None, [1], ["c1"]]})
+    assert unheard.load() == {"gpu02": "b1 b2"}  # no group, no absurd PID: settled ones
+    notes.write_text("[" * 100_000)
+    assert unheard.load() == {}
