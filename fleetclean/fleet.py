@@ -202,11 +202,13 @@ def _result(jobs: Sequence[Job], playbook: str, results: dict[str, HostResult],
     for job in jobs:
         res = results.get(job.host.name)
         if res is None:
+            abandoned = job.host.name in (left or ())
             res = HostResult(
                 job.host.name,
                 HostStatus.ERROR,
-                LEFT if job.host.name in (left or ()) else
+                LEFT if abandoned else
                 "not started: the run was interrupted before this host's turn",
+                started=abandoned,  # its script may run on (results/unheard.py)
             )
         ordered.append(res)
     return RunResult(

@@ -25,17 +25,13 @@ its own (:func:`statefile.update_hosts`): two runs that end at once keep both th
 >>> from fleetclean.models import HostResult, HostStatus, RunResult
 >>> os.environ["FLEETCLEAN_STATE_DIR"] = tempfile.mkdtemp()
 >>> begin(["gpu01", "gpu02", "gpu03"], "r1")
->>> load()   # in flight: this process runs it
-{}
 >>> settle(RunResult("post-extraction", 1.0, (
 ...     HostResult("gpu01", HostStatus.CLEAN, started=True, ended=True),
 ...     HostResult("gpu02", HostStatus.TIMEOUT, started=True),
 ...     HostResult("gpu03", HostStatus.UNREACHABLE))), "r1")
 >>> load()
 {'gpu02': 'r1'}
->>> begin(["gpu02"], "r2")   # r1 still asked for; r2 in flight
->>> load()
-{'gpu02': 'r1'}
+>>> begin(["gpu02"], "r2")   # r1 still asked for by r2's script
 >>> settle(RunResult("post-extraction", 1.0, (HostResult("gpu02", HostStatus.TIMEOUT,
 ...                                           started=True, answered=("r1",)),)), "r2")
 >>> load()
@@ -61,8 +57,9 @@ FILE = "unheard.json"
 KEEP_S = 30 * 24 * 3600
 # Tokens a host keeps at most (the newest); a node keeps its 64 newest heard journals.
 KEEP = 8
-# A run in flight on another machine (a state directory both share) is taken for over
-# after this long: no teardown runs that long, and its process cannot be asked from here.
+# A run in flight is taken for over after this long, whatever its PID says (used again by
+# another process; on another machine, one that shares the state directory, it cannot be
+# asked at all): no teardown runs that long.
 FLIGHT_S = 3600
 # The largest PID Linux gives (pid_max's ceiling); macOS's are smaller.
 _PID_MAX = 4_194_304
@@ -76,10 +73,13 @@ class Note:
     machine: str = ""  # and the machine it runs on
 
     def in_flight(self, now: float) -> bool:
-        if not self.pid:
+        # After FLIGHT_S, or where the PID is this process's (which has begun no run yet
+        # when it asks: a PID used again, as a container's controller is PID 1 each time),
+        # the run is over whatever the PID says.
+        if not self.pid or now - self.at >= FLIGHT_S or self.pid == os.getpid():
             return False
         if self.machine != socket.gethostname():
-            return now - self.at < FLIGHT_S
+            return True
         try:
             os.kill(self.pid, 0)  # signal 0: is it there (nothing is sent)
         except ProcessLookupError:
@@ -128,7 +128,10 @@ def settle(result: RunResult, run: str = "", now: float | None = None) -> None:
     teardown ``run``'s own is forgotten where its script was heard to the end or never
     started, and kept, no longer in flight, where it was not heard to the end."""
     answered = {h.host: set(h.answered) for h in result.hosts}
-    done = {h.host: h.ended or not h.started for h in result.hosts}
+    # "Not started" is the run's word only where it was not interrupted: a Ctrl-C that
+    # comes after the hosts' loop calls every host not started.
+    done = {h.host: h.ended or (not h.started and not result.interrupted)
+            for h in result.hosts}
 
     def change(notes: Notes) -> None:
         for host in set(notes) & set(answered):

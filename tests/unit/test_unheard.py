@@ -5,6 +5,7 @@ reason to fail a run."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import time
@@ -40,8 +41,11 @@ def test_a_token_is_asked_for_once_the_run_that_noted_it_is_gone(notes: Path) ->
                   "gpu02": [["b1", now, 1, here]],               # PID 1: in flight
                   "gpu03": [["c1", now, 1, "elsewhere"]],        # another machine's, young
                   "gpu04": [["d1", now - 2 * unheard.FLIGHT_S, 1, "elsewhere"]],
-                  "gpu05": [["e1", now], ["e2", now]]})          # settled, not heard
-    assert unheard.load() == {"gpu01": "a1", "gpu04": "d1", "gpu05": "e1 e2"}
+                  "gpu05": [["e1", now], ["e2", now]],           # settled, not heard
+                  "gpu06": [["f1", now - 2 * unheard.FLIGHT_S, 1, here]],  # PID 1 now another
+                  "gpu07": [["g1", now, os.getpid(), here]]})    # a PID used again: ours
+    assert unheard.load() == {"gpu01": "a1", "gpu04": "d1", "gpu05": "e1 e2", "gpu06": "f1",
+                              "gpu07": "g1"}
 
 
 def test_a_run_keeps_its_token_only_where_its_script_started_and_was_not_heard_to_the_end(
@@ -58,6 +62,18 @@ def test_a_run_keeps_its_token_only_where_its_script_started_and_was_not_heard_t
         HostResult("gpu02", HostStatus.CLEAN, started=True, ended=True, answered=("r1",)),)))
     assert unheard.load() == {}
     assert json.loads(notes.read_text()) == {"hosts": {}}
+
+
+def test_an_interrupted_run_keeps_the_token_of_every_host_not_heard_to_the_end(
+    notes: Path,
+) -> None:
+    # A Ctrl-C after the hosts' loop calls every host not started: the scripts ran.
+    unheard.begin(["gpu01", "gpu02"], "r1")
+    unheard.settle(RunResult("post-extraction", 1.0, (
+        HostResult("gpu01", HostStatus.ERROR, "not started"),
+        HostResult("gpu02", HostStatus.CLEAN, started=True, ended=True)), interrupted=True),
+        "r1")
+    assert unheard.load() == {"gpu01": "r1"}
 
 
 def test_a_damaged_file_reads_as_no_tokens(notes: Path) -> None:

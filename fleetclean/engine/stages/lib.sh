@@ -541,7 +541,8 @@ fc_lock_dir() {
 # kept to the end from here, and only the controller knows it never had the end. So a
 # run's journaled line carries its run's token (FC_RUN), which the controller keeps for
 # each host it did not hear to the end (results/unheard.py); the host's next runs from it
-# ask for those tokens (FC_UNHEARD), and each such journal is told once, as a lost one is.
+# ask for those tokens (FC_UNHEARD), and each such journal is told until the controller has
+# the node's answer for its token (fc_journal_asked).
 # Without a token (an exported bundle: no controller to ask) it is emptied. An exported
 # bundle keeps a journal too, and a status bundle sends one (FC_TAP_JOURNAL,
 # standalone.sh): the tool that runs it (clush, pdsh, ssh) can go away as fleetclean can.
@@ -618,17 +619,15 @@ fc_journal_end() {
 }
 
 # Keep the 64 newest heard journals in DIR (most of them heard, never asked for: several
-# controllers' teardowns may come between a stalled one and its controller's next run):
-# those told (emptied) go first, then the oldest; one rm for all, none while there are 64
-# or fewer. At most a few MB in /run.
+# controllers' teardowns may come between a stalled one and its controller's next run);
+# one rm for all, none while there are 64 or fewer. At most a few MB in /run.
 fc_journal_prune() {
     local i old
     local -a heard=("$1"/heard.*) drop=()
     while ((${#heard[@]} > 64)); do
         old=0
         for i in "${!heard[@]}"; do
-            [[ -s ${heard[old]} ]] || break
-            [[ ! -s ${heard[i]} || ${heard[i]} -ot ${heard[old]} ]] && old=$i
+            [[ ${heard[i]} -ot ${heard[old]} ]] && old=$i
         done
         drop+=("${heard[old]}")
         unset 'heard[old]'
@@ -637,15 +636,14 @@ fc_journal_prune() {
     ((${#drop[@]} == 0)) || rm -f -- "${drop[@]}" 2>/dev/null
 }
 
-# Send the journal NAME in DIR ("journal": where its run lost its controller; a heard one:
-# whole) as a "journal" record, with "running" where that run still holds the lock; 0
-# where it was told. A teardown (TAKE=1: it holds the lock, so that run is over) then
-# takes the journal; a read-only run takes it only where it gets the lock for a moment (no
-# teardown is at work, none can start meanwhile): told once.
+# Send the journal in DIR as a "journal" record where its run lost its controller, with
+# "running" where that run still holds the lock. A teardown (TAKE=1: it holds the lock, so
+# that run is over) then takes the journal; a read-only run takes it only where it gets
+# the lock for a moment (no teardown is at work, none can start meanwhile): told once.
 fc_journal_send() {
-    local dir=$1 name=${3:-journal} text="" fd="" told=1
-    { IFS= read -r -d '' text <"$dir/$name"; } 2>/dev/null
-    fc_journal_told "$name" "$text" || return 1
+    local dir=$1 text="" fd=""
+    { IFS= read -r -d '' text <"$dir/journal"; } 2>/dev/null
+    [[ $text == *$'\n@@fleetclean\tgone\t'* ]] || return 0
     if ! ((${2:-0})); then
         if ! command -v flock >/dev/null 2>&1 || ! exec {fd}>>"$dir/lock"; then
             fc_rec journal "$text" ""  # no lock to ask: told now, and told again
@@ -653,51 +651,42 @@ fc_journal_send() {
         fi
         if ! flock -n "$fd"; then
             # Still at work, or over and the lock another's for a moment (that run tells it).
-            [[ $name != journal || $text == *$'\n@@fleetclean\tdone\t'* ]] ||
-                fc_rec journal "$text" running
+            [[ $text == *$'\n@@fleetclean\tdone\t'* ]] || fc_rec journal "$text" running
             exec {fd}>&-
-            return 1
+            return 0
         fi
-        { IFS= read -r -d '' text <"$dir/$name"; } 2>/dev/null  # as it is now, locked
+        { IFS= read -r -d '' text <"$dir/journal"; } 2>/dev/null  # as it is now, locked
     fi
-    if fc_journal_told "$name" "$text"; then
+    if [[ $text == *$'\n@@fleetclean\tgone\t'* ]]; then
         fc_rec journal "$text" ""
         fc_flush  # out before it is emptied: a run cut off here leaves it to the next
-        : >"$dir/$name"
-        told=0
+        : >"$dir/journal"
     fi
     [[ -z $fd ]] || exec {fd}>&-
-    return "$told"
-}
-
-# Whether the journal NAME, now TEXT, is to be told: one that lost its controller, or a
-# heard one not told yet.
-fc_journal_told() {
-    if [[ $1 == heard.* ]]; then
-        [[ -n $2 ]]
-    else
-        [[ $2 == *$'\n@@fleetclean\tgone\t'* ]]
-    fi
 }
 
 # The heard journals the controller asks for (FC_UNHEARD: the tokens of its teardowns here
-# whose end it did not hear), each told once; and an "unheard" record for each token dealt
-# with: told now, or nothing kept under it (told before, pruned, never begun here), but
-# for the run of that token still at work here (its journal not renamed yet: a read-only
-# run leaves it to a later one; a teardown tells what it left, over without its exit).
-# The journal is looked at before its heard name: a run that renames it in between is
-# found there, never taken for one with nothing kept.
+# whose end it did not hear, DIR: their directory, "" where there is none), each told, and
+# an "unheard" record for each token dealt with: told now, or nothing kept under it
+# (pruned, never begun here), but for the run of that token still at work here (its journal
+# not renamed yet: a read-only run leaves it to a later one; a teardown tells what it left,
+# over without its exit). A heard journal is not emptied once told: the controller forgets
+# the token once it has the answer, and asks again where it did not get it (this run's own
+# connection stalled too). The journal is looked at before its heard name: a run that
+# renames it in between is found there, never taken for one with nothing kept.
 fc_journal_asked() {
     local dir=$1 tok line text
     for tok in $FC_UNHEARD; do
         line=""
-        { IFS= read -r line <"$dir/journal"; } 2>/dev/null
+        [[ -z $dir ]] || { IFS= read -r line <"$dir/journal"; } 2>/dev/null
         if [[ $line == *$'\t'"$tok" ]]; then
             ((${2:-0})) || continue
             { IFS= read -r -d '' text <"$dir/journal"; } 2>/dev/null
             fc_rec journal "$text" ""
-        elif [[ -s $dir/heard.$tok ]]; then
-            fc_journal_send "$dir" "$2" "heard.$tok" || continue
+        elif [[ -n $dir && -s $dir/heard.$tok ]]; then
+            text=""
+            { IFS= read -r -d '' text <"$dir/heard.$tok"; } 2>/dev/null
+            [[ -z $text ]] || fc_rec journal "$text" ""
         fi
         fc_rec unheard "$tok"
     done
@@ -705,7 +694,10 @@ fc_journal_asked() {
 
 # A read-only run (status) looks for a journal without making the directory (no process).
 fc_journal_look() {
-    fc_lock_dir look || return 0
+    if ! fc_lock_dir look; then
+        [[ -z $FC_UNHEARD ]] || fc_journal_asked "" 0  # none here: nothing kept
+        return 0
+    fi
     local dir=$REPLY
     [[ ! -s $dir/journal ]] || fc_journal_send "$dir" 0
     [[ -z $FC_UNHEARD ]] || fc_journal_asked "$dir" 0
