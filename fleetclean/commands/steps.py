@@ -189,7 +189,7 @@ def render_jobs(
     """Render every host's script before any connection: bad input never reaches a host.
     ``last_clean``: the hosts whose early GPU read is ``--query-gpu`` (render.early_reads);
     None: those :mod:`fleetclean.results.lastclean` knows clean. ``run``: a teardown's
-    token; ``unheard``: each host's token of a teardown whose end was not heard; None:
+    token; ``unheard``: each host's tokens of teardowns whose end was not heard; None:
     those :mod:`fleetclean.results.unheard` keeps."""
     from fleetclean import fleet
     from fleetclean.engine.playbook import load_playbook

@@ -318,9 +318,9 @@ def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host:
                   unheard: str = "") -> list[str]:
     """The lines of the function that runs the stages and the verification; ``host`` is
     the shell word ``FC_HOST`` gets (a quoted name, or a variable set at run time).
-    ``run``: the run's token, which a teardown's journal carries; ``unheard``: the token of
-    this host's run whose end the controller did not hear, whose journal the script sends
-    (lib.sh: the journal; :mod:`fleetclean.results.unheard`)."""
+    ``run``: the run's token, which a teardown's journal carries; ``unheard``: the tokens
+    (space-separated) of this host's teardowns whose end the controller did not hear, whose
+    journals the script sends (lib.sh: the journal; :mod:`fleetclean.results.unheard`)."""
     main = [
         f"{name}() {{",
         f"    {SETTLE}",
