@@ -677,17 +677,15 @@ fc_journal_send() {
 fc_journal_asked() {
     local dir=$1 tok line text
     for tok in $FC_UNHEARD; do
-        line=""
+        line="" text=""
         [[ -z $dir ]] || { IFS= read -r line <"$dir/journal"; } 2>/dev/null
         if [[ $line == *$'\t'"$tok" ]]; then
             ((${2:-0})) || continue
             { IFS= read -r -d '' text <"$dir/journal"; } 2>/dev/null
-            fc_rec journal "$text" ""
         elif [[ -n $dir && -s $dir/heard.$tok ]]; then
-            text=""
             { IFS= read -r -d '' text <"$dir/heard.$tok"; } 2>/dev/null
-            [[ -z $text ]] || fc_rec journal "$text" ""
         fi
+        [[ -z $text ]] || fc_rec journal "$text" ""
         fc_rec unheard "$tok"
     done
 }
