@@ -218,9 +218,10 @@ def render_jobs(
         resolved = resolved_for.get(key)
         if resolved is None:
             resolved = resolved_for[key] = resolve(book, host.vars, extra_vars)
+        # A read-only playbook's script keeps no journal: it carries no token.
+        token = "" if check or resolved.read_only else run
         pieces = renderer.pieces(resolved, check=check, force=force, host_name=host.name,
-                                 last_clean=host.name in clean, run=run,
+                                 last_clean=host.name in clean, run=token,
                                  unheard=asked.get(host.name, ""))
-        # A read-only playbook's script keeps no journal: its token is none.
-        jobs.append(fleet.Job(host, pieces, "" if check or resolved.read_only else run))
+        jobs.append(fleet.Job(host, pieces, token))
     return book.name, jobs, extra_vars

@@ -318,7 +318,8 @@ def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host:
                   unheard: str = "") -> list[str]:
     """The lines of the function that runs the stages and the verification; ``host`` is
     the shell word ``FC_HOST`` gets (a quoted name, or a variable set at run time).
-    ``run``: the run's token, which a teardown's journal carries; ``unheard``: the tokens
+    ``run``: a teardown's token, which its journal carries (none for a read-only run:
+    ``commands.steps.render_jobs`` decides); ``unheard``: the tokens
     (space-separated) of this host's teardowns whose end the controller did not hear, whose
     journals the script sends (lib.sh: the journal; :mod:`fleetclean.results.unheard`)."""
     main = [
@@ -332,7 +333,7 @@ def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host:
         f"    FC_FORCE={int(force)}",
         f"    FC_LOCK_WAIT={resolved.lock_wait:g}",
         f"    FC_PROTECT=({' '.join(q(n) for n in resolved.protect)})",
-        *([f"    FC_RUN={q(run)}"] if run and not check else []),
+        *([f"    FC_RUN={q(run)}"] if run else []),
         *([f"    FC_UNHEARD={q(unheard)}"] if unheard else []),
         *(_owner_lines(resolved) if "owner-act.sh" in libraries_of([resolved]) else []),
         "    if ! fc_begin; then",
