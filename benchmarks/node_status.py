@@ -13,12 +13,14 @@ where a GPU is in use, as on the busy node here), (b) the bare query the peers r
 ``nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total
 --format=csv,noheader,nounits``, and (c) the same query as pdsh or ssh run it, through a
 login shell (``bash -c '<query>'``): first on the idle node, then with an SGLang tp8 workload
-(every GPU busy: the script names eight processes). Wall and CPU (user+sys of the process
-and its children, bash's ``times``) are per call; the ratios are same-run, status over (b)
-and over (c): min/median/max over the rounds, and the best status over the best bare query
-(the figure least moved by other load on the machine). The fake nvidia-smi is a Python
-script (tens of ms of CPU, where a real one waits on the driver), so absolute numbers are
-the fake's; the ratio is what #18 bounds (<= 1.2x on a busy node).
+(every GPU busy: the script names eight processes), where ``status_seen_busy`` is the
+script of a host whose last status named these workers (results/lastclean.py: it reads
+them while its -q read runs; against ``--against``'s plain script). Wall and CPU
+(user+sys of the process and its children, bash's ``times``) are per call; the ratios are
+same-run, status over (b) and over (c): min/median/max over the rounds, and the best status
+over the best bare query (the figure least moved by other load on the machine). The fake
+nvidia-smi is a Python script (tens of ms of CPU, where a real one waits on the driver), so
+absolute numbers are the fake's; the ratio is what #18 bounds (<= 1.2x on a busy node).
 
 ``--real``: on a machine with a real ``nvidia-smi`` and no simulator (a real H200 node),
 the script is rendered for this machine (``fleetclean show status --local``) and run here
@@ -118,8 +120,8 @@ def measure(run: Runner, n: int, command: str, script: str) -> tuple[float, floa
 
 
 def rounds(run: Runner, args: argparse.Namespace, label: str, script: str, *,
-           against: str = "", seen_clean: str = "", against_seen_clean: str = ""
-           ) -> dict[str, Any]:
+           against: str = "", seen_clean: str = "", against_seen_clean: str = "",
+           seen_busy: str = "") -> dict[str, Any]:
     # As sshd runs it: boot's command, which the login shell execs, reads the script whole
     # from the pipe, then runs it (under `bash -s` bash would read a byte a read(2)).
     status = 'eval "$BOOT" <<<"$S"'
@@ -127,6 +129,8 @@ def rounds(run: Runner, args: argparse.Namespace, label: str, script: str, *,
                 ("bare_shell", BARE_SHELL, script)]
     if seen_clean:
         commands.append(("status_seen_clean", status, seen_clean))
+    if seen_busy:
+        commands.append(("status_seen_busy", status, seen_busy))
     if against:
         commands.append(("against", status, against))
     if against_seen_clean:
@@ -141,12 +145,13 @@ def rounds(run: Runner, args: argparse.Namespace, label: str, script: str, *,
     figures: dict[str, Any] = {
         f"{name}_ms": {"wall": [w * 1000 for w, _ in xs], "cpu": [c * 1000 for _, c in xs]}
         for name, xs in runs.items()}
-    for which in [s for s in ("status", "status_seen_clean") if s in runs]:
+    for which in [s for s in ("status", "status_seen_clean", "status_seen_busy") if s in runs]:
         for plain in [b for b in ("bare", "bare_shell", "against") if b in runs]:
-            key = plain if which == "status" else f"{plain}_seen_clean"
+            key = plain + which[len("status"):]
             # The other checkout's seen-clean script, where it has one, is the seen-clean
-            # script's before.
-            base = key if which != "status" and key in runs else plain
+            # script's before; a script that reads the PIDs named last time is against
+            # the other checkout's plain one (-q, as a host seen in use reads).
+            base = key if key in runs else plain
             for i, name in enumerate(("wall", "cpu")):
                 xs = [s[i] / b[i] for s, b in zip(runs[which], runs[base], strict=True)]
                 print(f"{label}: {name} ratio {which}/{base}: min {min(xs):.2f} median "
@@ -175,11 +180,12 @@ def local(argv: list[str]) -> str:
 
 
 def render(args: argparse.Namespace, where: list[str], checkout: Path | None = None,
-           seen_clean: bool = False) -> str:
+           seen_clean: bool = False, named: list[int] | None = None) -> str:
     """``fleetclean show status`` for ``where`` (``--local``, or an inventory and a host),
     by this checkout's code or by ``checkout``'s; ``seen_clean``: for a host whose GPUs all
     read clean at its last status (results/lastclean.py: the early read is --query-gpu),
-    else for one never seen (-q)."""
+    else for one never seen (-q); ``named``: for a host whose last status named these PIDs
+    (results/lastclean.py: read while its -q read runs)."""
     with tempfile.TemporaryDirectory() as state:
         env = {**os.environ, "FLEETCLEAN_STATE_DIR": state}
         if checkout:
@@ -191,6 +197,13 @@ def render(args: argparse.Namespace, where: list[str], checkout: Path | None = N
                                   env=env, cwd=checkout).stdout
 
         text = show()
+        if named:
+            host = json.loads(text.split("# host: ", 1)[1].split("  mode:", 1)[0])
+            (Path(state) / "last-named.json").write_text(
+                json.dumps({"hosts": {host: [time.time(), named]}}))
+            text = show()
+            if "FC_VHINT=" not in text:
+                raise LookupError(f"{checkout or 'this checkout'}: the hint was not taken")
         if seen_clean:
             host = json.loads(text.split("# host: ", 1)[1].split("  mode:", 1)[0])
             (Path(state) / "last-clean.json").write_text(
@@ -199,6 +212,11 @@ def render(args: argparse.Namespace, where: list[str], checkout: Path | None = N
             if "FC_VGFD" not in text:
                 raise LookupError(f"{checkout or 'this checkout'}: the hint was not taken")
         return text
+
+
+def gpu_pids(text: str) -> list[int]:
+    """The PIDs of ``nvidia-smi --query-compute-apps=pid`` output."""
+    return sorted({int(word) for word in text.split() if word.isdigit()})
 
 
 def against_seen_clean(args: argparse.Namespace, where: list[str]) -> str:
@@ -221,6 +239,11 @@ def real(args: argparse.Namespace) -> dict[str, Any]:
         clean = Path(tmp) / "seen_clean.sh"
         texts = {str(path): (render(args, ["--local"]), None),
                  str(clean): (render(args, ["--local"], seen_clean=True), None)}
+        apps = gpu_pids(local(["nvidia-smi", "--query-compute-apps=pid",
+                               "--format=csv,noheader"]))
+        busy = str(Path(tmp) / "seen_busy.sh") if apps else ""
+        if busy:
+            texts[busy] = (render(args, ["--local"], named=apps), None)
         other = other_clean = ""
         if args.against:
             other = str(Path(tmp) / "against.sh")
@@ -234,7 +257,7 @@ def real(args: argparse.Namespace) -> dict[str, Any]:
             BOOTS[name] = boot_command(text, checkout)
         return {"gpus": gpus.splitlines(), "as found": rounds(
             local, args, "as found", str(path), against=other, seen_clean=str(clean),
-            against_seen_clean=other_clean)}
+            against_seen_clean=other_clean, seen_busy=busy)}
 
 
 def simulated(args: argparse.Namespace) -> dict[str, Any]:
@@ -265,10 +288,18 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
                                       seen_clean="/tmp/seen_clean.sh",
                                       against_seen_clean=other_clean)}
             fleet.spawn("node01", "sglang", gpus="0-7", mib=4096)
+            # A host seen in use last time, naming the same workers: -q, the workers read
+            # while it runs.
+            apps = gpu_pids(in_node(["nvidia-smi", "--query-compute-apps=pid",
+                                     "--format=csv,noheader"]))
+            text = render(args, where, named=apps)
+            fleet.node_path("node01", "/tmp/seen_busy.sh").write_text(text)
+            BOOTS["/tmp/seen_busy.sh"] = boot_command(text)
             # A host seen clean and then in use: the query, then the apps after it.
             figures["busy"] = rounds(in_node, args, "busy", "/tmp/status.sh", against=other,
                                      seen_clean="/tmp/seen_clean.sh",
-                                     against_seen_clean=other_clean)
+                                     against_seen_clean=other_clean,
+                                     seen_busy="/tmp/seen_busy.sh")
             return figures
         finally:
             fleet.down()

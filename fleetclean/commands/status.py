@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from fleetclean.commands import slurm_step
 from fleetclean.commands.env import Env
@@ -56,24 +56,35 @@ def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
 def _watch_jobs(hosts: list[Host], args: argparse.Namespace
                 ) -> tuple[str, list[fleet.Job], Reads]:
     """Both early GPU reads of every host (render.early_reads), so that each refresh starts
-    each host's by what the refresh before it saw; the first by :mod:`lastclean`'s hint.
+    each host's by what the refresh before it saw; the first by :mod:`lastclean`'s hints.
     The password (-K) is asked once."""
     from fleetclean import fleet
 
+    named = lastclean.named()
     name, each_q, _ = render_jobs("status", hosts, args.extra_vars, check=False, force=False,
-                                  scope=scope_of(args), last_clean=())
+                                  scope=scope_of(args), last_clean=(), named=named)
     _, each_gpu, _ = render_jobs("status", hosts, args.extra_vars, check=False, force=False,
                                  scope=scope_of(args), last_clean={h.name for h in hosts})
     each_q = ask_become_pass(args, each_q)
     known = lastclean.load()
-    reads = {q.host.name: (q.host, q.pieces, g.pieces)
+    reads = {q.host.name: Read(q.host, q.pieces, g.pieces, named.get(q.host.name, ""))
              for q, g in zip(each_q, each_gpu, strict=True)}
     jobs = [fleet.Job(q.host, g.pieces if q.host.name in known else q.pieces)
             for q, g in zip(each_q, each_gpu, strict=True)]
     return name, jobs, reads
 
 
-Reads = dict[str, tuple["Host", tuple[str, ...], tuple[str, ...]]]
+class Read(NamedTuple):
+    """A host's two scripts in a watch: its -q read's (reading the PIDs ``named`` by the
+    refresh before while it runs), and its --query-gpu read's."""
+
+    host: Host
+    q: tuple[str, ...]
+    gpu: tuple[str, ...]
+    named: str
+
+
+Reads = dict[str, Read]
 
 
 def _watch(name: str, jobs: list[fleet.Job], reads: Reads, args: argparse.Namespace,
@@ -105,7 +116,7 @@ def _watch(name: str, jobs: list[fleet.Job], reads: Reads, args: argparse.Namesp
                 result = apply_history(result, [j.host for j in jobs])
                 unheard.settle(result)
                 lastclean.update(result)
-                jobs = _next_reads(jobs, result, reads)
+                jobs = _next_reads(jobs, result, reads, args)
                 write_prom(result, args, env)
                 view = Group(
                     Text(f"every {args.watch:g}s, last {time.strftime('%H:%M:%S')}; "
@@ -120,14 +131,26 @@ def _watch(name: str, jobs: list[fleet.Job], reads: Reads, args: argparse.Namesp
     return int(ExitStatus.INTERRUPTED)
 
 
-def _next_reads(jobs: list[fleet.Job], result: RunResult, reads: Reads) -> list[fleet.Job]:
+def _next_reads(jobs: list[fleet.Job], result: RunResult, reads: Reads,
+                args: argparse.Namespace) -> list[fleet.Job]:
     """The jobs of the next refresh: each host's script with the early GPU read that fits
-    what this refresh saw (``render.early_reads``)."""
+    what this refresh saw (``render.early_reads``); a -q read's script rendered anew where
+    the PIDs named changed (rendering is the controller's: under 1 ms a host)."""
     from fleetclean import fleet
 
     seen = {h.host: lastclean.clean(h) for h in result.hosts}
+    now_named = {h.host: " ".join(map(str, lastclean.pids_named(h))) for h in result.hosts}
+    changed = {name: pids for name, pids in now_named.items()
+               if name in reads and not seen[name] and pids != reads[name].named}
+    if changed:
+        _, again, _ = render_jobs("status", [reads[name].host for name in changed],
+                                  args.extra_vars, check=False, force=False,
+                                  scope=scope_of(args), last_clean=(), named=changed)
+        for job in again:
+            read = reads[job.host.name]
+            reads[job.host.name] = read._replace(q=job.pieces, named=changed[job.host.name])
     out = []
     for job in jobs:
-        host, q, gpu = reads[job.host.name]
-        out.append(fleet.Job(host, gpu if seen.get(job.host.name) else q))
+        read = reads[job.host.name]
+        out.append(fleet.Job(read.host, read.gpu if seen.get(job.host.name) else read.q))
     return out

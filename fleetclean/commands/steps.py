@@ -184,13 +184,15 @@ def gpu_list(text: str) -> tuple[int, ...]:
 def render_jobs(
     playbook_ref: str, hosts: list[Host], extra: list[str], *, check: bool, force: bool,
     scope: Scope | None = None, last_clean: Collection[str] | None = None, run: str = "",
-    unheard: Mapping[str, str] | None = None,
+    unheard: Mapping[str, str] | None = None, named: Mapping[str, str] | None = None,
 ) -> tuple[str, list[fleet.Job], dict[str, Any]]:
     """Render every host's script before any connection: bad input never reaches a host.
     ``last_clean``: the hosts whose early GPU read is ``--query-gpu`` (render.early_reads);
-    None: those :mod:`fleetclean.results.lastclean` knows clean. ``run``: a teardown's
-    token; ``unheard``: each host's tokens of teardowns whose end was not heard; None:
-    those :mod:`fleetclean.results.unheard` keeps."""
+    None: those :mod:`fleetclean.results.lastclean` knows clean. ``named``: each host's
+    PIDs its last status named, which a status reads while its -q read runs; None: those
+    lastclean keeps. ``run``: a teardown's token; ``unheard``: each host's tokens of
+    teardowns whose end was not heard; None: those :mod:`fleetclean.results.unheard`
+    keeps."""
     from fleetclean import fleet
     from fleetclean.engine.playbook import load_playbook
     from fleetclean.engine.render import Renderer
@@ -205,8 +207,10 @@ def render_jobs(
     # Only a script whose first work is the GPU read (status) starts it by the hint.
     if book.stages or book.verify is None:
         clean: Collection[str] = ()
+        seen: Mapping[str, str] = {}
     else:
         clean = lastclean.load() if last_clean is None else set(last_clean)
+        seen = lastclean.named() if named is None else named
     asked = unheard_notes.load() if unheard is None else unheard
     jobs = []
     # Most hosts of a fleet share their variables (group_vars), and resolving them is most
@@ -222,6 +226,7 @@ def render_jobs(
         token = "" if check or resolved.read_only else run
         pieces = renderer.pieces(resolved, check=check, force=force, host_name=host.name,
                                  last_clean=host.name in clean, run=token,
-                                 unheard=asked.get(host.name, ""))
+                                 unheard=asked.get(host.name, ""),
+                                 named="" if host.name in clean else seen.get(host.name, ""))
         jobs.append(fleet.Job(host, pieces, token))
     return book.name, jobs, extra_vars

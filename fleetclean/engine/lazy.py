@@ -61,7 +61,9 @@ BUSY = frozenset({
     # Who the script is (its ancestors, its session), read at the first fc_protected.
     "fc_self", "fc_self_init", "fc_read_stat",
     "fc_verify_apps", "fc_verify_explain", "fc_verify_proc", "fc_verify_report",
-    "fc_verify_settled",
+    "fc_verify_settled", "fc_verify_proc_read", "fc_owner_prep",
+    # A host whose last status named processes reads them while its GPU read runs.
+    "fc_verify_prep",
 })
 TIERS = (IDLE, BUSY)
 # A script's first GPU read is one of two (render.early_reads): -q, GPUs and processes, and

@@ -94,19 +94,20 @@ class Renderer:
 
     def pieces(self, resolved: ResolvedPlaybook, *, check: bool = False, force: bool = False,
                host_name: str = "", last_clean: bool = False, run: str = "",
-               unheard: str = "") -> tuple[str, ...]:
+               unheard: str = "", named: str = "") -> tuple[str, ...]:
         """(head, library, tail) of one host's script, and for a script without stages the
         definitions it parses only when called (:mod:`.lazy`); the libraries are shared.
         ``last_clean``: every GPU of the host read clean at its last status
         (:mod:`fleetclean.results.lastclean`), so that its early GPU read is the one pdsh
-        would make (:func:`early_reads`). ``run`` and ``unheard``: :func:`main_function`'s."""
+        would make (:func:`early_reads`). ``run``, ``unheard`` and ``named``:
+        :func:`main_function`'s (``named`` only for a status whose early read is -q)."""
         check = check or resolved.read_only
         force = force or resolved.force
         shebang, _, header = _header(resolved, check, force, host_name).partition("\n")
         lib, rest, shared_size = self._library(resolved, last_clean)
         main = "\n".join([*main_function(resolved, check=check, force=force,
                                          host=q(host_name), scope=self._scope, run=run,
-                                         unheard=unheard),
+                                         unheard=unheard, named=named),
                           "", "fc_main </dev/null", ""])
         header += "\n"
         early = ""
@@ -315,13 +316,16 @@ def variable_comments(variables: dict[str, Any]) -> list[str]:
 
 def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host: str,
                   name: str = "fc_main", scope: Scope | None = None, run: str = "",
-                  unheard: str = "") -> list[str]:
+                  unheard: str = "", named: str = "") -> list[str]:
     """The lines of the function that runs the stages and the verification; ``host`` is
     the shell word ``FC_HOST`` gets (a quoted name, or a variable set at run time).
     ``run``: a teardown's token, which its journal carries (none for a read-only run:
     ``commands.steps.render_jobs`` decides); ``unheard``: the tokens
     (space-separated) of this host's teardowns whose end the controller did not hear, whose
-    journals the script sends (lib.sh: the journal; :mod:`fleetclean.results.unheard`)."""
+    journals the script sends (lib.sh: the journal; :mod:`fleetclean.results.unheard`);
+    ``named``: the PIDs (space-separated) the host's last status named, which a status
+    reads while its early -q read runs (verify.sh: fc_verify_prep;
+    :mod:`fleetclean.results.lastclean`)."""
     main = [
         f"{name}() {{",
         f"    {SETTLE}",
@@ -335,6 +339,7 @@ def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host:
         f"    FC_PROTECT=({' '.join(q(n) for n in resolved.protect)})",
         *([f"    FC_RUN={q(run)}"] if run else []),
         *([f"    FC_UNHEARD={q(unheard)}"] if unheard else []),
+        *([f"    FC_VHINT={q(named)}"] if named else []),
         *(_owner_lines(resolved) if "owner-act.sh" in libraries_of([resolved]) else []),
         "    if ! fc_begin; then",
         '        fc_rec error "host busy: another fleetclean run holds $FC_LOCK_PATH"',

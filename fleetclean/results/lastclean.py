@@ -14,6 +14,13 @@ the time it was last seen clean; hosts not seen clean for 30 days are dropped. C
 runs may lose each other's updates: each writes whole (rename), and a lost update only
 costs the next status the cheaper read on those hosts.
 
+A host whose last status named processes most likely runs them still (a serving fleet's
+servers run for days): its next status reads those PIDs, with their owners, while its -q
+read runs (verify.sh: fc_verify_prep), so that naming them costs no wall time after the
+read. The read alone says who uses a GPU: a stale PID costs a failed read of /proc, never a
+wrong name. Kept in ``last-named.json``, each host with the time and its PIDs (at most
+:data:`MAX_NAMED`); a host whose status named none, or did not end, is dropped.
+
 >>> import os, tempfile
 >>> from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult
 >>> os.environ["FLEETCLEAN_STATE_DIR"] = tempfile.mkdtemp()
@@ -23,6 +30,12 @@ costs the next status the cheaper read on those hosts.
 >>> update(RunResult("status", 1.0, hosts))
 >>> sorted(load())
 ['gpu01']
+>>> from fleetclean.models import GpuProcess
+>>> apps = tuple(GpuProcess(pid, "python", 9, "GPU-1") for pid in (812, 77, 812))
+>>> update(RunResult("status", 1.0, (HostResult("gpu02", HostStatus.DIRTY, gpus=(row,),
+...                                             processes=apps, ended=True),)))
+>>> named()
+{'gpu02': '77 812'}
 >>> del os.environ["FLEETCLEAN_STATE_DIR"]
 """
 
@@ -38,8 +51,13 @@ from fleetclean.results.records import state_dir
 from fleetclean.results.statefile import read_hosts, write_hosts
 
 FILE = "last-clean.json"
-# A host not seen clean for this long is dropped: it may have left the fleet.
+NAMED_FILE = "last-named.json"
+# A host not seen clean (or naming processes) for this long is dropped: it may have left
+# the fleet.
 KEEP_S = 30 * 24 * 3600
+# The PIDs kept a host: an 8-GPU node's servers hold a few GPU processes each; the script
+# stops reading them as soon as its GPU read is done, so more would only go unread.
+MAX_NAMED = 32
 
 
 def path() -> Path:
@@ -58,10 +76,29 @@ def clean(host: HostResult) -> bool:
     return host.status is HostStatus.CLEAN and host.judged_gpus is None and bool(host.gpus)
 
 
+def named() -> dict[str, str]:
+    """Each host's PIDs (space-separated) that its last status named, where it named any;
+    empty where the file is missing or unreadable."""
+    hosts: dict[str, str] = {}
+    for host, (_, pids) in _read_named().items():
+        hosts[host] = " ".join(map(str, pids))
+    return hosts
+
+
+def pids_named(host: HostResult) -> tuple[int, ...]:
+    """The PIDs of the GPU processes a host's status named, heard to its end (none where it
+    did not end: a status cut off while naming a process stuck in the kernel must not read
+    it first next time), at most :data:`MAX_NAMED`."""
+    if not host.ended or clean(host):
+        return ()
+    pids = sorted({p.pid for p in host.processes if not p.device_only and p.pid > 1})
+    return tuple(pids[:MAX_NAMED])
+
+
 def update(result: RunResult, now: float | None = None) -> None:
-    """Note the hosts of ``result`` that read clean, forget those that did not; the file is
-    left as it is where nothing in it would change but the times of a few hosts (the
-    hint's age matters only in days)."""
+    """Note the hosts of ``result`` that read clean, forget those that did not, and each
+    host's PIDs named (:func:`pids_named`); a file is left as it is where nothing in it
+    would change but the times of a few hosts (the hint's age matters only in days)."""
     now = time.time() if now is None else now
     before = _read()
     hosts = {h: t for h, t in before.items() if now - t < KEEP_S}
@@ -73,6 +110,30 @@ def update(result: RunResult, now: float | None = None) -> None:
             hosts.pop(host.host, None)
     if hosts != before:
         write_hosts(FILE, hosts)
+    before_named = _read_named()
+    kept = {h: v for h, v in before_named.items() if now - v[0] < KEEP_S}
+    for host in result.hosts:
+        pids = pids_named(host)
+        if not pids:
+            kept.pop(host.host, None)
+        elif host.host not in kept or kept[host.host][1] != pids or \
+                now - kept[host.host][0] > 3600:
+            kept[host.host] = (now, pids)
+    if kept != before_named:
+        write_hosts(NAMED_FILE, {h: [t, list(pids)] for h, (t, pids) in kept.items()})
+
+
+def _read_named() -> dict[str, tuple[float, tuple[int, ...]]]:
+    hosts: dict[str, tuple[float, tuple[int, ...]]] = {}
+    for host, value in read_hosts(NAMED_FILE).items():
+        with contextlib.suppress(TypeError, ValueError, OverflowError):
+            t, pids = value
+            t = float(t)
+            # Only what the script takes for a PID: a damaged file names nothing else.
+            if math.isfinite(t) and isinstance(pids, list) and pids and all(
+                    type(p) is int and 1 < p < 2**22 for p in pids[:MAX_NAMED]):
+                hosts[str(host)] = (t, tuple(pids[:MAX_NAMED]))
+    return hosts
 
 
 def _read() -> dict[str, float]:

@@ -175,3 +175,69 @@ def test_a_watch_reads_each_host_by_what_its_last_refresh_saw(
     finally:
         _, err = stop_cli(proc)
     assert proc.returncode == 130, err
+
+
+# The node's status script run with its nvidia-smi slowed (a second before each call) and
+# its trace kept (on a descriptor of its own: the early read sends its stderr into its
+# pipe, where the trace would be taken for the read's answer): what it did before the -q
+# read answered.
+TRACED_STATUS = r"""nvidia-smi() { sleep 1; command nvidia-smi "$@"; }
+export -f nvidia-smi
+BASH_XTRACEFD=5 bash -x -s </tmp/status.sh >/tmp/status.out 5>/tmp/status.trace
+grep -E '^\++ (fc_verify_proc_read|fc_verify_early_q) ' /tmp/status.trace"""
+
+
+def named_file() -> Path:
+    return lastclean.path().with_name(lastclean.NAMED_FILE)
+
+
+def test_a_host_seen_in_use_reads_what_it_named_while_its_gpu_read_runs(
+    sim_fleet_factory: Any, cli: Cli
+) -> None:
+    fleet = sim_fleet_factory(2)
+    worker = fleet.spawn("node01", "sglang", gpus="0-7", mib=4096)
+    fleet.spawn("node02", "monitor")
+    first = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    pids = sorted({p["pid"] for g in first["gpus"] for p in g["processes"]})
+    assert len(pids) == 8 and set(pids) < set(worker)
+    assert lastclean.named() == {"node01": " ".join(map(str, pids))}
+    # Its next status reads each of them while its -q read runs (here slowed to a second),
+    # not after.
+    script = cli("show", "status", "-i", fleet.inventory_path, "--host", "node01").out
+    assert f"FC_VHINT='{' '.join(map(str, pids))}'" in script
+    fleet.node_path("node01", "/tmp/status.sh").write_text(script)
+    trace = fleet.run_in("node01", ["bash", "-c", TRACED_STATUS]).stdout.splitlines()
+    early = [i for i, line in enumerate(trace) if "fc_verify_early_q" in line]
+    read = [line.split()[-1] for line in trace[:early[0]] if "fc_verify_proc_read" in line]
+    assert read == list(map(str, pids))
+    assert not any("fc_verify_proc_read" in line for line in trace[early[0]:])
+    # The table is the one a host never seen gets.
+    with_hint = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    named_file().write_text(json.dumps({"hosts": {}}))
+    without = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    assert table(with_hint) == table(without) == table(first)
+    assert lastclean.named() == {"node01": " ".join(map(str, pids))}
+
+
+def test_a_stale_hint_of_processes_named_changes_nothing_in_the_table(
+    sim_fleet_factory: Any, cli: Cli
+) -> None:
+    fleet = sim_fleet_factory(1)
+    worker = fleet.spawn("node01", "sglang", gpus="0-3", mib=2048)
+    monitor = fleet.spawn("node01", "monitor")
+    without = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    # Named last time: a process that holds no GPU now, one long gone, and one worker.
+    stale = [monitor[0], 4_000_000, worker[-1]]
+    named_file().write_text(json.dumps({"hosts": {"node01": [1e9, stale]}}))
+    assert lastclean.named() == {"node01": " ".join(map(str, stale))}
+    with_hint = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    assert with_hint["status"] == "dirty" and table(with_hint) == table(without)
+    # The next one reads the processes this one named.
+    named = sorted({p["pid"] for g in with_hint["gpus"] for p in g["processes"]})
+    assert lastclean.named() == {"node01": " ".join(map(str, named))}
+    assert monitor[0] not in named
+    # A host clean again is forgotten.
+    fleet.run_in("node01", ["kill", "-9", *map(str, worker)])
+    wait_for("the GPUs free", lambda: cli("status", "-i", fleet.inventory_path,
+                                          "--json").host("node01")["status"] == "clean")
+    assert lastclean.named() == {}

@@ -4,11 +4,12 @@ forgets, and that a broken file or state directory never fails a run."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult
+from fleetclean.models import GpuProcess, GpuRow, HostResult, HostStatus, RunResult
 from fleetclean.results import lastclean
 
 ROW = GpuRow(0, "GPU-1", "NVIDIA H200", 0, 143771)
@@ -81,3 +82,60 @@ def test_a_state_directory_that_cannot_be_written_costs_the_hint_only(
     monkeypatch.setenv("FLEETCLEAN_STATE_DIR", str(blocker / "state"))
     lastclean.update(result(clean("a")), now=1000.0)  # no exception
     assert lastclean.load() == set()
+
+
+def busy(name: str, *pids: int, ended: bool = True, device_only: bool = False,
+         status: HostStatus = HostStatus.DIRTY) -> HostResult:
+    apps = tuple(GpuProcess(pid, "python", 100, "GPU-1", device_only=device_only)
+                 for pid in pids)
+    return HostResult(name, status, gpus=(ROW,), processes=apps, ended=ended)
+
+
+def test_the_processes_a_status_named_are_kept_until_it_names_none() -> None:
+    lastclean.update(result(busy("a", 812, 77, 812), busy("b", 5)), now=1000.0)
+    assert lastclean.named() == {"a": "77 812", "b": "5"}
+    # Clean, cut off before its end, or naming only device-file holders: forgotten.
+    lastclean.update(result(clean("a"), busy("b", 5, ended=False)), now=1000.0)
+    assert lastclean.named() == {}
+    lastclean.update(result(busy("a", 9, device_only=True), busy("b", 1)), now=1000.0)
+    assert lastclean.named() == {}
+    # A faulty host names its processes as a dirty one does; a host not in the run stays.
+    lastclean.update(result(busy("a", *range(100, 200), status=HostStatus.FAULTY)), now=1000.0)
+    lastclean.update(result(busy("b", 6)), now=1000.0)
+    assert lastclean.named() == {"a": " ".join(map(str, range(100, 100 + lastclean.MAX_NAMED))),
+                                 "b": "6"}
+    lastclean.update(result(busy("b", 6)), now=1000.0 + 31 * DAY)
+    assert lastclean.named() == {"b": "6"}
+
+
+@pytest.mark.parametrize("value", ["x", 3, [1e9], [1e9, []], [1e9, [True]], [1e9, ["12"]],
+                                   [1e9, [1]], [1e9, [2**22]], [1e400, [12]], [1e9, [12.0]],
+                                   [1e9, [[12]]], [1e9, 12]])
+def test_a_damaged_entry_of_the_processes_named_names_nothing(value: object) -> None:
+    path = lastclean.path().with_name(lastclean.NAMED_FILE)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"hosts": {"a": value, "b": [1e9, [12, 4194303]]}}))
+    assert lastclean.named() == {"b": "12 4194303"}
+
+
+def test_a_watch_renders_a_hosts_read_anew_when_the_processes_it_named_change() -> None:
+    from fleetclean.commands import status
+    from fleetclean.commands.parser import build_parser
+    from fleetclean.models import Host
+
+    hosts = [Host("a", "a"), Host("b", "b")]
+    args = build_parser().parse_args(["status", "--watch", "1", "-i", "a,b,"])
+    _, jobs, reads = status._watch_jobs(hosts, args)
+
+    def refresh(*seen: HostResult) -> dict[str, list[str]]:
+        """Each host's next script: its PIDs to read early (fc_main's FC_VHINT line)."""
+        nonlocal jobs
+        jobs = status._next_reads(jobs, result(*seen), reads, args)
+        return {j.host.name: re.findall(r"^    FC_VHINT=(.*)$", "".join(j.pieces), re.M)
+                for j in jobs}
+
+    assert refresh(busy("a", 812, 77), busy("b", 5)) == {"a": ["'77 812'"], "b": ["5"]}
+    same = reads["a"].q
+    assert refresh(busy("a", 77, 812), clean("b")) == {"a": ["'77 812'"], "b": []}
+    assert reads["a"].q is same  # nothing changed: not rendered again
+    assert refresh(busy("a", 77, 812, ended=False), busy("b", 6)) == {"a": [], "b": ["6"]}

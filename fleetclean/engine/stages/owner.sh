@@ -26,8 +26,8 @@
 # tmux and screen, and the process table fc_scan filled (FC_PPID, FC_COMM, FC_CMD,
 # FC_ARGV0); builtins only, no fork. ${FC_PROC:-/proc} lets tests read captured texts.
 
-# FC_OK/FC_OI/FC_ON[pid]: the kind, id and name fc_owner_records found for pid.
-declare -gA FC_CG_ROOT=() FC_OWNER_DONE=() FC_OK=() FC_OI=() FC_ON=() FC_CG_MEMO=()
+# FC_OK/FC_OI/FC_ON[pid]: the kind, id and name fc_owner_prep found for pid.
+declare -gA FC_CG_ROOT=() FC_OWNER_DONE=() FC_OWNER_PREP=() FC_OK=() FC_OI=() FC_ON=() FC_CG_MEMO=()
 FC_CG_ROOTS_READ=0
 FC_OWNER_KIND="" FC_OWNER_ID="" FC_OWNER_NAME=""
 
@@ -222,8 +222,15 @@ fc_owner_records() {
     for p in "$@"; do
         [[ -n ${FC_OWNER_DONE[$p]:-} ]] && continue
         FC_OWNER_DONE[$p]=1
-        fc_owner "$p"
-        FC_OK[$p]=$FC_OWNER_KIND FC_OI[$p]=$FC_OWNER_ID FC_ON[$p]=$FC_OWNER_NAME
+        [[ -n ${FC_OWNER_PREP[$p]:-} ]] || fc_owner_prep "$p"
         fc_rec owner "$p" "$FC_OWNER_KIND" "$FC_OWNER_ID" "$FC_OWNER_NAME"
     done
+}
+
+# FC_OK/FC_OI/FC_ON[PID]: the owner of PID, worked out once, before its record (a status
+# reads the processes its host's last status named while its GPU read runs: verify.sh).
+fc_owner_prep() {
+    FC_OWNER_PREP[$1]=1
+    fc_owner "$1"
+    FC_OK[$1]=$FC_OWNER_KIND FC_OI[$1]=$FC_OWNER_ID FC_ON[$1]=$FC_OWNER_NAME
 }

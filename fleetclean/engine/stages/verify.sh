@@ -92,6 +92,8 @@ fc_verify() {
         exec {FC_VRRFD}< <(nvidia-smi --query-gpu="index$FC_VQ_PENDING" \
             --format=csv,noheader,nounits 2>&1 </dev/null; printf '\n@%d' "$?")
     fi
+    # The processes the host's last status named, read while the early -q read runs.
+    [[ -n ${FC_VQFD:-} && -n ${FC_VHINT:-} ]] && fc_verify_prep
     fc_now_us
     t0=$REPLY
     while :; do
@@ -802,39 +804,77 @@ fc_verify_report() {
 # signalled ($2 when given, else its protection), "stuck" when it is stuck in the kernel
 # since SIGKILL.
 fc_verify_proc() {
-    local pid=$1 user="" line uid="" stuck=""
-    local -a status=()
-    if fc_proc_load "$pid"; then
-        # The effective user, as ps's user column: /proc/PID belongs to it, so a process
-        # of the user running this script costs one stat, not a read of its status file.
-        if [[ -O /proc/$pid ]]; then
-            uid=$EUID
-        else
-            { mapfile -n 12 -t status <"/proc/$pid/status"; } 2>/dev/null
-            for line in "${status[@]}"; do
-                # "Uid:<TAB>real<TAB>effective<TAB>saved<TAB>filesystem"
-                [[ $line =~ ^Uid:[[:space:]]+[0-9]+[[:space:]]+([0-9]+) ]] || continue
-                uid=${BASH_REMATCH[1]}
-                break
-            done
+    local pid=$1 stuck="" why=""
+    # Read before the GPU read listed it (fc_verify_prep): read again unless it is still
+    # the same process (its start time), which a PID taken meanwhile by another is not.
+    if [[ -n ${FC_VPREP[$pid]:-} ]]; then
+        unset "FC_VPREP[$pid]"
+        if ! fc_read_stat "$pid" || [[ ${FC_F[19]} != "${FC_START[$pid]:-}" ]]; then
+            unset "FC_VREAD[$pid]" "FC_VUSER[$pid]" "FC_VWHY[$pid]" "FC_START[$pid]" \
+                "FC_OWNER_PREP[$pid]"
         fi
-        fc_user_name "$uid"
-        user=$REPLY
-        [[ -n ${FC_STUCK[$pid]:-} ]] && fc_alive "$pid" "${FC_STUCK[$pid]}" && stuck=stuck
-        if (($# > 1)); then
-            REPLY=$2
-        else
-            fc_protected "$pid" || REPLY=""
-        fi
-    else
-        REPLY=""  # not in this PID namespace (a container's process): nvidia-smi's pid
     fi
-    local why=$REPLY
+    [[ -n ${FC_VREAD[$pid]:-} ]] || fc_verify_proc_read "$pid"
+    # Not there: not in this PID namespace (a container's process), nvidia-smi's pid only.
+    if [[ -n ${FC_VUSER[$pid]+set} ]]; then
+        [[ -n ${FC_STUCK[$pid]:-} ]] && fc_alive "$pid" "${FC_STUCK[$pid]}" && stuck=stuck
+        why=${FC_VWHY[$pid]}
+        (($# > 1)) && why=$2
+    fi
     # The owner's reads (its ancestors' command lines) before this process's "proc" record:
     # a held record never waits on a read.
     [[ -n ${FC_START[$pid]:-} ]] && fc_owner_records "$pid"
-    fc_rec proc "$pid" "$user" "${FC_CMD[$pid]:-}" "$why" "$stuck"
+    fc_rec proc "$pid" "${FC_VUSER[$pid]:-}" "${FC_CMD[$pid]:-}" "$why" "$stuck"
     return 0
+}
+
+# What a "proc" record says of PID, read once: FC_VUSER[pid] its effective user (as ps's
+# user column) and FC_VWHY[pid] its protection, both unset where it is not there;
+# FC_VREAD[pid] once read; FC_VPREP[pid] where read before the GPU read listed it.
+declare -gA FC_VREAD=() FC_VUSER=() FC_VWHY=() FC_VPREP=()
+fc_verify_proc_read() {
+    local pid=$1 line uid=""
+    local -a status=()
+    FC_VREAD[$pid]=1
+    fc_proc_load "$pid" || return 0
+    # /proc/PID belongs to the effective user, so a process of the user running this
+    # script costs one stat, not a read of its status file.
+    if [[ -O /proc/$pid ]]; then
+        uid=$EUID
+    else
+        { mapfile -n 12 -t status <"/proc/$pid/status"; } 2>/dev/null
+        for line in "${status[@]}"; do
+            # "Uid:<TAB>real<TAB>effective<TAB>saved<TAB>filesystem"
+            [[ $line =~ ^Uid:[[:space:]]+[0-9]+[[:space:]]+([0-9]+) ]] || continue
+            uid=${BASH_REMATCH[1]}
+            break
+        done
+    fi
+    fc_user_name "$uid"
+    FC_VUSER[$pid]=$REPLY
+    fc_protected "$pid" || REPLY=""
+    FC_VWHY[$pid]=$REPLY
+}
+
+# A host whose last status named processes (FC_VHINT: their PIDs, results/lastclean.py)
+# most likely runs them still: each is read now, with its owner, while the early -q read
+# runs, so that naming them once the read lists them costs no wall time after it (8 named
+# processes: 7-8 ms of a 40 ms status on a simulated node). The read stays the only word
+# on who uses a GPU: a PID it does not list is never named, and one whose PID was taken by
+# another process meanwhile is read again (fc_verify_proc). Stops as soon as the read
+# has output, so that a stale hint never delays the status; a process in uninterruptible
+# sleep is left for after the GPU rows have gone out (its command line's read can hang
+# while it is stuck in the kernel, fc_verify_end), as is any the hint did not name.
+fc_verify_prep() {
+    local pid
+    for pid in $FC_VHINT; do
+        read -t 0 -u "$FC_VQFD" && break
+        [[ $pid == [1-9]*([0-9]) && -z ${FC_VREAD[$pid]:-} ]] || continue
+        fc_read_stat "$pid" && [[ ${FC_F[0]} != D ]] || continue
+        FC_VPREP[$pid]=1
+        fc_verify_proc_read "$pid"
+        [[ -n ${FC_START[$pid]:-} ]] && fc_owner_prep "$pid"
+    done
 }
 
 # The kernel log dmesg printed on FC_VXIDFD (its first line and Xid lines: FC_VKLOG_SED;
