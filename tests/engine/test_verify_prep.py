@@ -95,3 +95,36 @@ def test_a_pid_taken_by_another_process_since_the_prep_is_read_again(
     assert [p[:4] for p in proc] == [["proc", str(pid), "root", cmdline(pid)]]
     owner = [line.split("\t") for line in out if line.startswith(f"owner\t{pid}\t")]
     assert owner and owner[0][2] != "docker"
+
+
+# The report of one app (the worker), each write's records counted.
+REPORT = r"""
+FC_CHECK=1 FC_PROTECT=(sshd)
+fc_write() { local n="${1//[!$'\n']/}"; echo "write ${#n}"; }
+exec {FC_VQFD}< <(exec 2>/dev/null; sleep 5; echo done)
+fc_verify_prep
+FC_VAPPS=("$PID, python, 100, GPU-1")
+declare -gA FC_VPIDS=() FC_VHOLD=() FC_VPROT=() FC_VDEV=()
+FC_VBARE=()
+fc_hold
+fc_verify_report
+fc_release
+"""
+
+
+@pytest.mark.parametrize(("hint", "writes"), [
+    # Read while the GPU read ran: app, owner and proc records in one write.
+    (True, ["write 3"]),
+    # Read now: what is held goes out before its command line is read.
+    (False, ["write 1", "write 2"]),
+])
+def test_a_process_read_early_is_reported_in_one_write(
+    worker: subprocess.Popen[bytes], hint: bool, writes: list[str],
+) -> None:
+    script = "\n".join([template("lib.sh"), template("owner.sh"), template("verify.sh"),
+                        REPORT])
+    env = {"PATH": "/usr/bin:/bin", "PID": str(worker.pid),
+           "FC_VHINT": str(worker.pid) if hint else ""}
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
+                         env=env, check=True)
+    assert out.stdout.splitlines() == writes

@@ -764,8 +764,9 @@ fc_verify_report() {
     local line pid idx i why
     local -a pids=()
     local -A named=()
-    # nvidia-smi's apps first, in one write, before any process is read; then each process's
-    # records, together once its reads are done.
+    # nvidia-smi's apps first, then each process's records; what is held goes out before
+    # any read of /proc that could hang (fc_verify_proc), so that a busy host whose
+    # processes were read while its GPU read ran (fc_verify_prep) sends them in one write.
     for line in "${FC_VAPPS[@]}"; do
         [[ $line == +([0-9]),* ]] || continue
         pid=${line%%,*}
@@ -774,10 +775,8 @@ fc_verify_report() {
         named[$pid]=1
         pids+=("$pid")
     done
-    fc_flush
     for pid in "${pids[@]}"; do
         fc_verify_proc "$pid"
-        fc_flush
     done
     # Device-file holders (where the apps do not explain a GPU: rare) as they are read.
     fc_release
@@ -813,6 +812,12 @@ fc_verify_proc() {
             unset "FC_VREAD[$pid]" "FC_VUSER[$pid]" "FC_VWHY[$pid]" "FC_START[$pid]" \
                 "FC_OWNER_PREP[$pid]"
         fi
+    fi
+    # A read of its command line (or an ancestor's) can hang while it is stuck in the
+    # kernel: what is held goes out first. A process read before has none left.
+    if [[ -z ${FC_VREAD[$pid]:-} ||
+        (-n ${FC_START[$pid]:-} && -z ${FC_OWNER_DONE[$pid]:-}${FC_OWNER_PREP[$pid]:-}) ]]; then
+        fc_flush
     fi
     [[ -n ${FC_VREAD[$pid]:-} ]] || fc_verify_proc_read "$pid"
     # Not there: not in this PID namespace (a container's process), nvidia-smi's pid only.
