@@ -222,11 +222,14 @@ def render_jobs(
         resolved = resolved_for.get(key)
         if resolved is None:
             resolved = resolved_for[key] = resolve(book, host.vars, extra_vars)
-        # A read-only playbook's script keeps no journal: it carries no token.
-        token = "" if check or resolved.read_only else run
+        read_only = check or resolved.read_only
+        # A read-only playbook's script keeps no journal: it carries no token. Only it reads
+        # the processes named last time early: a teardown's verification reads the GPUs
+        # after its signals.
+        token = "" if read_only else run
+        early = seen.get(host.name, "") if read_only and host.name not in clean else ""
         pieces = renderer.pieces(resolved, check=check, force=force, host_name=host.name,
                                  last_clean=host.name in clean, run=token,
-                                 unheard=asked.get(host.name, ""),
-                                 named="" if host.name in clean else seen.get(host.name, ""))
+                                 unheard=asked.get(host.name, ""), named=early)
         jobs.append(fleet.Job(host, pieces, token))
     return book.name, jobs, extra_vars

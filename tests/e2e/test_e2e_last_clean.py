@@ -208,7 +208,7 @@ def test_a_host_seen_in_use_reads_what_it_named_while_its_gpu_read_runs(
     fleet.node_path("node01", "/tmp/status.sh").write_text(script)
     trace = fleet.run_in("node01", ["bash", "-c", TRACED_STATUS]).stdout.splitlines()
     early = [i for i, line in enumerate(trace) if "fc_verify_early_q" in line]
-    read = [line.split()[-1] for line in trace[:early[0]] if "fc_verify_proc_read" in line]
+    read = [line.split()[2] for line in trace[:early[0]] if "fc_verify_proc_read" in line]
     assert read == list(map(str, pids))
     assert not any("fc_verify_proc_read" in line for line in trace[early[0]:])
     # The table is the one a host never seen gets.
@@ -217,6 +217,18 @@ def test_a_host_seen_in_use_reads_what_it_named_while_its_gpu_read_runs(
     without = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert table(with_hint) == table(without) == table(first)
     assert lastclean.named() == {"node01": " ".join(map(str, pids))}
+
+
+def test_processes_read_early_keep_each_its_own_owner(sim_fleet_factory: Any, cli: Cli) -> None:
+    fleet = sim_fleet_factory(1)
+    for kind, gpu in (("tmux", 0), ("service", 1), ("screen", 2)):
+        fleet.spawn("node01", kind, gpu=gpu, mib=2048)
+    first = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    owners = {g["index"]: p["owner"]["kind"] for g in first["gpus"] for p in g["processes"]}
+    assert owners == {0: "tmux", 1: "systemd", 2: "screen"}
+    assert lastclean.named()
+    with_hint = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    assert table(with_hint) == table(first)
 
 
 def test_a_stale_hint_of_processes_named_changes_nothing_in_the_table(

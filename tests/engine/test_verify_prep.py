@@ -1,27 +1,30 @@
 """A status reads the processes its host's last status named while its GPU read runs
 (``verify.sh``: ``fc_verify_prep``, the PIDs in ``FC_VHINT``): what it reads, when it stops,
-and that a process read early is named as one read after the GPU read would be.
+and that each process read early is named as one read after the GPU read would be.
 
 Each case is one ``bash`` with the packaged files loaded; the GPU read is a pipe of the
 test's (``FC_VQFD``), and the processes are ones the test started itself, by PID."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from fleetclean.engine.stages import template
 
-# The prep (the read answers after READ_AT), then what it read of each PID ("read": FC_VREAD,
-# FC_VPREP, FC_OWNER_PREP), then its "proc" record.
+# SETUP, then the prep (the read answers after READ_AT), then what it read of each PID
+# ("read": FC_VREAD, FC_VPREP, FC_OWNER_PREP), AFTER, then each one's records.
 BODY = r"""
-FC_CHECK=1 FC_PROTECT=(sshd)
+FC_CHECK=1 FC_PROTECT=(sshd) FC_VHINT=$HINT
 fc_rec() { local IFS=$'\t'; printf '%s\n' "$*"; }
 exec {FC_VQFD}< <(exec 2>/dev/null; ${READ_AT:-sleep 5}; echo done)
-eval "${BEFORE:-}"
+eval "${SETUP:-}"
 fc_verify_prep
 for pid in $SHOW; do
     echo "read $pid ${FC_VREAD[$pid]:-no} ${FC_VPREP[$pid]:-no} ${FC_OWNER_PREP[$pid]:-no}"
@@ -29,26 +32,35 @@ done
 eval "${AFTER:-}"
 for pid in $SHOW; do fc_verify_proc "$pid"; done
 """
+ME = pwd.getpwuid(os.geteuid()).pw_name
 
 
-def bash(env: dict[str, str]) -> list[str]:
+def bash(env: dict[str, str], body: str = BODY) -> list[str]:
     script = "\n".join([template("lib.sh"), template("owner.sh"), template("verify.sh"),
-                        BODY])
+                        body])
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
                          env={"PATH": "/usr/bin:/bin", **env}, check=True)
     return out.stdout.splitlines()
 
 
+def records(out: list[str], kind: str) -> list[list[str]]:
+    return [line.split("\t")[1:] for line in out if line.startswith(f"{kind}\t")]
+
+
+def start(argv: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["bash", "-c", argv], stdout=subprocess.PIPE)
+
+
 @pytest.fixture
-def worker() -> Iterator[subprocess.Popen[bytes]]:
-    """A process of this test's own, with a marker no other process has."""
-    marker = f"fcprep-{uuid.uuid4().hex}"
-    proc = subprocess.Popen(["bash", "-c", f"exec -a '{marker}' sleep 60"])
+def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Two processes of this test's own, each with a marker no other process has."""
+    procs = [start(f"exec -a 'fcprep-{uuid.uuid4().hex}' sleep 60") for _ in range(2)]
     try:
-        yield proc
+        yield procs
     finally:
-        proc.kill()
-        proc.wait()
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 def cmdline(pid: int) -> str:
@@ -57,49 +69,108 @@ def cmdline(pid: int) -> str:
 
 
 def test_the_processes_named_last_time_are_read_before_the_gpu_read_answers(
-    worker: subprocess.Popen[bytes],
+    workers: list[subprocess.Popen[bytes]],
 ) -> None:
-    pid = worker.pid
+    pid = workers[0].pid
     # A PID no process has, and words that are no PID, are passed over.
-    out = bash({"FC_VHINT": f"x {pid} 4194303 -3 0{pid}", "SHOW": f"{pid} 4194303"})
-    assert f"read {pid} 1 1 1" in out
-    assert "read 4194303 no no no" in out
-    proc = [line.split("\t") for line in out if line.startswith("proc\t")]
-    assert [p[:4] for p in proc] == [["proc", str(pid), "root", cmdline(pid)],
-                                     ["proc", "4194303", "", ""]]
-    assert any(line.startswith(f"owner\t{pid}\t") for line in out)
+    out = bash({"HINT": f"x {pid} 4194303 -3 0{pid} *", "SHOW": f"{pid} 4194303"})
+    assert f"read {pid} 1 1 1" in out and "read 4194303 no no no" in out
+    assert [p[:3] for p in records(out, "proc")] == [[str(pid), ME, cmdline(pid)],
+                                                    ["4194303", "", ""]]
+    assert [o[0] for o in records(out, "owner")] == [str(pid)]
+
+
+def test_each_process_read_early_gets_its_own_owner(
+    workers: list[subprocess.Popen[bytes]], tmp_path: Path,
+) -> None:
+    a, b = (w.pid for w in workers)
+    ctr = "c" * 64
+    cgroups = {1: "0::/init.scope", a: "0::/system.slice/vllm.service",
+               b: f"0::/system.slice/docker-{ctr}.scope"}
+    for pid, line in cgroups.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(line + "\n")
+    out = bash({"HINT": f"{a} {b}", "SHOW": f"{a} {b}", "FC_PROC": str(tmp_path)})
+    assert f"read {a} 1 1 1" in out and f"read {b} 1 1 1" in out
+    assert records(out, "owner") == [[str(a), "systemd", "vllm.service", "vllm.service"],
+                                     [str(b), "docker", ctr, ctr[:12]]]
 
 
 def test_nothing_is_read_once_the_gpu_read_has_answered(
-    worker: subprocess.Popen[bytes],
+    workers: list[subprocess.Popen[bytes]],
 ) -> None:
     # The read's output is there before the prep starts: the status goes on at once, and
     # names the process after the rows, as without the hint.
-    out = bash({"FC_VHINT": str(worker.pid), "SHOW": str(worker.pid), "READ_AT": "true",
-                "BEFORE": "sleep 0.2"})
-    assert f"read {worker.pid} no no no" in out
-    assert [line.split("\t")[3] for line in out if line.startswith("proc\t")] == [
-        cmdline(worker.pid)]
+    pid = workers[0].pid
+    out = bash({"HINT": str(pid), "SHOW": str(pid), "READ_AT": "true", "SETUP": "sleep 0.3"})
+    assert f"read {pid} no no no" in out
+    assert [p[2] for p in records(out, "proc")] == [cmdline(pid)]
+
+
+def test_the_prep_stops_as_soon_as_the_read_answers(
+    workers: list[subprocess.Popen[bytes]], tmp_path: Path,
+) -> None:
+    # The read answers while the first process is read: the second waits for its record.
+    a, b = (w.pid for w in workers)
+    fifo = tmp_path / "read"
+    os.mkfifo(fifo)
+    setup = (f'exec {{FC_VQFD}}<>{fifo}\nfc_lazy 1 x\n'
+             'eval "$(declare -f fc_owner_prep | sed "1s/fc_owner_prep/real_prep/")"\n'
+             'fc_owner_prep() { real_prep "$@"; echo answered >&"$FC_VQFD"; }')
+    out = bash({"HINT": f"{a} {b}", "SHOW": f"{a} {b}", "SETUP": setup})
+    assert f"read {a} 1 1 1" in out and f"read {b} no no no" in out
+    assert [p[2] for p in records(out, "proc")] == [cmdline(a), cmdline(b)]
+
+
+def test_a_process_in_uninterruptible_sleep_is_left_for_after_the_rows(
+    workers: list[subprocess.Popen[bytes]],
+) -> None:
+    # As if the first were in state D (stuck in the kernel: its command line's read could
+    # hang): not read early, named with its records.
+    a, b = (w.pid for w in workers)
+    setup = ('eval "$(declare -f fc_read_stat | sed "1s/fc_read_stat/real_stat/")"\n'
+             'fc_read_stat() { real_stat "$@" || return 1; [[ $1 != "$DPID" ]] || FC_F[0]=D; }')
+    out = bash({"HINT": f"{a} {b}", "SHOW": f"{a} {b}", "SETUP": setup, "DPID": str(a)})
+    assert f"read {a} no no no" in out and f"read {b} 1 1 1" in out
+    assert [p[2] for p in records(out, "proc")] == [cmdline(a), cmdline(b)]
 
 
 def test_a_pid_taken_by_another_process_since_the_prep_is_read_again(
-    worker: subprocess.Popen[bytes],
+    workers: list[subprocess.Popen[bytes]],
 ) -> None:
     # As if the process read early had ended and its PID gone to this one: the start time
     # differs, so what the prep read of it is dropped.
-    pid = worker.pid
-    out = bash({"FC_VHINT": str(pid), "SHOW": str(pid),
-                "AFTER": f"FC_START[{pid}]=1 FC_CMD[{pid}]=stale FC_VUSER[{pid}]=nobody "
-                         f"FC_OK[{pid}]=docker"})
-    proc = [line.split("\t") for line in out if line.startswith("proc\t")]
-    assert [p[:4] for p in proc] == [["proc", str(pid), "root", cmdline(pid)]]
-    owner = [line.split("\t") for line in out if line.startswith(f"owner\t{pid}\t")]
-    assert owner and owner[0][2] != "docker"
+    pid = workers[0].pid
+    out = bash({"HINT": str(pid), "SHOW": str(pid),
+                "AFTER": f"FC_START[{pid}]=1 FC_CMD[{pid}]=stale FC_VUID[{pid}]=65534 "
+                         f"FC_OK[{pid}]=docker FC_OWNER_KIND=docker"})
+    assert [p[:3] for p in records(out, "proc")] == [[str(pid), ME, cmdline(pid)]]
+    assert [o[:2] for o in records(out, "owner")] == [[str(pid), "plain"]]
+
+
+def test_a_process_that_ended_or_is_a_zombie_since_the_prep_is_named_as_it_is_now() -> None:
+    # A process that leaves a zombie (its parent, exec'd into sleep, never reaps it), and
+    # one that is gone (killed, and reaped by its parent) by the time their records are
+    # written.
+    parents = [start("sleep 0.5 & echo $!; exec sleep 60"),
+               start(f"(exec -a 'fcprep-{uuid.uuid4().hex}' sleep 60) & echo $!; wait")]
+    try:
+        zombie, gone = (int(p.stdout.readline()) for p in parents if p.stdout)
+        out = bash({"HINT": f"{zombie} {gone}", "SHOW": f"{zombie} {gone}",
+                    "AFTER": f"sleep 1; kill {gone}; sleep 0.3"})
+    finally:
+        for proc in parents:
+            proc.kill()
+            proc.wait()
+    assert f"read {zombie} 1 1 1" in out and f"read {gone} 1 1 1" in out
+    # The zombie's command line reads empty now, as the gone one's table entries are.
+    assert [p[:3] for p in records(out, "proc")] == [[str(zombie), ME, ""],
+                                                    [str(gone), "", ""]]
 
 
 # The report of one app (the worker), each write's records counted.
 REPORT = r"""
-FC_CHECK=1 FC_PROTECT=(sshd)
+FC_CHECK=1 FC_PROTECT=(sshd) FC_VHINT=$HINT
 fc_write() { local n="${1//[!$'\n']/}"; echo "write ${#n}"; }
 exec {FC_VQFD}< <(exec 2>/dev/null; sleep 5; echo done)
 fc_verify_prep
@@ -119,12 +190,17 @@ fc_release
     (False, ["write 1", "write 2"]),
 ])
 def test_a_process_read_early_is_reported_in_one_write(
-    worker: subprocess.Popen[bytes], hint: bool, writes: list[str],
+    workers: list[subprocess.Popen[bytes]], hint: bool, writes: list[str],
 ) -> None:
-    script = "\n".join([template("lib.sh"), template("owner.sh"), template("verify.sh"),
-                        REPORT])
-    env = {"PATH": "/usr/bin:/bin", "PID": str(worker.pid),
-           "FC_VHINT": str(worker.pid) if hint else ""}
-    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
-                         env=env, check=True)
-    assert out.stdout.splitlines() == writes
+    pid = str(workers[0].pid)
+    out = bash({"PID": pid, "HINT": pid if hint else ""}, REPORT)
+    assert out == writes
+
+
+def test_a_hint_from_the_environment_is_not_taken(
+    workers: list[subprocess.Popen[bytes]],
+) -> None:
+    pid = str(workers[0].pid)
+    body = BODY.replace("FC_VHINT=$HINT", "")
+    out = bash({"FC_VHINT": pid, "SHOW": pid}, body)
+    assert f"read {pid} no no no" in out

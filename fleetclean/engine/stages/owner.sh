@@ -223,7 +223,7 @@ fc_owner_records() {
         [[ -n ${FC_OWNER_DONE[$p]:-} ]] && continue
         FC_OWNER_DONE[$p]=1
         [[ -n ${FC_OWNER_PREP[$p]:-} ]] || fc_owner_prep "$p"
-        fc_rec owner "$p" "$FC_OWNER_KIND" "$FC_OWNER_ID" "$FC_OWNER_NAME"
+        fc_rec owner "$p" "${FC_OK[$p]}" "${FC_OI[$p]}" "${FC_ON[$p]}"
     done
 }
 

@@ -93,7 +93,7 @@ fc_verify() {
             --format=csv,noheader,nounits 2>&1 </dev/null; printf '\n@%d' "$?")
     fi
     # The processes the host's last status named, read while the early -q read runs.
-    [[ -n ${FC_VQFD:-} && -n ${FC_VHINT:-} ]] && fc_verify_prep
+    ((FC_CHECK)) && [[ -n ${FC_VQFD:-} && -n $FC_VHINT ]] && fc_verify_prep
     fc_now_us
     t0=$REPLY
     while :; do
@@ -282,6 +282,9 @@ fc_verify_end() {
 # pid, process_name, used_memory, gpu_uuid), or wait on FC_VAPPFD (fc_verify_apps).
 FC_VMODE=q
 FC_VDRIVER=/proc/driver/nvidia/gpus
+# The PIDs a read-only status reads while its early -q read runs (fc_verify_prep), set by
+# fc_main where the controller has them; never taken from the environment.
+FC_VHINT=""
 FC_VAPPSLATER=0
 fc_verify_read() {
     FC_VAPPSLATER=0
@@ -667,6 +670,7 @@ fc_verify_explain() {
     for idx in "${!unexplained[@]}"; do
         FC_VDEV[$idx]=${unexplained[$idx]}
         for pid in ${FC_GF[${unexplained[$idx]}]:-}; do
+            fc_verify_prep_check "$pid"
             fc_proc_load "$pid" || continue
             if fc_verify_why_not "$pid"; then
                 FC_VPROT[$idx]+=" $pid"
@@ -803,16 +807,8 @@ fc_verify_report() {
 # signalled ($2 when given, else its protection), "stuck" when it is stuck in the kernel
 # since SIGKILL.
 fc_verify_proc() {
-    local pid=$1 stuck="" why=""
-    # Read before the GPU read listed it (fc_verify_prep): read again unless it is still
-    # the same process (its start time), which a PID taken meanwhile by another is not.
-    if [[ -n ${FC_VPREP[$pid]:-} ]]; then
-        unset "FC_VPREP[$pid]"
-        if ! fc_read_stat "$pid" || [[ ${FC_F[19]} != "${FC_START[$pid]:-}" ]]; then
-            unset "FC_VREAD[$pid]" "FC_VUSER[$pid]" "FC_VWHY[$pid]" "FC_START[$pid]" \
-                "FC_OWNER_PREP[$pid]"
-        fi
-    fi
+    local pid=$1 stuck="" why="" user=""
+    fc_verify_prep_check "$pid"
     # A read of its command line (or an ancestor's) can hang while it is stuck in the
     # kernel: what is held goes out first. A process read before has none left.
     if [[ -z ${FC_VREAD[$pid]:-} ||
@@ -821,22 +817,31 @@ fc_verify_proc() {
     fi
     [[ -n ${FC_VREAD[$pid]:-} ]] || fc_verify_proc_read "$pid"
     # Not there: not in this PID namespace (a container's process), nvidia-smi's pid only.
-    if [[ -n ${FC_VUSER[$pid]+set} ]]; then
+    if [[ -n ${FC_VUID[$pid]+set} ]]; then
+        fc_user_name "${FC_VUID[$pid]}"
+        user=$REPLY
         [[ -n ${FC_STUCK[$pid]:-} ]] && fc_alive "$pid" "${FC_STUCK[$pid]}" && stuck=stuck
-        why=${FC_VWHY[$pid]}
-        (($# > 1)) && why=$2
+        if (($# > 1)); then
+            why=$2
+        elif [[ -n ${FC_VWHY[$pid]+set} ]]; then
+            why=${FC_VWHY[$pid]}
+        else
+            fc_protected "$pid" || REPLY=""
+            why=$REPLY
+        fi
     fi
     # The owner's reads (its ancestors' command lines) before this process's "proc" record:
     # a held record never waits on a read.
     [[ -n ${FC_START[$pid]:-} ]] && fc_owner_records "$pid"
-    fc_rec proc "$pid" "${FC_VUSER[$pid]:-}" "${FC_CMD[$pid]:-}" "$why" "$stuck"
+    fc_rec proc "$pid" "$user" "${FC_CMD[$pid]:-}" "$why" "$stuck"
     return 0
 }
 
-# What a "proc" record says of PID, read once: FC_VUSER[pid] its effective user (as ps's
-# user column) and FC_VWHY[pid] its protection, both unset where it is not there;
-# FC_VREAD[pid] once read; FC_VPREP[pid] where read before the GPU read listed it.
-declare -gA FC_VREAD=() FC_VUSER=() FC_VWHY=() FC_VPREP=()
+# What a "proc" record says of PID, read once (FC_VREAD[pid]): FC_VUID[pid] its effective
+# user's id (as ps's user column), unset where it is not there, and FC_VWHY[pid] its
+# protection, unset where not worked out: read early ($2), a scoped run's (its scope may
+# read the process's descriptors or environment: fc_out_of_scope) waits for its record.
+declare -gA FC_VREAD=() FC_VUID=() FC_VWHY=() FC_VPREP=()
 fc_verify_proc_read() {
     local pid=$1 line uid=""
     local -a status=()
@@ -855,21 +860,28 @@ fc_verify_proc_read() {
             break
         done
     fi
-    fc_user_name "$uid"
-    FC_VUSER[$pid]=$REPLY
-    fc_protected "$pid" || REPLY=""
-    FC_VWHY[$pid]=$REPLY
+    FC_VUID[$pid]=$uid
+    if [[ -z ${2:-} ]] || ((!FC_SCOPED)); then
+        fc_protected "$pid" || REPLY=""
+        FC_VWHY[$pid]=$REPLY
+    fi
 }
 
 # A host whose last status named processes (FC_VHINT: their PIDs, results/lastclean.py)
-# most likely runs them still: each is read now, with its owner, while the early -q read
-# runs, so that naming them once the read lists them costs no wall time after it (8 named
-# processes: 7-8 ms of a 40 ms status on a simulated node). The read stays the only word
-# on who uses a GPU: a PID it does not list is never named, and one whose PID was taken by
-# another process meanwhile is read again (fc_verify_proc). Stops as soon as the read
-# has output, so that a stale hint never delays the status; a process in uninterruptible
-# sleep is left for after the GPU rows have gone out (its command line's read can hang
-# while it is stuck in the kernel, fc_verify_end), as is any the hint did not name.
+# most likely runs them still: a read-only status reads each now, with its owner, while
+# its early -q read runs, so that naming them once the read lists them costs no wall time
+# after it (8 named processes: 7-8 ms of a 40 ms status on a simulated node). The read
+# stays the only word on who uses a GPU: a PID it does not list is never named, and what
+# was read of one it lists is checked before its records (fc_verify_prep_check). Stops as
+# soon as the read has output; no user name is looked up now (one missing from
+# /etc/passwd asks the directory service, up to 2 s: fc_user_name), so that a stale hint
+# never holds the status past the read. A process in uninterruptible sleep is left for
+# after the GPU rows have gone out (its command line's read can hang while it is stuck in
+# the kernel, fc_verify_end), as is any the hint did not name. Not covered: a process
+# whose main thread sleeps while another is stuck in the kernel holding its memory map,
+# whose command line's read hangs here, before the rows: that status reports a timeout
+# without its GPU rows, and the controller drops the hint of a host whose status did not
+# end, so the next reads as without one.
 fc_verify_prep() {
     local pid
     for pid in $FC_VHINT; do
@@ -877,9 +889,26 @@ fc_verify_prep() {
         [[ $pid == [1-9]*([0-9]) && -z ${FC_VREAD[$pid]:-} ]] || continue
         fc_read_stat "$pid" && [[ ${FC_F[0]} != D ]] || continue
         FC_VPREP[$pid]=1
-        fc_verify_proc_read "$pid"
+        fc_verify_proc_read "$pid" early
         [[ -n ${FC_START[$pid]:-} ]] && fc_owner_prep "$pid"
     done
+}
+
+# Before the records of PID, if it was read early (fc_verify_prep): where it is no longer
+# the process read then (gone, its PID taken by another: its start time), or is a zombie
+# or in its exit (whose command line a read now gives empty), everything read of it is
+# dropped, to be read anew as it is now.
+fc_verify_prep_check() {
+    [[ -n ${FC_VPREP[$1]:-} ]] || return 0
+    unset "FC_VPREP[$1]"
+    if fc_read_stat "$1" && [[ ${FC_F[19]} == "${FC_START[$1]:-}" && ${FC_F[0]} != [ZX] ]]
+    then
+        FC_STATE[$1]=${FC_F[0]}
+        return 0
+    fi
+    unset "FC_VREAD[$1]" "FC_VUID[$1]" "FC_VWHY[$1]" "FC_OWNER_PREP[$1]" "FC_START[$1]" \
+        "FC_CMD[$1]" "FC_ARGV0[$1]" "FC_COMM[$1]" "FC_STATE[$1]" "FC_PPID[$1]" "FC_PGRP[$1]" \
+        "FC_SID[$1]"
 }
 
 # The kernel log dmesg printed on FC_VXIDFD (its first line and Xid lines: FC_VKLOG_SED;
