@@ -60,14 +60,17 @@ def _watch_jobs(hosts: list[Host], args: argparse.Namespace
     The password (-K) is asked once."""
     from fleetclean import fleet
 
-    named = lastclean.named()
+    named, asked = lastclean.named(), unheard.load()
     name, each_q, _ = render_jobs("status", hosts, args.extra_vars, check=False, force=False,
-                                  scope=scope_of(args), last_clean=(), named=named)
+                                  scope=scope_of(args), last_clean=(), named=named,
+                                  unheard=asked)
     _, each_gpu, _ = render_jobs("status", hosts, args.extra_vars, check=False, force=False,
-                                 scope=scope_of(args), last_clean={h.name for h in hosts})
+                                 scope=scope_of(args), last_clean={h.name for h in hosts},
+                                 unheard=asked)
     each_q = ask_become_pass(args, each_q)
     known = lastclean.load()
-    reads = {q.host.name: Read(q.host, q.pieces, g.pieces, named.get(q.host.name, ""))
+    reads = {q.host.name: Read(q.host, q.pieces, g.pieces, named.get(q.host.name, ""),
+                               asked.get(q.host.name, ""))
              for q, g in zip(each_q, each_gpu, strict=True)}
     jobs = [fleet.Job(q.host, g.pieces if q.host.name in known else q.pieces)
             for q, g in zip(each_q, each_gpu, strict=True)]
@@ -76,12 +79,14 @@ def _watch_jobs(hosts: list[Host], args: argparse.Namespace
 
 class Read(NamedTuple):
     """A host's two scripts in a watch: its -q read's (reading the PIDs ``named`` by the
-    refresh before while it runs), and its --query-gpu read's."""
+    refresh before while it runs), and its --query-gpu read's; both ask for the tokens
+    ``asked`` of teardowns whose end was not heard (:mod:`unheard`)."""
 
     host: Host
     q: tuple[str, ...]
     gpu: tuple[str, ...]
     named: str
+    asked: str
 
 
 Reads = dict[str, Read]
@@ -134,23 +139,44 @@ def _watch(name: str, jobs: list[fleet.Job], reads: Reads, args: argparse.Namesp
 def _next_reads(jobs: list[fleet.Job], result: RunResult, reads: Reads,
                 args: argparse.Namespace) -> list[fleet.Job]:
     """The jobs of the next refresh: each host's script with the early GPU read that fits
-    what this refresh saw (``render.early_reads``); a -q read's script rendered anew where
-    the PIDs named changed (rendering is the controller's: under 1 ms a host)."""
+    what this refresh saw (``render.early_reads``), rendered anew where what it carries
+    changed (rendering is the controller's: under 1 ms a host): the PIDs named, which a -q
+    read reads early, and the tokens asked for, which this refresh's answers settled or a
+    teardown run meanwhile (from another terminal) left unheard."""
     from fleetclean import fleet
 
     seen = {h.host: lastclean.clean(h) for h in result.hosts}
-    now_named = {h.host: " ".join(map(str, lastclean.pids_named(h))) for h in result.hosts}
-    changed = {name: pids for name, pids in now_named.items()
-               if name in reads and not seen[name] and pids != reads[name].named}
-    if changed:
-        _, again, _ = render_jobs("status", [reads[name].host for name in changed],
-                                  args.extra_vars, check=False, force=False,
-                                  scope=scope_of(args), last_clean=(), named=changed)
-        for job in again:
-            read = reads[job.host.name]
-            reads[job.host.name] = read._replace(q=job.pieces, named=changed[job.host.name])
+    asked = unheard.load()
+    want = {}
+    for host in result.hosts:
+        read = reads.get(host.host)
+        if read is None:
+            continue
+        named = read.named if seen[host.host] else " ".join(map(str, lastclean.pids_named(host)))
+        want[host.host] = read._replace(named=named, asked=asked.get(host.host, ""))
+    for w in _rendered([w for w in want.values() if (w.named, w.asked) != (
+            reads[w.host.name].named, reads[w.host.name].asked)], args, q=True):
+        want[w.host.name] = want[w.host.name]._replace(q=w.q)
+    for w in _rendered([w for w in want.values() if w.asked != reads[w.host.name].asked],
+                       args, q=False):
+        want[w.host.name] = want[w.host.name]._replace(gpu=w.gpu)
+    reads.update(want)
     out = []
     for job in jobs:
         read = reads[job.host.name]
         out.append(fleet.Job(read.host, read.gpu if seen.get(job.host.name) else read.q))
     return out
+
+
+def _rendered(reads: list[Read], args: argparse.Namespace, *, q: bool) -> list[Read]:
+    """``reads`` with their -q read's script (``q``) or their --query-gpu read's rendered
+    anew, for what each carries."""
+    if not reads:
+        return []
+    _, jobs, _ = render_jobs(
+        "status", [r.host for r in reads], args.extra_vars, check=False, force=False,
+        scope=scope_of(args), last_clean=() if q else [r.host.name for r in reads],
+        named={r.host.name: r.named for r in reads},
+        unheard={r.host.name: r.asked for r in reads})
+    return [r._replace(q=j.pieces) if q else r._replace(gpu=j.pieces)
+            for r, j in zip(reads, jobs, strict=True)]

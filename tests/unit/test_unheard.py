@@ -84,3 +84,33 @@ def test_a_damaged_file_reads_as_no_tokens(notes: Path) -> None:
     assert unheard.load() == {"gpu02": "b1 b2"}  # no group, no absurd PID: settled ones
     notes.write_text("[" * 100_000)
     assert unheard.load() == {}
+
+
+def test_a_watch_asks_at_each_refresh_for_the_tokens_still_unheard(notes: Path) -> None:
+    """A watch asks a host for a token until its node answers for it, and from the next
+    refresh on for a teardown's left unheard meanwhile (from another terminal)."""
+    import re
+
+    from fleetclean.commands import status
+    from fleetclean.commands.parser import build_parser
+    from fleetclean.models import GpuRow, Host
+
+    def asked(jobs: list[object]) -> dict[str, list[str]]:
+        return {j.host.name: re.findall(r"^    FC_UNHEARD=(.*)$", "".join(j.pieces), re.M)
+                for j in jobs}  # type: ignore[attr-defined]
+
+    row = GpuRow(0, "GPU-1", "NVIDIA H200", 0, 143771)
+    args = build_parser().parse_args(["status", "--watch", "1", "-i", "a,b,"])
+    write(notes, {"b": [["t1", time.time(), gone_pid(), socket.gethostname()]]})
+    _, jobs, reads = status._watch_jobs([Host("a", "a"), Host("b", "b")], args)
+    assert asked(jobs) == {"a": [], "b": ["t1"]}
+    # b answered for t1 (it told its journal); a teardown of a's went unheard meanwhile.
+    result = RunResult("status", 1.0, (
+        HostResult("a", HostStatus.CLEAN, gpus=(row,), ended=True),
+        HostResult("b", HostStatus.CLEAN, gpus=(row,), ended=True, answered=("t1",))))
+    unheard.settle(result)
+    write(notes, {"a": [["t2", time.time(), gone_pid(), socket.gethostname()]]})
+    jobs = status._next_reads(jobs, result, reads, args)
+    assert asked(jobs) == {"a": ["t2"], "b": []}
+    # Seen clean: the --query-gpu read's script carries it too.
+    assert "FC_VGFD" in "".join(jobs[0].pieces)
