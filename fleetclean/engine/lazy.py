@@ -63,7 +63,7 @@ BUSY = frozenset({
     "fc_verify_apps", "fc_verify_explain", "fc_verify_proc", "fc_verify_report",
     "fc_verify_settled", "fc_verify_proc_read", "fc_owner_prep",
     # A host whose last status named processes reads them while its GPU read runs.
-    "fc_verify_prep", "fc_verify_prep_check",
+    "fc_verify_prep", "fc_verify_prep_awake", "fc_verify_prep_check",
 })
 TIERS = (IDLE, BUSY)
 # A script's first GPU read is one of two (render.early_reads): -q, GPUs and processes, and

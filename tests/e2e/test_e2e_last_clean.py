@@ -143,19 +143,22 @@ def test_a_failing_query_on_a_host_seen_clean_reads_as_before(
     assert with_hint["status"] != "clean" and table(with_hint) == table(without)
 
 
-# The node's own nvidia-smi replaced by one that logs its arguments first (its link to the
-# fleet's shared copy removed, that copy kept as /tmp/real-smi).
-LOGGING_SMI = r"""cp /usr/local/sbin/nvidia-smi /tmp/real-smi
-rm /usr/local/sbin/nvidia-smi
-printf '#!/bin/sh\necho "$*" >>/tmp/smi.log\nexec /tmp/real-smi "$@"\n' >/usr/local/sbin/nvidia-smi
-chmod 755 /usr/local/sbin/nvidia-smi"""
+def wrap_smi(fleet: SimFleet, host: str, first: str) -> None:
+    """The node's own nvidia-smi replaced by one that runs the shell line ``first`` first
+    (its link to the fleet's shared copy removed, that copy kept as /tmp/real-smi)."""
+    script = ("cp /usr/local/sbin/nvidia-smi /tmp/real-smi\n"
+              "rm /usr/local/sbin/nvidia-smi\n"
+              f"printf '#!/bin/sh\\n%s\\nexec /tmp/real-smi \"$@\"\\n' '{first}'"
+              " >/usr/local/sbin/nvidia-smi\n"
+              "chmod 755 /usr/local/sbin/nvidia-smi")
+    assert fleet.run_in(host, ["bash", "-c", script]).returncode == 0
 
 
 def test_a_watch_reads_each_host_by_what_its_last_refresh_saw(
     sim_fleet_factory: Any, tmp_path: Path
 ) -> None:
     fleet = sim_fleet_factory(1)
-    assert fleet.run_in("node01", ["bash", "-c", LOGGING_SMI]).returncode == 0
+    wrap_smi(fleet, "node01", 'echo "$*" >>/tmp/smi.log')
     log = fleet.node_path("node01", "/tmp/smi.log")
     log.write_text("")
 
@@ -223,6 +226,9 @@ def test_processes_read_early_keep_each_its_own_owner(sim_fleet_factory: Any, cl
     fleet = sim_fleet_factory(1)
     for kind, gpu in (("tmux", 0), ("service", 1), ("screen", 2)):
         fleet.spawn("node01", kind, gpu=gpu, mib=2048)
+    # nvidia-smi a second slower: the early read of the processes named is sure to be
+    # done before it answers.
+    wrap_smi(fleet, "node01", "sleep 1")
     first = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     owners = {g["index"]: p["owner"]["kind"] for g in first["gpus"] for p in g["processes"]}
     assert owners == {0: "tmux", 1: "systemd", 2: "screen"}

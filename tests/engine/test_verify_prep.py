@@ -7,6 +7,7 @@ test's (``FC_VQFD``), and the processes are ones the test started itself, by PID
 
 from __future__ import annotations
 
+import itertools
 import os
 import pwd
 import subprocess
@@ -83,16 +84,18 @@ def test_the_processes_named_last_time_are_read_before_the_gpu_read_answers(
 def test_each_process_read_early_gets_its_own_owner(
     workers: list[subprocess.Popen[bytes]], tmp_path: Path,
 ) -> None:
+    # Owners their cgroups name whatever their ancestors (a Slurm job, a container).
     a, b = (w.pid for w in workers)
     ctr = "c" * 64
-    cgroups = {1: "0::/init.scope", a: "0::/system.slice/vllm.service",
+    cgroups = {1: "0::/init.scope",
+               a: "0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0",
                b: f"0::/system.slice/docker-{ctr}.scope"}
     for pid, line in cgroups.items():
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "cgroup").write_text(line + "\n")
     out = bash({"HINT": f"{a} {b}", "SHOW": f"{a} {b}", "FC_PROC": str(tmp_path)})
     assert f"read {a} 1 1 1" in out and f"read {b} 1 1 1" in out
-    assert records(out, "owner") == [[str(a), "systemd", "vllm.service", "vllm.service"],
+    assert records(out, "owner") == [[str(a), "slurm", "42", "42.0"],
                                      [str(b), "docker", ctr, ctr[:12]]]
 
 
@@ -114,7 +117,7 @@ def test_the_prep_stops_as_soon_as_the_read_answers(
     a, b = (w.pid for w in workers)
     fifo = tmp_path / "read"
     os.mkfifo(fifo)
-    setup = (f'exec {{FC_VQFD}}<>{fifo}\nfc_lazy 1 x\n'
+    setup = (f'exec {{FC_VQFD}}<>{fifo}\n'
              'eval "$(declare -f fc_owner_prep | sed "1s/fc_owner_prep/real_prep/")"\n'
              'fc_owner_prep() { real_prep "$@"; echo answered >&"$FC_VQFD"; }')
     out = bash({"HINT": f"{a} {b}", "SHOW": f"{a} {b}", "SETUP": setup})
@@ -135,6 +138,21 @@ def test_a_process_in_uninterruptible_sleep_is_left_for_after_the_rows(
     assert [p[2] for p in records(out, "proc")] == [cmdline(a), cmdline(b)]
 
 
+def test_a_process_in_its_exit_since_the_prep_is_named_as_exiting(
+    workers: list[subprocess.Popen[bytes]],
+) -> None:
+    # As if the first had begun its exit once read early (PF_EXITING in its stat's flags:
+    # a read of its command line now gives it empty, "exiting" in the table).
+    a, b = (w.pid for w in workers)
+    after = ('eval "$(declare -f fc_read_stat | sed "1s/fc_read_stat/real_stat/")"\n'
+             'fc_read_stat() { real_stat "$@" || return 1; [[ $1 != "$XPID" ]] || '
+             '{ FC_F[6]=$((FC_F[6] | 4)); }; }\n'
+             'fc_cmdline() { REPLY=""; FC_ARGV0_ONE=""; }')
+    out = bash({"HINT": f"{a} {b}", "SHOW": f"{a} {b}", "AFTER": after, "XPID": str(a)})
+    assert f"read {a} 1 1 1" in out
+    assert [p[2] for p in records(out, "proc")] == ["", cmdline(b)]
+
+
 def test_a_pid_taken_by_another_process_since_the_prep_is_read_again(
     workers: list[subprocess.Popen[bytes]],
 ) -> None:
@@ -145,19 +163,25 @@ def test_a_pid_taken_by_another_process_since_the_prep_is_read_again(
                 "AFTER": f"FC_START[{pid}]=1 FC_CMD[{pid}]=stale FC_VUID[{pid}]=65534 "
                          f"FC_OK[{pid}]=docker FC_OWNER_KIND=docker"})
     assert [p[:3] for p in records(out, "proc")] == [[str(pid), ME, cmdline(pid)]]
-    assert [o[:2] for o in records(out, "owner")] == [[str(pid), "plain"]]
+    assert [o[0] for o in records(out, "owner")] == [str(pid)]
+    assert records(out, "owner")[0][1] != "docker"
 
 
-def test_a_process_that_ended_or_is_a_zombie_since_the_prep_is_named_as_it_is_now() -> None:
-    # A process that leaves a zombie (its parent, exec'd into sleep, never reaps it), and
-    # one that is gone (killed, and reaped by its parent) by the time their records are
-    # written.
-    parents = [start("sleep 0.5 & echo $!; exec sleep 60"),
-               start(f"(exec -a 'fcprep-{uuid.uuid4().hex}' sleep 60) & echo $!; wait")]
+def test_a_process_that_ended_or_is_a_zombie_since_the_prep_is_named_as_it_is_now(
+    tmp_path: Path,
+) -> None:
+    # Two processes that end once the prep has read them (each waits on a FIFO the script
+    # writes to): one leaves a zombie (its parent, exec'd into sleep, never reaps it), the
+    # other is gone (its parent reaps it).
+    fifos = [tmp_path / "z", tmp_path / "g"]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    parents = [start(f"(read -r _ <{fifos[0]}) & echo $!; exec sleep 60"),
+               start(f"(read -r _ <{fifos[1]}) & echo $!; wait")]
     try:
         zombie, gone = (int(p.stdout.readline()) for p in parents if p.stdout)
         out = bash({"HINT": f"{zombie} {gone}", "SHOW": f"{zombie} {gone}",
-                    "AFTER": f"sleep 1; kill {gone}; sleep 0.3"})
+                    "AFTER": f"echo >{fifos[0]}; echo >{fifos[1]}; sleep 0.3"})
     finally:
         for proc in parents:
             proc.kill()
@@ -174,6 +198,8 @@ FC_CHECK=1 FC_PROTECT=(sshd) FC_VHINT=$HINT
 fc_write() { local n="${1//[!$'\n']/}"; echo "write ${#n}"; }
 exec {FC_VQFD}< <(exec 2>/dev/null; sleep 5; echo done)
 fc_verify_prep
+eval "$(declare -f fc_cmdline | sed "1s/fc_cmdline/real_cmdline/")"
+fc_cmdline() { echo "cmdline read"; real_cmdline "$@"; }
 FC_VAPPS=("$PID, python, 100, GPU-1")
 declare -gA FC_VPIDS=() FC_VHOLD=() FC_VPROT=() FC_VDEV=()
 FC_VBARE=()
@@ -186,15 +212,16 @@ fc_release
 @pytest.mark.parametrize(("hint", "writes"), [
     # Read while the GPU read ran: app, owner and proc records in one write.
     (True, ["write 3"]),
-    # Read now: what is held goes out before its command line is read.
-    (False, ["write 1", "write 2"]),
+    # Read now: what is held (the app) goes out before its command line is read.
+    (False, ["write 1", "cmdline read", "write 2"]),
 ])
 def test_a_process_read_early_is_reported_in_one_write(
     workers: list[subprocess.Popen[bytes]], hint: bool, writes: list[str],
 ) -> None:
     pid = str(workers[0].pid)
     out = bash({"PID": pid, "HINT": pid if hint else ""}, REPORT)
-    assert out == writes
+    # Its ancestors' command lines are read with its own (its owner).
+    assert [line for line, _ in itertools.groupby(out)] == writes
 
 
 def test_a_hint_from_the_environment_is_not_taken(

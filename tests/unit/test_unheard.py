@@ -88,29 +88,41 @@ def test_a_damaged_file_reads_as_no_tokens(notes: Path) -> None:
 
 def test_a_watch_asks_at_each_refresh_for_the_tokens_still_unheard(notes: Path) -> None:
     """A watch asks a host for a token until its node answers for it, and from the next
-    refresh on for a teardown's left unheard meanwhile (from another terminal)."""
+    refresh on for a teardown's left unheard meanwhile (from another terminal), whichever
+    GPU read the host's script starts with."""
     import re
 
     from fleetclean.commands import status
     from fleetclean.commands.parser import build_parser
-    from fleetclean.models import GpuRow, Host
+    from fleetclean.models import GpuProcess, GpuRow, Host
 
     def asked(jobs: list[object]) -> dict[str, list[str]]:
         return {j.host.name: re.findall(r"^    FC_UNHEARD=(.*)$", "".join(j.pieces), re.M)
                 for j in jobs}  # type: ignore[attr-defined]
 
     row = GpuRow(0, "GPU-1", "NVIDIA H200", 0, 143771)
-    args = build_parser().parse_args(["status", "--watch", "1", "-i", "a,b,"])
-    write(notes, {"b": [["t1", time.time(), gone_pid(), socket.gethostname()]]})
-    _, jobs, reads = status._watch_jobs([Host("a", "a"), Host("b", "b")], args)
-    assert asked(jobs) == {"a": [], "b": ["t1"]}
-    # b answered for t1 (it told its journal); a teardown of a's went unheard meanwhile.
+    busy = GpuRow(0, "GPU-1", "NVIDIA H200", 4000, 143771)
+    app = (GpuProcess(77, "python", 4000, "GPU-1"),)
+    args = build_parser().parse_args(["status", "--watch", "1", "-i", "a,b,c,"])
+    here = socket.gethostname()
+    write(notes, {"b": [["t1", time.time(), gone_pid(), here]]})
+    # b was in use at the last status, naming the process it names again below: only its
+    # tokens change.
+    from fleetclean.results import lastclean
+    lastclean.update(RunResult("status", 1.0, (HostResult(
+        "b", HostStatus.DIRTY, gpus=(busy,), processes=app, ended=True),)))
+    _, jobs, reads = status._watch_jobs([Host("a", "a"), Host("b", "b"), Host("c", "c")], args)
+    assert asked(jobs) == {"a": [], "b": ["t1"], "c": []}
+    # b (in use: its -q read) answered for t1; a teardown of a's went unheard meanwhile.
     result = RunResult("status", 1.0, (
         HostResult("a", HostStatus.CLEAN, gpus=(row,), ended=True),
-        HostResult("b", HostStatus.CLEAN, gpus=(row,), ended=True, answered=("t1",))))
+        HostResult("b", HostStatus.DIRTY, gpus=(busy,), processes=app, ended=True,
+                   answered=("t1",)),
+        HostResult("c", HostStatus.CLEAN, gpus=(row,), ended=True)))
     unheard.settle(result)
-    write(notes, {"a": [["t2", time.time(), gone_pid(), socket.gethostname()]]})
+    unheard.begin(["a"], "t2", now=time.time() - 2 * 3600)  # its run over: no longer in flight
+    before = reads["c"]
     jobs = status._next_reads(jobs, result, reads, args)
-    assert asked(jobs) == {"a": ["t2"], "b": []}
-    # Seen clean: the --query-gpu read's script carries it too.
-    assert "FC_VGFD" in "".join(jobs[0].pieces)
+    assert asked(jobs) == {"a": ["t2"], "b": [], "c": []}
+    assert "FC_VGFD" in "".join(jobs[0].pieces) and "FC_VQFD" in "".join(jobs[1].pieces)
+    assert reads["c"].q is before.q and reads["c"].gpu is before.gpu  # nothing changed

@@ -811,7 +811,8 @@ fc_verify_proc() {
     fc_verify_prep_check "$pid"
     # A read of its command line (or an ancestor's) can hang while it is stuck in the
     # kernel: what is held goes out first. A process read before has none left.
-    if [[ -z ${FC_VREAD[$pid]:-} ||
+    # (A scoped run's protection, worked out now, may read more: its descriptors.)
+    if [[ -z ${FC_VREAD[$pid]:-} || (-n ${FC_VUID[$pid]+set} && -z ${FC_VWHY[$pid]+set}) ||
         (-n ${FC_START[$pid]:-} && -z ${FC_OWNER_DONE[$pid]:-}${FC_OWNER_PREP[$pid]:-}) ]]; then
         fc_flush
     fi
@@ -875,34 +876,52 @@ fc_verify_proc_read() {
 # was read of one it lists is checked before its records (fc_verify_prep_check). Stops as
 # soon as the read has output; no user name is looked up now (one missing from
 # /etc/passwd asks the directory service, up to 2 s: fc_user_name), so that a stale hint
-# never holds the status past the read. A process in uninterruptible sleep is left for
-# after the GPU rows have gone out (its command line's read can hang while it is stuck in
-# the kernel, fc_verify_end), as is any the hint did not name. Not covered: a process
-# whose main thread sleeps while another is stuck in the kernel holding its memory map,
-# whose command line's read hangs here, before the rows: that status reports a timeout
-# without its GPU rows, and the controller drops the hint of a host whose status did not
-# end, so the next reads as without one.
+# never holds the status past the read. A process in uninterruptible sleep, or with an
+# ancestor in it, is left for after the GPU rows have gone out (its command line's read
+# can hang while it is stuck in the kernel, fc_verify_end), as is any the hint did not
+# name. Not covered: a process whose main thread sleeps while another is stuck in the
+# kernel holding its memory map, whose command line's read hangs here, before the rows:
+# that status reports a timeout without its GPU rows, and the controller drops the hint of
+# a host whose status did not end, so the next reads as without one.
 fc_verify_prep() {
-    local pid
+    local pid p
+    local -A before=()
+    for p in "${!FC_START[@]}"; do
+        before[$p]=1
+    done
     for pid in $FC_VHINT; do
         read -t 0 -u "$FC_VQFD" && break
         [[ $pid == [1-9]*([0-9]) && -z ${FC_VREAD[$pid]:-} ]] || continue
-        fc_read_stat "$pid" && [[ ${FC_F[0]} != D ]] || continue
+        fc_verify_prep_awake "$pid" || continue
         FC_VPREP[$pid]=1
         fc_verify_proc_read "$pid" early
         [[ -n ${FC_START[$pid]:-} ]] && fc_owner_prep "$pid"
+    done
+    # Its ancestors, loaded for its owner, may be named too (an app, a holder): checked alike.
+    for p in "${!FC_START[@]}"; do
+        [[ -n ${before[$p]:-} ]] || FC_VPREP[$p]=1
+    done
+}
+
+# True when neither PID nor any ancestor of it not read yet is in uninterruptible sleep
+# (stat only: a command line is read only once none is).
+fc_verify_prep_awake() {
+    local p=$1 n=0
+    while [[ $p != 0 && $p != 1 && -z ${FC_START[$p]:-} ]] && ((n++ < 64)); do
+        fc_read_stat "$p" && [[ ${FC_F[0]} != D ]] || return 1
+        p=${FC_F[1]}
     done
 }
 
 # Before the records of PID, if it was read early (fc_verify_prep): where it is no longer
 # the process read then (gone, its PID taken by another: its start time), or is a zombie
-# or in its exit (whose command line a read now gives empty), everything read of it is
-# dropped, to be read anew as it is now.
+# or in its exit (whose command line a read now gives empty: "exiting" in the table),
+# everything read of it is dropped, to be read anew as it is now.
 fc_verify_prep_check() {
     [[ -n ${FC_VPREP[$1]:-} ]] || return 0
     unset "FC_VPREP[$1]"
-    if fc_read_stat "$1" && [[ ${FC_F[19]} == "${FC_START[$1]:-}" && ${FC_F[0]} != [ZX] ]]
-    then
+    if fc_read_stat "$1" && [[ ${FC_F[19]} == "${FC_START[$1]:-}" && ${FC_F[0]} != [ZX] ]] &&
+        ((!(FC_F[6] & FC_PF_EXITING))); then
         FC_STATE[$1]=${FC_F[0]}
         return 0
     fi
