@@ -125,15 +125,20 @@ def test_the_prep_stops_as_soon_as_the_read_answers(
     assert [p[2] for p in records(out, "proc")] == [cmdline(a), cmdline(b)]
 
 
+def stat_of(pid: int, change: str) -> str:
+    """bash that makes what fc_read_stat reads of ``pid`` other by the command ``change``
+    (of FC_F, its fields)."""
+    return ('eval "$(declare -f fc_read_stat | sed "1s/fc_read_stat/real_stat/")"\n'
+            f'fc_read_stat() {{ real_stat "$@" || return 1; [[ $1 != {pid} ]] || {change}; }}')
+
+
 def test_a_process_in_uninterruptible_sleep_is_left_for_after_the_rows(
     workers: list[subprocess.Popen[bytes]],
 ) -> None:
     # As if the first were in state D (stuck in the kernel: its command line's read could
     # hang): not read early, named with its records.
     a, b = (w.pid for w in workers)
-    setup = ('eval "$(declare -f fc_read_stat | sed "1s/fc_read_stat/real_stat/")"\n'
-             'fc_read_stat() { real_stat "$@" || return 1; [[ $1 != "$DPID" ]] || FC_F[0]=D; }')
-    out = bash({"HINT": f"{a} {b}", "SHOW": f"{a} {b}", "SETUP": setup, "DPID": str(a)})
+    out = bash({"HINT": f"{a} {b}", "SHOW": f"{a} {b}", "SETUP": stat_of(a, "FC_F[0]=D")})
     assert f"read {a} no no no" in out and f"read {b} 1 1 1" in out
     assert [p[2] for p in records(out, "proc")] == [cmdline(a), cmdline(b)]
 
@@ -144,11 +149,8 @@ def test_a_process_in_its_exit_since_the_prep_is_named_as_exiting(
     # As if the first had begun its exit once read early (PF_EXITING in its stat's flags:
     # a read of its command line now gives it empty, "exiting" in the table).
     a, b = (w.pid for w in workers)
-    after = ('eval "$(declare -f fc_read_stat | sed "1s/fc_read_stat/real_stat/")"\n'
-             'fc_read_stat() { real_stat "$@" || return 1; [[ $1 != "$XPID" ]] || '
-             '{ FC_F[6]=$((FC_F[6] | 4)); }; }\n'
-             'fc_cmdline() { REPLY=""; FC_ARGV0_ONE=""; }')
-    out = bash({"HINT": f"{a} {b}", "SHOW": f"{a} {b}", "AFTER": after, "XPID": str(a)})
+    after = stat_of(a, "FC_F[6]=$((FC_F[6] | 4))") + "\nfc_cmdline() { REPLY=''; FC_ARGV0_ONE=''; }"
+    out = bash({"HINT": f"{a} {b}", "SHOW": f"{a} {b}", "AFTER": after})
     assert f"read {a} 1 1 1" in out
     assert [p[2] for p in records(out, "proc")] == ["", cmdline(b)]
 
