@@ -766,19 +766,21 @@ fc_verify_all_stuck() {
 # "bare" (index, MiB) for each GPU above the threshold that no unprotected process holds.
 fc_verify_report() {
     local line pid idx i why
-    local -a pids=()
+    local -a pids=() apps=()
     local -A named=()
-    # nvidia-smi's apps first, then each process's records; what is held goes out before
-    # any read of /proc that could hang (fc_verify_proc), so that a busy host whose
-    # processes were read while its GPU read ran (fc_verify_prep) sends them in one write.
+    # nvidia-smi's apps first (in one builtin: fc_rec_each), then each process's records;
+    # what is held goes out before any read of /proc that could hang (fc_verify_proc), so
+    # that a busy host whose processes were read while its GPU read ran (fc_verify_prep)
+    # sends them in one write.
     for line in "${FC_VAPPS[@]}"; do
         [[ $line == +([0-9]),* ]] || continue
+        apps+=("$line")
         pid=${line%%,*}
-        fc_rec app "$line"
         [[ -n ${named[$pid]:-} ]] && continue
         named[$pid]=1
         pids+=("$pid")
     done
+    fc_rec_each app "${apps[@]}"
     for pid in "${pids[@]}"; do
         fc_verify_proc "$pid"
     done
