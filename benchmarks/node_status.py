@@ -180,11 +180,12 @@ def local(argv: list[str]) -> str:
 
 
 def render(args: argparse.Namespace, where: list[str], checkout: Path | None = None,
-           seen_clean: bool = False, named: list[int] | None = None) -> str:
+           seen_clean: bool = False, named: list[list[int]] | None = None) -> str:
     """``fleetclean show status`` for ``where`` (``--local``, or an inventory and a host),
     by this checkout's code or by ``checkout``'s; ``seen_clean``: for a host whose GPUs all
     read clean at its last status (results/lastclean.py: the early read is --query-gpu),
-    else for one never seen (-q); ``named``: for a host whose last status named these PIDs
+    else for one never seen (-q); ``named``: for a host whose last status named these
+    processes ([PID, start time] each: gpu_processes)
     (results/lastclean.py: read while its -q read runs)."""
     with tempfile.TemporaryDirectory() as state:
         env = {**os.environ, "FLEETCLEAN_STATE_DIR": state}
@@ -197,26 +198,29 @@ def render(args: argparse.Namespace, where: list[str], checkout: Path | None = N
                                   env=env, cwd=checkout).stdout
 
         text = show()
+        host = json.loads(text.split("# host: ", 1)[1].split("  mode:", 1)[0])
         if named:
-            host = json.loads(text.split("# host: ", 1)[1].split("  mode:", 1)[0])
             (Path(state) / "last-named.json").write_text(
                 json.dumps({"hosts": {host: [time.time(), named]}}))
-            text = show()
-            if "FC_VHINT=" not in text:
-                raise LookupError(f"{checkout or 'this checkout'}: the hint was not taken")
         if seen_clean:
-            host = json.loads(text.split("# host: ", 1)[1].split("  mode:", 1)[0])
             (Path(state) / "last-clean.json").write_text(
                 json.dumps({"hosts": {host: time.time()}}))
+        if named or seen_clean:
             text = show()
-            if "FC_VGFD" not in text:
+            if ("FC_VHINT=" if named else "FC_VGFD") not in text:
                 raise LookupError(f"{checkout or 'this checkout'}: the hint was not taken")
         return text
 
 
-def gpu_pids(text: str) -> list[int]:
-    """The PIDs of ``nvidia-smi --query-compute-apps=pid`` output."""
-    return sorted({int(word) for word in text.split() if word.isdigit()})
+def gpu_processes(run: Runner) -> list[list[int]]:
+    """[PID, start time] of each compute app nvidia-smi lists where ``run`` runs, as
+    last-named.json keeps them."""
+    out = run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"])
+    named = []
+    for pid in sorted({int(word) for word in out.split() if word.isdigit()}):
+        stat = run(["cat", f"/proc/{pid}/stat"])
+        named.append([pid, int(stat.rsplit(")", 1)[1].split()[19])])
+    return named
 
 
 def against_seen_clean(args: argparse.Namespace, where: list[str]) -> str:
@@ -239,8 +243,7 @@ def real(args: argparse.Namespace) -> dict[str, Any]:
         clean = Path(tmp) / "seen_clean.sh"
         texts = {str(path): (render(args, ["--local"]), None),
                  str(clean): (render(args, ["--local"], seen_clean=True), None)}
-        apps = gpu_pids(local(["nvidia-smi", "--query-compute-apps=pid",
-                               "--format=csv,noheader"]))
+        apps = gpu_processes(local)
         busy = str(Path(tmp) / "seen_busy.sh") if apps else ""
         if busy:
             texts[busy] = (render(args, ["--local"], named=apps), None)
@@ -290,8 +293,7 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
             fleet.spawn("node01", "sglang", gpus="0-7", mib=4096)
             # A host seen in use last time, naming the same workers: -q, the workers read
             # while it runs.
-            apps = gpu_pids(in_node(["nvidia-smi", "--query-compute-apps=pid",
-                                     "--format=csv,noheader"]))
+            apps = gpu_processes(in_node)
             text = render(args, where, named=apps)
             fleet.node_path("node01", "/tmp/seen_busy.sh").write_text(text)
             BOOTS["/tmp/seen_busy.sh"] = boot_command(text)

@@ -134,6 +134,9 @@ class GpuProcess:
     # In state D since fleetclean's SIGKILL: stuck in the kernel, no signal reaches it.
     stuck: bool = False
     owner: Owner | None = None  # None: the node could not say (not in its PID namespace)
+    # Its start time (clock ticks after the node's boot), where the node read it: with the
+    # PID, one process for its whole life (results/lastclean.py: named again next time).
+    start: int | None = None
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,7 @@ def _next_reads(jobs: list[fleet.Job], result: RunResult, reads: Reads,
         read = reads.get(host.host)
         if read is None:
             continue
-        named = read.named if seen[host.host] else " ".join(map(str, lastclean.pids_named(host)))
+        named = read.named if seen[host.host] else lastclean.hint(lastclean.processes_named(host))
         want[host.host] = read._replace(named=named, asked=asked.get(host.host, ""))
     for w in _rendered([w for w in want.values() if (w.named, w.asked) != (
             reads[w.host.name].named, reads[w.host.name].asked)], args, q=True):

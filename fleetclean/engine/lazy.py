@@ -2,15 +2,16 @@
 parses as it reads the script; what a node with busy GPUs adds; and the rest. bash parses
 the last two only if something calls them.
 
-bash parses every function it is sent before it runs any: a status script's 35 KB of
-definitions cost 2.25 ms of the node's CPU (``perf stat``, 20-30 runs), yet a node whose
-GPUs are idle (most of a fleet, most of the time) calls 25 of its 71 functions, 12 KB of
-it (22 and 10 KB where the host was seen clean: only one of the two first GPU reads is
-its, :func:`tiers`). The others come after the script's ``fc_main </dev/null`` and an
+bash parses every function it is sent before it runs any: a status script's definitions
+(35 KB then, 45 KB and 89 functions now) cost 2.25 ms of the node's CPU (``perf stat``,
+20-30 runs), yet a node whose GPUs are idle (most of a fleet, most of the time) calls
+about a third of its functions, under half of its text (:func:`tiers`: only one of the two
+first GPU reads is its). The others come after the script's ``fc_main </dev/null`` and an
 ``exit``, where bash never parses them, in two groups: naming a busy GPU's processes and
-their owners (what a status on a busy node runs, 14 KB), then the rarer rest (looking
-through descriptors for a holder nvidia-smi does not list, reading Xids, the CSV queries,
-the other first read: 9-11 KB). Each of their
+their owners (what a status on a busy node runs, and one whose host's last status named
+processes, while its GPU read runs: 17 KB), then the rarer rest (looking through
+descriptors for a holder nvidia-smi does not list, reading Xids, the CSV queries, the
+other first read: 11-14 KB). Each of their
 functions is a one-line stand-in until then: its first call (``fc_lazy GROUP``) parses
 its group from the script's own text (``FC_SRC`` where ``transport.boot`` or
 ``render.read_whole`` read it, the file, or the ``-c`` string), and the group's stand-ins
@@ -61,7 +62,9 @@ BUSY = frozenset({
     # Who the script is (its ancestors, its session), read at the first fc_protected.
     "fc_self", "fc_self_init", "fc_read_stat",
     "fc_verify_apps", "fc_verify_explain", "fc_verify_proc", "fc_verify_report",
-    "fc_verify_settled", "fc_verify_proc_read", "fc_owner_prep",
+    "fc_verify_settled", "fc_verify_proc_read", "fc_verify_why", "fc_owner_prep",
+    # A process of a tmux or screen session: its session's name, from its environment.
+    "fc_owner_env",
     # A host whose last status named processes reads them while its GPU read runs.
     "fc_verify_prep", "fc_verify_prep_awake", "fc_verify_prep_check",
 })

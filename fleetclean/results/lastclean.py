@@ -15,10 +15,12 @@ runs may lose each other's updates: each writes whole (rename), and a lost updat
 costs the next status the cheaper read on those hosts.
 
 A host whose last status named processes most likely runs them still (a serving fleet's
-servers run for days): its next status reads those PIDs, with their owners, while its -q
-read runs (verify.sh: fc_verify_prep), so that naming them costs no wall time after the
-read. The read alone says who uses a GPU: a stale PID costs a failed read of /proc, never a
-wrong name. Kept in ``last-named.json``, each host with the time and its PIDs (at most
+servers run for days): its next status reads those processes, with their owners, while
+its -q read runs (verify.sh: fc_verify_prep), so that naming them costs no wall time after
+the read. Each is named by its PID and start time (clock ticks after the node's boot), which
+together name one process for its whole life: one that ended, or any after a reboot, costs
+a read of its stat, never a read of another process; and the read alone says who uses a
+GPU. Kept in ``last-named.json``, each host with the time and its processes (at most
 :data:`MAX_NAMED`); a host whose status named none, or did not end, is dropped.
 
 >>> import os, tempfile
@@ -31,11 +33,12 @@ wrong name. Kept in ``last-named.json``, each host with the time and its PIDs (a
 >>> sorted(load())
 ['gpu01']
 >>> from fleetclean.models import GpuProcess
->>> apps = tuple(GpuProcess(pid, "python", 9, "GPU-1") for pid in (812, 77, 812))
+>>> apps = tuple(GpuProcess(pid, "python", 9, "GPU-1", start=start)
+...              for pid, start in ((812, 5001), (77, 4000), (812, 5001), (90, None)))
 >>> update(RunResult("status", 1.0, (HostResult("gpu02", HostStatus.DIRTY, gpus=(row,),
 ...                                             processes=apps, ended=True),)))
 >>> named()
-{'gpu02': '77 812'}
+{'gpu02': '77:4000 812:5001'}
 >>> del os.environ["FLEETCLEAN_STATE_DIR"]
 """
 
@@ -77,27 +80,39 @@ def clean(host: HostResult) -> bool:
 
 
 def named() -> dict[str, str]:
-    """Each host's PIDs (space-separated) that its last status named, where it named any;
-    empty where the file is missing or unreadable."""
-    hosts: dict[str, str] = {}
-    for host, (_, pids) in _read_named().items():
-        hosts[host] = " ".join(map(str, pids))
-    return hosts
+    """Each host's processes its last status named, as ``FC_VHINT`` takes them
+    ("PID:START PID:START ..."), where it named any; empty where the file is missing or
+    unreadable."""
+    return {host: hint(procs) for host, (_, procs) in _read_named().items()}
 
 
-def pids_named(host: HostResult) -> tuple[int, ...]:
-    """The PIDs of the GPU processes a host's status named, heard to its end (none where it
-    did not end: a status cut off while naming a process stuck in the kernel must not read
-    it first next time), at most :data:`MAX_NAMED`."""
+Named = tuple[tuple[int, int], ...]  # (PID, start time), by PID
+
+
+def hint(procs: Named) -> str:
+    """``FC_VHINT``'s words for ``procs``: "PID:START PID:START ...".
+
+    >>> hint(((77, 4000), (812, 5001)))
+    '77:4000 812:5001'
+    """
+    return " ".join(f"{pid}:{start}" for pid, start in procs)
+
+
+def processes_named(host: HostResult) -> Named:
+    """The GPU processes a host's status named, heard to its end (none where it did not
+    end: a status cut off while naming a process stuck in the kernel must not read it first
+    next time), each with its start time (a process the node could not read, in another PID
+    namespace, has none: never read early), at most :data:`MAX_NAMED`."""
     if not host.ended or clean(host):
         return ()
-    pids = sorted({p.pid for p in host.processes if not p.device_only and p.pid > 1})
-    return tuple(pids[:MAX_NAMED])
+    procs = sorted({(p.pid, p.start) for p in host.processes
+                    if not p.device_only and p.pid > 1 and p.start is not None})
+    return tuple(procs[:MAX_NAMED])
 
 
 def update(result: RunResult, now: float | None = None) -> None:
     """Note the hosts of ``result`` that read clean, forget those that did not, and each
-    host's PIDs named (:func:`pids_named`); a file is left as it is where nothing in it
+    host's PIDs named (:func:`processes_named`); a file is left as it is where nothing in it
     would change but the times of a few hosts (the hint's age matters only in days)."""
     now = time.time() if now is None else now
     before = _read()
@@ -113,26 +128,30 @@ def update(result: RunResult, now: float | None = None) -> None:
     before_named = _read_named()
     kept = {h: v for h, v in before_named.items() if now - v[0] < KEEP_S}
     for host in result.hosts:
-        pids = pids_named(host)
-        if not pids:
+        procs = processes_named(host)
+        if not procs:
             kept.pop(host.host, None)
-        elif host.host not in kept or kept[host.host][1] != pids or \
+        elif host.host not in kept or kept[host.host][1] != procs or \
                 now - kept[host.host][0] > 3600:
-            kept[host.host] = (now, pids)
+            kept[host.host] = (now, procs)
     if kept != before_named:
-        write_hosts(NAMED_FILE, {h: [t, list(pids)] for h, (t, pids) in kept.items()})
+        write_hosts(NAMED_FILE, {h: [t, [list(p) for p in procs]]
+                                 for h, (t, procs) in kept.items()})
 
 
-def _read_named() -> dict[str, tuple[float, tuple[int, ...]]]:
-    hosts: dict[str, tuple[float, tuple[int, ...]]] = {}
+def _read_named() -> dict[str, tuple[float, Named]]:
+    hosts: dict[str, tuple[float, Named]] = {}
     for host, value in read_hosts(NAMED_FILE).items():
         with contextlib.suppress(TypeError, ValueError, OverflowError):
-            t, pids = value
+            t, procs = value
             t = float(t)
-            # Only what the script takes for a PID: a damaged file names nothing else.
-            if math.isfinite(t) and isinstance(pids, list) and pids and all(
-                    type(p) is int and 1 < p < 2**22 for p in pids[:MAX_NAMED]):
-                hosts[str(host)] = (t, tuple(pids[:MAX_NAMED]))
+            # Only what the script takes for a PID and a start time: a damaged file names
+            # nothing else.
+            if math.isfinite(t) and isinstance(procs, list) and procs and all(
+                    isinstance(p, list) and len(p) == 2 and type(p[0]) is int
+                    and type(p[1]) is int and 1 < p[0] < 2**22 and 0 <= p[1] < 2**63
+                    for p in procs[:MAX_NAMED]):
+                hosts[str(host)] = (t, tuple((p[0], p[1]) for p in procs[:MAX_NAMED]))
     return hosts
 
 

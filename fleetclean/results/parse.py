@@ -330,7 +330,7 @@ def _processes(st: Readings, gpus: tuple[GpuRow, ...]) -> tuple[GpuProcess, ...]
         # nvidia-smi names a process by its executable; a person wants the command line.
         return replace(p, name=cmdlines.get(p.pid, p.name), user=user,
                        protected=why or st.protected.get(p.pid, ""), device_only=device_only,
-                       stuck=stuck == "stuck")
+                       stuck=stuck == "stuck", start=st.starts.get(p.pid))
 
     out = {(a.pid, a.gpu_uuid): named(a) for a in apps}
     for pid, dev, cmdline, index in st.holders:

@@ -194,6 +194,17 @@ def named_file() -> Path:
     return lastclean.path().with_name(lastclean.NAMED_FILE)
 
 
+def started(fleet: SimFleet, host: str, pids: list[int]) -> list[list[int]]:
+    """[PID, start time] of each of ``pids`` in ``host``, as last-named.json keeps them."""
+    out = fleet.run_in(host, ["cat", *(f"/proc/{pid}/stat" for pid in pids)]).stdout
+    return [[pid, int(line.rsplit(")", 1)[1].split()[19])]
+            for pid, line in zip(pids, out.splitlines(), strict=True)]
+
+
+def words(named: list[list[int]]) -> str:
+    return " ".join(f"{pid}:{start}" for pid, start in named)
+
+
 def test_a_host_seen_in_use_reads_what_it_named_while_its_gpu_read_runs(
     sim_fleet_factory: Any, cli: Cli
 ) -> None:
@@ -203,11 +214,12 @@ def test_a_host_seen_in_use_reads_what_it_named_while_its_gpu_read_runs(
     first = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     pids = sorted({p["pid"] for g in first["gpus"] for p in g["processes"]})
     assert len(pids) == 8 and set(pids) < set(worker)
-    assert lastclean.named() == {"node01": " ".join(map(str, pids))}
+    hint = words(started(fleet, "node01", pids))
+    assert lastclean.named() == {"node01": hint}
     # Its next status reads each of them while its -q read runs (here slowed to a second),
     # not after.
     script = cli("show", "status", "-i", fleet.inventory_path, "--host", "node01").out
-    assert f"FC_VHINT='{' '.join(map(str, pids))}'" in script
+    assert f"FC_VHINT='{hint}'" in script
     fleet.node_path("node01", "/tmp/status.sh").write_text(script)
     trace = fleet.run_in("node01", ["bash", "-c", TRACED_STATUS]).stdout.splitlines()
     early = [i for i, line in enumerate(trace) if "fc_verify_early_q" in line]
@@ -219,7 +231,7 @@ def test_a_host_seen_in_use_reads_what_it_named_while_its_gpu_read_runs(
     named_file().write_text(json.dumps({"hosts": {}}))
     without = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert table(with_hint) == table(without) == table(first)
-    assert lastclean.named() == {"node01": " ".join(map(str, pids))}
+    assert lastclean.named() == {"node01": hint}
 
 
 def test_processes_read_early_keep_each_its_own_owner(sim_fleet_factory: Any, cli: Cli) -> None:
@@ -244,15 +256,17 @@ def test_a_stale_hint_of_processes_named_changes_nothing_in_the_table(
     worker = fleet.spawn("node01", "sglang", gpus="0-3", mib=2048)
     monitor = fleet.spawn("node01", "monitor")
     without = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
-    # Named last time: a process that holds no GPU now, one long gone, and one worker.
-    stale = [monitor[0], 4_000_000, worker[-1]]
+    # Named last time: a process that holds no GPU now, one long gone, one worker, and a
+    # process since gone whose PID a worker has now (another start time).
+    live = started(fleet, "node01", [monitor[0], worker[-1], worker[0]])
+    stale = [live[0], [4_000_000, 1], live[1], [worker[0], live[2][1] + 5]]
     named_file().write_text(json.dumps({"hosts": {"node01": [1e9, stale]}}))
-    assert lastclean.named() == {"node01": " ".join(map(str, stale))}
+    assert lastclean.named() == {"node01": words(stale)}
     with_hint = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert with_hint["status"] == "dirty" and table(with_hint) == table(without)
     # The next one reads the processes this one named.
     named = sorted({p["pid"] for g in with_hint["gpus"] for p in g["processes"]})
-    assert lastclean.named() == {"node01": " ".join(map(str, named))}
+    assert lastclean.named() == {"node01": words(started(fleet, "node01", named))}
     assert monitor[0] not in named
     # A host clean again is forgotten.
     fleet.run_in("node01", ["kill", "-9", *map(str, worker)])

@@ -56,9 +56,9 @@ def test_the_cut_finds_every_function_bash_defines(path: Path) -> None:
         assert found == defined(text)
 
 
-def status_pieces(last_clean: bool = False) -> tuple[str, ...]:
+def status_pieces(last_clean: bool = False, named: str = "") -> tuple[str, ...]:
     return Renderer().pieces(resolve(load_playbook("status"), {}, {}), host_name="node01",
-                             last_clean=last_clean)
+                             last_clean=last_clean, named=named)
 
 
 @pytest.mark.parametrize("last_clean", [False, True])
@@ -175,3 +175,18 @@ def test_an_idle_node_parses_no_group_and_a_busy_one_the_first_once(
         named = {int(line.split("\t")[2]) for line in busy.stdout.splitlines()
                  if line.startswith("@@fleetclean\tproc\t")}
         assert len(named & set(workers)) == 8  # its eight TP workers, each on its GPU
+
+    # A host whose last status named them, and a tmux session's worker (its session's name
+    # read from its environment), reads them while nvidia-smi runs: the first group still,
+    # once.
+    workers += fleet.spawn("node01", "tmux", gpu=0, mib=1024)
+    stats = fleet.run_in("node01", ["cat", *(f"/proc/{p}/stat" for p in workers)]).stdout
+    hint = " ".join(f"{pid}:{line.rsplit(')', 1)[1].split()[19]}"
+                    for pid, line in zip(workers, stats.splitlines(), strict=True))
+    hinted = counted("".join(status_pieces(named=hint)))
+    fleet.node_path("node01", "/tmp/hinted.sh").write_text(hinted)
+    start = command(len(hinted.encode()), first_read(hinted))
+    res = fleet.run_in("node01", ["bash", "-c", f"{start} </tmp/hinted.sh"])
+    assert "\tverify\tdirty\t" in res.stdout, res.stdout + res.stderr
+    assert res.stderr.count("parsed group") == 1 and "parsed group 1" in res.stderr, res.stderr
+    assert "@@fleetclean\towner\t" in res.stdout and "\ttmux\t" in res.stdout

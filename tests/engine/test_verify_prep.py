@@ -1,5 +1,5 @@
 """A status reads the processes its host's last status named while its GPU read runs
-(``verify.sh``: ``fc_verify_prep``, the PIDs in ``FC_VHINT``): what it reads, when it stops,
+(``verify.sh``: ``fc_verify_prep``, ``FC_VHINT``'s PID:START words): what it reads, when it stops,
 and that each process read early is named as one read after the GPU read would be.
 
 Each case is one ``bash`` with the packaged files loaded; the GPU read is a pipe of the
@@ -64,6 +64,16 @@ def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
             proc.wait()
 
 
+def hint(*pids: int) -> str:
+    """FC_VHINT's words for ``pids``: PID:START, the start time from their stat."""
+    return " ".join(f"{pid}:{start_of(pid)}" for pid in pids)
+
+
+def start_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
 def cmdline(pid: int) -> str:
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         return f.read().rstrip(b"\0").replace(b"\0", b" ").decode()
@@ -72,13 +82,22 @@ def cmdline(pid: int) -> str:
 def test_the_processes_named_last_time_are_read_before_the_gpu_read_answers(
     workers: list[subprocess.Popen[bytes]],
 ) -> None:
-    pid = workers[0].pid
-    # A PID no process has, and words that are no PID, are passed over.
-    out = bash({"HINT": f"x {pid} 4194303 -3 0{pid} *", "SHOW": f"{pid} 4194303"})
+    pid, other = (w.pid for w in workers)
+    start = start_of(pid)
+    # Words that are no PID:START, a PID no process has, and a process whose start time is
+    # not the one named (its PID another's since: after a reboot, or once it ended) are
+    # passed over.
+    words = (f"x {pid} {pid}:{start + 1} 4194303:{start} -3:1 0{pid}:{start} * "
+             f"{other}:{start_of(other) + 7} {pid}:{start}")
+    out = bash({"HINT": words, "SHOW": f"{pid} 4194303 {other}"})
     assert f"read {pid} 1 1 1" in out and "read 4194303 no no no" in out
+    assert f"read {other} no no no" in out
     assert [p[:3] for p in records(out, "proc")] == [[str(pid), ME, cmdline(pid)],
-                                                    ["4194303", "", ""]]
-    assert [o[0] for o in records(out, "owner")] == [str(pid)]
+                                                    ["4194303", "", ""],
+                                                    [str(other), ME, cmdline(other)]]
+    # Each one's start time goes with it: what the next status reads early.
+    assert [p[5] for p in records(out, "proc")] == [str(start), "", str(start_of(other))]
+    assert [o[0] for o in records(out, "owner")] == [str(pid), str(other)]
 
 
 def test_each_process_read_early_gets_its_own_owner(
@@ -93,7 +112,7 @@ def test_each_process_read_early_gets_its_own_owner(
     for pid, line in cgroups.items():
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "cgroup").write_text(line + "\n")
-    out = bash({"HINT": f"{a} {b}", "SHOW": f"{a} {b}", "FC_PROC": str(tmp_path)})
+    out = bash({"HINT": hint(a, b), "SHOW": f"{a} {b}", "FC_PROC": str(tmp_path)})
     assert f"read {a} 1 1 1" in out and f"read {b} 1 1 1" in out
     assert records(out, "owner") == [[str(a), "slurm", "42", "42.0"],
                                      [str(b), "docker", ctr, ctr[:12]]]
@@ -105,7 +124,7 @@ def test_nothing_is_read_once_the_gpu_read_has_answered(
     # The read's output is there before the prep starts: the status goes on at once, and
     # names the process after the rows, as without the hint.
     pid = workers[0].pid
-    out = bash({"HINT": str(pid), "SHOW": str(pid), "READ_AT": "true", "SETUP": "sleep 0.3"})
+    out = bash({"HINT": hint(pid), "SHOW": str(pid), "READ_AT": "true", "SETUP": "sleep 0.3"})
     assert f"read {pid} no no no" in out
     assert [p[2] for p in records(out, "proc")] == [cmdline(pid)]
 
@@ -120,7 +139,7 @@ def test_the_prep_stops_as_soon_as_the_read_answers(
     setup = (f'exec {{FC_VQFD}}<>{fifo}\n'
              'eval "$(declare -f fc_owner_prep | sed "1s/fc_owner_prep/real_prep/")"\n'
              'fc_owner_prep() { real_prep "$@"; echo answered >&"$FC_VQFD"; }')
-    out = bash({"HINT": f"{a} {b}", "SHOW": f"{a} {b}", "SETUP": setup})
+    out = bash({"HINT": hint(a, b), "SHOW": f"{a} {b}", "SETUP": setup})
     assert f"read {a} 1 1 1" in out and f"read {b} no no no" in out
     assert [p[2] for p in records(out, "proc")] == [cmdline(a), cmdline(b)]
 
@@ -138,7 +157,7 @@ def test_a_process_in_uninterruptible_sleep_is_left_for_after_the_rows(
     # As if the first were in state D (stuck in the kernel: its command line's read could
     # hang): not read early, named with its records.
     a, b = (w.pid for w in workers)
-    out = bash({"HINT": f"{a} {b}", "SHOW": f"{a} {b}", "SETUP": stat_of(a, "FC_F[0]=D")})
+    out = bash({"HINT": hint(a, b), "SHOW": f"{a} {b}", "SETUP": stat_of(a, "FC_F[0]=D")})
     assert f"read {a} no no no" in out and f"read {b} 1 1 1" in out
     assert [p[2] for p in records(out, "proc")] == [cmdline(a), cmdline(b)]
 
@@ -150,7 +169,7 @@ def test_a_process_in_its_exit_since_the_prep_is_named_as_exiting(
     # a read of its command line now gives it empty, "exiting" in the table).
     a, b = (w.pid for w in workers)
     after = stat_of(a, "FC_F[6]=$((FC_F[6] | 4))") + "\nfc_cmdline() { REPLY=''; FC_ARGV0_ONE=''; }"
-    out = bash({"HINT": f"{a} {b}", "SHOW": f"{a} {b}", "AFTER": after})
+    out = bash({"HINT": hint(a, b), "SHOW": f"{a} {b}", "AFTER": after})
     assert f"read {a} 1 1 1" in out
     assert [p[2] for p in records(out, "proc")] == ["", cmdline(b)]
 
@@ -161,7 +180,7 @@ def test_a_pid_taken_by_another_process_since_the_prep_is_read_again(
     # As if the process read early had ended and its PID gone to this one: the start time
     # differs, so what the prep read of it is dropped.
     pid = workers[0].pid
-    out = bash({"HINT": str(pid), "SHOW": str(pid),
+    out = bash({"HINT": hint(pid), "SHOW": str(pid),
                 "AFTER": f"FC_START[{pid}]=1 FC_CMD[{pid}]=stale FC_VUID[{pid}]=65534 "
                          f"FC_OK[{pid}]=docker FC_OWNER_KIND=docker"})
     assert [p[:3] for p in records(out, "proc")] == [[str(pid), ME, cmdline(pid)]]
@@ -182,7 +201,7 @@ def test_a_process_that_ended_or_is_a_zombie_since_the_prep_is_named_as_it_is_no
                start(f"(read -r _ <{fifos[1]}) & echo $!; wait")]
     try:
         zombie, gone = (int(p.stdout.readline()) for p in parents if p.stdout)
-        out = bash({"HINT": f"{zombie} {gone}", "SHOW": f"{zombie} {gone}",
+        out = bash({"HINT": hint(zombie, gone), "SHOW": f"{zombie} {gone}",
                     "AFTER": f"echo >{fifos[0]}; echo >{fifos[1]}; sleep 0.3"})
     finally:
         for proc in parents:
@@ -211,17 +230,17 @@ fc_release
 """
 
 
-@pytest.mark.parametrize(("hint", "writes"), [
+@pytest.mark.parametrize(("early", "writes"), [
     # Read while the GPU read ran: app, owner and proc records in one write.
     (True, ["write 3"]),
     # Read now: what is held (the app) goes out before its command line is read.
     (False, ["write 1", "cmdline read", "write 2"]),
 ])
 def test_a_process_read_early_is_reported_in_one_write(
-    workers: list[subprocess.Popen[bytes]], hint: bool, writes: list[str],
+    workers: list[subprocess.Popen[bytes]], early: bool, writes: list[str],
 ) -> None:
     pid = str(workers[0].pid)
-    out = bash({"PID": pid, "HINT": pid if hint else ""}, REPORT)
+    out = bash({"PID": pid, "HINT": hint(int(pid)) if early else ""}, REPORT)
     # Its ancestors' command lines are read with its own (its owner).
     assert [line for line, _ in itertools.groupby(out)] == writes
 
@@ -231,5 +250,5 @@ def test_a_hint_from_the_environment_is_not_taken(
 ) -> None:
     pid = str(workers[0].pid)
     body = BODY.replace("FC_VHINT=$HINT", "")
-    out = bash({"FC_VHINT": pid, "SHOW": pid}, body)
+    out = bash({"FC_VHINT": hint(int(pid)), "SHOW": pid}, body)
     assert f"read {pid} no no no" in out

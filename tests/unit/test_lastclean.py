@@ -86,14 +86,19 @@ def test_a_state_directory_that_cannot_be_written_costs_the_hint_only(
 
 def busy(name: str, *pids: int, ended: bool = True, device_only: bool = False,
          status: HostStatus = HostStatus.DIRTY) -> HostResult:
-    apps = tuple(GpuProcess(pid, "python", 100, "GPU-1", device_only=device_only)
-                 for pid in pids)
+    apps = tuple(GpuProcess(pid, "python", 100, "GPU-1", device_only=device_only,
+                            start=pid * 10) for pid in pids)
     return HostResult(name, status, gpus=(ROW,), processes=apps, ended=ended)
+
+
+def named(*pids: int) -> str:
+    """FC_VHINT's words for ``busy``'s processes ``pids``."""
+    return " ".join(f"{pid}:{pid * 10}" for pid in pids)
 
 
 def test_the_processes_a_status_named_are_kept_until_it_names_none() -> None:
     lastclean.update(result(busy("a", 812, 77, 812), busy("b", 5)), now=1000.0)
-    assert lastclean.named() == {"a": "77 812", "b": "5"}
+    assert lastclean.named() == {"a": named(77, 812), "b": named(5)}
     # Clean, cut off before its end, or naming only device-file holders: forgotten.
     lastclean.update(result(clean("a"), busy("b", 5, ended=False)), now=1000.0)
     assert lastclean.named() == {}
@@ -102,20 +107,32 @@ def test_the_processes_a_status_named_are_kept_until_it_names_none() -> None:
     # A faulty host names its processes as a dirty one does; a host not in the run stays.
     lastclean.update(result(busy("a", *range(100, 200), status=HostStatus.FAULTY)), now=1000.0)
     lastclean.update(result(busy("b", 6)), now=1000.0)
-    assert lastclean.named() == {"a": " ".join(map(str, range(100, 100 + lastclean.MAX_NAMED))),
-                                 "b": "6"}
+    assert lastclean.named() == {"a": named(*range(100, 100 + lastclean.MAX_NAMED)),
+                                 "b": named(6)}
     lastclean.update(result(busy("b", 6)), now=1000.0 + 31 * DAY)
-    assert lastclean.named() == {"b": "6"}
+    assert lastclean.named() == {"b": named(6)}
 
 
-@pytest.mark.parametrize("value", ["x", 3, [1e9], [1e9, []], [1e9, [True]], [1e9, ["12"]],
-                                   [1e9, [1]], [1e9, [2**22]], [1e400, [12]], [1e9, [12.0]],
-                                   [1e9, [[12]]], [1e9, 12]])
+def test_a_process_the_node_could_not_read_is_never_named_for_the_next_status() -> None:
+    # No start time: not in the node's PID namespace (a container's, by nvidia-smi's PID),
+    # where a process of the same PID would be another.
+    apps = (GpuProcess(812, "python", 100, "GPU-1"), GpuProcess(77, "python", 100, "GPU-1",
+                                                                 start=70))
+    lastclean.update(result(HostResult("a", HostStatus.DIRTY, gpus=(ROW,), processes=apps,
+                                       ended=True)), now=1000.0)
+    assert lastclean.named() == {"a": "77:70"}
+
+
+@pytest.mark.parametrize("value", [
+    "x", 3, [1e9], [1e9, []], [1e9, [[True, 5]]], [1e9, [["12", 5]]], [1e9, [[1, 5]]],
+    [1e9, [[2**22, 5]]], [1e400, [[12, 5]]], [1e9, [[12.0, 5]]], [1e9, [[12]]], [1e9, 12],
+    [1e9, [[12, -1]]], [1e9, [[12, 5.0]]], [1e9, [[12, 5, 6]]], [1e9, [12]]])
 def test_a_damaged_entry_of_the_processes_named_names_nothing(value: object) -> None:
     path = lastclean.path().with_name(lastclean.NAMED_FILE)
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"hosts": {"a": value, "b": [1e9, [12, 4194303]]}}))
-    assert lastclean.named() == {"b": "12 4194303"}
+    path.write_text(json.dumps({"hosts": {"a": value,
+                                          "b": [1e9, [[12, 0], [4194303, 2**62]]]}}))
+    assert lastclean.named() == {"b": f"12:0 4194303:{2**62}"}
 
 
 def test_a_watch_renders_a_hosts_read_anew_when_the_processes_it_named_change() -> None:
@@ -134,8 +151,9 @@ def test_a_watch_renders_a_hosts_read_anew_when_the_processes_it_named_change() 
         return {j.host.name: re.findall(r"^    FC_VHINT=(.*)$", "".join(j.pieces), re.M)
                 for j in jobs}
 
-    assert refresh(busy("a", 812, 77), busy("b", 5)) == {"a": ["'77 812'"], "b": ["5"]}
+    assert refresh(busy("a", 812, 77), busy("b", 5)) == {"a": [f"'{named(77, 812)}'"],
+                                                         "b": [named(5)]}
     same = reads["a"].q
-    assert refresh(busy("a", 77, 812), clean("b")) == {"a": ["'77 812'"], "b": []}
+    assert refresh(busy("a", 77, 812), clean("b")) == {"a": [f"'{named(77, 812)}'"], "b": []}
     assert reads["a"].q is same  # nothing changed: not rendered again
-    assert refresh(busy("a", 77, 812, ended=False), busy("b", 6)) == {"a": [], "b": ["6"]}
+    assert refresh(busy("a", 77, 812, ended=False), busy("b", 6)) == {"a": [], "b": [named(6)]}

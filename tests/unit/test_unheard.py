@@ -102,7 +102,7 @@ def test_a_watch_asks_at_each_refresh_for_the_tokens_still_unheard(notes: Path) 
 
     row = GpuRow(0, "GPU-1", "NVIDIA H200", 0, 143771)
     busy = GpuRow(0, "GPU-1", "NVIDIA H200", 4000, 143771)
-    app = (GpuProcess(77, "python", 4000, "GPU-1"),)
+    app = (GpuProcess(77, "python", 4000, "GPU-1", start=770),)
     args = build_parser().parse_args(["status", "--watch", "1", "-i", "a,b,c,"])
     here = socket.gethostname()
     write(notes, {"b": [["t1", time.time(), gone_pid(), here]]})

@@ -87,6 +87,8 @@ class Readings:
     verify_rule: str | None = None  # clean|leak|stuck|refused|respawn|deadline|error|skipped
     # pid -> (user, command line, why protected, "stuck" or "")
     procs: dict[int, tuple[str, str, str, str]] = field(default_factory=dict)
+    # pid -> its start time (clock ticks after boot): with the PID, one process for its life
+    starts: dict[int, int] = field(default_factory=dict)
     protected: dict[int, str] = field(default_factory=dict)  # holder pid -> why protected
     bare: dict[int, int] = field(default_factory=dict)  # GPU index -> MiB no process holds
     pages: dict[int, tuple[str, str]] = field(default_factory=dict)  # retired, remapped

@@ -180,7 +180,8 @@ declare -gA FC_PPID=() FC_PGRP=() FC_SID=() FC_START=() FC_STATE=() FC_COMM=() F
 declare -ga FC_PIDS=()
 # A kernel thread's bit in the flags of its stat (the seventh of FC_F), since Linux 2.6.27.
 FC_PF_KTHREAD=0x200000
-# A process in its exit (its memory released: its command line reads empty), the same field.
+# A process in its exit (its memory released, or about to be: its command line may read
+# empty), the same field.
 FC_PF_EXITING=0x4
 
 # Read one /proc/PID/stat; sets FC_F (fields from 3 on) and REPLY (comm). Fails if gone.

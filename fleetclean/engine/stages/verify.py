@@ -93,6 +93,8 @@ def _holder(r: Readings, a: list[str]) -> None:
 
 def _proc(r: Readings, a: list[str]) -> None:
     r.procs[int(a[0])] = (a[1], a[2], a[3], a[4] if len(a) > 4 else "")
+    if len(a) > 5 and a[5].isdigit():
+        r.starts[int(a[0])] = int(a[5])
 
 
 def _bare(r: Readings, a: list[str]) -> None:

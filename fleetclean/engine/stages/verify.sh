@@ -92,10 +92,10 @@ fc_verify() {
         exec {FC_VRRFD}< <(nvidia-smi --query-gpu="index$FC_VQ_PENDING" \
             --format=csv,noheader,nounits 2>&1 </dev/null; printf '\n@%d' "$?")
     fi
-    # The processes the host's last status named, read while the early -q read runs.
-    ((FC_CHECK)) && [[ -n ${FC_VQFD:-} && -n $FC_VHINT ]] && fc_verify_prep
     fc_now_us
     t0=$REPLY
+    # The processes the host's last status named, read while the early -q read runs.
+    ((FC_CHECK)) && [[ -n ${FC_VQFD:-} && -n $FC_VHINT ]] && fc_verify_prep
     while :; do
         if ((FC_VKEPT)); then
             FC_VKEPT=0
@@ -282,7 +282,8 @@ fc_verify_end() {
 # pid, process_name, used_memory, gpu_uuid), or wait on FC_VAPPFD (fc_verify_apps).
 FC_VMODE=q
 FC_VDRIVER=/proc/driver/nvidia/gpus
-# The PIDs a read-only status reads while its early -q read runs (fc_verify_prep), set by
+# The processes a read-only status reads while its early -q read runs (fc_verify_prep),
+# each PID:START (its start time: the two name one process for its whole life), set by
 # fc_main where the controller has them; never taken from the environment.
 FC_VHINT=""
 FC_VAPPSLATER=0
@@ -818,7 +819,7 @@ fc_verify_proc() {
         (-n ${FC_START[$pid]:-} && -z ${FC_OWNER_DONE[$pid]:-}${FC_OWNER_PREP[$pid]:-}) ]]; then
         fc_flush
     fi
-    [[ -n ${FC_VREAD[$pid]:-} ]] || fc_verify_proc_read "$pid"
+    [[ -n ${FC_VREAD[$pid]:-} ]] || fc_verify_proc_read "$pid" "${2+given}"
     # Not there: not in this PID namespace (a container's process), nvidia-smi's pid only.
     if [[ -n ${FC_VUID[$pid]+set} ]]; then
         fc_user_name "${FC_VUID[$pid]}"
@@ -826,24 +827,24 @@ fc_verify_proc() {
         [[ -n ${FC_STUCK[$pid]:-} ]] && fc_alive "$pid" "${FC_STUCK[$pid]}" && stuck=stuck
         if (($# > 1)); then
             why=$2
-        elif [[ -n ${FC_VWHY[$pid]+set} ]]; then
-            why=${FC_VWHY[$pid]}
         else
-            fc_protected "$pid" || REPLY=""
-            why=$REPLY
+            [[ -n ${FC_VWHY[$pid]+set} ]] || fc_verify_why "$pid"
+            why=${FC_VWHY[$pid]}
         fi
     fi
     # The owner's reads (its ancestors' command lines) before this process's "proc" record:
     # a held record never waits on a read.
     [[ -n ${FC_START[$pid]:-} ]] && fc_owner_records "$pid"
-    fc_rec proc "$pid" "$user" "${FC_CMD[$pid]:-}" "$why" "$stuck"
+    # Its start time last: with the PID, what its host's next status reads early.
+    fc_rec proc "$pid" "$user" "${FC_CMD[$pid]:-}" "$why" "$stuck" "${FC_START[$pid]:-}"
     return 0
 }
 
 # What a "proc" record says of PID, read once (FC_VREAD[pid]): FC_VUID[pid] its effective
 # user's id (as ps's user column), unset where it is not there, and FC_VWHY[pid] its
-# protection, unset where not worked out: read early ($2), a scoped run's (its scope may
-# read the process's descriptors or environment: fc_out_of_scope) waits for its record.
+# protection (fc_verify_why), unset where not worked out: where the caller gives it ($2
+# "given"), or for a process read early ("early") in a scoped run (its scope may read the
+# process's descriptors or environment: fc_out_of_scope), which waits for its record.
 declare -gA FC_VREAD=() FC_VUID=() FC_VWHY=() FC_VPREP=()
 fc_verify_proc_read() {
     local pid=$1 line uid=""
@@ -864,13 +865,15 @@ fc_verify_proc_read() {
         done
     fi
     FC_VUID[$pid]=$uid
-    if [[ -z ${2:-} ]] || ((!FC_SCOPED)); then
-        fc_protected "$pid" || REPLY=""
-        FC_VWHY[$pid]=$REPLY
-    fi
+    [[ ${2:-} == given || (${2:-} == early && $FC_SCOPED != 0) ]] || fc_verify_why "$pid"
 }
 
-# A host whose last status named processes (FC_VHINT: their PIDs, results/lastclean.py)
+fc_verify_why() {
+    fc_protected "$1" || REPLY=""
+    FC_VWHY[$1]=$REPLY
+}
+
+# A host whose last status named processes (FC_VHINT: PID:START each, results/lastclean.py)
 # most likely runs them still: a read-only status reads each now, with its owner, while
 # its early -q read runs, so that naming them once the read lists them costs no wall time
 # after it (8 named processes: 7-8 ms of a 40 ms status on a simulated node). The read
@@ -886,15 +889,16 @@ fc_verify_proc_read() {
 # that status reports a timeout without its GPU rows, and the controller drops the hint of
 # a host whose status did not end, so the next reads as without one.
 fc_verify_prep() {
-    local pid p
+    local word pid p
     local -A before=()
     for p in "${!FC_START[@]}"; do
         before[$p]=1
     done
-    for pid in $FC_VHINT; do
+    for word in $FC_VHINT; do
         read -t 0 -u "$FC_VQFD" && break
-        [[ $pid == [1-9]*([0-9]) && -z ${FC_VREAD[$pid]:-} ]] || continue
-        fc_verify_prep_awake "$pid" || continue
+        pid=${word%%:*}
+        [[ $word == [1-9]*([0-9]):+([0-9]) && -z ${FC_VREAD[$pid]:-} ]] || continue
+        fc_verify_prep_awake "$pid" "${word#*:}" || continue
         FC_VPREP[$pid]=1
         fc_verify_proc_read "$pid" early
         [[ -n ${FC_START[$pid]:-} ]] && fc_owner_prep "$pid"
@@ -905,10 +909,14 @@ fc_verify_prep() {
     done
 }
 
-# True when neither PID nor any ancestor of it not read yet is in uninterruptible sleep
-# (stat only: a command line is read only once none is).
+# True when PID is still the process named last time (its start time START: after a reboot,
+# or once it ended, the PID may be another's, which the hint says nothing of) and neither it
+# nor any ancestor of it not read yet is in uninterruptible sleep (stat only: a command line
+# is read only once none is).
 fc_verify_prep_awake() {
-    local p=$1 n=0
+    local p n=0
+    fc_read_stat "$1" && [[ ${FC_F[19]} == "$2" && ${FC_F[0]} != D ]] || return 1
+    p=${FC_F[1]}
     while [[ $p != 0 && $p != 1 && -z ${FC_START[$p]:-} ]] && ((n++ < 64)); do
         fc_read_stat "$p" && [[ ${FC_F[0]} != D ]] || return 1
         p=${FC_F[1]}
