@@ -185,7 +185,7 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
     pays a second query after the first; one in use last time, or never seen, reads -q.
 
     >>> gpu, klog = early_reads()
-    >>> "nvidia-smi -q -d MEMORY,PIDS;" in gpu, "dmesg -l " in klog
+    >>> "nvidia-smi -q -d MEMORY,PIDS 2>&1)" in gpu, "dmesg -l " in klog
     (True, True)
     >>> "FC_VGFD}< <(" in early_reads(last_clean=True)[0]
     True
@@ -196,8 +196,16 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
     # it reads the script (transport.boot.first_read): no single quote in it.
     # Its exec, not a redirection of a group, which would keep the session's stderr open
     # (saved) in the subshell till nvidia-smi ends: a run cut short ends without it.
-    gpu = (f"{OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; exec {{{fd}}}< <(exec 2>&1 "
-           f'</dev/null; {path} nvidia-smi {args}; printf "\\n@%d" "$?"); }}')
+    if last_clean:
+        gpu = (f"{OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; exec {{{fd}}}< <(exec 2>&1 "
+               f'</dev/null; {path} nvidia-smi {args}; printf "\\n@%d" "$?"); }}')
+    else:
+        # The -q read's output whole at its end, not as nvidia-smi flushes it (4 KB at a
+        # time into a pipe, a GPU's sections at a time: 9-12 KB for eight GPUs), so that
+        # the processes read while it runs (verify.sh: fc_verify_prep, which stops at its
+        # first byte) are read until it is done.
+        gpu = (f"{OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; exec {{{fd}}}< <(exec 2>/dev/null "
+               f'</dev/null; o=$({path} nvidia-smi {args} 2>&1); printf "%s\\n@%d" "$o" "$?"); }}')
     klog = (f"{OWN.format('FC_VXIDFD')} || {{ unset FC_VXIDFD; LC_ALL=C; "
             f"exec {{FC_VXIDFD}}< <({path}; "
             "read -r _ l _ 2>/dev/null </proc/sys/kernel/printk; "
