@@ -252,3 +252,21 @@ def test_a_hint_from_the_environment_is_not_taken(
     body = BODY.replace("FC_VHINT=$HINT", "")
     out = bash({"FC_VHINT": hint(int(pid)), "SHOW": pid}, body)
     assert f"read {pid} no no no" in out
+
+
+def test_the_early_q_read_answers_only_once_nvidia_smi_is_done(tmp_path: Path) -> None:
+    # An nvidia-smi that writes its first GPUs' sections, then the rest a while later (as a
+    # real one flushes an 8-GPU node's 10 KB into a pipe): the read must not look answered
+    # after the first part, or the early read of the processes would stop there.
+    from fleetclean.engine.render import early_reads
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'GPU 00000000:18:00.0'\nsleep 0.6\necho 'GPU 2'\n")
+    fake.chmod(0o755)
+    line = early_reads()[0]
+    script = (f"{line}\nsleep 0.3\nread -t 0 -u \"$FC_VQFD\" && echo early || echo waiting\n"
+              'fc_read_fd "$FC_VQFD"\nprintf "%s" "$REPLY"')
+    out = subprocess.run(["bash", "-c", "\n".join([template("lib.sh"), script])],
+                         capture_output=True, text=True, timeout=30, check=True,
+                         env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert out.stdout == "waiting\nGPU 00000000:18:00.0\nGPU 2\n@0"
