@@ -50,6 +50,9 @@ CARRIED_NOTE = "# The packaged bash comes without its comments: fleetclean/engin
 # What the header of a host given the cheaper early GPU read says (early_reads).
 LAST_CLEAN_NOTE = ("# GPU read: --query-gpu, compute apps only where a GPU is in use (every GPU "
                    "read clean at the host's last status)")
+# And where its last status named processes: what `fleetclean show` tells a person.
+NAMED_NOTE = ("# GPU read: -q, and while it runs the processes the host's last status named "
+              "(FC_VHINT: PID:START)")
 # True where the script runs as a file or a -c string, not read by ``bash -s``.
 _UNDER_BASH_S = "[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]]"
 
@@ -115,6 +118,8 @@ class Renderer:
             early = "\n".join(early_reads(last_clean)) + "\n"
             if last_clean:
                 header += LAST_CLEAN_NOTE + "\n"
+            elif named:
+                header += NAMED_NOTE + "\n"
         # What follows fc_main's call is never parsed unless fc_lazy asks for it.
         tail = "\n" + main + ("exit\n" if rest else "")
         size = len(header.encode()) + shared_size + len(tail.encode())

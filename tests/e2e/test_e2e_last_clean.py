@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from simhelp import Cli, spawn_cli, stop_cli, wait_for
 
-from fleetclean.engine.render import LAST_CLEAN_NOTE
+from fleetclean.engine.render import LAST_CLEAN_NOTE, NAMED_NOTE
 from fleetclean.results import lastclean
 from fleetclean.sim import SimFleet
 
@@ -219,7 +219,7 @@ def test_a_host_seen_in_use_reads_what_it_named_while_its_gpu_read_runs(
     # Its next status reads each of them while its -q read runs (here slowed to a second),
     # not after.
     script = cli("show", "status", "-i", fleet.inventory_path, "--host", "node01").out
-    assert f"FC_VHINT='{hint}'" in script
+    assert f"FC_VHINT='{hint}'" in script and NAMED_NOTE in script
     fleet.node_path("node01", "/tmp/status.sh").write_text(script)
     trace = fleet.run_in("node01", ["bash", "-c", TRACED_STATUS]).stdout.splitlines()
     early = [i for i, line in enumerate(trace) if "fc_verify_early_q" in line]
