@@ -202,15 +202,15 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
     # Its exec, not a redirection of a group, which would keep the session's stderr open
     # (saved) in the subshell till nvidia-smi ends: a run cut short ends without it.
     if last_clean:
-        gpu = (f"{OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; exec {{{fd}}}< <(exec 2>&1 "
-               f'</dev/null; {path} nvidia-smi {args}; printf "\\n@%d" "$?"); }}')
+        read = f'exec 2>&1 </dev/null; {path} nvidia-smi {args}; printf "\\n@%d" "$?"'
     else:
         # The -q read's output whole at its end, not as nvidia-smi flushes it (4 KB at a
         # time into a pipe, a GPU's sections at a time: 9-12 KB for eight GPUs), so that
         # the processes read while it runs (verify.sh: fc_verify_prep, which stops at its
         # first byte) are read until it is done.
-        gpu = (f"{OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; exec {{{fd}}}< <(exec 2>/dev/null "
-               f'</dev/null; o=$({path} nvidia-smi {args} 2>&1); printf "%s\\n@%d" "$o" "$?"); }}')
+        read = (f"exec 2>/dev/null </dev/null; o=$({path} nvidia-smi {args} 2>&1); "
+                'printf "%s\\n@%d" "$o" "$?"')
+    gpu = f"{OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; exec {{{fd}}}< <({read}); }}"
     klog = (f"{OWN.format('FC_VXIDFD')} || {{ unset FC_VXIDFD; LC_ALL=C; "
             f"exec {{FC_VXIDFD}}< <({path}; "
             "read -r _ l _ 2>/dev/null </proc/sys/kernel/printk; "
