@@ -78,9 +78,9 @@ def _watch_jobs(hosts: list[Host], args: argparse.Namespace
 
 
 class Read(NamedTuple):
-    """A host's two scripts in a watch: its -q read's (reading the PIDs ``named`` by the
-    refresh before while it runs), and its --query-gpu read's; both ask for the tokens
-    ``asked`` of teardowns whose end was not heard (:mod:`unheard`)."""
+    """A host's two scripts in a watch: its -q read's (reading the processes ``named`` by
+    the refresh before, PID:START each, while it runs), and its --query-gpu read's; both
+    ask for the tokens ``asked`` of teardowns whose end was not heard (:mod:`unheard`)."""
 
     host: Host
     q: tuple[str, ...]

@@ -189,7 +189,8 @@ def render_jobs(
     """Render every host's script before any connection: bad input never reaches a host.
     ``last_clean``: the hosts whose early GPU read is ``--query-gpu`` (render.early_reads);
     None: those :mod:`fleetclean.results.lastclean` knows clean. ``named``: each host's
-    PIDs its last status named, which a status reads while its -q read runs; None: those
+    processes its last status named (PID:START words), which a status reads while its -q
+    read runs; None: those
     lastclean keeps. ``run``: a teardown's token; ``unheard``: each host's tokens of
     teardowns whose end was not heard; None: those :mod:`fleetclean.results.unheard`
     keeps."""

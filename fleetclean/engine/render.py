@@ -336,8 +336,8 @@ def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host:
     ``commands.steps.render_jobs`` decides); ``unheard``: the tokens
     (space-separated) of this host's teardowns whose end the controller did not hear, whose
     journals the script sends (lib.sh: the journal; :mod:`fleetclean.results.unheard`);
-    ``named``: the PIDs (space-separated) the host's last status named, which a status
-    reads while its early -q read runs (verify.sh: fc_verify_prep;
+    ``named``: the processes the host's last status named ("PID:START ...": each one's PID
+    and start time), which a status reads while its early -q read runs (verify.sh: fc_verify_prep;
     :mod:`fleetclean.results.lastclean`)."""
     main = [
         f"{name}() {{",

@@ -58,7 +58,7 @@ NAMED_FILE = "last-named.json"
 # A host not seen clean (or naming processes) for this long is dropped: it may have left
 # the fleet.
 KEEP_S = 30 * 24 * 3600
-# The PIDs kept a host: an 8-GPU node's servers hold a few GPU processes each; the script
+# The processes kept a host: an 8-GPU node's servers hold a few GPU processes each; the script
 # stops reading them as soon as its GPU read is done, so more would only go unread.
 MAX_NAMED = 32
 
@@ -112,7 +112,7 @@ def processes_named(host: HostResult) -> Named:
 
 def update(result: RunResult, now: float | None = None) -> None:
     """Note the hosts of ``result`` that read clean, forget those that did not, and each
-    host's PIDs named (:func:`processes_named`); a file is left as it is where nothing in it
+    host's processes named (:func:`processes_named`); a file is left as it is where nothing in it
     would change but the times of a few hosts (the hint's age matters only in days)."""
     now = time.time() if now is None else now
     before = _read()

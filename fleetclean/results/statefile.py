@@ -1,5 +1,6 @@
 """The controller's small hint files beside the run records (``last-clean.json``,
-``unheard.json``): each one JSON object, ``{"hosts": {host: value}}``, read and written whole.
+``last-named.json``, ``unheard.json``): each one JSON object, ``{"hosts": {host: value}}``,
+read and written whole.
 
 A hint is never a result: a file that is missing, unreadable or damaged reads as no hosts,
 and one that cannot be written costs only what the hint would have saved. Concurrent runs
