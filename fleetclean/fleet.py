@@ -78,6 +78,7 @@ def run_fleet(
     on_event: EventCallback | None = None,
     cancel: threading.Event | None = None,
     session: Session | None = None,
+    started_all: Callable[[], None] | None = None,
 ) -> RunResult:
     """Run every job; a first KeyboardInterrupt stops starting hosts and waits for the
     running ones (they are bounded by their own timeouts); the result is then marked
@@ -88,7 +89,10 @@ def run_fleet(
     limits on open files and threads (``limits.fit_forks``), or a ``limits.Fit`` the
     caller made, taken as it is (the limits are read once). ``session``: the caller's own
     (kept connections, adopted ones), left open, with ``forks`` taken as it is; by
-    default one for this run alone."""
+    default one for this run alone. ``started_all``: called (on this thread, and it must
+    not block) once every host is handed to the pool: work that the result needs only at
+    the end starts there, out of the way of the imports and the reads before the first
+    connection."""
     cancel = cancel or threading.Event()
     started = time.monotonic()
     if isinstance(forks, limits.Fit):
@@ -99,14 +103,14 @@ def run_fleet(
     # refresh (its kept connections' threads count in pids.current and against ulimit -u).
     if session is not None:
         return _run_all(jobs, playbook, session, forks=forks, on_event=on_event,
-                        cancel=cancel, started=started)
+                        cancel=cancel, started=started, started_all=started_all)
     try:
         own = _session(jobs, opts)
     except KeyboardInterrupt:  # during that import: nothing has started anywhere
         return _result(jobs, playbook, {}, started, interrupted=True)
     with own:
         return _run_all(jobs, playbook, own, forks=forks, on_event=on_event, cancel=cancel,
-                        started=started)
+                        started=started, started_all=started_all)
 
 
 def _session(jobs: Sequence[Job], opts: Options) -> Session | LocalSession:
@@ -124,6 +128,7 @@ def _session(jobs: Sequence[Job], opts: Options) -> Session | LocalSession:
 def _run_all(
     jobs: Sequence[Job], playbook: str, session: Session | LocalSession, *, forks: int,
     on_event: EventCallback | None, cancel: threading.Event, started: float,
+    started_all: Callable[[], None] | None = None,
 ) -> RunResult:
     emit = on_event or (lambda _e: None)
     results: dict[str, HostResult] = {}
@@ -137,6 +142,8 @@ def _run_all(
     except KeyboardInterrupt:  # hosts not submitted yet never start
         interrupted = True
         cancel.set()
+    if started_all is not None:
+        started_all()
     pending = set(futures)
     while pending:
         # as_completed, not wait(FIRST_COMPLETED) in a loop: each wait() hangs a waiter on
