@@ -33,23 +33,25 @@ def execute(name: str, jobs: list[fleet.Job], args: argparse.Namespace, env: Env
     # live view counts each host as the table will show it.
     judged = HistoryJudge([j.host for j in jobs])
     # A live view only for a person watching the table come: not for --json/--csv, not
-    # into a pipe or log (and then rich is not imported before the first host starts).
-    console = None
+    # into a pipe or log. It counts from the start but draws (and imports rich, and the
+    # table's modules after it) once every host is handed out: rich's console is not
+    # made, nor rich imported, before the first connection (results/live.py).
     if not (args.json or args.csv) and env.may_be_terminal(stderr=True):
-        console = env.console(stderr=True)
-    if console is not None and console.is_terminal:
         from fleetclean.results.live import LiveProgress
 
-        with LiveProgress(console, [j.host.name for j in jobs]) as progress:
+        with LiveProgress.deferred(lambda: env.console(stderr=True),
+                                   [j.host.name for j in jobs],
+                                   then=lambda: _prepare_output(args, judged)) as progress:
             result = fleet.run_fleet(jobs, playbook=name, opts=opts, forks=forks,
-                                     on_event=judging(progress, judged), cancel=cancel)
+                                     on_event=judging(progress, judged), cancel=cancel,
+                                     started_all=progress.begin)
     else:
         # The main thread only waits while the hosts run: the output's modules (rich and
         # the table, 20-25 ms) and the hosts' past are read meanwhile, not after the last
-        # host. (Not beside a live view, whose own thread draws with rich all along.) Only
-        # once every host is handed out: begun before, they shared the one interpreter
-        # with the transport's imports (fabric, paramiko: ~110 ms here) and put the first
-        # connection ~50 ms later; begun after, they fill the hosts' wait on the network.
+        # host (a live view's thread reads them once it draws). Only once every host is
+        # handed out: begun before, they shared the one interpreter with the transport's
+        # imports (fabric, paramiko: ~110 ms here) and put the first connection ~50 ms
+        # later; begun after, they fill the hosts' wait on the network.
         def prepare() -> None:
             threading.Thread(target=_prepare_output, args=(args, judged), daemon=True).start()
 

@@ -108,3 +108,42 @@ def test_a_reader_that_goes_away_leaves_the_status_to_the_hosts(
         # Both hosts are clean: 0. rich ended the process with 1 ("dirty") by itself.
         assert proc.wait(timeout=240) == 0, (extra, err)
         assert err == b""
+
+
+# The CLI run as `fleetclean`, noting at its first SSH connection whether rich (the table,
+# the live view: 35-70 ms of imports) had been imported yet.
+FIRST_CONNECT = """
+import socket, sys
+real = socket.socket.connect
+def connect(self, address):
+    if not getattr(connect, "seen", False):
+        connect.seen = True
+        sys.stderr.write("rich before the first connection: %s\\n" % ("rich" in sys.modules))
+    return real(self, address)
+socket.socket.connect = connect
+sys.argv = ["fleetclean"] + sys.argv[1:]
+from fleetclean.cli import entry
+entry()
+"""
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["pipe", "terminal"])
+def test_rich_is_imported_after_the_first_connection_and_the_view_and_table_still_come(
+    sim_fleet_factory, tmp_path: Path, terminal: bool
+) -> None:
+    fleet = sim_fleet_factory(2)
+    fleet.spawn("node02", "stubborn", gpu=3)
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    # TTY_COMPATIBLE=1: rich draws on the pipe as on a terminal (the live view), as a
+    # person's run does.
+    env.update(FLEETCLEAN_STATE_DIR=str(tmp_path / "state"), NO_COLOR="1",
+               TTY_COMPATIBLE="1" if terminal else "0")
+    res = subprocess.run([sys.executable, "-c", FIRST_CONNECT, "status", "-i",
+                          str(fleet.inventory_path)], env=env, capture_output=True,
+                         text=True, timeout=240, check=False)
+    assert res.returncode == 1, res.stderr
+    assert "rich before the first connection: False" in res.stderr.splitlines(), res.stderr
+    rows = {line.split()[0]: line.split() for line in res.stdout.splitlines() if line.strip()}
+    assert rows["node01"][-1] == "clean" and rows["node02"][-1] == "dirty", res.stdout
+    if terminal:  # the live view drew (its last frame: both hosts done)
+        assert "2/2 hosts done" in res.stderr, res.stderr
