@@ -99,8 +99,13 @@ class LiveProgress:
         self._state: dict[str, str] = {}  # only kept for the small-fleet per-host lines
         self._live: Live | None = None
         self._make_console: Callable[[], Console] | None = None
-        self._drawer: threading.Thread | None = None
         self._then: Callable[[], None] | None = None
+        # Guards _live and _closed: a deferred view's thread may start drawing as late as
+        # the run's end, and must then not start at all (a view started after the stop
+        # would stay on the screen, its cursor hidden).
+        self._view_lock = threading.Lock()
+        self._closed = False
+        self._begun = False
 
     @classmethod
     def deferred(cls, make_console: Callable[[], Console], hosts: Iterable[str], *,
@@ -121,10 +126,10 @@ class LiveProgress:
 
     def begin(self) -> None:
         """A deferred view starts drawing, from a thread of its own (returns at once)."""
-        if self._make_console is not None and self._drawer is None:
-            self._drawer = threading.Thread(target=self._draw_made, daemon=True,
-                                            name="fleetclean-live")
-            self._drawer.start()
+        if self._make_console is not None and not self._begun:
+            self._begun = True
+            threading.Thread(target=self._draw_made, daemon=True,
+                             name="fleetclean-live").start()
 
     def _draw_made(self) -> None:
         # A view that cannot draw leaves the run as it is: the table still comes at its end.
@@ -144,17 +149,19 @@ class LiveProgress:
             live = Live(console=self._console, transient=True,
                         refresh_per_second=self.REFRESH_PER_SECOND,
                         get_renderable=self.render)
-            live.start()
-            self._live = live
+            with self._view_lock:
+                if not self._closed:
+                    live.start()
+                    self._live = live
 
     def __exit__(self, *exc: object) -> None:
-        # The drawing thread is done before the view stops (a deferred view's begin is at
-        # most an import away): a Live started after the stop would stay on the screen.
-        if self._drawer is not None:
-            self._drawer.join()
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
+        # Not a join of a deferred view's thread (a Ctrl-C there would leave the view
+        # drawing): once closed, that thread starts no view.
+        with self._view_lock:
+            self._closed = True
+            live, self._live = self._live, None
+        if live is not None:
+            live.stop()
 
     def __call__(self, event: Event) -> None:
         with self._lock:

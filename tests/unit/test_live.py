@@ -4,6 +4,7 @@ lines whatever the fleet size; fed synthetic fleet events (no SSH)."""
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -170,3 +171,37 @@ def test_the_hosts_still_connecting_are_counted_by_how_far_they_got() -> None:
     lines = [line.strip() for line in shown(live)]
     assert ("queued 995 · connecting 4 (authentication 2, waiting for a startup slot 1) · "
             "running 1 (verify 1)") in lines, lines
+
+
+def terminal(out: io.StringIO) -> Console:
+    return Console(file=out, force_terminal=True, width=80)
+
+
+def test_a_deferred_view_counts_from_the_start_and_draws_from_begin_on() -> None:
+    out = io.StringIO()
+    drawn = threading.Event()
+    with LiveProgress.deferred(lambda: terminal(out), names(2), then=drawn.set) as live:
+        live(Event("node0001", "start"))
+        live(done("node0001", HostStatus.CLEAN))
+        assert out.getvalue() == ""  # not drawn before begin, yet counted
+        live.begin()
+        assert drawn.wait(10)
+    assert live.counts() == {"queued": 1, "done": 1}
+    assert "1/2 hosts done" in out.getvalue()
+
+
+def test_a_view_closed_before_its_thread_could_draw_never_draws() -> None:
+    """A run over before rich was imported: the late thread starts no view, which would
+    stay on the screen with the cursor hidden."""
+    out = io.StringIO()
+    release, finished = threading.Event(), threading.Event()
+
+    def late_console() -> Console:
+        release.wait(10)
+        return terminal(out)
+
+    with LiveProgress.deferred(late_console, names(2), then=finished.set) as live:
+        live.begin()
+    release.set()
+    assert finished.wait(10)
+    assert out.getvalue() == ""
