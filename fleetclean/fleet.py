@@ -90,9 +90,10 @@ def run_fleet(
     caller made, taken as it is (the limits are read once). ``session``: the caller's own
     (kept connections, adopted ones), left open, with ``forks`` taken as it is; by
     default one for this run alone. ``started_all``: called (on this thread, and it must
-    not block) once every host is handed to the pool: work that the result needs only at
-    the end starts there, out of the way of the imports and the reads before the first
-    connection."""
+    not block) once every host is handed to the pool, not where a Ctrl-C came first: work
+    that the result needs only at the end starts there, out of the way of the imports and
+    the reads before the first connection; a Ctrl-C during it counts as the first, an
+    error in it is ignored."""
     cancel = cancel or threading.Event()
     started = time.monotonic()
     if isinstance(forks, limits.Fit):
@@ -142,8 +143,16 @@ def _run_all(
     except KeyboardInterrupt:  # hosts not submitted yet never start
         interrupted = True
         cancel.set()
-    if started_all is not None:
-        started_all()
+    if started_all is not None and not interrupted:
+        # Best effort, and hosts already run: a Ctrl-C here is the first one (below), and
+        # a hook that fails (no thread to be had) costs the run nothing.
+        try:
+            started_all()
+        except KeyboardInterrupt:
+            interrupted = True
+            cancel.set()
+        except Exception:  # what it readies is made again at the end
+            pass
     pending = set(futures)
     while pending:
         # as_completed, not wait(FIRST_COMPLETED) in a loop: each wait() hangs a waiter on

@@ -2,7 +2,7 @@
 write the Prometheus file: the steps ``run`` and ``status`` share.
 
 Each output's module (and rich with the table) is imported only when that output is asked
-for: ``--json`` never loads rich, a pipe never loads the live display."""
+for: ``--json`` never loads rich, a pipe never draws the live display."""
 
 from __future__ import annotations
 

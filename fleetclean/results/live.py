@@ -112,8 +112,9 @@ class LiveProgress:
                  then: Callable[[], None] | None = None) -> LiveProgress:
         """A view that counts events from the start and draws from :meth:`begin` on, on a
         console ``make_console`` makes there (rich and the console imported off the way of
-        the run's first connections); ``then`` runs on that thread once drawing began
-        (the table's modules are imported there)."""
+        the run's first connections); ``then`` runs on that thread after, drawn or not
+        (not a terminal, the console failed, the run over first): the table's modules are
+        imported there."""
         view = cls(None, hosts)  # its console is made in begin()
         view._make_console = make_console
         view._then = then
@@ -156,9 +157,10 @@ class LiveProgress:
 
     def __exit__(self, *exc: object) -> None:
         # Not a join of a deferred view's thread (a Ctrl-C there would leave the view
-        # drawing): once closed, that thread starts no view.
+        # drawing): once closed, that thread starts no view. Closed before the lock is
+        # taken, so that a Ctrl-C while waiting for it still leaves the thread closed out.
+        self._closed = True
         with self._view_lock:
-            self._closed = True
             live, self._live = self._live, None
         if live is not None:
             live.stop()

@@ -135,6 +135,9 @@ def test_rich_is_imported_after_the_transport_and_the_view_and_table_still_come(
 ) -> None:
     fleet = sim_fleet_factory(2)
     fleet.spawn("node02", "stubborn", gpu=3)
+    # The run outlasts rich's import, however loaded this machine: the view draws before
+    # the run's end (a view whose run ended first is rightly never drawn).
+    fleet.set_fault("node02", "slow-auth", 1.5)
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     # TTY_COMPATIBLE=1: rich draws on the pipe as on a terminal (the live view), as a
     # person's run does.
