@@ -54,3 +54,23 @@ def test_a_directory_users_processes_carry_her_name_and_her_scope(
     # A stubborn holder: SIGTERM, then SIGKILL.
     assert {s["pid"] for s in res.host("node01")["signalled"]} == set(carols)
     assert alive(fleet, "node01", [*carols, roots[0], stranger]) == [roots[0], stranger]
+
+
+def test_a_passwd_with_nis_compat_lines_still_names_every_user(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli
+) -> None:
+    """NIS's compat lines ("+::::::", "+@admins::::::") carry no UID: a status on a node
+    whose /etc/passwd holds them names its GPUs' users from the file and the directory."""
+    fleet = sim_fleet_factory(1)
+    fleet.run_in("node01", ["sh", "-c", "printf '+@admins::::::\\n+::::::\\n' >> /etc/passwd"])
+    # Five users: the fourth and fifth are read from the whole file (lib.sh).
+    pids = {user: fleet.spawn("node01", "stubborn", gpu=gpu, mib=512, user=user)[0]
+            for gpu, user in enumerate(["root", "ops", "alice", "bob", "carol"])}
+    stranger = spawn_holder(fleet, "node01", UNKNOWN_UID, UNKNOWN_UID, gpu=6, mib=512,
+                            name="holder-of-nobody-known")
+    for _ in range(2):  # a host never seen, then one seen in use (its users named early)
+        status = cli("status", "-i", fleet.inventory_path, "--json")
+        assert status.code == 1, status.out
+        users = users_by_pid(status.host("node01"))
+        assert {user: users[pid] for user, pid in pids.items()} == {u: u for u in pids}
+        assert users[stranger] == str(UNKNOWN_UID)

@@ -270,3 +270,28 @@ def test_the_early_q_read_answers_only_once_nvidia_smi_is_done(tmp_path: Path) -
                          capture_output=True, text=True, timeout=30, check=True,
                          env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
     assert out.stdout == "waiting\nGPU 00000000:18:00.0\nGPU 2\n@0"
+
+
+def test_the_user_names_of_processes_read_early_come_from_the_file_alone(
+    workers: list[subprocess.Popen[bytes]], tmp_path: Path,
+) -> None:
+    """Named early where /etc/passwd has the user; a user it lacks is asked of the
+    directory (up to 2 s) only after the GPU rows, never while the GPU read runs."""
+    pid = workers[0].pid
+    log = tmp_path / "asked"
+    stub = tmp_path / "getent"
+    stub.write_text(f'#!/bin/sh\necho "$3 $(cat {tmp_path}/phase)" >>{log}\nexit 2\n')
+    stub.chmod(0o755)
+    (tmp_path / "phase").write_text("prep")
+    show = (f'echo "name {pid} ${{FC_PASSWD[$EUID]-none}}"; '
+            f'echo after >{tmp_path}/phase')
+    known = bash({"HINT": hint(pid), "SHOW": str(pid), "AFTER": show,
+                  "PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert f"name {pid} {ME}" in known
+    empty = tmp_path / "passwd"
+    empty.write_text("")
+    lacking = bash({"HINT": hint(pid), "SHOW": str(pid), "AFTER": show,
+                    "SETUP": f"FC_PASSWD_FILE={empty}", "PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert f"name {pid} none" in lacking
+    assert [p[:2] for p in records(lacking, "proc")] == [[str(pid), str(os.geteuid())]]
+    assert log.read_text().split("\n")[:1] == [f"{os.geteuid()} after"]

@@ -879,9 +879,9 @@ fc_verify_why() {
 # after it (8 named processes: 7-8 ms of a 40 ms status on a simulated node). The read
 # stays the only word on who uses a GPU: a PID it does not list is never named, and what
 # was read of one it lists is checked before its records (fc_verify_prep_check). Stops as
-# soon as the read has output; no user name is looked up now (one missing from
-# /etc/passwd asks the directory service, up to 2 s: fc_user_name), so that a stale hint
-# never holds the status past the read. A process in uninterruptible sleep, or with an
+# soon as the read has output; a user name is looked up now in /etc/passwd alone (one
+# missing there asks the directory service, up to 2 s, after the rows: fc_user_name), so
+# that a stale hint never holds the status past the read. A process in uninterruptible sleep, or with an
 # ancestor in it, is left for after the GPU rows have gone out (its command line's read
 # can hang while it is stuck in the kernel, fc_verify_end), as is any the hint did not
 # name. Not covered: a process whose main thread sleeps while another is stuck in the
@@ -901,6 +901,7 @@ fc_verify_prep() {
         fc_verify_prep_awake "$pid" "${word#*:}" || continue
         FC_VPREP[$pid]=1
         fc_verify_proc_read "$pid" early
+        [[ -n ${FC_VUID[$pid]:-} ]] && fc_user_name_local "${FC_VUID[$pid]}"
         [[ -n ${FC_START[$pid]:-} ]] && fc_owner_prep "$pid"
     done
     # Its ancestors, loaded for its owner, may be named too (an app, a holder): checked alike.
