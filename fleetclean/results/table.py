@@ -25,7 +25,7 @@ from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult
 from fleetclean.nodeset import fold
 from fleetclean.results.jsonio import summary
 from fleetclean.results.reasons import notes
-from fleetclean.results.words import counted, plural
+from fleetclean.results.words import counted, plural, printable
 
 # A log or pipe has no height; this many hosts is about what a person reads as one table.
 NOT_A_TERMINAL_ROWS = 40
@@ -125,7 +125,7 @@ def print_check(console: Console, result: RunResult) -> None:
         console.print(f"  {text}", markup=False)
     for hosts, lines in blocks:
         console.print(f"{hosts}:", style="bold", markup=False)
-        for line in lines:
+        for line in map(printable, lines):  # what the hosts said, escaped
             if console.is_terminal:
                 console.print(f"  {line}", markup=False, no_wrap=True, overflow="ellipsis")
             else:  # a log keeps the whole command line
@@ -204,7 +204,7 @@ def render_result(
             parts.append(Text(f"({counted(clean, 'clean host')} not listed: --all lists "
                               "every host)", style="dim"))
     for line in problems(result):
-        parts.append(Text(line, style="yellow"))
+        parts.append(Text(printable(line), style="yellow"))  # the hosts' words, escaped
     parts.append(Text(summary_line(result), style="bold"))
     return Group(*parts)
 

@@ -24,7 +24,9 @@ fc_gpu_holders() {
         # a GPU after it (verify.sh: fc_verify_keep): one nvidia-smi fewer a teardown.
         fc_verify_keep
         for line in "${FC_VAPPS[@]}"; do
-            [[ $line =~ ^([0-9]+),.*,\ *([^,]*)$ ]] || continue
+            # A UUID or nothing (a line cut in two by a process's name: verify.sh,
+            # fc_verify_explain); its process is then found by its device files.
+            [[ $line =~ ^([0-9]+),.*,\ *([^,]+)$ ]] || continue
             pid=${BASH_REMATCH[1]} uuid=${BASH_REMATCH[2]}
             FC_HOLDERS+=("$pid")
             FC_HOLDER_UUID[$pid]+=" $uuid"

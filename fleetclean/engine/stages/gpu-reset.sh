@@ -66,7 +66,7 @@ fc_gr_read() {
         return 1
     fi
     while IFS=', ' read -r idx uuid used pm; do
-        [[ $idx =~ ^[0-9]+$ ]] || continue
+        [[ $idx =~ ^[0-9]+$ && -n $uuid ]] || continue  # an empty key ends the script
         [[ $opt_gpus == all || " $opt_gpus " == *" $idx "* ]] || continue
         index_of[$uuid]=$idx
         FC_GR_USED[$idx]=$used

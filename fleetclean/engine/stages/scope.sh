@@ -80,7 +80,7 @@ fc_gpu_map() {
         return 1
     fi
     while IFS=', ' read -r index uuid bus; do
-        [[ $index =~ ^[0-9]+$ ]] || continue
+        [[ $index =~ ^[0-9]+$ && -n $uuid ]] || continue  # an empty key ends the script
         bus=${bus,,}
         minor=""
         while IFS=: read -r k v; do

@@ -654,7 +654,11 @@ fc_verify_explain() {
     local -A pids_on=() unexplained=()
     fc_verify_apps
     for line in "${FC_VAPPS[@]}"; do
-        [[ $line =~ ^([0-9]+),.*,\ *([^,]*)$ ]] || continue
+        # A UUID or nothing: a process named with a comma and a newline (nvidia-smi prints
+        # its name as it is) cuts its line in two, the first ending in a comma, and an
+        # empty key would end the whole script. Its memory is then explained by its
+        # device files (below), as any process nvidia-smi does not list.
+        [[ $line =~ ^([0-9]+),.*,\ *([^,]+)$ ]] || continue
         pids_on[${BASH_REMATCH[2]}]+=" ${BASH_REMATCH[1]}"
     done
     declare -gA FC_VPIDS=() FC_VHOLD=() FC_VPROT=() FC_VDEV=()
