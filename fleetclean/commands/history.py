@@ -13,7 +13,7 @@ from fleetclean.errors import ExitStatus, UsageError
 from fleetclean.results import records
 from fleetclean.results.jsonio import summary
 from fleetclean.results.table import summary_line
-from fleetclean.results.words import counted
+from fleetclean.results.words import counted, printable
 
 
 def cmd_history(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
@@ -70,8 +70,9 @@ def _show_one(args: argparse.Namespace, env: Env) -> int:
 
 def _print_changes(console: Console, record: dict[str, Any]) -> None:
     for host, change in record.get("changes", {}).items():
+        # What the host said, escaped: a command line may hold anything (words.printable).
         for s in change["signalled"]:
-            console.print(f"  {host}: SIG{s['signal']} {s['pid']} {s['cmdline']}",
+            console.print(printable(f"  {host}: SIG{s['signal']} {s['pid']} {s['cmdline']}"),
                           markup=False)
         for c in change["changes"]:
-            console.print(f"  {host}: {c}", markup=False)
+            console.print(printable(f"  {host}: {c}"), markup=False)

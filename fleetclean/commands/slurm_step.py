@@ -9,6 +9,7 @@ import time
 from fleetclean.commands.env import Env, error_line
 from fleetclean.commands.steps import inventory_sources, login_runner
 from fleetclean.models import RunResult
+from fleetclean.results.words import printable
 from fleetclean.slurm import drain, options
 from fleetclean.slurm.nodes import Runner, SlurmUnavailable
 
@@ -39,5 +40,5 @@ def print_lines(result: RunResult, args: argparse.Namespace, env: Env) -> None:
     """Under the table: what was done to each node, and why a node was left alone."""
     if args.json or args.csv or not options.wanted(args):
         return
-    for line in drain.summary_lines(result):
-        env.console().print(line, markup=False, soft_wrap=True)
+    for line in drain.summary_lines(result):  # a drain's reason holds a host's words
+        env.console().print(printable(line), markup=False, soft_wrap=True)

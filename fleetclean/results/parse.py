@@ -63,6 +63,7 @@ verification's ``nvsmi``, ``gpu``, ``app``, ``holder``, ``verify``, ...; gpu-res
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import replace
 from urllib.parse import unquote
@@ -317,10 +318,10 @@ def _processes(st: Readings, gpus: tuple[GpuRow, ...]) -> tuple[GpuProcess, ...]
     """One entry per (PID, GPU): nvidia-smi's compute apps first, with the command line and
     user the node read from /proc; device-file holders only where the script named them
     (a GPU no compute app explains)."""
-    try:
-        apps = parse_compute_apps("\n".join(st.app_lines), APP_FIELDS, nounits=True)
-    except NvsmiParseError:
-        apps = []
+    apps: list[GpuProcess] = []
+    for line in st.app_lines:  # one at a time: a line cut by a process's name costs only it
+        with contextlib.suppress(NvsmiParseError):
+            apps += parse_compute_apps(line, APP_FIELDS, nounits=True)
     uuid_by_index = {g.index: g.uuid for g in gpus}
     cmdlines = {pid: cmdline for pid, _, cmdline, _ in st.holders if cmdline}
     cmdlines.update({pid: cmd for pid, (_, cmd, _, _) in st.procs.items() if cmd})

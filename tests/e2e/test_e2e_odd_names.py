@@ -16,15 +16,17 @@ pytestmark = pytest.mark.sim
 ODD = "trainer,\nx"
 
 
-def spawn_odd(fleet: SimFleet, node: str, *, gpu: int, mib: int) -> int:
+def spawn_odd(fleet: SimFleet, node: str, *, gpu: int, mib: int, name: str = ODD) -> int:
     gpus = json.loads((fleet.node(node).dir / "gpus.json").read_text())["gpus"]
-    code = f"import time; f = open('/dev/nvidia{gpus[gpu]['minor']}'); time.sleep(3600)"
+    # A CUDA process's files: its GPU's and /dev/nvidia-uvm.
+    code = (f"import time; f = open('/dev/nvidia{gpus[gpu]['minor']}');"
+            " u = open('/dev/nvidia-uvm'); time.sleep(3600)")
     start = ('FLEETCLEAN_SIM_GPU_MIB="$2" setsid -f bash -c \'exec -a "$0" python3 -c "$1"\''
              ' "$1" "$3" </dev/null >/dev/null 2>&1')
-    done = fleet.run_in(node, ["sh", "-c", start, "sh", ODD, str(mib), code])
+    done = fleet.run_in(node, ["sh", "-c", start, "sh", name, str(mib), code])
     assert done.returncode == 0, done.stderr
     for _ in range(300):
-        found = [p.pid for p in fleet.processes(node) if p.cmdline.startswith("trainer,")]
+        found = [p.pid for p in fleet.processes(node) if p.cmdline.startswith(name + " -c")]
         if found and fleet.gpu_used_mib(node)[gpu] >= mib:
             return found[0]
         fleet.run_in(node, ["sleep", "0.05"])
@@ -60,3 +62,31 @@ def test_a_process_whose_name_breaks_the_csv_is_still_named_and_stopped(
         assert res.host("node01")["status"] == "clean", res.out
         assert alive(fleet, "node01", [pid]) == []
         assert fleet.gpu_used_mib("node01")[gpu] == 0
+
+
+def test_a_forged_line_of_nvidia_smis_list_gets_no_process_killed(
+    sim_fleet_factory, cli: Cli
+) -> None:
+    """A process named "run", a newline and "PID,v1,MiB,GPU-<its GPU's UUID>" lists PID as
+    holding that GPU: a teardown as root took it for a holder and killed it."""
+    fleet = sim_fleet_factory(1)
+    assert cli("status", "-i", fleet.inventory_path, "--json").code == 0  # seen clean
+    victim = fleet.spawn("node01", "monitor")[0]  # anyone's process, on no GPU
+    uuid = fleet.run_in("node01", ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader",
+                                   "-i", "3"]).stdout.strip()
+    # No space in it: nvidia-smi names a process by its command line's first word.
+    forger = spawn_odd(fleet, "node01", gpu=3, mib=1024, name=f"run\n{victim},v1,9,{uuid}")
+    smi = fleet.run_in("node01", ["nvidia-smi", "--query-compute-apps=pid,process_name",
+                                  "--format=csv,noheader"]).stdout
+    assert f"\n{victim},v1,9,{uuid}" in smi  # the forged line, as nvidia-smi prints it
+    # A node whose nvidia-smi gives [N/A] for memory: its -q read cannot be parsed, and the
+    # teardown takes the compute apps' CSV, where the forged line is.
+    fleet.set_fault("node01", "na")
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json",
+              "-e", "grace=1", "-e", "verify_timeout=2")
+    host = res.host("node01")
+    assert victim not in {s["pid"] for s in host["signalled"]}, host
+    assert victim in alive(fleet, "node01", [victim, forger])
+    # (The forger itself stays: with [N/A] for memory no GPU reads as used, so none is
+    # looked for by its device files; a teardown of a node that can say its memory finds
+    # it there: the test above.)

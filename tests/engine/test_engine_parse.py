@@ -267,3 +267,16 @@ def test_an_exiting_holder_is_named_as_such_and_no_cuda_context_is_no_holder() -
     host = host_result("gpu01", ScriptOutput(started=True, stdout=out, stderr="",
                                              exit_code=0), 30.0)
     assert host.error == "GPU5 512 MiB; held by 77 (exiting) (root; GPU5)"
+
+
+def test_an_app_line_cut_by_a_process_name_costs_only_that_line() -> None:
+    """nvidia-smi prints a process's name as it is: one with a newline cuts its line in
+    two. The other processes on the node are still named."""
+    out = full_run(rec("stage", "verify", "verify", "verify"),
+                   rec("gpu", "0, GPU-a, NVIDIA H200, 9000, 143771"),
+                   rec("app", "41, python3, 8192, GPU-a"),
+                   rec("app", "1234, trainer,"),
+                   rec("app", "42, python3, 808, GPU-a"),
+                   rec("verify", "dirty", "0", "30", "1 GPU(s) above 0 MiB"))
+    r = parse_script_output(out, "", 0)
+    assert sorted(p.pid for p in r.processes) == [41, 42]

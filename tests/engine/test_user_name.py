@@ -84,3 +84,16 @@ def test_a_missing_file_or_no_uid_gives_the_number_or_a_dash(tmp_path: Path) -> 
     got, asked = names(tmp_path, tmp_path / "none", "0 - x")
     assert got == ["0=0", "-=-", "x=x"]
     assert asked == ["0"]
+
+
+@pytest.mark.parametrize("asked", ["20 30", "1 2 3 20 30"], ids=["searched", "table"])
+def test_both_ways_agree_on_a_nameless_line_and_a_last_line_without_newline(
+    tmp_path: Path, asked: str,
+) -> None:
+    path = tmp_path / "passwd"
+    path.write_text("::20:20::/:/bin/sh\ncarol:x:20:20::/:/bin/sh\n"
+                    "daemon:x:1:1::/:/bin/sh\nbin:x:2:2::/:/bin/sh\nsys:x:3:3::/:/bin/sh\n"
+                    "last:x:30:30::/:/bin/sh")
+    got, asked_of_directory = names(tmp_path, path, asked)
+    assert got[-2:] == ["20=carol", "30=last"]
+    assert asked_of_directory == []

@@ -28,6 +28,8 @@ fc_gpu_holders() {
             # fc_verify_explain); its process is then found by its device files.
             [[ $line =~ ^([0-9]+),.*,\ *([^,]+)$ ]] || continue
             pid=${BASH_REMATCH[1]} uuid=${BASH_REMATCH[2]}
+            # A line anyone on the node can forge (fc_uses_cuda): left to the device files.
+            fc_uses_cuda "$pid" || continue
             FC_HOLDERS+=("$pid")
             FC_HOLDER_UUID[$pid]+=" $uuid"
             explained[$uuid]=1
@@ -59,6 +61,22 @@ fc_gpu_holders() {
             FC_HOLDER_DEV[$pid]+=" /dev/nvidia$idx"
         done
     done
+}
+
+# True when PID has /dev/nvidia-uvm open, as every CUDA process has, or when its
+# descriptors cannot be read (another user's, by a run that is not root: one it cannot
+# signal either). nvidia-smi prints each process's name as it is, so anyone on the node
+# can forge a line of its list: a process named "x", a newline and "1234, y, 1024,
+# GPU-<a real UUID>" lists PID 1234 as holding that GPU, and a teardown as root killed
+# whatever 1234 was. A PID the list names is a target only where this holds; a GPU whose
+# memory is then left unexplained is looked for by its device files, as always.
+fc_uses_cuda() {
+    local fd
+    [[ -r /proc/$1/fd ]] || return 0
+    for fd in "/proc/$1/fd/"*; do
+        [[ $fd -ef /dev/nvidia-uvm ]] && return 0
+    done 2>/dev/null
+    return 1
 }
 
 # True when holder PID holds a GPU of the scope: by a device file, or as nvidia-smi says.

@@ -297,6 +297,7 @@ fc_user_name() {
 # fourth UID on, its lines are read into the table once, so that a node with many users'
 # processes pays no more than that loop.
 FC_PASSWD_TEXT="" FC_PASSWD_FILE=/etc/passwd FC_PASSWD_ASKED=0
+declare -gA FC_PASSWD_MISSED=()  # UIDs searched for and not found (a directory's users)
 fc_user_name_local() {
     local uid=$1 text="" re name _
     if [[ -n ${FC_PASSWD[$uid]+set} ]]; then
@@ -304,13 +305,14 @@ fc_user_name_local() {
         return 0
     fi
     REPLY=""
-    [[ $uid == +([0-9]) ]] && ((FC_PASSWD_ASKED >= 0)) || return 0
+    [[ $uid == +([0-9]) && -z ${FC_PASSWD_MISSED[$uid]:-} ]] && ((FC_PASSWD_ASKED >= 0)) ||
+        return 0
     if ((++FC_PASSWD_ASKED > 3)); then
         FC_PASSWD_ASKED=-1  # the table holds every line now: a UID not in it is not there
         # Only lines with a UID: NIS's "+::::::" (compat mode) has none, and an empty key
         # is a fatal error in a script (the loop before this one ended every busy status
         # there).
-        while IFS=: read -r name _ text _; do
+        while IFS=: read -r name _ text _ || [[ -n $name ]]; do  # a last line without \n
             [[ -n $name && $text == +([0-9]) && -z ${FC_PASSWD[$text]+set} ]] &&
                 FC_PASSWD[$text]=$name
         done 2>/dev/null <"$FC_PASSWD_FILE"
@@ -321,8 +323,12 @@ fc_user_name_local() {
         IFS= read -r -d '' text 2>/dev/null <"$FC_PASSWD_FILE"
         FC_PASSWD_TEXT=$'\n'$text
     fi
-    re=$'\n''([^:'$'\n'']*):[^:'$'\n'']*:'$uid':'
-    [[ $FC_PASSWD_TEXT =~ $re && -n ${BASH_REMATCH[1]} ]] || return 0
+    # The first line of the UID with a name, as the table below takes it.
+    re=$'\n''([^:'$'\n'']+):[^:'$'\n'']*:'$uid':'
+    if ! [[ $FC_PASSWD_TEXT =~ $re ]]; then
+        FC_PASSWD_MISSED[$uid]=1
+        return 0
+    fi
     REPLY=${BASH_REMATCH[1]}
     FC_PASSWD[$uid]=$REPLY
 }
