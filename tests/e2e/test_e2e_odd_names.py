@@ -71,7 +71,17 @@ def test_a_forged_line_of_nvidia_smis_list_gets_no_process_killed(
     holding that GPU: a teardown as root took it for a holder and killed it."""
     fleet = sim_fleet_factory(1)
     assert cli("status", "-i", fleet.inventory_path, "--json").code == 0  # seen clean
-    victim = fleet.spawn("node01", "monitor")[0]  # anyone's process, on no GPU
+    # Anyone's process, on no GPU (one with a GPU's device file open is a holder of it,
+    # and a teardown of that GPU stops it whatever nvidia-smi's list says).
+    tag = "fcvictim-not-on-any-gpu"
+    fleet.run_in("node01", ["sh", "-c", f"setsid -f bash -c 'exec -a {tag} sleep 3600' "
+                            "</dev/null >/dev/null 2>&1"])
+    for _ in range(100):
+        victims = [p.pid for p in fleet.processes("node01") if p.cmdline.startswith(tag)]
+        if victims:
+            break
+        fleet.run_in("node01", ["sleep", "0.05"])
+    [victim] = victims
     uuid = fleet.run_in("node01", ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader",
                                    "-i", "3"]).stdout.strip()
     # No space in it: nvidia-smi names a process by its command line's first word.

@@ -1,4 +1,4 @@
-# shellcheck shell=bash disable=SC2034,SC2154,SC2004
+# shellcheck shell=bash disable=SC2034,SC2154,SC2004,SC2153
 # (opt_* are assigned, and FC_* read, by the rendered script around this template.)
 # Stage "gpu-holders": the processes that use GPU memory, minus protected ones; optionally
 # only those whose identity (match: cmdline, command line) matches opt_filter.
@@ -23,13 +23,18 @@ fc_gpu_holders() {
         # The verification's own read, which it takes as its first where nothing changed
         # a GPU after it (verify.sh: fc_verify_keep): one nvidia-smi fewer a teardown.
         fc_verify_keep
+        local -A dev_of=()  # a GPU's UUID -> its device file's number (its minor, or index)
+        # shellcheck disable=SC2153  # FC_VUUID, FC_VMINOR: the verification's (verify.sh)
+        for i in "${!FC_VROWS[@]}"; do
+            [[ -n ${FC_VUUID[i]:-} ]] && dev_of[${FC_VUUID[i]}]=${FC_VMINOR[i]:-${FC_VIDX[i]}}
+        done
         for line in "${FC_VAPPS[@]}"; do
             # A UUID or nothing (a line cut in two by a process's name: verify.sh,
             # fc_verify_explain); its process is then found by its device files.
             [[ $line =~ ^([0-9]+),.*,\ *([^,]+)$ ]] || continue
             pid=${BASH_REMATCH[1]} uuid=${BASH_REMATCH[2]}
-            # A line anyone on the node can forge (fc_uses_cuda): left to the device files.
-            fc_uses_cuda "$pid" || continue
+            # A line anyone on the node can forge (fc_has_gpu_file): left to the device files.
+            fc_has_gpu_file "$pid" "${dev_of[$uuid]:-}" || continue
             FC_HOLDERS+=("$pid")
             FC_HOLDER_UUID[$pid]+=" $uuid"
             explained[$uuid]=1
@@ -63,18 +68,30 @@ fc_gpu_holders() {
     done
 }
 
-# True when PID has /dev/nvidia-uvm open, as every CUDA process has, or when its
-# descriptors cannot be read (another user's, by a run that is not root: one it cannot
-# signal either). nvidia-smi prints each process's name as it is, so anyone on the node
-# can forge a line of its list: a process named "x", a newline and "1234, y, 1024,
-# GPU-<a real UUID>" lists PID 1234 as holding that GPU, and a teardown as root killed
-# whatever 1234 was. A PID the list names is a target only where this holds; a GPU whose
-# memory is then left unexplained is looked for by its device files, as always.
-fc_uses_cuda() {
-    local fd
+# True when PID has /dev/nvidiaN open (N: $2, the GPU nvidia-smi says it uses; any GPU's
+# where that is not known), as every process using that GPU has, or when that cannot be
+# told (its descriptors unreadable: another user's, by a run that is not root, which
+# cannot signal it either; no device file).
+# nvidia-smi prints each process's name as it is, so anyone on the node can forge a line
+# of its list: a process named "x", a newline and "1234,y,1024,GPU-<a real UUID>" lists
+# PID 1234 as holding that GPU, and a teardown as root killed whatever 1234 was. A PID the
+# list names is a target only where this holds; a GPU whose memory is then left
+# unexplained is looked for by its device files, as always.
+fc_has_gpu_file() {
+    local fd dev
+    local -a devs=()
     [[ -r /proc/$1/fd ]] || return 0
+    # That GPU's file; where the read could not say which (no number for its memory), any.
+    if [[ -n $2 && -e /dev/nvidia$2 ]]; then
+        devs=("/dev/nvidia$2")
+    else
+        devs=(/dev/nvidia[0-9]*)
+    fi
+    [[ -e ${devs[0]} ]] || return 0  # no device file to tell by
     for fd in "/proc/$1/fd/"*; do
-        [[ $fd -ef /dev/nvidia-uvm ]] && return 0
+        for dev in "${devs[@]}"; do
+            [[ $fd -ef $dev ]] && return 0
+        done
     done 2>/dev/null
     return 1
 }
