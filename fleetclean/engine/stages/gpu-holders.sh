@@ -28,13 +28,24 @@ fc_gpu_holders() {
         for i in "${!FC_VROWS[@]}"; do
             [[ -n ${FC_VUUID[i]:-} ]] && dev_of[${FC_VUUID[i]}]=${FC_VMINOR[i]:-${FC_VIDX[i]}}
         done
+        local -a files=(/dev/nvidia[0-9]*)
         for line in "${FC_VAPPS[@]}"; do
             # A UUID or nothing (a line cut in two by a process's name: verify.sh,
             # fc_verify_explain); its process is then found by its device files.
             [[ $line =~ ^([0-9]+),.*,\ *([^,]+)$ ]] || continue
             pid=${BASH_REMATCH[1]} uuid=${BASH_REMATCH[2]}
-            # A line anyone on the node can forge (fc_has_gpu_file): left to the device files.
-            fc_has_gpu_file "$pid" "${dev_of[$uuid]:-}" || continue
+            # nvidia-smi prints each process's name as it is, so anyone on the node can
+            # forge a line of this list: a process named "x", a newline and "1234,y,1024,
+            # GPU-<a real UUID>" lists PID 1234 as holding that GPU, and a teardown as root
+            # killed whatever 1234 was. A PID it names is a target only where it has that
+            # GPU's device file open (any GPU's where the read cannot say which), or where
+            # that cannot be told: its descriptors unreadable (another user's, by a run
+            # that is not root, which cannot signal it either), no device file on the node.
+            # A GPU whose memory is then left unexplained is looked for by its device
+            # files, as always.
+            if [[ -e ${files[0]} && -r /proc/$pid/fd ]]; then
+                fc_holds_gpu "$pid" "${dev_of[$uuid]:-}" || continue
+            fi
             FC_HOLDERS+=("$pid")
             FC_HOLDER_UUID[$pid]+=" $uuid"
             explained[$uuid]=1
@@ -66,34 +77,6 @@ fc_gpu_holders() {
             FC_HOLDER_DEV[$pid]+=" /dev/nvidia$idx"
         done
     done
-}
-
-# True when PID has /dev/nvidiaN open (N: $2, the GPU nvidia-smi says it uses; any GPU's
-# where that is not known), as every process using that GPU has, or when that cannot be
-# told (its descriptors unreadable: another user's, by a run that is not root, which
-# cannot signal it either; no device file).
-# nvidia-smi prints each process's name as it is, so anyone on the node can forge a line
-# of its list: a process named "x", a newline and "1234,y,1024,GPU-<a real UUID>" lists
-# PID 1234 as holding that GPU, and a teardown as root killed whatever 1234 was. A PID the
-# list names is a target only where this holds; a GPU whose memory is then left
-# unexplained is looked for by its device files, as always.
-fc_has_gpu_file() {
-    local fd dev
-    local -a devs=()
-    [[ -r /proc/$1/fd ]] || return 0
-    # That GPU's file; where the read could not say which (no number for its memory), any.
-    if [[ -n $2 && -e /dev/nvidia$2 ]]; then
-        devs=("/dev/nvidia$2")
-    else
-        devs=(/dev/nvidia[0-9]*)
-    fi
-    [[ -e ${devs[0]} ]] || return 0  # no device file to tell by
-    for fd in "/proc/$1/fd/"*; do
-        for dev in "${devs[@]}"; do
-            [[ $fd -ef $dev ]] && return 0
-        done
-    done 2>/dev/null
-    return 1
 }
 
 # True when holder PID holds a GPU of the scope: by a device file, or as nvidia-smi says.

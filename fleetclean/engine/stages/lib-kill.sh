@@ -182,11 +182,15 @@ fc_respawned() {
     fc_owner_respawned
 }
 
-# True when PID has a /dev/nvidiaN open.
+# True when PID has a /dev/nvidiaN open: that N where $2 gives it, else any.
 fc_holds_gpu() {
     # One match over the whole listing, read in blocks and escaped (fc_open_fds says why).
     fc_output fc_ls "/proc/$1/fd"
-    [[ $REPLY == *" -> /dev/nvidia"[0-9]* ]]
+    if [[ -n ${2:-} ]]; then
+        [[ $REPLY == *" -> /dev/nvidia$2"$'\n'* ]]
+    else
+        [[ $REPLY == *" -> /dev/nvidia"[0-9]* ]]
+    fi
 }
 
 # Signal each (pid, starttime) still alive; one "signal" record each.
