@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from simhelp import Cli, CliResult, down_checked, listening, module_subnet
+from simhelp import (
+    Cli,
+    CliResult,
+    claim_subnet,
+    down_checked,
+    fleet_subnet,
+    module_subnet,
+    release_subnet,
+)
 
 from fleetclean.cli import Env, main
 
@@ -53,13 +61,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def free_subnet() -> int:
-    """A second octet whose 127.S.1.1:22 nobody listens on. Seeded by our PID so that two
-    pytest processes on one machine rarely try the same one."""
-    for _ in range(150):
-        subnet = 100 + (os.getpid() * 7 + next(_subnets)) % 150
-        if not listening(f"127.{subnet}.1.1"):
-            return subnet
-    raise RuntimeError("no free 127.S.0.0/16 subnet for a simulated fleet")
+    """A second octet in 100..249 that this process claims (see simhelp.claim_subnet) and
+    nobody listens on. Seeded by our PID so that two pytest processes rarely try the same
+    one first."""
+    return claim_subnet(100, 150, os.getpid() * 7 + next(_subnets))
 
 
 def _fleets(
@@ -71,7 +76,12 @@ def _fleets(
     made: list[SimFleet] = []
 
     def make(n: int = 2, **opts: Any) -> SimFleet:
-        fleet = SimFleet.up(n, tmp_path_factory.mktemp(prefix), subnet=subnet(), **opts)
+        chosen = subnet()
+        try:
+            fleet = SimFleet.up(n, tmp_path_factory.mktemp(prefix), subnet=chosen, **opts)
+        except BaseException:
+            release_subnet(chosen)
+            raise
         made.append(fleet)
         return fleet
 
@@ -108,14 +118,18 @@ def sim_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
         yield fleet
     finally:
         fleet.down()
+        release_subnet(fleet_subnet(fleet))
 
 
 @pytest.fixture
-def sim_subnet() -> int:
-    """A free second octet for a fleet a test starts by other means (a subprocess)."""
+def sim_subnet() -> Iterator[int]:
+    """A free second octet for a fleet a test starts by other means (a subprocess),
+    claimed until the test ends."""
     if SIM_SKIP_REASON is not None:
         pytest.skip(SIM_SKIP_REASON)
-    return free_subnet()
+    subnet = free_subnet()
+    yield subnet
+    release_subnet(subnet)
 
 
 @pytest.fixture

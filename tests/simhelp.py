@@ -6,11 +6,13 @@ any test imports them with ``from simhelp import ...``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,14 +51,51 @@ def listening(address: str) -> bool:
         return any(line.split()[1] == want for line in list(f)[1:])
 
 
+# A subnet a test process picked is claimed with an flock on a file named after it, held
+# until its fleet is down, so that two pytest workers (or two runs on one machine) never
+# pick the same one: seeing nobody listen on it is not enough, as the other may be between
+# its own check and its sshd's bind ("Address already in use"). The kernel drops a dead
+# process's locks, so a crashed run never leaves a subnet taken.
+_CLAIMS = Path(tempfile.gettempdir()) / "fleetclean-test-subnets"
+_held: dict[int, int] = {}
+
+
+def claim_subnet(first: int, count: int, seed: int) -> int:
+    """A second octet in first..first+count-1 that no other process has claimed and whose
+    127.S.1.1:22 nobody listens on, claimed until ``release_subnet``."""
+    _CLAIMS.mkdir(mode=0o700, exist_ok=True)
+    for i in range(count):
+        subnet = first + (seed + i) % count
+        if subnet in _held:
+            continue
+        fd = os.open(_CLAIMS / f"{subnet}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        if listening(f"127.{subnet}.1.1"):
+            os.close(fd)
+            continue
+        _held[subnet] = fd
+        return subnet
+    raise RuntimeError(f"no free 127.S.0.0/16 subnet in {first}..{first + count - 1}")
+
+
+def release_subnet(subnet: int) -> None:
+    fd = _held.pop(subnet, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def fleet_subnet(fleet: SimFleet) -> int:
+    return int(fleet.nodes[0].address.split(".")[1])
+
+
 def module_subnet() -> int:
     """A free 127.S.0.0/16 for a module-scoped fleet, in 20..89 (tests/conftest.py's
-    per-test fleets use 100..249, so the two never meet)."""
-    for i in range(70):
-        subnet = 20 + (os.getpid() * 11 + i) % 70
-        if not listening(f"127.{subnet}.1.1"):
-            return subnet
-    raise RuntimeError("no free subnet for a module fleet")
+    per-test fleets use 100..249, so the two never meet); ``down_checked`` releases it."""
+    return claim_subnet(20, 70, os.getpid() * 11)
 
 
 def ssh_log_count(fleet: SimFleet, needle: str = "Connection from") -> int:
@@ -159,6 +198,7 @@ def down_checked(fleet: SimFleet) -> None:
 
     recorded = sim_pids.load(fleet.layout.pid_file)
     fleet.down()
+    release_subnet(fleet_subnet(fleet))
     left = [e for e in recorded if sim_pids.is_alive(e)]
     assert not left, f"simulator processes left after down: {left}"
 
