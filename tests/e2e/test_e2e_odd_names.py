@@ -100,3 +100,23 @@ def test_a_forged_line_of_nvidia_smis_list_gets_no_process_killed(
     # (The forger itself stays: with [N/A] for memory no GPU reads as used, so none is
     # looked for by its device files; a teardown of a node that can say its memory finds
     # it there: the test above.)
+
+
+def test_a_forged_line_naming_a_monitoring_agent_gets_it_no_signal(
+    sim_fleet_factory, cli: Cli
+) -> None:
+    """The same forgery naming a process that does have the GPU's device file open: an
+    NVML user (a monitoring agent) holds every GPU's file, and no CUDA context
+    (/dev/nvidia-uvm), so it never uses GPU memory and no stage signals it."""
+    fleet = sim_fleet_factory(1)
+    assert cli("status", "-i", fleet.inventory_path, "--json").code == 0  # seen clean
+    [agent] = fleet.spawn("node01", "monitor")
+    uuid = fleet.run_in("node01", ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader",
+                                   "-i", "4"]).stdout.strip()
+    forger = spawn_odd(fleet, "node01", gpu=4, mib=1024, name=f"run\n{agent},v1,9,{uuid}")
+    fleet.set_fault("node01", "na")
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json",
+              "-e", "grace=1", "-e", "verify_timeout=2")
+    host = res.host("node01")
+    assert agent not in {s["pid"] for s in host["signalled"]}, host
+    assert agent in alive(fleet, "node01", [agent, forger])

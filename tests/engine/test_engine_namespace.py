@@ -25,7 +25,9 @@ SGLANG = ("spawn srv --setsid --hold /dev/nvidia0 --hold /dev/nvidia1 "
 STUBBORN = "spawn stub --setsid --term ignore --hold /dev/nvidia2 stubborn-holder\n"
 SLOW = "spawn slow --setsid --term slow --hold /dev/nvidia3 slow-holder\n"
 BYSTANDERS = (
-    "spawn mon --setsid python3-monitor-agent\n"
+    # An NVML user: every GPU's file open, no CUDA context, no memory.
+    "spawn mon --setsid --nvml --hold /dev/nvidiactl "
+    + "".join(f"--hold /dev/nvidia{i} " for i in range(8)) + "python3-monitor-agent\n"
     # argv[0] is nvidia-persistenced: protected by name even though it holds a GPU file.
     'READY+=(/tmp/ready.pers); (exec -a nvidia-persistenced "$FC_PY" "$FC_WORKLOAD" '
     "--ready /tmp/ready.pers --setsid --hold /dev/nvidiactl --hold /dev/nvidia4 "

@@ -1,6 +1,6 @@
 """A process the namespace tests start: holds GPU device files, reacts to SIGTERM as told.
 
-    python3 workload.py --ready FILE [--hold /dev/nvidia0]... [--term exit|ignore|slow]
+    python3 workload.py --ready FILE [--hold /dev/nvidia0]... [--nvml] [--term exit|ignore|slow]
                         [--setsid] [--worker TAG]... [--orphan TAG] [--write PATH] TAG...
 
 Trailing TAG words are what the process then shows, as the real ones do: several become
@@ -12,6 +12,7 @@ reads), a single one its title (NUL-padded, comm set to it, as setproctitle does
 import argparse
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,9 @@ import time
 p = argparse.ArgumentParser()
 p.add_argument("--ready", required=True)
 p.add_argument("--hold", action="append", default=[])
+# A CUDA process opens /dev/nvidia-uvm beside its GPU's file; an NVML user (a monitoring
+# agent, nvidia-persistenced) holds GPU files and no /dev/nvidia-uvm.
+p.add_argument("--nvml", action="store_true")
 p.add_argument("--term", default="exit")
 p.add_argument("--setsid", action="store_true")
 p.add_argument("--worker", action="append", default=[])
@@ -50,6 +54,8 @@ if a.tags:
 if a.setsid:
     os.setsid()
 held = [os.open(d, os.O_RDONLY) for d in a.hold]
+if not a.nvml and any(re.fullmatch(r"/dev/nvidia[0-9]+", d) for d in a.hold):
+    held.append(os.open("/dev/nvidia-uvm", os.O_RDONLY))
 if a.write:
     writer = open(a.write, "w")  # noqa: SIM115 - held open on purpose
     writer.write("partial")

@@ -38,13 +38,14 @@ fc_gpu_holders() {
             # forge a line of this list: a process named "x", a newline and "1234,y,1024,
             # GPU-<a real UUID>" lists PID 1234 as holding that GPU, and a teardown as root
             # killed whatever 1234 was. A PID it names is a target only where it has that
-            # GPU's device file open (any GPU's where the read cannot say which), or where
-            # that cannot be told: its descriptors unreadable (another user's, by a run
-            # that is not root, which cannot signal it either), no device file on the node.
-            # A GPU whose memory is then left unexplained is looked for by its device
-            # files, as always.
+            # GPU's device file open (any GPU's where the read cannot say which) and a
+            # CUDA context (/dev/nvidia-uvm: a monitoring agent has every GPU's file open
+            # and none, and a forged line named it too), or where that cannot be told:
+            # its descriptors unreadable (another user's, by a run that is not root, which
+            # cannot signal it either), no device file on the node. A GPU whose memory is
+            # then left unexplained is looked for by its device files, as always.
             if [[ -e ${files[0]} && -r /proc/$pid/fd ]]; then
-                fc_holds_gpu "$pid" "${dev_of[$uuid]:-}" || continue
+                fc_uses_gpu "$pid" "${dev_of[$uuid]:-}" || continue
             fi
             FC_HOLDERS+=("$pid")
             FC_HOLDER_UUID[$pid]+=" $uuid"

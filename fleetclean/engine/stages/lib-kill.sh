@@ -193,6 +193,13 @@ fc_holds_gpu() {
     fi
 }
 
+# True when PID may use the memory of GPU $2 (any GPU where not given): it has that GPU's
+# file open and /dev/nvidia-uvm, which every CUDA context opens. An NVML user (a
+# monitoring agent, nvidia-smi itself) has every GPU's file open and no /dev/nvidia-uvm.
+fc_uses_gpu() {
+    fc_holds_gpu "$@" && [[ $REPLY == *" -> /dev/nvidia-uvm"$'\n'* ]]
+}
+
 # Signal each (pid, starttime) still alive; one "signal" record each.
 fc_send() {
     local sig=$1 p
