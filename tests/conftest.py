@@ -86,8 +86,14 @@ def _fleets(
         return fleet
 
     yield make
+    failed: BaseException | None = None
     for fleet in made:
-        down_checked(fleet)
+        try:
+            down_checked(fleet)
+        except BaseException as exc:  # the others still go down; the first failure is told
+            failed = failed or exc
+    if failed is not None:
+        raise failed
 
 
 @pytest.fixture
@@ -113,7 +119,12 @@ def sim_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
     """Three nodes shared by a module's read-only tests."""
     if SIM_SKIP_REASON is not None:
         pytest.skip(SIM_SKIP_REASON)
-    fleet = SimFleet.up(3, tmp_path_factory.mktemp("sim"), subnet=free_subnet())
+    subnet = free_subnet()
+    try:
+        fleet = SimFleet.up(3, tmp_path_factory.mktemp("sim"), subnet=subnet)
+    except BaseException:
+        release_subnet(subnet)
+        raise
     try:
         yield fleet
     finally:

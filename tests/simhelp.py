@@ -10,9 +10,9 @@ import fcntl
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,20 +55,30 @@ def listening(address: str) -> bool:
 # until its fleet is down, so that two pytest workers (or two runs on one machine) never
 # pick the same one: seeing nobody listen on it is not enough, as the other may be between
 # its own check and its sshd's bind ("Address already in use"). The kernel drops a dead
-# process's locks, so a crashed run never leaves a subnet taken.
-_CLAIMS = Path(tempfile.gettempdir()) / "fleetclean-test-subnets"
+# process's locks, so a crashed run never leaves a subnet taken. The directory is one fixed
+# path (not $TMPDIR's, which two runs may set apart), ours alone, its files opened without
+# following a link.
+CLAIMS = Path("/tmp/fleetclean-test-subnets")
 _held: dict[int, int] = {}
+
+
+def _claims_dir() -> Path:
+    CLAIMS.mkdir(mode=0o700, exist_ok=True)
+    st = CLAIMS.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise RuntimeError(f"{CLAIMS} is not a directory of ours: remove it")
+    return CLAIMS
 
 
 def claim_subnet(first: int, count: int, seed: int) -> int:
     """A second octet in first..first+count-1 that no other process has claimed and whose
     127.S.1.1:22 nobody listens on, claimed until ``release_subnet``."""
-    _CLAIMS.mkdir(mode=0o700, exist_ok=True)
+    where = _claims_dir()
     for i in range(count):
         subnet = first + (seed + i) % count
         if subnet in _held:
             continue
-        fd = os.open(_CLAIMS / f"{subnet}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        fd = os.open(where / f"{subnet}.lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

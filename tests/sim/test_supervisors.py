@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from simhelp import down_checked, module_subnet
+from simhelp import down_checked, module_subnet, release_subnet
 
 from fleetclean.errors import SimError
 from fleetclean.sim import SimFleet
@@ -207,8 +207,12 @@ def test_sim_up_failing_half_way_removes_its_cgroups(
 
     monkeypatch.setattr(sim_cgroups, "create", create)
     monkeypatch.setattr(sim_node, "wait_listener", broken)
-    with pytest.raises(SimError, match="injected"):
-        SimFleet.up(1, tmp_path / "f", subnet=module_subnet())
+    subnet = module_subnet()
+    try:
+        with pytest.raises(SimError, match="injected"):
+            SimFleet.up(1, tmp_path / "f", subnet=subnet)
+    finally:
+        release_subnet(subnet)
     assert made and [p for p in made if os.path.exists(p)] == []
 
 

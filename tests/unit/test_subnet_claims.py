@@ -7,14 +7,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import simhelp
 from simhelp import claim_subnet, release_subnet
 
 TESTS = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def own_claims(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claims in a directory of this test's, apart from the fleets' of a run beside it."""
+    monkeypatch.setattr(simhelp, "CLAIMS", tmp_path / "claims")
+
+
 def other_process_claims(first: int, count: int, seed: int) -> int:
-    code = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); from simhelp import claim_subnet;"
-            f" print(claim_subnet({first}, {count}, {seed}))")
+    code = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); import simhelp;"
+            f" simhelp.CLAIMS = simhelp.Path({str(simhelp.CLAIMS)!r});"
+            f" print(simhelp.claim_subnet({first}, {count}, {seed}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     return int(done.stdout)
