@@ -114,9 +114,41 @@ def test_a_forged_line_naming_a_monitoring_agent_gets_it_no_signal(
     uuid = fleet.run_in("node01", ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader",
                                    "-i", "4"]).stdout.strip()
     forger = spawn_odd(fleet, "node01", gpu=4, mib=1024, name=f"run\n{agent},v1,9,{uuid}")
+    smi = fleet.run_in("node01", ["nvidia-smi", "--query-compute-apps=pid,process_name",
+                                  "--format=csv,noheader"]).stdout
+    assert f"\n{agent},v1,9,{uuid}" in smi  # the forged line, as nvidia-smi prints it
     fleet.set_fault("node01", "na")
     res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json",
               "-e", "grace=1", "-e", "verify_timeout=2")
     host = res.host("node01")
     assert agent not in {s["pid"] for s in host["signalled"]}, host
     assert agent in alive(fleet, "node01", [agent, forger])
+
+
+def test_a_forged_line_naming_a_cuda_process_with_that_gpus_file_gets_it_no_signal(
+    sim_fleet_factory, cli: Cli
+) -> None:
+    """A CUDA process opens every GPU's device file it may see (no device cgroup, no
+    CUDA_VISIBLE_DEVICES), with a context, and memory, on its own GPU only: here, one with
+    GPU 4's file and /dev/nvidia-uvm open and no memory there. A forged line listing it on
+    GPU 4 passed every check of its files, and a teardown killed it; the list is now read
+    again without the names, and only the forger, who does use GPU 4, is stopped."""
+    fleet = sim_fleet_factory(1)
+    bystander = spawn_odd(fleet, "node01", gpu=4, mib=0, name="fcbystander-own-gpu-elsewhere")
+    uuid = fleet.run_in("node01", ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader",
+                                   "-i", "4"]).stdout.strip()
+    forger = spawn_odd(fleet, "node01", gpu=4, mib=1024, name=f"run\n{bystander},v1,9,{uuid}")
+    smi = fleet.run_in("node01", ["nvidia-smi", "--query-compute-apps=pid,process_name",
+                                  "--format=csv,noheader"]).stdout
+    assert f"\n{bystander},v1,9,{uuid}" in smi  # the forged line, as nvidia-smi prints it
+    # [N/A] for memory: the teardown's -q read cannot be parsed, and it takes the compute
+    # apps' CSV, where the forged line is (the simulator's names hold no space, so a whole
+    # block of -q's text cannot be forged here).
+    fleet.set_fault("node01", "na")
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json",
+              "-e", "grace=1", "-e", "verify_timeout=5")
+    host = res.host("node01")
+    assert bystander not in {s["pid"] for s in host["signalled"]}, host
+    assert alive(fleet, "node01", [bystander, forger]) == [bystander]
+    fleet.set_fault("node01", "none")
+    assert fleet.gpu_used_mib("node01")[4] == 0

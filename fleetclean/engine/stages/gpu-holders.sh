@@ -28,22 +28,31 @@ fc_gpu_holders() {
         for i in "${!FC_VROWS[@]}"; do
             [[ -n ${FC_VUUID[i]:-} ]] && dev_of[${FC_VUUID[i]}]=${FC_VMINOR[i]:-${FC_VIDX[i]}}
         done
-        local -a files=(/dev/nvidia[0-9]*)
-        for line in "${FC_VAPPS[@]}"; do
+        local -a files=(/dev/nvidia[0-9]*) apps=("${FC_VAPPS[@]}")
+        # nvidia-smi prints each process's name (its argv[0]) as it is, so anyone on the
+        # node can forge lines of this list, in the CSV and in -q's text alike: a process
+        # named "x", a newline and "1234,y,1024,GPU-<a real UUID>" lists PID 1234 as
+        # holding that GPU, and a teardown as root killed whatever 1234 was. Where any
+        # process's argv[0] or name (fc_scan's table) holds a newline, the list is read
+        # again without the names: PIDs, memory and UUIDs come from the driver, which no
+        # process can forge (a failed read lists nobody, and the GPUs in use are looked
+        # for by their device files).
+        if [[ "${FC_ARGV0[*]}${FC_COMM[*]}" == *$'\n'* ]]; then
+            mapfile -t apps < <(nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid \
+                --format=csv,noheader,nounits 2>/dev/null </dev/null)
+        fi
+        for line in "${apps[@]}"; do
             # A UUID or nothing (a line cut in two by a process's name: verify.sh,
             # fc_verify_explain); its process is then found by its device files.
             [[ $line =~ ^([0-9]+),.*,\ *([^,]+)$ ]] || continue
             pid=${BASH_REMATCH[1]} uuid=${BASH_REMATCH[2]}
-            # nvidia-smi prints each process's name as it is, so anyone on the node can
-            # forge a line of this list: a process named "x", a newline and "1234,y,1024,
-            # GPU-<a real UUID>" lists PID 1234 as holding that GPU, and a teardown as root
-            # killed whatever 1234 was. A PID it names is a target only where it has that
-            # GPU's device file open (any GPU's where the read cannot say which) and a
-            # CUDA context (/dev/nvidia-uvm: a monitoring agent has every GPU's file open
-            # and none, and a forged line named it too), or where that cannot be told:
-            # its descriptors unreadable (another user's, by a run that is not root, which
-            # cannot signal it either), no device file on the node. A GPU whose memory is
-            # then left unexplained is looked for by its device files, as always.
+            # And a PID the list names is a target only where it has that GPU's device
+            # file open (any GPU's where the read cannot say which) and a CUDA context
+            # (/dev/nvidia-uvm: a monitoring agent has every GPU's file open and none), or
+            # where that cannot be told: its descriptors unreadable (another user's, by a
+            # run that is not root, which cannot signal it either), no device file on the
+            # node. A GPU whose memory is then left unexplained is looked for by its
+            # device files, as always.
             if [[ -e ${files[0]} && -r /proc/$pid/fd ]]; then
                 fc_uses_gpu "$pid" "${dev_of[$uuid]:-}" || continue
             fi
