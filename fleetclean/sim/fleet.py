@@ -372,7 +372,9 @@ class SimFleet:
         ``stuck`` (gpu, mib, name: state D once killed, until the ``unstick`` fault),
         ``slow-exit`` (gpu, delay, mib, name: once killed, DELAY seconds in its exit),
         ``monitor`` (name), ``persistenced`` (name, devices="ctl"|"all"), ``writer``
-        (path), ``respawn`` (gpu, delay, mib), ``holder`` (gpus, mib, name), ``exec`` (argv,
+        (path), ``respawn`` (gpu, delay, mib), ``holder`` (gpus, mib, name; sees="all":
+        every GPU's file open, memory on its own GPUs only, as CUDA where no
+        CUDA_VISIBLE_DEVICES or device cgroup narrows what it sees), ``exec`` (argv,
         files, uid, tty: a real program, such as ``tail -f``, ``less`` or ``vim``, in a
         session of its own; the program's PID, then its terminal's holder with ``tty``); and
         under a supervisor, running kind ``run`` (``holder`` by default): ``service``,

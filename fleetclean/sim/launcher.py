@@ -110,6 +110,12 @@ def plan(kind: str, opts: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
         spec.pop("argv", None)
         spec["title"] = str(name)
         spec["comm"] = os.path.basename(str(name).split()[0])
+    if opts.get("sees") == "all" and spec.get("gpus"):
+        # Every GPU's file open, a context (memory) on its own GPUs only: programs.py.
+        spec["sees_all"] = True
+        env["FLEETCLEAN_SIM_GPU_CONTEXTS"] = ",".join(str(g) for g in spec["gpus"])
+    elif opts.get("sees") not in (None, "own"):
+        raise ValueError(f"sees={opts['sees']!r}: 'all' (every GPU's file) or 'own'")
     if kind in ("persistenced", "monitor"):
         # Device handles with no CUDA context: nvidia-smi counts 0 MiB and no app.
         env["FLEETCLEAN_SIM_GPU_MIB"] = "0"

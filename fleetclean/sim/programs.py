@@ -114,9 +114,14 @@ def device_path(index: int) -> str:
 
 
 def open_devices(spec: dict[str, Any]) -> list[int]:
-    """A CUDA process's files: its GPUs, /dev/nvidiactl and /dev/nvidia-uvm; an NVML
-    user's (``nvml``): /dev/nvidiactl and every GPU, no /dev/nvidia-uvm."""
+    """A CUDA process's files: its GPUs (every GPU with ``sees_all``), /dev/nvidiactl and
+    /dev/nvidia-uvm; an NVML user's (``nvml``): /dev/nvidiactl and every GPU, no
+    /dev/nvidia-uvm."""
     paths = [device_path(int(i)) for i in spec.get("gpus", [])]
+    if spec.get("sees_all"):
+        # CUDA without CUDA_VISIBLE_DEVICES or a device cgroup opens every GPU's file; its
+        # contexts are on its own GPUs only (launcher.plan: FLEETCLEAN_SIM_GPU_CONTEXTS).
+        paths += [device_path(i) for i in all_gpus() if device_path(i) not in paths]
     if spec.get("ctl") or spec.get("gpus"):
         paths += ["/dev/nvidiactl", "/dev/nvidia-uvm"]
     if spec.get("nvml"):

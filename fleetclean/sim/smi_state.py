@@ -157,15 +157,23 @@ def load_gpus(ids: str | None) -> list[dict[str, object]]:
     return chosen
 
 
-def process_mib(pid: str) -> int:
+def process_mib(pid: str) -> tuple[int, set[int] | None]:
+    """What a process uses on each GPU whose file it holds: ``FLEETCLEAN_SIM_GPU_MIB`` of
+    its initial environment, and the GPUs (indexes) where it has a context,
+    ``FLEETCLEAN_SIM_GPU_CONTEXTS`` (None: every GPU whose file it holds). A CUDA
+    process that sees every GPU (no CUDA_VISIBLE_DEVICES, no device cgroup) opens every
+    GPU's file and uses memory on its own GPUs only."""
+    mib, contexts = DEFAULT_MIB, None
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             for item in f.read().split(b"\0"):
                 if item.startswith(b"FLEETCLEAN_SIM_GPU_MIB="):
-                    return int(item[23:])
+                    mib = int(item[23:])
+                elif item.startswith(b"FLEETCLEAN_SIM_GPU_CONTEXTS="):
+                    contexts = {int(g) for g in item[28:].split(b",") if g}
     except (OSError, ValueError):
         pass
-    return DEFAULT_MIB
+    return mib, contexts
 
 
 def process_name(pid: str) -> str:
@@ -196,9 +204,10 @@ def index_by_minor() -> dict[int, int]:
 def device_holders() -> list[tuple[int, int, int]]:
     """(gpu index, pid, MiB) for every live process holding a GPU's /dev/nvidiaN (N its
     minor number), sorted; MiB is 0 for a handle without a CUDA context
-    (nvidia-persistenced). Whoever asks: an account other than root cannot read other
-    users' /proc/PID/fd, so it asks the node's driver stand-in (``smi_driver``), as the
-    real nvidia-smi asks the kernel driver."""
+    (nvidia-persistenced, or a CUDA process's file of a GPU it does not use:
+    process_mib). Whoever asks: an account other than root cannot read other users'
+    /proc/PID/fd, so it asks the node's driver stand-in (``smi_driver``), as the real
+    nvidia-smi asks the kernel driver."""
     if os.geteuid() != 0:
         try:
             holders: list[tuple[int, int, int]] = _driver().ask()
@@ -229,8 +238,9 @@ def scan_device_holders() -> list[tuple[int, int, int]]:
             if target.startswith("/dev/nvidia") and minor.isdigit() and int(minor) in by_minor:
                 gpus.add(by_minor[int(minor)])
         if gpus:
-            mib = process_mib(pid)
-            found.extend((gpu, int(pid), mib) for gpu in gpus)
+            mib, contexts = process_mib(pid)
+            found.extend((gpu, int(pid), mib if contexts is None or gpu in contexts else 0)
+                         for gpu in gpus)
     return sorted(found)
 
 

@@ -119,3 +119,28 @@ def test_gpus_limits_kills_and_verification_to_those_gpus(
     assert bad.code == 2
     assert "this host has no GPU 9" in bad.host("node01")["error"]
 
+
+
+def test_a_job_that_sees_every_gpu_is_neither_blamed_for_nor_killed_by_another_gpus_leak(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli
+) -> None:
+    """CUDA opens the device file of every GPU it may see (no CUDA_VISIBLE_DEVICES, no
+    device cgroup) and uses only its own: a job on GPU1 has /dev/nvidia5 open too. With a
+    driver-level leak on GPU5, the status named the job as GPU5's holder, and a teardown of
+    GPU5 alone (an epilog's scope) killed it."""
+    fleet = sim_fleet_factory(1, gpu_minors=[7, 6, 5, 4, 3, 2, 1, 0])
+    [job] = fleet.spawn("node01", "holder", gpus="1", mib=2048, sees="all")
+    held = fleet.run_in("node01", ["ls", "-l", f"/proc/{job}/fd"]).stdout
+    assert " -> /dev/nvidia2\n" in held  # GPU5's file (its minor is 2), with no memory there
+    fleet.set_fault("node01", "leak", 5, 4096)
+    status = cli("status", "-i", fleet.inventory_path, "--json")
+    gpus = status.host("node01")["gpus"]
+    assert [p["pid"] for p in gpus[1]["processes"]] == [job]
+    assert job not in [p["pid"] for p in gpus[5]["processes"]], gpus[5]
+    assert "held by no process" in status.host("node01")["error"], status.host("node01")
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--gpus", "5", *FAST,
+              "--json")
+    host = res.host("node01")
+    assert job not in {s["pid"] for s in host["signalled"]}, host
+    assert alive(fleet, "node01", [job]) == [job]
+    assert fleet.gpu_used_mib("node01")[1] == 2048

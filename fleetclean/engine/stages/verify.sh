@@ -651,7 +651,7 @@ fc_verify_rows_out() {
 # " pid pid"; FC_VDEV[index] (N); FC_VBARE (indexes no FC_VHOLD holds).
 fc_verify_explain() {
     local line i idx pid
-    local -A pids_on=() unexplained=()
+    local -A pids_on=() unexplained=() listed=()
     fc_verify_apps
     for line in "${FC_VAPPS[@]}"; do
         # A UUID or nothing: a process named with a comma and a newline (nvidia-smi prints
@@ -660,6 +660,7 @@ fc_verify_explain() {
         # device files (below), as any process nvidia-smi does not list.
         [[ $line =~ ^([0-9]+),.*,\ *([^,]+)$ ]] || continue
         pids_on[${BASH_REMATCH[2]}]+=" ${BASH_REMATCH[1]}"
+        listed[${BASH_REMATCH[1]}]=1
     done
     declare -gA FC_VPIDS=() FC_VHOLD=() FC_VPROT=() FC_VDEV=()
     FC_VBARE=()
@@ -675,6 +676,11 @@ fc_verify_explain() {
     for idx in "${!unexplained[@]}"; do
         FC_VDEV[$idx]=${unexplained[$idx]}
         for pid in ${FC_GF[${unexplained[$idx]}]:-}; do
+            # CUDA opens every GPU's file it may see (no CUDA_VISIBLE_DEVICES, no device
+            # cgroup), and uses those it has a context on, each of which nvidia-smi lists:
+            # a process it lists on another GPU only has none here, and is not who holds
+            # this one's memory (a driver-level leak beside a job on another GPU).
+            [[ -n ${listed[$pid]:-} ]] && continue
             fc_verify_prep_check "$pid"
             fc_proc_load "$pid" || continue
             if fc_verify_why_not "$pid"; then
