@@ -134,11 +134,14 @@ def edit_inventory(fleet: SimFleet, dest: Path, *, group_vars: dict[str, Any] | 
 
 
 def spawn_holder(fleet: SimFleet, node: str, uid: int, gid: int, *, gpu: int, mib: int,
-                 name: str) -> int:
+                 name: str, cuda: bool = True) -> int:
     """A holder of GPU ``gpu`` (nvidia-smi's index) run by ``uid``/``gid`` (no account
-    needed) and called ``name``, detached (setsid -f), once it holds the GPU."""
+    needed) and called ``name``, detached (setsid -f), once it holds the GPU: its file and
+    /dev/nvidia-uvm, as a CUDA process has them open (``cuda=False``: the GPU's file
+    alone, as an NVML user holds it)."""
     gpus = json.loads((fleet.node(node).dir / "gpus.json").read_text())["gpus"]
-    code = f"import time; f = open('/dev/nvidia{gpus[gpu]['minor']}'); time.sleep(3600)"
+    uvm = " u = open('/dev/nvidia-uvm');" if cuda else ""
+    code = f"import time; f = open('/dev/nvidia{gpus[gpu]['minor']}');{uvm} time.sleep(3600)"
     # Its streams away from ours, or run_in would wait for it to end.
     detach = 'setsid -f "$@" </dev/null >/dev/null 2>&1'
     done = fleet.run_in(node, ["sh", "-c", detach, "sh", "setpriv", f"--reuid={uid}",

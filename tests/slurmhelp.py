@@ -38,12 +38,13 @@ def slurm_cmd(fleet: SimFleet, *argv: str, timeout: float = 60) -> subprocess.Co
 
 
 def submit_gpu_holder(fleet: SimFleet, node: str, gpu: int, mib: int) -> int:
-    """``sbatch`` a job on ``node`` whose process holds /dev/nvidiaGPU (``mib`` MiB as the
-    fake nvidia-smi reports it) until cancelled; returns the job id once the node's
-    nvidia-smi shows it."""
+    """``sbatch`` a job on ``node`` whose process holds /dev/nvidiaGPU and /dev/nvidia-uvm,
+    as a CUDA process does (``mib`` MiB as the fake nvidia-smi reports it), until
+    cancelled; returns the job id once the node's nvidia-smi shows it."""
     script = (
         f"FLEETCLEAN_SIM_GPU_MIB={mib} exec python3 -c "
-        f"'import time; f = open(\"/dev/nvidia{gpu}\"); time.sleep(3600)'"
+        f"'import time; f = open(\"/dev/nvidia{gpu}\"); u = open(\"/dev/nvidia-uvm\");"
+        " time.sleep(3600)'"
     )
     done = slurm_cmd(
         fleet, "sbatch", "--parsable", "-w", node, "--gres=gpu:1", "-o", "/dev/null",

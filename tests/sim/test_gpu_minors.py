@@ -42,7 +42,7 @@ def test_a_device_file_holder_is_named_under_the_gpu_its_minor_is(
     fleet = sim_fleet_factory(1, gpu_minors=[7, 6, 5, 4, 3, 2, 1, 0])
     fleet.set_fault("node01", "leak", 5, 512)
     # An NVML user (no CUDA context, no memory of its own) with GPU5's device file open.
-    pid = spawn_holder(fleet, "node01", 0, 0, gpu=5, mib=0, name="nvml-agent")
+    pid = spawn_holder(fleet, "node01", 0, 0, gpu=5, mib=0, name="nvml-agent", cuda=False)
     fds = fleet.node_path("node01", f"/proc/{pid}/fd")
     wait_for("the holder's open /dev/nvidia2",
              lambda: "/dev/nvidia2" in {os.readlink(fds / fd) for fd in os.listdir(fds)}, 30)
