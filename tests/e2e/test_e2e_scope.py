@@ -130,6 +130,11 @@ def test_a_job_that_sees_every_gpu_is_neither_blamed_for_nor_killed_by_another_g
     GPU5 alone (an epilog's scope) killed it."""
     fleet = sim_fleet_factory(1, gpu_minors=[7, 6, 5, 4, 3, 2, 1, 0])
     [job] = fleet.spawn("node01", "holder", gpus="1", mib=2048, sees="all")
+    # And one whose name the playbook's worker pattern matches (sglang): a stage that
+    # signals by name spares a process that holds only other GPUs, which this one, by its
+    # files, did not.
+    [named] = fleet.spawn("node01", "holder", gpus="3", mib=1024, sees="all",
+                          name="sglang::scheduler_TP0")
     held = fleet.run_in("node01", ["ls", "-l", f"/proc/{job}/fd"]).stdout
     assert " -> /dev/nvidia2\n" in held  # GPU5's file (its minor is 2), with no memory there
     fleet.set_fault("node01", "leak", 5, 4096)
@@ -141,6 +146,6 @@ def test_a_job_that_sees_every_gpu_is_neither_blamed_for_nor_killed_by_another_g
     res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--gpus", "5", *FAST,
               "--json")
     host = res.host("node01")
-    assert job not in {s["pid"] for s in host["signalled"]}, host
-    assert alive(fleet, "node01", [job]) == [job]
+    assert not {job, named} & {s["pid"] for s in host["signalled"]}, host
+    assert alive(fleet, "node01", [job, named]) == [job, named]
     assert fleet.gpu_used_mib("node01")[1] == 2048

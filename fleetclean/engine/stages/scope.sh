@@ -131,11 +131,27 @@ fc_out_of_scope() {
     REPLY=""
 }
 
-# True when PID has some /dev/nvidiaN open and none of them is a GPU of the scope (read
-# once per process: asked of each candidate target only, one `ls` each).
+# True when PID uses GPUs and none of them is a GPU of the scope (read once per process:
+# asked of each candidate target only). A process nvidia-smi lists uses the GPUs it lists
+# it on: CUDA opens the device file of every GPU it may see (no CUDA_VISIBLE_DEVICES, no
+# device cgroup) and has a context, which nvidia-smi lists, on those it uses, so a job of
+# another GPU holds this one's file too. Any other process by its /dev/nvidiaN (one `ls`).
 fc_holds_only_other_gpus() {
-    local key="$1:${FC_START[$1]:-}" line other=0
+    local key="$1:${FC_START[$1]:-}" line uuid other=0
     if [[ -z ${FC_OTHER_GPUS_OF[$key]+set} ]]; then
+        fc_scope_apps
+        if [[ -n ${FC_SCOPE_APPS[$1]:-} ]]; then
+            other=1
+            for uuid in ${FC_SCOPE_APPS[$1]}; do
+                if fc_gpu_in_scope "$uuid"; then
+                    other=0
+                    break
+                fi
+            done
+            FC_OTHER_GPUS_OF[$key]=$other
+            ((other))
+            return
+        fi
         # The listing read in blocks and escaped (lib.sh: fc_open_fds says why), its lines
         # looked at only where it names a GPU at all.
         fc_output fc_ls "/proc/$1/fd"
@@ -153,6 +169,23 @@ fc_holds_only_other_gpus() {
         FC_OTHER_GPUS_OF[$key]=$other
     fi
     ((FC_OTHER_GPUS_OF[$key]))
+}
+
+# FC_SCOPE_APPS[pid]: the UUIDs of the GPUs nvidia-smi lists each compute process on, read
+# once, at the first process asked about; nothing where the read fails. Without the names,
+# which a process writes itself (gpu-holders.sh says why): PIDs and UUIDs come from the
+# driver. A process started since is not in it, and is told by its device files.
+declare -gA FC_SCOPE_APPS=()
+FC_SCOPE_APPS_READ=0
+fc_scope_apps() {
+    ((FC_SCOPE_APPS_READ)) && return 0
+    FC_SCOPE_APPS_READ=1
+    local out pid uuid
+    out=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader 2>/dev/null \
+        </dev/null) || return 0
+    while IFS=', ' read -r pid uuid; do
+        [[ $pid =~ ^[0-9]+$ && $uuid == GPU-* ]] && FC_SCOPE_APPS[$pid]+=" $uuid"
+    done <<<"$out"
 }
 
 # REPLY: the real UID of PID ("" when it is gone), read once per process.
