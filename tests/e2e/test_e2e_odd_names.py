@@ -152,3 +152,29 @@ def test_a_forged_line_naming_a_cuda_process_with_that_gpus_file_gets_it_no_sign
     assert alive(fleet, "node01", [bystander, forger]) == [bystander]
     fleet.set_fault("node01", "none")
     assert fleet.gpu_used_mib("node01")[4] == 0
+
+
+def test_a_gpu_holder_whose_name_holds_a_newline_is_stopped(sim_fleet_factory, cli: Cli) -> None:
+    """/proc/PID/stat prints a process's name (comm, which prctl(PR_SET_NAME) sets to any
+    bytes) as it is: a newline in it cut the stat read at its first line, and the process,
+    with no fields and no start time, was passed over by every stage."""
+    fleet = sim_fleet_factory(1)
+    gpus = json.loads((fleet.node("node01").dir / "gpus.json").read_text())["gpus"]
+    code = ("import ctypes, time; ctypes.CDLL(None).prctl(15, b'sglang\\nx', 0, 0, 0);"
+            f" f = open('/dev/nvidia{gpus[6]['minor']}'); u = open('/dev/nvidia-uvm');"
+            " time.sleep(3600)")
+    start = ('FLEETCLEAN_SIM_GPU_MIB=2048 setsid -f python3 -c "$1" fcnewline-comm'
+             ' </dev/null >/dev/null 2>&1')
+    assert fleet.run_in("node01", ["sh", "-c", start, "sh", code]).returncode == 0
+    for _ in range(300):
+        found = [p.pid for p in fleet.processes("node01") if "fcnewline-comm" in p.cmdline]
+        if found and fleet.gpu_used_mib("node01")[6] >= 2048:
+            break
+        fleet.run_in("node01", ["sleep", "0.05"])
+    [pid] = found
+    assert "\n" in fleet.run_in("node01", ["cat", f"/proc/{pid}/comm"]).stdout.rstrip("\n")
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json",
+              "-e", "grace=1", "-e", "verify_timeout=5")
+    assert pid in {s["pid"] for s in res.host("node01")["signalled"]}, res.host("node01")
+    assert alive(fleet, "node01", [pid]) == []
+    assert res.host("node01")["status"] == "clean", res.host("node01")

@@ -186,8 +186,11 @@ FC_PF_EXITING=0x4
 
 # Read one /proc/PID/stat; sets FC_F (fields from 3 on) and REPLY (comm). Fails if gone.
 fc_read_stat() {
-    local stat rest IFS=' '
-    { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
+    local stat="" rest IFS=' '
+    # Whole, not its first line: comm may hold a newline (prctl(PR_SET_NAME) takes any
+    # byte), and a process so named read as having no fields, no start time, and was
+    # passed over by every stage. The file has no NUL, so read ends at its end (status 1).
+    { read -r -d '' stat <"/proc/$1/stat"; } 2>/dev/null
     [[ -n $stat ]] || return 1
     REPLY=${stat#*\(}
     REPLY=${REPLY%\)*}
