@@ -328,9 +328,13 @@ def _processes(st: Readings, gpus: tuple[GpuRow, ...]) -> tuple[GpuProcess, ...]
 
     def named(p: GpuProcess, *, device_only: bool = False) -> GpuProcess:
         user, _, why, stuck = st.procs.get(p.pid, ("", "", "", ""))
+        # Why a device-file holder is not taken for a user of that GPU's memory (a holder
+        # record's) speaks of that GPU alone: a job's process that has GPU5's file open
+        # and "uses GPU1" is not protected on GPU1.
+        held = st.protected.get(p.pid, "") if device_only else ""
         # nvidia-smi names a process by its executable; a person wants the command line.
         return replace(p, name=cmdlines.get(p.pid, p.name), user=user,
-                       protected=why or st.protected.get(p.pid, ""), device_only=device_only,
+                       protected=why or held, device_only=device_only,
                        stuck=stuck == "stuck", start=st.starts.get(p.pid))
 
     out = {(a.pid, a.gpu_uuid): named(a) for a in apps}

@@ -160,5 +160,7 @@ def test_lib_takes_a_process_in_its_exit_for_gone(fleet: SimFleet) -> None:
                      f"read -r _ _ st _ </proc/{worker}/stat; echo state=$st; "
                      f'fc_alive {worker} "$start" "$cmd" && echo alive || echo gone; '
                      f'fc_alive {worker} "$start" && echo alive-by-stat || echo gone-by-stat')
-    # Still a process (not yet a zombie) whose command line is gone: gone to a stage.
-    assert out.split() == ["state=D", "gone", "alive-by-stat"], out
+    # Still a process (not yet a zombie) whose command line is gone: gone to a stage. Its
+    # state is D while its exit waits in the stuck driver, R for the moments around that.
+    state, *rest = out.split()
+    assert state in ("state=D", "state=R") and rest == ["gone", "alive-by-stat"], out

@@ -140,8 +140,10 @@ def test_a_job_that_sees_every_gpu_is_neither_blamed_for_nor_killed_by_another_g
     fleet.set_fault("node01", "leak", 5, 4096)
     status = cli("status", "-i", fleet.inventory_path, "--json")
     gpus = status.host("node01")["gpus"]
-    assert [p["pid"] for p in gpus[1]["processes"]] == [job]
-    assert job not in [p["pid"] for p in gpus[5]["processes"]], gpus[5]
+    assert [(p["pid"], p["protected"]) for p in gpus[1]["processes"]] == [(job, None)]
+    # Shown on GPU5 as having its file open, not as who holds its memory.
+    on5 = {p["pid"]: p["protected"] for p in gpus[5]["processes"]}
+    assert on5.get(job) == "uses GPU1", gpus[5]
     assert "held by no process" in status.host("node01")["error"], status.host("node01")
     res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--gpus", "5", *FAST,
               "--json")
@@ -149,3 +151,52 @@ def test_a_job_that_sees_every_gpu_is_neither_blamed_for_nor_killed_by_another_g
     assert not {job, named} & {s["pid"] for s in host["signalled"]}, host
     assert alive(fleet, "node01", [job, named]) == [job, named]
     assert fleet.gpu_used_mib("node01")[1] == 2048
+
+
+def test_a_jobs_unlisted_kin_that_hold_every_gpus_file_go_by_the_jobs_gpus(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli, tmp_path: Path
+) -> None:
+    """A forked child inherits its parent's CUDA files (a DataLoader's workers) and has no
+    context, so nvidia-smi lists it nowhere: with GPU5 leaking, the child of a job on GPU1
+    was named as GPU5's holder, and killed by a teardown of GPU5 alone, by gpu-holders and,
+    its name matching the worker pattern, by the scope of a stage that signals by name. An
+    unlisted process now goes by the GPUs of its nearest listed ancestor or group."""
+    fleet = sim_fleet_factory(1, gpu_minors=[7, 6, 5, 4, 3, 2, 1, 0])
+    parent = (
+        "import os, subprocess, time\n"
+        "fds = [os.open(f'/dev/nvidia{m}', os.O_RDWR) for m in range(8)]\n"
+        "fds.append(os.open('/dev/nvidia-uvm', os.O_RDWR))\n"
+        "env = dict(os.environ, FLEETCLEAN_SIM_GPU_MIB='0')\n"
+        "subprocess.Popen(['sglang-data-worker', '-c', 'import time; time.sleep(3600)'],"
+        " executable='/usr/bin/python3', pass_fds=fds, env=env)\n"
+        "time.sleep(3600)\n")
+    start = ("FLEETCLEAN_SIM_GPU_MIB=2048 FLEETCLEAN_SIM_GPU_CONTEXTS=1 setsid -f python3 -c"
+             ' "$1" fctrainer-on-gpu1 </dev/null >/dev/null 2>&1')
+    assert fleet.run_in("node01", ["sh", "-c", start, "sh", parent]).returncode == 0
+    for _ in range(300):
+        procs = {p.cmdline.split()[0]: p.pid for p in fleet.processes("node01")}
+        if "sglang-data-worker" in procs and fleet.gpu_used_mib("node01")[1] >= 2048:
+            break
+        fleet.run_in("node01", ["sleep", "0.05"])
+    job = next(p.pid for p in fleet.processes("node01") if "fctrainer-on-gpu1" in p.cmdline)
+    child = procs["sglang-data-worker"]
+    fleet.set_fault("node01", "leak", 5, 4096)
+    status = cli("status", "-i", fleet.inventory_path, "--json")
+    host = status.host("node01")
+    on5 = {p["pid"]: p for p in host["gpus"][5]["processes"]}
+    assert child in on5 and on5[child]["protected"] == f"kin of pid {job}, which uses GPU1", on5
+    assert "held by no process" in host["error"], host
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--gpus", "5", *FAST,
+              "--json")
+    host = res.host("node01")
+    assert not {job, child} & {s["pid"] for s in host["signalled"]}, host
+    assert alive(fleet, "node01", [job, child]) == [job, child]
+    # And gpu-holders by itself, with no scope to spare it: it is no holder of GPU5.
+    playbook = tmp_path / "holders.yaml"
+    playbook.write_text("name: holders\nstages:\n  - name: kill-gpu-holders\n"
+                        "    type: gpu-holders\n    filter: ^sglang-data-worker\n"
+                        "    match: cmdline\n    grace: 1\nverify:\n  timeout: 1\n")
+    res = cli("run", str(playbook), "-i", fleet.inventory_path, "--json")
+    assert res.host("node01")["stages"][0]["matched"] == 0, res.host("node01")
+    assert alive(fleet, "node01", [job, child]) == [job, child]
+

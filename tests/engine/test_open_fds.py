@@ -164,7 +164,10 @@ spawn none holds-no-gpu
 SCOPE_SCRIPT = r"""
 FC_SCOPE_GPUS_ON=1
 FC_SCOPE_GPU=([1]=1)
-for i in {0..7}; do FC_GPU_INDEX_OF_MINOR[$i]=$i; done
+for i in {0..7}; do
+    FC_GPU_INDEX_OF_MINOR[$i]=$i
+    FC_GPU_INDEX_OF_UUID[GPU-0000000$i-fake-fake-fake-00000000000$i]=$i  # fake_nvidia_smi's
+done
 for d in /proc/[0-9]*; do
     read -r -d '' cmd <"$d/cmdline" 2>/dev/null  # the workloads' titles: holds-TAG
     [[ $cmd == holds-* ]] || continue

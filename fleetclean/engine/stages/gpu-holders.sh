@@ -46,7 +46,7 @@ fc_gpu_holders() {
             # fc_verify_explain); its process is then found by its device files.
             [[ $line =~ ^([0-9]+),.*,\ *([^,]+)$ ]] || continue
             pid=${BASH_REMATCH[1]} uuid=${BASH_REMATCH[2]}
-            listed[$pid]=1
+            listed[$pid]+=" $uuid"
             # And a PID the list names is a target only where it has that GPU's device
             # file open (any GPU's where the read cannot say which) and a CUDA context
             # (/dev/nvidia-uvm: a monitoring agent has every GPU's file open and none), or
@@ -84,9 +84,10 @@ fc_gpu_holders() {
         ((all)) || [[ -n ${need[$idx]:-} ]] || continue
         for pid in ${FC_GF[$idx]}; do
             [[ -n ${FC_GF_CUDA[$pid]:-} ]] || continue
-            # A process nvidia-smi lists on another GPU only has no context on this one
-            # (verify.sh, fc_verify_explain), though CUDA may have opened its file.
-            [[ -n ${listed[$pid]:-} ]] && continue
+            # A process nvidia-smi lists on another GPU only, or whose kin it lists so, has
+            # no context on this one, though CUDA opened its file (verify.sh,
+            # fc_uses_other_gpus); only a GPU nobody explains is looked for here.
+            ((all)) || ! fc_uses_other_gpus "$pid" listed || continue
             FC_HOLDERS+=("$pid")
             FC_HOLDER_DEV[$pid]+=" /dev/nvidia$idx"
         done

@@ -270,6 +270,36 @@ fc_proc_fill() {
     FC_ARGV0[$pid]=$FC_ARGV0_ONE
 }
 
+# REPLY: the GPUs (" UUID...") nvidia-smi lists the nearest listed kin of PID on, PID
+# itself unlisted: its nearest listed ancestor, else the listed processes of its process
+# group (FC_KIN: the first of them); fails where none is listed. CUDA's open files pass to
+# a forked child (a DataLoader's workers), and a process that only initialised CUDA holds
+# every GPU's file without a context: neither is listed, and each is its job's, on its
+# job's GPUs. $2: the map of PID -> " UUID..." (nvidia-smi's list).
+fc_listed_kin() {
+    local -n fc_kin_map=$2
+    local p q grp hops=0
+    REPLY="" FC_KIN=""
+    fc_proc_load "$1" || return 1
+    grp=${FC_PGRP[$1]:-}
+    p=${FC_PPID[$1]:-}
+    while [[ -n $p && $p != 0 && $p != 1 ]] && ((hops++ < 64)); do
+        if [[ -n ${fc_kin_map[$p]:-} ]]; then
+            REPLY=${fc_kin_map[$p]} FC_KIN=$p
+            return 0
+        fi
+        fc_proc_load "$p" || break
+        p=${FC_PPID[$p]:-}
+    done
+    [[ $grp == +([0-9]) && $grp != [01] ]] || return 1
+    for q in "${!fc_kin_map[@]}"; do
+        fc_proc_load "$q" && [[ ${FC_PGRP[$q]:-} == "$grp" ]] || continue
+        REPLY+=${fc_kin_map[$q]}
+        FC_KIN=${FC_KIN:-$q}
+    done
+    [[ -n $REPLY ]]
+}
+
 # User name of UID from /etc/passwd (fc_user_name_local); else from the directory service:
 # on a real cluster most people are in LDAP or SSSD, not in /etc/passwd, and a culprit
 # named by number is one nobody recognises. That asks NSS (getent under timeout: two

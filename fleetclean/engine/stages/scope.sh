@@ -135,14 +135,19 @@ fc_out_of_scope() {
 # asked of each candidate target only). A process nvidia-smi lists uses the GPUs it lists
 # it on: CUDA opens the device file of every GPU it may see (no CUDA_VISIBLE_DEVICES, no
 # device cgroup) and has a context, which nvidia-smi lists, on those it uses, so a job of
-# another GPU holds this one's file too. Any other process by its /dev/nvidiaN (one `ls`).
+# another GPU holds this one's file too; one it does not list, those of its nearest listed
+# kin (its job's). Any other process by its /dev/nvidiaN (one `ls`).
 fc_holds_only_other_gpus() {
     local key="$1:${FC_START[$1]:-}" line uuid other=0
     if [[ -z ${FC_OTHER_GPUS_OF[$key]+set} ]]; then
         fc_scope_apps
-        if [[ -n ${FC_SCOPE_APPS[$1]:-} ]]; then
+        REPLY=${FC_SCOPE_APPS[$1]:-}
+        # Unlisted: the GPUs of its nearest listed kin (verify.sh, fc_listed_kin), whose
+        # CUDA files it inherited or opened without a context.
+        [[ -n $REPLY ]] || fc_listed_kin "$1" FC_SCOPE_APPS || REPLY=""
+        if [[ -n $REPLY ]]; then
             other=1
-            for uuid in ${FC_SCOPE_APPS[$1]}; do
+            for uuid in $REPLY; do
                 if fc_gpu_in_scope "$uuid"; then
                     other=0
                     break
@@ -171,21 +176,33 @@ fc_holds_only_other_gpus() {
     ((FC_OTHER_GPUS_OF[$key]))
 }
 
-# FC_SCOPE_APPS[pid]: the UUIDs of the GPUs nvidia-smi lists each compute process on, read
-# once, at the first process asked about; nothing where the read fails. Without the names,
-# which a process writes itself (gpu-holders.sh says why): PIDs and UUIDs come from the
-# driver. A process started since is not in it, and is told by its device files.
+# FC_SCOPE_APPS[pid]: the UUIDs of the GPUs nvidia-smi lists each compute process on. A
+# run that signals reads it without the names, which a process writes itself (gpu-holders.sh
+# says why: PIDs and UUIDs come from the driver), at the first process asked about, and
+# again once a signal went out since (a PID it named may be another process's by then); a
+# read-only run that has read its GPUs takes their list, where it only labels. What came
+# is taken where nvidia-smi failed on a GPU; a process it does not list is told by its
+# device files.
 declare -gA FC_SCOPE_APPS=()
-FC_SCOPE_APPS_READ=0
+FC_SCOPE_APPS_US=-1
 fc_scope_apps() {
-    ((FC_SCOPE_APPS_READ)) && return 0
-    FC_SCOPE_APPS_READ=1
-    local out pid uuid
-    out=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader 2>/dev/null \
-        </dev/null) || return 0
-    while IFS=', ' read -r pid uuid; do
-        [[ $pid =~ ^[0-9]+$ && $uuid == GPU-* ]] && FC_SCOPE_APPS[$pid]+=" $uuid"
-    done <<<"$out"
+    ((FC_SCOPE_APPS_US >= 0 && FC_LAST_SIGNAL_US <= FC_SCOPE_APPS_US)) && return 0
+    local line
+    local -a apps=()
+    fc_now_us
+    FC_SCOPE_APPS_US=${REPLY:-0}
+    FC_SCOPE_APPS=()
+    if ((FC_CHECK && ${#FC_VROWS[@]})); then
+        fc_verify_apps
+        apps=("${FC_VAPPS[@]}")
+    else
+        mapfile -t apps < <(nvidia-smi --query-compute-apps=pid,gpu_uuid \
+            --format=csv,noheader 2>/dev/null </dev/null)
+    fi
+    for line in "${apps[@]}"; do
+        [[ $line =~ ^([0-9]+),(.*,)?\ *(GPU-[^,]+)$ ]] &&
+            FC_SCOPE_APPS[${BASH_REMATCH[1]}]+=" ${BASH_REMATCH[3]}"
+    done
 }
 
 # REPLY: the real UID of PID ("" when it is gone), read once per process.

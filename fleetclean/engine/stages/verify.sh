@@ -651,7 +651,8 @@ fc_verify_rows_out() {
 # " pid pid"; FC_VDEV[index] (N); FC_VBARE (indexes no FC_VHOLD holds).
 fc_verify_explain() {
     local line i idx pid
-    local -A pids_on=() unexplained=() listed=()
+    local -A pids_on=() unexplained=()
+    declare -gA FC_VON=() FC_VELSE=()
     fc_verify_apps
     for line in "${FC_VAPPS[@]}"; do
         # A UUID or nothing: a process named with a comma and a newline (nvidia-smi prints
@@ -660,7 +661,7 @@ fc_verify_explain() {
         # device files (below), as any process nvidia-smi does not list.
         [[ $line =~ ^([0-9]+),.*,\ *([^,]+)$ ]] || continue
         pids_on[${BASH_REMATCH[2]}]+=" ${BASH_REMATCH[1]}"
-        listed[${BASH_REMATCH[1]}]=1
+        FC_VON[${BASH_REMATCH[1]}]+=" ${BASH_REMATCH[2]}"
     done
     declare -gA FC_VPIDS=() FC_VHOLD=() FC_VPROT=() FC_VDEV=()
     FC_VBARE=()
@@ -676,14 +677,15 @@ fc_verify_explain() {
     for idx in "${!unexplained[@]}"; do
         FC_VDEV[$idx]=${unexplained[$idx]}
         for pid in ${FC_GF[${unexplained[$idx]}]:-}; do
-            # CUDA opens every GPU's file it may see (no CUDA_VISIBLE_DEVICES, no device
-            # cgroup), and uses those it has a context on, each of which nvidia-smi lists:
-            # a process it lists on another GPU only has none here, and is not who holds
-            # this one's memory (a driver-level leak beside a job on another GPU).
-            [[ -n ${listed[$pid]:-} ]] && continue
             fc_verify_prep_check "$pid"
             fc_proc_load "$pid" || continue
+            # A CUDA process nvidia-smi lists on other GPUs only, or whose kin it lists
+            # so (fc_listed_kin), is shown as having the file open, not as who holds the
+            # GPU's memory (a driver-level leak beside a job on another GPU).
             if fc_verify_why_not "$pid"; then
+                FC_VPROT[$idx]+=" $pid"
+            elif fc_uses_other_gpus "$pid" FC_VON; then
+                FC_VELSE[$pid]=$REPLY
                 FC_VPROT[$idx]+=" $pid"
             else
                 FC_VHOLD[$idx]+=" $pid"
@@ -697,11 +699,39 @@ fc_verify_explain() {
 
 # Why device-file holder $1 is not taken for a user of the GPU's memory (REPLY), or
 # failure when it may be one: a protected process, or one without /dev/nvidia-uvm open
-# (no CUDA context: an NVML user such as a monitoring agent), which no stage signals.
+# (no CUDA context: an NVML user such as a monitoring agent), which no stage signals, or
+# one that uses other GPUs (FC_VELSE, from fc_verify_explain).
 fc_verify_why_not() {
+    if [[ -n ${FC_VELSE[$1]:-} ]]; then
+        REPLY=${FC_VELSE[$1]}
+        return 0
+    fi
     fc_protected "$1" && return 0
     [[ -n ${FC_GF_CUDA[$1]:-} ]] && return 1
     REPLY="no CUDA context"
+}
+
+# True, REPLY saying so ("uses GPU1"), when nvidia-smi lists PID on GPUs, or, where it
+# does not list PID, its nearest listed kin (fc_listed_kin), and none of them is the one
+# whose device file brought it here. CUDA opens every GPU's file it may see (no
+# CUDA_VISIBLE_DEVICES, no device cgroup) and uses those it has a context on, each of
+# which nvidia-smi lists. $2: the map of PID -> " UUID..." (nvidia-smi's list).
+fc_uses_other_gpus() {
+    local -n fc_on_map=$2
+    local uuid i gpus=""
+    FC_KIN=""
+    if [[ -n ${fc_on_map[$1]:-} ]]; then
+        REPLY=${fc_on_map[$1]}
+    else
+        fc_listed_kin "$1" "$2" || return 1
+    fi
+    for uuid in $REPLY; do
+        for i in "${!FC_VUUID[@]}"; do
+            [[ ${FC_VUUID[i]} == "$uuid" ]] && gpus+="${gpus:+, }GPU${FC_VIDX[i]}"
+        done
+    done
+    REPLY="uses ${gpus:-other GPUs}"
+    [[ -z $FC_KIN ]] || REPLY="kin of pid $FC_KIN, which ${REPLY}"
 }
 
 # True when waiting longer cannot change the verdict, REPLY saying why ("leak" or
