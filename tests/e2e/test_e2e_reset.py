@@ -103,3 +103,22 @@ def _off(path: Path, gpu: int) -> bool:
         return json.loads(path.read_text()).get(str(gpu)) is False
     except (OSError, ValueError):
         return False
+
+
+def test_a_held_gpu_is_told_by_its_device_minor_not_by_the_number_of_its_file(
+    sim_fleet_factory: Factory, cli: Cli, tmp_path: Path
+) -> None:
+    """On a node whose GPU minors differ from nvidia-smi's order, GPU2's file is
+    /dev/nvidia5: a job on GPU2 left GPU5's leak un-reset ("held"), as if /dev/nvidia5 were
+    GPU5's."""
+    fleet = sim_fleet_factory(1, gpu_minors=[7, 6, 5, 4, 3, 2, 1, 0])
+    [job] = fleet.spawn("node01", "holder", gpus="2", mib=1024)
+    assert " -> /dev/nvidia5\n" in fleet.run_in("node01", ["ls", "-l", f"/proc/{job}/fd"]).stdout
+    fleet.set_fault("node01", "leak", 5, 512)
+    playbook = tmp_path / "reset.yaml"
+    playbook.write_text("name: reset\nstages:\n  - name: reset-leaked\n    type: gpu-reset\n"
+                        "    quiet: 0.2\nverify:\n  timeout: 1\n")
+    res = cli("run", str(playbook), "-i", fleet.inventory_path, "--json")
+    resets = {r["gpu"]: r["result"] for r in res.host("node01")["resets"]}
+    assert resets == {5: "ok"}, res.host("node01")
+    assert fleet.gpu_used_mib("node01")[5] == 0 and fleet.gpu_used_mib("node01")[2] == 1024

@@ -65,8 +65,10 @@ fc_gr_read() {
         FC_MESSAGE="nvidia-smi exit $rc: ${out%%$'\n'*}"
         return 1
     fi
+    declare -gA FC_GR_INDEX_OF_MINOR=()
     while IFS=', ' read -r idx uuid used pm; do
         [[ $idx =~ ^[0-9]+$ && -n $uuid ]] || continue  # an empty key ends the script
+        fc_gr_minor_of "$uuid" && FC_GR_INDEX_OF_MINOR[$REPLY]=$idx
         [[ $opt_gpus == all || " $opt_gpus " == *" $idx "* ]] || continue
         index_of[$uuid]=$idx
         FC_GR_USED[$idx]=$used
@@ -80,14 +82,31 @@ fc_gr_read() {
     return 0
 }
 
+# REPLY: the device minor (the N of /dev/nvidiaN) of the GPU whose UUID is $1, from the
+# driver's files (verify.sh: FC_VINFO); fails where they do not say.
+fc_gr_minor_of() {
+    local info
+    ((${#FC_VINFO[@]})) || fc_verify_gpu_info_all
+    for info in "${FC_VINFO[@]}"; do
+        if [[ ${info#* } == "$1, "* ]]; then
+            REPLY=${info%% *}
+            return 0
+        fi
+    done
+    return 1
+}
+
 # Unprotected /dev/nvidiaN holders by index (FC_GR_HOLD[index]: " pid pid") and whether
-# nvidia-persistenced is among the protected ones (FC_GR_PERSISTENCED[index]=pid).
+# nvidia-persistenced is among the protected ones (FC_GR_PERSISTENCED[index]=pid). N is the
+# GPU's device minor, which need not be its index (FC_GR_INDEX_OF_MINOR, where the
+# driver's files say; N itself where they do not).
 fc_gr_holders() {
     local pid target idx
     declare -gA FC_GR_HOLD=() FC_GR_PERSISTENCED=()
     while read -r pid _ target; do
         idx=${target#/dev/nvidia}
         [[ $idx =~ ^[0-9]+$ ]] || continue
+        idx=${FC_GR_INDEX_OF_MINOR[$idx]:-$idx}
         fc_proc_load "$pid" || continue
         if ! fc_protected "$pid"; then
             [[ " ${FC_GR_HOLD[$idx]:-} " == *" $pid "* ]] || FC_GR_HOLD[$idx]+=" $pid"
