@@ -186,11 +186,30 @@ def test_a_jobs_unlisted_kin_that_hold_every_gpus_file_go_by_the_jobs_gpus(
     on5 = {p["pid"]: p for p in host["gpus"][5]["processes"]}
     assert child in on5 and on5[child]["protected"] == f"kin of pid {job}, which uses GPU1", on5
     assert "held by no process" in host["error"], host
+    # A CUDA process of no listed kin with GPU5's file open is still named its holder (its
+    # parent a shell that waits for it, as a script's: the walk reads that shell too).
+    code = ("import time; f = open('/dev/nvidia2'); u = open('/dev/nvidia-uvm');"
+            " time.sleep(3600)")
+    start = ("setsid -f sh -c 'FLEETCLEAN_SIM_GPU_MIB=0 python3 -c \"$1\" fcstray-on-gpu5; :'"
+             ' sh "$1" </dev/null >/dev/null 2>&1')
+    assert fleet.run_in("node01", ["sh", "-c", start, "sh", code]).returncode == 0
+    stray, fds = 0, ""
+    for _ in range(300):
+        stray = next((p.pid for p in fleet.processes("node01")
+                      if p.cmdline.startswith("python3 -c") and "fcstray" in p.cmdline), 0)
+        fds = fleet.run_in("node01", ["ls", "-l", f"/proc/{stray}/fd"]).stdout if stray else ""
+        if " -> /dev/nvidia-uvm\n" in fds:
+            break
+        fleet.run_in("node01", ["sleep", "0.05"])
+    assert " -> /dev/nvidia2\n" in fds, fds
+    host = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    on5 = {p["pid"]: p for p in host["gpus"][5]["processes"]}
+    assert stray in on5 and on5[stray]["protected"] is None, on5
     res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--gpus", "5", *FAST,
               "--json")
     host = res.host("node01")
     assert not {job, child} & {s["pid"] for s in host["signalled"]}, host
-    assert alive(fleet, "node01", [job, child]) == [job, child]
+    assert alive(fleet, "node01", [job, child, stray]) == [job, child]
     # And gpu-holders by itself, with no scope to spare it: it is no holder of GPU5.
     playbook = tmp_path / "holders.yaml"
     playbook.write_text("name: holders\nstages:\n  - name: kill-gpu-holders\n"

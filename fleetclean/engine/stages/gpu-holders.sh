@@ -87,7 +87,7 @@ fc_gpu_holders() {
             # A process nvidia-smi lists on another GPU only, or whose kin it lists so, has
             # no context on this one, though CUDA opened its file (verify.sh,
             # fc_uses_other_gpus); only a GPU nobody explains is looked for here.
-            ((all)) || ! fc_uses_other_gpus "$pid" listed || continue
+            ((all)) || ! fc_uses_other_gpus "$pid" listed " ${FC_GF[$idx]} " || continue
             FC_HOLDERS+=("$pid")
             FC_HOLDER_DEV[$pid]+=" /dev/nvidia$idx"
         done

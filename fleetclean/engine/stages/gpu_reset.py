@@ -77,5 +77,7 @@ STAGE = StageType(
     ),
     assignments=_assignments,
     template=packaged("gpu-reset.sh"),
+    # The driver's files, read by verify.sh's functions, give each GPU's device minor.
+    libraries=("verify.sh",),
     records={"reset": _reset},
 )

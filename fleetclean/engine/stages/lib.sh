@@ -275,29 +275,46 @@ fc_proc_fill() {
 # group (FC_KIN: the first of them); fails where none is listed. CUDA's open files pass to
 # a forked child (a DataLoader's workers), and a process that only initialised CUDA holds
 # every GPU's file without a context: neither is listed, and each is its job's, on its
-# job's GPUs. $2: the map of PID -> " UUID..." (nvidia-smi's list).
+# job's GPUs. $2: the map of PID -> " UUID..." (nvidia-smi's list); $3, where given: the
+# holders (" pid pid ") of the device file that brought PID here, which a kin must be
+# among (the sign that PID's file is its job's, inherited or opened beside it). Reads
+# stat alone (no command line: it can hang on a process stuck in the kernel).
 fc_listed_kin() {
     local -n fc_kin_map=$2
-    local p q grp hops=0
-    REPLY="" FC_KIN=""
-    fc_proc_load "$1" || return 1
-    grp=${FC_PGRP[$1]:-}
-    p=${FC_PPID[$1]:-}
+    local p q grp hops=0 kin="" gpus="" ppid
+    FC_KIN=""
+    fc_kin_stat "$1" || return 1
+    grp=$FC_KPGRP ppid=$FC_KPPID
+    p=$ppid
     while [[ -n $p && $p != 0 && $p != 1 ]] && ((hops++ < 64)); do
         if [[ -n ${fc_kin_map[$p]:-} ]]; then
-            REPLY=${fc_kin_map[$p]} FC_KIN=$p
-            return 0
+            [[ -z ${3+set} || $3 == *" $p "* ]] || break
+            kin=$p gpus=${fc_kin_map[$p]}
+            break
         fi
-        fc_proc_load "$p" || break
-        p=${FC_PPID[$p]:-}
+        fc_kin_stat "$p" || break
+        p=$FC_KPPID
     done
-    [[ $grp == +([0-9]) && $grp != [01] ]] || return 1
-    for q in "${!fc_kin_map[@]}"; do
-        fc_proc_load "$q" && [[ ${FC_PGRP[$q]:-} == "$grp" ]] || continue
-        REPLY+=${fc_kin_map[$q]}
-        FC_KIN=${FC_KIN:-$q}
-    done
-    [[ -n $REPLY ]]
+    if [[ -z $kin && $grp == +([0-9]) && $grp != [01] ]]; then
+        for q in "${!fc_kin_map[@]}"; do
+            [[ -z ${3+set} || $3 == *" $q "* ]] || continue
+            fc_kin_stat "$q" && [[ $FC_KPGRP == "$grp" ]] || continue
+            gpus+=${fc_kin_map[$q]}
+            kin=${kin:-$q}
+        done
+    fi
+    REPLY=$gpus FC_KIN=$kin
+    [[ -n $gpus ]]
+}
+
+# FC_KPPID and FC_KPGRP of PID, from the process table where it holds PID, else its stat.
+fc_kin_stat() {
+    if [[ -n ${FC_START[$1]:-} ]]; then
+        FC_KPPID=${FC_PPID[$1]} FC_KPGRP=${FC_PGRP[$1]}
+        return 0
+    fi
+    fc_read_stat "$1" || return 1
+    FC_KPPID=${FC_F[1]} FC_KPGRP=${FC_F[2]}
 }
 
 # User name of UID from /etc/passwd (fc_user_name_local); else from the directory service:

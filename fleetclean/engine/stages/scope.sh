@@ -135,28 +135,19 @@ fc_out_of_scope() {
 # asked of each candidate target only). A process nvidia-smi lists uses the GPUs it lists
 # it on: CUDA opens the device file of every GPU it may see (no CUDA_VISIBLE_DEVICES, no
 # device cgroup) and has a context, which nvidia-smi lists, on those it uses, so a job of
-# another GPU holds this one's file too; one it does not list, those of its nearest listed
-# kin (its job's). Any other process by its /dev/nvidiaN (one `ls`).
+# another GPU holds this one's file too. Any other process by its /dev/nvidiaN (one `ls`),
+# and, where those do not put it out of the scope, by its nearest listed kin's GPUs (its
+# job's: lib.sh, fc_listed_kin), which only ever spare it: a process that has a GPU of the
+# scope's file open, inherited or opened beside a job of other GPUs, or none.
 fc_holds_only_other_gpus() {
-    local key="$1:${FC_START[$1]:-}" line uuid other=0
-    if [[ -z ${FC_OTHER_GPUS_OF[$key]+set} ]]; then
-        fc_scope_apps
-        REPLY=${FC_SCOPE_APPS[$1]:-}
-        # Unlisted: the GPUs of its nearest listed kin (verify.sh, fc_listed_kin), whose
-        # CUDA files it inherited or opened without a context.
-        [[ -n $REPLY ]] || fc_listed_kin "$1" FC_SCOPE_APPS || REPLY=""
-        if [[ -n $REPLY ]]; then
-            other=1
-            for uuid in $REPLY; do
-                if fc_gpu_in_scope "$uuid"; then
-                    other=0
-                    break
-                fi
-            done
-            FC_OTHER_GPUS_OF[$key]=$other
-            ((other))
-            return
-        fi
+    local key="$1:${FC_START[$1]:-}" line other=0
+    fc_scope_apps  # (read again after a signal, which clears the verdicts below)
+    if [[ -n ${FC_OTHER_GPUS_OF[$key]+set} ]]; then
+        :
+    elif [[ -n ${FC_SCOPE_APPS[$1]:-} ]]; then
+        fc_only_other_gpus "${FC_SCOPE_APPS[$1]}" && other=1
+        FC_OTHER_GPUS_OF[$key]=$other
+    else
         # The listing read in blocks and escaped (lib.sh: fc_open_fds says why), its lines
         # looked at only where it names a GPU at all.
         fc_output fc_ls "/proc/$1/fd"
@@ -171,9 +162,21 @@ fc_holds_only_other_gpus() {
                 other=1
             done
         fi
+        if ((!other)) && fc_listed_kin "$1" FC_SCOPE_APPS && fc_only_other_gpus "$REPLY"; then
+            other=1
+        fi
         FC_OTHER_GPUS_OF[$key]=$other
     fi
     ((FC_OTHER_GPUS_OF[$key]))
+}
+
+# True when none of the GPUs (UUIDs) in $1 is one of the scope.
+fc_only_other_gpus() {
+    local uuid
+    for uuid in $1; do
+        fc_gpu_in_scope "$uuid" && return 1
+    done
+    return 0
 }
 
 # FC_SCOPE_APPS[pid]: the UUIDs of the GPUs nvidia-smi lists each compute process on. A
@@ -186,12 +189,14 @@ fc_holds_only_other_gpus() {
 declare -gA FC_SCOPE_APPS=()
 FC_SCOPE_APPS_US=-1
 fc_scope_apps() {
-    ((FC_SCOPE_APPS_US >= 0 && FC_LAST_SIGNAL_US <= FC_SCOPE_APPS_US)) && return 0
+    # Strictly before: where the clock steps 10 ms (bash 4.4), a signal in the read's step
+    # may have come after it.
+    ((FC_SCOPE_APPS_US >= 0 && FC_LAST_SIGNAL_US < FC_SCOPE_APPS_US)) && return 0
     local line
     local -a apps=()
     fc_now_us
     FC_SCOPE_APPS_US=${REPLY:-0}
-    FC_SCOPE_APPS=()
+    FC_SCOPE_APPS=() FC_OTHER_GPUS_OF=()
     if ((FC_CHECK && ${#FC_VROWS[@]})); then
         fc_verify_apps
         apps=("${FC_VAPPS[@]}")

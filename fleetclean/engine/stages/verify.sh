@@ -684,7 +684,7 @@ fc_verify_explain() {
             # GPU's memory (a driver-level leak beside a job on another GPU).
             if fc_verify_why_not "$pid"; then
                 FC_VPROT[$idx]+=" $pid"
-            elif fc_uses_other_gpus "$pid" FC_VON; then
+            elif fc_uses_other_gpus "$pid" FC_VON " ${FC_GF[${unexplained[$idx]}]:-} "; then
                 FC_VELSE[$pid]=$REPLY
                 FC_VPROT[$idx]+=" $pid"
             else
@@ -712,8 +712,9 @@ fc_verify_why_not() {
 }
 
 # True, REPLY saying so ("uses GPU1"), when nvidia-smi lists PID on GPUs, or, where it
-# does not list PID, its nearest listed kin (fc_listed_kin), and none of them is the one
-# whose device file brought it here. CUDA opens every GPU's file it may see (no
+# does not list PID, its nearest listed kin among the holders of the same device file ($3:
+# " pid pid ", fc_listed_kin): called for a GPU whose memory nobody listed explains, so
+# none of them is that GPU. CUDA opens every GPU's file it may see (no
 # CUDA_VISIBLE_DEVICES, no device cgroup) and uses those it has a context on, each of
 # which nvidia-smi lists. $2: the map of PID -> " UUID..." (nvidia-smi's list).
 fc_uses_other_gpus() {
@@ -723,7 +724,7 @@ fc_uses_other_gpus() {
     if [[ -n ${fc_on_map[$1]:-} ]]; then
         REPLY=${fc_on_map[$1]}
     else
-        fc_listed_kin "$1" "$2" || return 1
+        fc_listed_kin "$1" "$2" "$3" || return 1
     fi
     for uuid in $REPLY; do
         for i in "${!FC_VUUID[@]}"; do
