@@ -185,6 +185,12 @@ def _add_spawn(sub: Subparsers) -> None:
                        "account, or carol, whom the node knows only from its directory "
                        "service (NSS), not /etc/passwd")
     spawn.add_argument(
+        "--sees", choices=("own", "all"),
+        help="holder: open every GPU's device file, with memory on its own GPUs only (all), "
+        "as CUDA does where no CUDA_VISIBLE_DEVICES or device cgroup narrows it; "
+        "default own",
+    )
+    spawn.add_argument(
         "--devices",
         choices=("ctl", "all"),
         help="persistenced: hold every GPU too (default) or /dev/nvidiactl only",
@@ -326,7 +332,7 @@ def _targets(fleet: SimFleet, node: str) -> list[str]:
 
 def _spawn_opts(args: argparse.Namespace) -> dict[str, Any]:
     opts: dict[str, Any] = {}
-    keys = ("gpu", "mib", "delay", "name", "path", "devices", "user")
+    keys = ("gpu", "mib", "delay", "name", "path", "devices", "user", "sees")
     for key in keys + tuple(name for name, _, _ in SUPERVISOR_OPTIONS):
         value = getattr(args, key)
         if value is not None:
