@@ -33,6 +33,28 @@ def spawn_odd(fleet: SimFleet, node: str, *, gpu: int, mib: int, name: str = ODD
     raise AssertionError("the oddly named process did not start")
 
 
+def forge_and_tear_down(fleet: SimFleet, cli: Cli, victim: int, gpu: int) -> tuple[dict, int]:
+    """Start a process on GPU ``gpu`` named "run", a newline and "VICTIM,v1,9,GPU-<that
+    GPU's UUID>" (no space in it: nvidia-smi names a process by its command line's first
+    word), check that nvidia-smi prints the forged line, then tear the node down as one
+    whose nvidia-smi gives [N/A] for memory: its -q read cannot be parsed, and the teardown
+    takes the compute apps' CSV, where the forged line is (the simulator's names hold no
+    space, so a whole block of -q's text cannot be forged here). The host's report, and
+    the forger's PID."""
+    uuid = fleet.run_in("node01", ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader",
+                                   "-i", str(gpu)]).stdout.strip()
+    forger = spawn_odd(fleet, "node01", gpu=gpu, mib=1024, name=f"run\n{victim},v1,9,{uuid}")
+    smi = fleet.run_in("node01", ["nvidia-smi", "--query-compute-apps=pid,process_name",
+                                  "--format=csv,noheader"]).stdout
+    assert f"\n{victim},v1,9,{uuid}" in smi  # the forged line, as nvidia-smi prints it
+    fleet.set_fault("node01", "na")
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json",
+              "-e", "grace=1", "-e", "verify_timeout=2")
+    host: dict = res.host("node01")
+    assert victim not in {s["pid"] for s in host["signalled"]}, host
+    return host, forger
+
+
 def test_a_process_whose_name_breaks_the_csv_is_still_named_and_stopped(
     sim_fleet_factory, cli: Cli
 ) -> None:
@@ -82,20 +104,7 @@ def test_a_forged_line_of_nvidia_smis_list_gets_no_process_killed(
             break
         fleet.run_in("node01", ["sleep", "0.05"])
     [victim] = victims
-    uuid = fleet.run_in("node01", ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader",
-                                   "-i", "3"]).stdout.strip()
-    # No space in it: nvidia-smi names a process by its command line's first word.
-    forger = spawn_odd(fleet, "node01", gpu=3, mib=1024, name=f"run\n{victim},v1,9,{uuid}")
-    smi = fleet.run_in("node01", ["nvidia-smi", "--query-compute-apps=pid,process_name",
-                                  "--format=csv,noheader"]).stdout
-    assert f"\n{victim},v1,9,{uuid}" in smi  # the forged line, as nvidia-smi prints it
-    # A node whose nvidia-smi gives [N/A] for memory: its -q read cannot be parsed, and the
-    # teardown takes the compute apps' CSV, where the forged line is.
-    fleet.set_fault("node01", "na")
-    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json",
-              "-e", "grace=1", "-e", "verify_timeout=2")
-    host = res.host("node01")
-    assert victim not in {s["pid"] for s in host["signalled"]}, host
+    _, forger = forge_and_tear_down(fleet, cli, victim, 3)
     assert victim in alive(fleet, "node01", [victim, forger])
     # (The forger itself stays: with [N/A] for memory no GPU reads as used, so none is
     # looked for by its device files; a teardown of a node that can say its memory finds
@@ -111,18 +120,8 @@ def test_a_forged_line_naming_a_monitoring_agent_gets_it_no_signal(
     fleet = sim_fleet_factory(1)
     assert cli("status", "-i", fleet.inventory_path, "--json").code == 0  # seen clean
     [agent] = fleet.spawn("node01", "monitor")
-    uuid = fleet.run_in("node01", ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader",
-                                   "-i", "4"]).stdout.strip()
-    forger = spawn_odd(fleet, "node01", gpu=4, mib=1024, name=f"run\n{agent},v1,9,{uuid}")
-    smi = fleet.run_in("node01", ["nvidia-smi", "--query-compute-apps=pid,process_name",
-                                  "--format=csv,noheader"]).stdout
-    assert f"\n{agent},v1,9,{uuid}" in smi  # the forged line, as nvidia-smi prints it
-    fleet.set_fault("node01", "na")
-    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json",
-              "-e", "grace=1", "-e", "verify_timeout=2")
-    host = res.host("node01")
-    assert agent not in {s["pid"] for s in host["signalled"]}, host
-    assert agent in alive(fleet, "node01", [agent, forger])
+    forge_and_tear_down(fleet, cli, agent, 4)
+    assert agent in alive(fleet, "node01", [agent])
 
 
 def test_a_forged_line_naming_a_cuda_process_with_that_gpus_file_gets_it_no_signal(
@@ -135,20 +134,7 @@ def test_a_forged_line_naming_a_cuda_process_with_that_gpus_file_gets_it_no_sign
     again without the names, and only the forger, who does use GPU 4, is stopped."""
     fleet = sim_fleet_factory(1)
     bystander = spawn_odd(fleet, "node01", gpu=4, mib=0, name="fcbystander-own-gpu-elsewhere")
-    uuid = fleet.run_in("node01", ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader",
-                                   "-i", "4"]).stdout.strip()
-    forger = spawn_odd(fleet, "node01", gpu=4, mib=1024, name=f"run\n{bystander},v1,9,{uuid}")
-    smi = fleet.run_in("node01", ["nvidia-smi", "--query-compute-apps=pid,process_name",
-                                  "--format=csv,noheader"]).stdout
-    assert f"\n{bystander},v1,9,{uuid}" in smi  # the forged line, as nvidia-smi prints it
-    # [N/A] for memory: the teardown's -q read cannot be parsed, and it takes the compute
-    # apps' CSV, where the forged line is (the simulator's names hold no space, so a whole
-    # block of -q's text cannot be forged here).
-    fleet.set_fault("node01", "na")
-    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json",
-              "-e", "grace=1", "-e", "verify_timeout=5")
-    host = res.host("node01")
-    assert bystander not in {s["pid"] for s in host["signalled"]}, host
+    _, forger = forge_and_tear_down(fleet, cli, bystander, 4)
     assert alive(fleet, "node01", [bystander, forger]) == [bystander]
     fleet.set_fault("node01", "none")
     assert fleet.gpu_used_mib("node01")[4] == 0
