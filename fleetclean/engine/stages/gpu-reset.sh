@@ -68,7 +68,8 @@ fc_gr_read() {
     declare -gA FC_GR_INDEX_OF_MINOR=()
     while IFS=', ' read -r idx uuid used pm; do
         [[ $idx =~ ^[0-9]+$ && -n $uuid ]] || continue  # an empty key ends the script
-        fc_gr_minor_of "$uuid" && FC_GR_INDEX_OF_MINOR[$REPLY]=$idx
+        # Its device minor, by the driver's files (verify.sh), as fc_gr_holders reads them.
+        fc_minor_of_uuid "$uuid" && FC_GR_INDEX_OF_MINOR[$REPLY]=$idx
         [[ $opt_gpus == all || " $opt_gpus " == *" $idx "* ]] || continue
         index_of[$uuid]=$idx
         FC_GR_USED[$idx]=$used
@@ -80,20 +81,6 @@ fc_gr_read() {
     done <&"$FC_GR_APPFD"
     exec {FC_GR_APPFD}<&-
     return 0
-}
-
-# REPLY: the device minor (the N of /dev/nvidiaN) of the GPU whose UUID is $1, from the
-# driver's files (verify.sh: FC_VINFO); fails where they do not say.
-fc_gr_minor_of() {
-    local info
-    ((${#FC_VINFO[@]})) || fc_verify_gpu_info_all
-    for info in "${FC_VINFO[@]}"; do
-        if [[ ${info#* } == "$1, "* ]]; then
-            REPLY=${info%% *}
-            return 0
-        fi
-    done
-    return 1
 }
 
 # Unprotected /dev/nvidiaN holders by index (FC_GR_HOLD[index]: " pid pid") and whether

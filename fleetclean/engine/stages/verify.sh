@@ -542,14 +542,22 @@ fc_verify_info_line() {
 # FC_VMINOR of row $1 where a read did not give it (the CSV reads): the driver's file
 # whose uuid is the row's; left empty where none is (the index then stands for it).
 fc_verify_minor_of() {
+    fc_minor_of_uuid "${FC_VUUID[$1]}" && FC_VMINOR[$1]=$REPLY
+    return 0
+}
+
+# REPLY: the device minor (the N of /dev/nvidiaN) of the GPU whose UUID is $1, from the
+# driver's files (FC_VINFO, read once); fails where none of them is that GPU's.
+fc_minor_of_uuid() {
     local info
     ((${#FC_VINFO[@]})) || fc_verify_gpu_info_all
     for info in "${FC_VINFO[@]}"; do
-        if [[ ${info#* } == "${FC_VUUID[$1]}, "* ]]; then
-            FC_VMINOR[$1]=${info%% *}
+        if [[ ${info#* } == "$1, "* ]]; then
+            REPLY=${info%% *}
             return 0
         fi
     done
+    return 1
 }
 
 # Every GPU's FC_VINFO, read while an early -q read (render.early_reads) still runs, so
