@@ -26,6 +26,7 @@ from simhelp import (
     fleet_subnet,
     module_subnet,
     release_subnet,
+    up_claimed,
 )
 
 from fleetclean.cli import Env, main
@@ -76,12 +77,7 @@ def _fleets(
     made: list[SimFleet] = []
 
     def make(n: int = 2, **opts: Any) -> SimFleet:
-        chosen = subnet()
-        try:
-            fleet = SimFleet.up(n, tmp_path_factory.mktemp(prefix), subnet=chosen, **opts)
-        except BaseException:
-            release_subnet(chosen)
-            raise
+        fleet = up_claimed(subnet(), n, tmp_path_factory.mktemp(prefix), **opts)
         made.append(fleet)
         return fleet
 
@@ -119,12 +115,7 @@ def sim_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
     """Three nodes shared by a module's read-only tests."""
     if SIM_SKIP_REASON is not None:
         pytest.skip(SIM_SKIP_REASON)
-    subnet = free_subnet()
-    try:
-        fleet = SimFleet.up(3, tmp_path_factory.mktemp("sim"), subnet=subnet)
-    except BaseException:
-        release_subnet(subnet)
-        raise
+    fleet = up_claimed(free_subnet(), 3, tmp_path_factory.mktemp("sim"))
     try:
         yield fleet
     finally:

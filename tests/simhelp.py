@@ -98,6 +98,16 @@ def release_subnet(subnet: int) -> None:
         os.close(fd)
 
 
+def up_claimed(subnet: int, nodes: int, state_dir: Path, **opts: Any) -> SimFleet:
+    """``SimFleet.up`` on a subnet this process claimed, its claim released where the start
+    fails (``down_checked`` releases it once the fleet is down)."""
+    try:
+        return SimFleet.up(nodes, state_dir, subnet=subnet, **opts)
+    except BaseException:
+        release_subnet(subnet)
+        raise
+
+
 def fleet_subnet(fleet: SimFleet) -> int:
     return int(fleet.nodes[0].address.split(".")[1])
 

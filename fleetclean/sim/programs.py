@@ -121,7 +121,7 @@ def open_devices(spec: dict[str, Any]) -> list[int]:
     if spec.get("sees_all"):
         # CUDA without CUDA_VISIBLE_DEVICES or a device cgroup opens every GPU's file; its
         # contexts are on its own GPUs only (launcher.plan: FLEETCLEAN_SIM_GPU_CONTEXTS).
-        paths += [device_path(i) for i in all_gpus() if device_path(i) not in paths]
+        paths += [path for path in map(device_path, all_gpus()) if path not in paths]
     if spec.get("ctl") or spec.get("gpus"):
         paths += ["/dev/nvidiactl", "/dev/nvidia-uvm"]
     if spec.get("nvml"):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from simhelp import down_checked, module_subnet, release_subnet
+from simhelp import down_checked, module_subnet, up_claimed
 
 from fleetclean.errors import SimError
 from fleetclean.sim import SimFleet
@@ -207,12 +207,8 @@ def test_sim_up_failing_half_way_removes_its_cgroups(
 
     monkeypatch.setattr(sim_cgroups, "create", create)
     monkeypatch.setattr(sim_node, "wait_listener", broken)
-    subnet = module_subnet()
-    try:
-        with pytest.raises(SimError, match="injected"):
-            SimFleet.up(1, tmp_path / "f", subnet=subnet)
-    finally:
-        release_subnet(subnet)
+    with pytest.raises(SimError, match="injected"):
+        up_claimed(module_subnet(), 1, tmp_path / "f")
     assert made and [p for p in made if os.path.exists(p)] == []
 
 
