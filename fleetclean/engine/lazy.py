@@ -62,7 +62,7 @@ BUSY = frozenset({
     "fc_verify_all_stuck",
     # Who the script is (its ancestors, its session), read at the first fc_protected.
     "fc_self", "fc_self_init", "fc_read_stat",
-    "fc_verify_apps", "fc_verify_explain", "fc_verify_proc", "fc_verify_report",
+    "fc_verify_apps", "fc_apps_pairs", "fc_verify_explain", "fc_verify_proc", "fc_verify_report",
     "fc_verify_settled", "fc_verify_proc_read", "fc_verify_why", "fc_owner_prep",
     # A process of a tmux or screen session: its session's name, from its environment.
     "fc_owner_env",

@@ -720,3 +720,36 @@ done
     assert [got for _, _, got in seen] == [want.rstrip(" \t") for _, want, _ in seen]
     assert [got for _, _, got in seen[:3]] == [
         "0 GPU-34d5, NVIDIA H200", "17 GPU-x, NVIDIA H100 80GB HBM3", "3 GPU-x, A, B"]
+
+
+def apps_pairs(lines: list[str]) -> list[tuple[str, str]]:
+    """``fc_apps_pairs`` (lib.sh) on these lines of a compute-apps CSV: (PID, UUID) each."""
+    script = "\n".join([template("lib.sh"), r"""
+mapfile -t lines <"$1"
+fc_apps_pairs "${lines[@]}"
+for i in "${!FC_APP_PID[@]}"; do printf '%s %s\n' "${FC_APP_PID[i]}" "${FC_APP_UUID[i]}"; done
+"""])
+    text = "".join(f"{line}\n" for line in lines)
+    out = subprocess.run(["bash", "-c", script, "bash", "/dev/stdin"], input=text,
+                         capture_output=True, text=True, check=True, timeout=30,
+                         env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
+    return [(pid, uuid) for pid, uuid in (line.split() for line in out.stdout.splitlines())]
+
+
+def test_one_parser_reads_every_form_of_the_compute_apps_list() -> None:
+    # The H200's own list (pid, name, MiB, UUID), then the name-less reads a teardown and a
+    # scope make (gpu-holders.sh, scope.sh), in the list's order.
+    captured = (DATA / "apps_two_held.txt").read_text().split("__rc=")[0].splitlines()
+    other = "GPU-fa529bc3-df9c-8e3c-22fb-c95e99d1c9dc"
+    assert apps_pairs([*captured, f"77, 1024, {other}", f"78, {other}"]) == [
+        ("496", UUID), ("559", UUID), ("77", other), ("78", other)]
+
+
+def test_a_name_that_cuts_its_line_in_two_lists_nobody_and_commas_in_one_are_kept() -> None:
+    # nvidia-smi prints argv[0] as it is: a comma and a newline in it make two lines, neither
+    # of which names a process (an empty key would end the script); commas alone do not.
+    assert apps_pairs([
+        "901, evil,", "x, 512, " + UUID,          # one line cut in two by a name
+        "902, a, b, c, 1024, " + UUID,             # a name with commas
+        "903, python3, 1024, [N/A]", "",           # no UUID, an empty line
+    ]) == [("902", UUID)]

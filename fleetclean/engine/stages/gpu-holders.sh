@@ -14,7 +14,7 @@
 # every GPU, or empty), and for a scope (scope.sh) the GPUs each holder is on:
 # FC_HOLDER_UUID[pid] (as nvidia-smi says) and FC_HOLDER_DEV[pid] (device files).
 fc_gpu_holders() {
-    local line uuid i idx pid all=0
+    local uuid i idx pid all=0
     local -A explained=() need=() listed=()
     declare -gA FC_HOLDER_DEV=() FC_HOLDER_UUID=()
     FC_HOLDERS=()
@@ -41,11 +41,9 @@ fc_gpu_holders() {
             mapfile -t apps < <(nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid \
                 --format=csv,noheader,nounits 2>/dev/null </dev/null)
         fi
-        for line in "${apps[@]}"; do
-            # A UUID or nothing (a line cut in two by a process's name: verify.sh,
-            # fc_verify_explain); its process is then found by its device files.
-            [[ $line =~ ^([0-9]+),.*,\ *([^,]+)$ ]] || continue
-            pid=${BASH_REMATCH[1]} uuid=${BASH_REMATCH[2]}
+        fc_apps_pairs "${apps[@]}"
+        for i in "${!FC_APP_PID[@]}"; do
+            pid=${FC_APP_PID[i]} uuid=${FC_APP_UUID[i]}
             listed[$pid]+=" $uuid"
             # And a PID the list names is a target only where it has that GPU's device
             # file open (any GPU's where the read cannot say which) and a CUDA context

@@ -270,6 +270,25 @@ fc_proc_fill() {
     FC_ARGV0[$pid]=$FC_ARGV0_ONE
 }
 
+# FC_APP_PID and FC_APP_UUID, in step and in the list's order: each process that lines of
+# nvidia-smi's compute-apps CSV ($@) name, and the UUID of the GPU each names it on. A line
+# is "pid, name, memory, uuid", or lacks the name or the memory (the name-less reads:
+# gpu-holders.sh, scope.sh). nvidia-smi prints a name (argv[0]) as it is: one holding a
+# comma and a newline cuts its line in two, neither of which reads as a line (the first
+# ends in a comma, the second starts with no PID), so that its process is found by its
+# device files as any process nvidia-smi does not list (an empty key would have ended the
+# whole script). A name can also forge a whole line, which reads as one here: what each
+# caller does about that is its own (gpu-holders.sh).
+fc_apps_pairs() {
+    local line
+    FC_APP_PID=() FC_APP_UUID=()
+    for line in "$@"; do
+        [[ $line =~ ^([0-9]+),(.*,)?\ *(GPU-[^,]+)$ ]] || continue
+        FC_APP_PID+=("${BASH_REMATCH[1]}")
+        FC_APP_UUID+=("${BASH_REMATCH[3]}")
+    done
+}
+
 # REPLY: the GPUs (" UUID...") nvidia-smi lists the nearest listed kin of PID on, PID
 # itself unlisted: its nearest listed ancestor, else the listed processes of its process
 # group (FC_KIN: the first of them); fails where none is listed. CUDA's open files pass to

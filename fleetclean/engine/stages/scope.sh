@@ -192,7 +192,7 @@ fc_scope_apps() {
     # Strictly before: where the clock steps 10 ms (bash 4.4), a signal in the read's step
     # may have come after it.
     ((FC_SCOPE_APPS_US >= 0 && FC_LAST_SIGNAL_US < FC_SCOPE_APPS_US)) && return 0
-    local line
+    local i
     local -a apps=()
     fc_now_us
     FC_SCOPE_APPS_US=${REPLY:-0}
@@ -204,9 +204,9 @@ fc_scope_apps() {
         mapfile -t apps < <(nvidia-smi --query-compute-apps=pid,gpu_uuid \
             --format=csv,noheader 2>/dev/null </dev/null)
     fi
-    for line in "${apps[@]}"; do
-        [[ $line =~ ^([0-9]+),(.*,)?\ *(GPU-[^,]+)$ ]] &&
-            FC_SCOPE_APPS[${BASH_REMATCH[1]}]+=" ${BASH_REMATCH[3]}"
+    fc_apps_pairs "${apps[@]}"
+    for i in "${!FC_APP_PID[@]}"; do
+        FC_SCOPE_APPS[${FC_APP_PID[i]}]+=" ${FC_APP_UUID[i]}"
     done
 }
 

@@ -658,18 +658,14 @@ fc_verify_rows_out() {
 # protected daemons, NVML users with a device handle and no /dev/nvidia-uvm), each
 # " pid pid"; FC_VDEV[index] (N); FC_VBARE (indexes no FC_VHOLD holds).
 fc_verify_explain() {
-    local line i idx pid
+    local i idx pid
     local -A pids_on=() unexplained=()
     declare -gA FC_VON=() FC_VELSE=()
     fc_verify_apps
-    for line in "${FC_VAPPS[@]}"; do
-        # A UUID or nothing: a process named with a comma and a newline (nvidia-smi prints
-        # its name as it is) cuts its line in two, the first ending in a comma, and an
-        # empty key would end the whole script. Its memory is then explained by its
-        # device files (below), as any process nvidia-smi does not list.
-        [[ $line =~ ^([0-9]+),.*,\ *([^,]+)$ ]] || continue
-        pids_on[${BASH_REMATCH[2]}]+=" ${BASH_REMATCH[1]}"
-        FC_VON[${BASH_REMATCH[1]}]+=" ${BASH_REMATCH[2]}"
+    fc_apps_pairs "${FC_VAPPS[@]}"
+    for i in "${!FC_APP_PID[@]}"; do
+        pids_on[${FC_APP_UUID[i]}]+=" ${FC_APP_PID[i]}"
+        FC_VON[${FC_APP_PID[i]}]+=" ${FC_APP_UUID[i]}"
     done
     declare -gA FC_VPIDS=() FC_VHOLD=() FC_VPROT=() FC_VDEV=()
     FC_VBARE=()
