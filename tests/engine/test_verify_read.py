@@ -6,7 +6,7 @@ the row remapper's section is left out only where the kernel log rules a pending
 
 Each case is one ``bash`` with ``lib.sh`` and ``verify.sh`` loaded, ``nvidia-smi`` a shell
 function that prints a fixture by its arguments (``__rc=N`` is its exit status), and the
-driver's ``/proc/driver/nvidia/gpus`` a directory of the test (``FC_VDRIVER``).
+driver's ``/proc/driver/nvidia/gpus`` a directory of the test (``FC_GPU_DRIVER``).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def read(tmp: Path, q_text: str, *, gpu: str = "gpu_pending_held.txt",
     (tmp / "q.txt").write_text(q_text)
     calls = tmp / "calls"
     calls.write_text("")
-    script = "\n".join([template("lib.sh"), template("verify.sh"), f"FC_VDRIVER={drv}",
+    script = "\n".join([template("lib.sh"), template("verify.sh"), f"FC_GPU_DRIVER={drv}",
                         EARLY if early else "", DRIVER])
     env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "FIX_Q": str(tmp / "q.txt"),
            "FIX_GPU": str(DATA / gpu), "FIX_APPS": str(DATA / apps), "CALLS": str(calls),
@@ -482,7 +482,7 @@ def read_gpus(tmp: Path, gpus: str, *, pending: str | None = None, max_mib: int 
     (tmp / "q.txt").write_text(q_text or real_q())
     calls = tmp / "calls"
     calls.write_text("")
-    script = "\n".join([template("lib.sh"), template("verify.sh"), f"FC_VDRIVER={drv}",
+    script = "\n".join([template("lib.sh"), template("verify.sh"), f"FC_GPU_DRIVER={drv}",
                         GPUS_EARLY, GPUS_DRIVER])
     env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "FIX_Q": str(tmp / "q.txt"),
            "FIX_QS": str(tmp / "q.txt"), "FIX_GPU": str(DATA / "gpu_pending_held.txt"),
@@ -590,7 +590,7 @@ def test_an_exported_descriptor_is_a_strangers_and_is_never_read(tmp_path: Path)
     calls = tmp_path / "calls"
     calls.write_text("")
     script = "\n".join([
-        template("lib.sh"), template("verify.sh"), f"FC_VDRIVER={drv}",
+        template("lib.sh"), template("verify.sh"), f"FC_GPU_DRIVER={drv}",
         'exec 7<"$THEIRS"; export FC_VGFD=7',
         "opt_max_used_mib=0 opt_timeout_ms=0 opt_interval_s=1 opt_interval_ms=1000",
         "opt_settle_ms=0 opt_leak_quiet_ms=0 FC_CHECK=1",
@@ -691,10 +691,10 @@ INFOS = [
 def test_a_drivers_file_is_read_as_the_anchored_patterns_read_it(tmp_path: Path) -> None:
     for i, text in enumerate(INFOS):
         driver_info(tmp_path, text, bus=f"0000:00:{i:02x}.0")
-    script = template("verify.sh") + r"""
+    script = template("lib.sh") + r"""
 old() {
     local text="" uuid name minor
-    { IFS= read -r -N 65536 text <"$FC_VDRIVER/$1/information"; } 2>/dev/null
+    { IFS= read -r -N 65536 text <"$FC_GPU_DRIVER/$1/information"; } 2>/dev/null
     text=$'\n'$text
     [[ $text =~ $'\n'"Model:"[[:blank:]]*([^$'\n']*) ]] || return 1
     name=${BASH_REMATCH[1]}
@@ -705,11 +705,11 @@ old() {
     [[ -n $uuid && -n $name ]] || return 1
     REPLY="$minor $uuid, $name"
 }
-FC_VDRIVER=$DRV
-for dir in "$FC_VDRIVER"/*/; do
+FC_GPU_DRIVER=$DRV
+for dir in "$FC_GPU_DRIVER"/*/; do
     bus=${dir%/} bus=${bus##*/}
     if old "$bus"; then want=$REPLY; else want=no; fi
-    if fc_verify_gpu_info_load "$bus"; then got=${FC_VINFO[$bus]}; else got=no; fi
+    if fc_gpu_info_load "$bus"; then got=${FC_GPU_INFO[$bus]}; else got=no; fi
     printf '%s\t%s\t%s\n' "$bus" "$want" "$got"
 done
 """

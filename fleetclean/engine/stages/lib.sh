@@ -270,6 +270,58 @@ fc_proc_fill() {
     FC_ARGV0[$pid]=$FC_ARGV0_ONE
 }
 
+# The driver's facts about each GPU, by its directory under FC_GPU_DRIVER (0000:18:00.0,
+# its bus id as nvidia-smi prints it, less 4 digits, in lower case): FC_GPU_INFO[dir] =
+# "minor uuid, name", the minor being the N of its /dev/nvidiaN, which need not be
+# nvidia-smi's index. The verification (verify.sh) and a scope of GPUs (scope.sh) read them.
+FC_GPU_DRIVER=/proc/driver/nvidia/gpus
+declare -gA FC_GPU_INFO=()
+
+# FC_GPU_INFO of the GPU whose driver directory is $1 (0000:18:00.0); fails when the file or
+# one of the three facts is missing.
+fc_gpu_info_load() {
+    local text="" uuid name minor
+    # The whole file in one read(2): read line by line, bash reads a block and seeks
+    # back to the line's end, and the driver's /proc file makes its text anew at each
+    # seek (on an H200: 2.2 ms read line by line, 0.2 ms in one read). Its three lines
+    # found by expansions (a loop over its 12 lines: 60 shell commands a GPU).
+    { IFS= read -r -N 65536 text <"$FC_GPU_DRIVER/$1/information"; } 2>/dev/null
+    text=$'\n'$text
+    fc_info_line Model "$text" || return 1
+    name=$REPLY
+    fc_info_line "GPU UUID" "$text" || return 1
+    uuid=$REPLY
+    fc_info_line "Device Minor" "$text" || return 1
+    minor=$REPLY
+    [[ -n $uuid && -n $name && -n $minor && $minor != *[!0-9]* ]] || return 1
+    FC_GPU_INFO[$1]="$minor $uuid, $name"
+}
+
+# REPLY = the value of the first line "$1:" of a driver file's text $2 (which starts with
+# a newline), without the blanks around it; fails where it has no such line. Expansions,
+# not =~, which compiles its regex at each test: 45 us, three a GPU.
+fc_info_line() {
+    local v=${2#*$'\n'"$1":}
+    [[ $v != "$2" ]] || return 1
+    v=${v%%$'\n'*}
+    REPLY=${v%%[![:blank:]]*}
+    v=${v#"$REPLY"}
+    REPLY=${v##*[![:blank:]]}
+    REPLY=${v%"$REPLY"}
+}
+
+
+# Every GPU's FC_GPU_INFO, read while an early -q read (render.early_reads) still runs, so
+# that its 8 files cost no wall time after it; one that fails is tried again, and fails
+# the -q read, when the read names its GPU.
+fc_gpu_info_all() {
+    local dir
+    for dir in "$FC_GPU_DRIVER"/*/; do
+        dir=${dir%/}
+        fc_gpu_info_load "${dir##*/}" || :
+    done
+}
+
 # FC_APP_PID and FC_APP_UUID, in step and in the list's order: each process that lines of
 # nvidia-smi's compute-apps CSV ($@) name, and the UUID of the GPU each names it on. A line
 # is "pid, name, memory, uuid", or lacks the name or the memory (the name-less reads:

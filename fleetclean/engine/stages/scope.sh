@@ -71,9 +71,9 @@ fc_scope_gpus() {
 }
 
 # Each GPU's index by its device minor and by its UUID, from nvidia-smi's bus ids and the
-# driver's /proc/driver/nvidia/gpus/BUS/information ("Device Minor: N").
+# driver's file of each (lib.sh: fc_gpu_info_load, "Device Minor: N").
 fc_gpu_map() {
-    local out index uuid bus k v minor
+    local out index uuid bus
     declare -gA FC_GPU_UUID_OF=()
     if ! out=$(nvidia-smi --query-gpu=index,uuid,pci.bus_id --format=csv,noheader 2>&1); then
         REPLY="cannot tell this host's GPUs apart: nvidia-smi: ${out%%$'\n'*}"
@@ -81,16 +81,14 @@ fc_gpu_map() {
     fi
     while IFS=', ' read -r index uuid bus; do
         [[ $index =~ ^[0-9]+$ && -n $uuid ]] || continue  # an empty key ends the script
+        bus=${bus:4}
         bus=${bus,,}
-        minor=""
-        while IFS=: read -r k v; do
-            [[ $k == "Device Minor" ]] && minor=${v//[[:space:]]/}
-        done <"/proc/driver/nvidia/gpus/${bus#0000}/information" 2>/dev/null
-        if [[ -z $minor ]]; then
-            REPLY="cannot tell which /dev/nvidiaN is GPU $index: no Device Minor in /proc/driver/nvidia/gpus/${bus#0000}/information"
+        if [[ -z ${FC_GPU_INFO[$bus]:-} ]] && ! fc_gpu_info_load "$bus"; then
+            REPLY="cannot tell which /dev/nvidiaN is GPU $index: no Device Minor, GPU UUID"
+            REPLY+=" or Model in $FC_GPU_DRIVER/$bus/information"
             return 1
         fi
-        FC_GPU_INDEX_OF_MINOR[$minor]=$index
+        FC_GPU_INDEX_OF_MINOR[${FC_GPU_INFO[$bus]%% *}]=$index
         FC_GPU_INDEX_OF_UUID[$uuid]=$index
         FC_GPU_UUID_OF[$index]=$uuid
     done <<<"$out"

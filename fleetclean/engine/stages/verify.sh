@@ -87,7 +87,7 @@ fc_verify() {
             exec {FC_VRRFD}< <(nvidia-smi -q -d ROW_REMAPPER 2>&1 </dev/null; printf '\n@%d' "$?")
         fi
         # The GPUs' driver files too, while the early read still runs.
-        fc_verify_gpu_info_all
+        fc_gpu_info_all
     elif [[ -n ${FC_VGFD:-} && $FC_VQ_SECTIONS == *ROW_REMAPPER* ]]; then
         exec {FC_VRRFD}< <(nvidia-smi --query-gpu="index$FC_VQ_PENDING" \
             --format=csv,noheader,nounits 2>&1 </dev/null; printf '\n@%d' "$?")
@@ -281,7 +281,6 @@ fc_verify_end() {
 # ("retired remapped", each Yes/No/[N/A]) by row; the compute apps are FC_VAPPS (CSV lines:
 # pid, process_name, used_memory, gpu_uuid), or wait on FC_VAPPFD (fc_verify_apps).
 FC_VMODE=q
-FC_VDRIVER=/proc/driver/nvidia/gpus
 # The processes a read-only status reads while its early -q read runs (fc_verify_prep),
 # each PID:START (its start time: the two name one process for its whole life), set by
 # fc_main where the controller has them; never taken from the environment.
@@ -497,46 +496,12 @@ fc_verify_gpu_row() {
 # from /proc/driver/nvidia/gpus/0000:18:00.0/information, read once a run with builtins:
 # REPLY "uuid, name" (as --query-gpu=uuid,name gives them) and FC_VGPU_MINOR. Fails when
 # the file or one of the three is missing.
-declare -gA FC_VINFO=()
 fc_verify_gpu_info() {
     local bus=${1:4}
     bus=${bus,,}
-    [[ -n ${FC_VINFO[$bus]:-} ]] || fc_verify_gpu_info_load "$bus" || return 1
-    FC_VGPU_MINOR=${FC_VINFO[$bus]%% *}
-    REPLY=${FC_VINFO[$bus]#* }
-}
-
-# FC_VINFO of the GPU whose driver directory is $1 (0000:18:00.0); fails when the file or
-# one of the three facts is missing.
-fc_verify_gpu_info_load() {
-    local text="" uuid name minor
-    # The whole file in one read(2): read line by line, bash reads a block and seeks
-    # back to the line's end, and the driver's /proc file makes its text anew at each
-    # seek (on an H200: 2.2 ms read line by line, 0.2 ms in one read). Its three lines
-    # found by expansions (a loop over its 12 lines: 60 shell commands a GPU).
-    { IFS= read -r -N 65536 text <"$FC_VDRIVER/$1/information"; } 2>/dev/null
-    text=$'\n'$text
-    fc_verify_info_line Model "$text" || return 1
-    name=$REPLY
-    fc_verify_info_line "GPU UUID" "$text" || return 1
-    uuid=$REPLY
-    fc_verify_info_line "Device Minor" "$text" || return 1
-    minor=$REPLY
-    [[ -n $uuid && -n $name && -n $minor && $minor != *[!0-9]* ]] || return 1
-    FC_VINFO[$1]="$minor $uuid, $name"
-}
-
-# REPLY = the value of the first line "$1:" of a driver file's text $2 (which starts with
-# a newline), without the blanks around it; fails where it has no such line. Expansions,
-# not =~, which compiles its regex at each test: 45 us, three a GPU.
-fc_verify_info_line() {
-    local v=${2#*$'\n'"$1":}
-    [[ $v != "$2" ]] || return 1
-    v=${v%%$'\n'*}
-    REPLY=${v%%[![:blank:]]*}
-    v=${v#"$REPLY"}
-    REPLY=${v##*[![:blank:]]}
-    REPLY=${v%"$REPLY"}
+    [[ -n ${FC_GPU_INFO[$bus]:-} ]] || fc_gpu_info_load "$bus" || return 1
+    FC_VGPU_MINOR=${FC_GPU_INFO[$bus]%% *}
+    REPLY=${FC_GPU_INFO[$bus]#* }
 }
 
 # FC_VMINOR of row $1 where a read did not give it (the CSV reads): the driver's file
@@ -547,28 +512,17 @@ fc_verify_minor_of() {
 }
 
 # REPLY: the device minor (the N of /dev/nvidiaN) of the GPU whose UUID is $1, from the
-# driver's files (FC_VINFO, read once); fails where none of them is that GPU's.
+# driver's files (FC_GPU_INFO, read once); fails where none of them is that GPU's.
 fc_minor_of_uuid() {
     local info
-    ((${#FC_VINFO[@]})) || fc_verify_gpu_info_all
-    for info in "${FC_VINFO[@]}"; do
+    ((${#FC_GPU_INFO[@]})) || fc_gpu_info_all
+    for info in "${FC_GPU_INFO[@]}"; do
         if [[ ${info#* } == "$1, "* ]]; then
             REPLY=${info%% *}
             return 0
         fi
     done
     return 1
-}
-
-# Every GPU's FC_VINFO, read while an early -q read (render.early_reads) still runs, so
-# that its 8 files cost no wall time after it; one that fails is tried again, and fails
-# the -q read, when the read names its GPU.
-fc_verify_gpu_info_all() {
-    local dir
-    for dir in "$FC_VDRIVER"/*/; do
-        dir=${dir%/}
-        fc_verify_gpu_info_load "${dir##*/}" || :
-    done
 }
 
 # The read as it was before -q: the GPU query, the compute apps asked for at the same
