@@ -44,7 +44,7 @@ IDLE = frozenset({
     "fc_begin", "fc_finish", "fc_flush", "fc_hold", "fc_lines", "fc_now_us", "fc_read_fd",
     "fc_put", "fc_write", "fc_rec", "fc_release", "fc_reset_opts", "fc_verify",
     "fc_verify_apps_close", "fc_verify_early_q", "fc_verify_end", "fc_verify_gate",
-    "fc_verify_gpu_info", "fc_gpu_info_all", "fc_gpu_info_load",
+    "fc_verify_gpu_info", "fc_gpu_info_all", "fc_gpu_info_load", "fc_bus_dir",
     "fc_info_line",
     "fc_verify_read", "fc_verify_read_q", "fc_verify_rows_out", "fc_verify_state",
     # A host seen clean last time reads its GPUs with --query-gpu (results/lastclean.py).
@@ -62,7 +62,9 @@ BUSY = frozenset({
     "fc_verify_all_stuck",
     # Who the script is (its ancestors, its session), read at the first fc_protected.
     "fc_self", "fc_self_init", "fc_read_stat",
-    "fc_verify_apps", "fc_apps_pairs", "fc_verify_explain", "fc_verify_proc", "fc_verify_report",
+    "fc_verify_apps", "fc_apps_trusted", "fc_apps_pairs", "fc_verify_apps_named",
+    "fc_verify_explain",
+    "fc_verify_proc", "fc_verify_report",
     "fc_verify_settled", "fc_verify_proc_read", "fc_verify_why", "fc_owner_prep",
     # A process of a tmux or screen session: its session's name, from its environment.
     "fc_owner_env",
@@ -74,7 +76,7 @@ TIERS = (IDLE, BUSY)
 # the driver's files; or, on a host seen clean last time, --query-gpu. Neither calls the
 # other's functions, which it leaves with the rarer rest: 4.4 KB that a host seen clean
 # does not parse (0.45 ms of its CPU, perf stat), 2 KB for the others.
-Q_READ = frozenset({"fc_verify_read_q", "fc_verify_gpu_info", "fc_gpu_info_all",
+Q_READ = frozenset({"fc_verify_read_q", "fc_verify_gpu_info", "fc_gpu_info_all", "fc_bus_dir",
                     "fc_gpu_info_load", "fc_info_line"})
 QUERY_READ = frozenset({"fc_verify_read_gpus", "fc_verify_gpu_row"})
 

@@ -16,10 +16,13 @@ pytestmark = pytest.mark.sim
 ODD = "trainer,\nx"
 
 
-def spawn_odd(fleet: SimFleet, node: str, *, gpu: int, mib: int, name: str = ODD) -> int:
+def spawn_odd(fleet: SimFleet, node: str, *, gpu: int, mib: int, name: str = ODD,
+              comm: str = "") -> int:
     gpus = json.loads((fleet.node(node).dir / "gpus.json").read_text())["gpus"]
-    # A CUDA process's files: its GPU's and /dev/nvidia-uvm.
-    code = (f"import time; f = open('/dev/nvidia{gpus[gpu]['minor']}');"
+    # A CUDA process's files: its GPU's and /dev/nvidia-uvm; its comm, where given, set
+    # with prctl(PR_SET_NAME).
+    rename = f"import ctypes; ctypes.CDLL(None).prctl(15, b'{comm}', 0, 0, 0); " if comm else ""
+    code = (f"{rename}import time; f = open('/dev/nvidia{gpus[gpu]['minor']}');"
             " u = open('/dev/nvidia-uvm'); time.sleep(3600)")
     start = ('FLEETCLEAN_SIM_GPU_MIB="$2" setsid -f bash -c \'exec -a "$0" python3 -c "$1"\''
              ' "$1" "$3" </dev/null >/dev/null 2>&1')
@@ -163,3 +166,25 @@ def test_a_gpu_holder_whose_name_holds_a_newline_is_stopped(sim_fleet_factory, c
     assert pid in {s["pid"] for s in res.host("node01")["signalled"]}, res.host("node01")
     assert alive(fleet, "node01", [pid]) == []
     assert res.host("node01")["status"] == "clean", res.host("node01")
+
+
+def test_the_verification_names_the_forger_not_the_pid_its_forged_line_lists(
+    sim_fleet_factory, cli: Cli
+) -> None:
+    """A protected process (no stage stops it) named "run", a newline and "VICTIM,v1,9,
+    GPU-<GPU3's UUID>", on GPU3, on a node whose GPUs read as CSV (a retirement pending on
+    GPU6): the verification read the forged line, named the victim as GPU3's holder and
+    hid the forger, whose own line the newline cut short."""
+    fleet = sim_fleet_factory(1)
+    fleet.set_fault("node01", "retired-pending", 6)
+    victim = fleet.spawn("node01", "stubborn", gpu=1, mib=2048)[0]
+    uuid = fleet.run_in("node01", ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader",
+                                   "-i", "3"]).stdout.strip()
+    forger = spawn_odd(fleet, "node01", gpu=3, mib=1024, name=f"run\n{victim},v1,9,{uuid}",
+                       comm="fcforger")
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "--json",
+              "-e", "grace=1", "-e", "verify_timeout=2", "-e", '{"protect": ["fcforger"]}')
+    host = res.host("node01")
+    named = {g["index"]: {p["pid"] for p in g["processes"]} for g in host["gpus"]}
+    assert forger in named[3] and victim not in named[3], host
+    assert alive(fleet, "node01", [forger]) == [forger]

@@ -753,3 +753,65 @@ def test_a_name_that_cuts_its_line_in_two_lists_nobody_and_commas_in_one_are_kep
         "902, a, b, c, 1024, " + UUID,             # a name with commas
         "903, python3, 1024, [N/A]", "",           # no UUID, an empty line
     ]) == [("902", UUID)]
+
+
+
+def info_text(uuid: str, minor: int) -> str:
+    return f"Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-{uuid}\nDevice Minor: \t {minor}\n"
+
+
+def gpu_map(drv: Path, smi: str) -> str:
+    """scope.sh's fc_gpu_map with nvidia-smi printing ``smi``: minor -> index, or why not."""
+    script = "\n".join([template("lib.sh"), template("scope.sh"), f"FC_GPU_DRIVER={drv}", r"""
+nvidia-smi() { printf '%s\n' "$SMI"; }
+if fc_gpu_map; then
+    for m in "${!FC_GPU_INDEX_OF_MINOR[@]}"; do echo "$m ${FC_GPU_INDEX_OF_MINOR[$m]}"; done
+else
+    echo "failed: $REPLY"
+fi
+"""])
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
+                         timeout=30, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C", "SMI": smi})
+    return "".join(sorted(out.stdout.splitlines(keepends=True))).replace(str(drv), "DRV")
+
+
+def test_a_gpu_in_a_pci_domain_past_ffff_is_found_under_its_own_driver_directory(
+    tmp_path: Path,
+) -> None:
+    # nvidia-smi prints the domain in 8 digits, the driver names its directory with at
+    # least 4: domain 0x10000 (VMD) is 10000:01:00.0, not domain 0's 0000:01:00.0.
+    driver_info(tmp_path, info_text("d0", 3), bus="0000:01:00.0")
+    driver_info(tmp_path, info_text("d1", 5), bus="10000:01:00.0")
+    smi = "0, GPU-d0, 00000000:01:00.0\n1, GPU-d1, 00010000:01:00.0"
+    assert gpu_map(tmp_path, smi) == "3 0\n5 1\n"
+    script = "\n".join([template("lib.sh"), template("verify.sh"), f"FC_GPU_DRIVER={tmp_path}",
+                        'fc_verify_gpu_info 00010000:01:00.0 && echo "$FC_VGPU_MINOR $REPLY"'])
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
+                         timeout=30, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"}).stdout
+    assert out == "5 GPU-d1, NVIDIA H200\n"
+
+
+def test_a_scope_refuses_a_driver_file_of_another_gpu(tmp_path: Path) -> None:
+    # Its minor would put another GPU's (another job's) processes in the scope.
+    driver_info(tmp_path, info_text("d0", 3), bus="0000:01:00.0")
+    driver_info(tmp_path, info_text("d9", 4), bus="0000:02:00.0")
+    smi = "0, GPU-d0, 00000000:01:00.0\n1, GPU-d1, 00000000:02:00.0"
+    assert gpu_map(tmp_path, smi) == (
+        "failed: cannot tell which /dev/nvidiaN is GPU 1: DRV/0000:02:00.0/information is not "
+        "GPU GPU-d1's\n")
+
+
+def test_a_minor_is_looked_up_in_every_drivers_file_when_only_some_were_read(
+    tmp_path: Path,
+) -> None:
+    # A -q read that failed part way had read GPU0's file alone; the CSV read then asks for
+    # GPU1's minor, which is not its index.
+    driver_info(tmp_path, info_text("d0", 1), bus="0000:01:00.0")
+    driver_info(tmp_path, info_text("d1", 0), bus="0000:02:00.0")
+    script = "\n".join([template("lib.sh"), template("verify.sh"), f"FC_GPU_DRIVER={tmp_path}",
+                        "fc_verify_gpu_info 00000000:01:00.0",
+                        'fc_minor_of_uuid GPU-d1 && echo "minor $REPLY"',
+                        'fc_minor_of_uuid GPU-none || echo "none"'])
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
+                         timeout=30, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"}).stdout
+    assert out == "minor 0\nnone\n"

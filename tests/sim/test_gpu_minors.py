@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
-from simhelp import Cli, spawn_holder, wait_for
+from simhelp import Cli, alive, spawn_holder, wait_for
 
 from fleetclean.sim import SimFleet
 
@@ -53,3 +54,20 @@ def test_a_device_file_holder_is_named_under_the_gpu_its_minor_is(
              for g in host["gpus"]}
     assert pid in named[5] and not [i for i, pids in named.items() if pid in pids and i != 5]
     assert f"{pid} python3 (no CUDA context)" in host["error"], host["error"]
+
+
+def test_a_teardown_that_reads_the_gpus_as_csv_finds_a_listed_holder_by_its_minor(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli, tmp_path: Path
+) -> None:
+    # A retirement pending on GPU3 sends the -q read to the CSV queries, which give no
+    # minor. The holder nvidia-smi lists on GPU1 has only GPU1's file open, /dev/nvidia6:
+    # gpu-holders must check that file, not /dev/nvidia1 (the index), or it signals nobody.
+    fleet = sim_fleet_factory(1, gpu_minors=[7, 6, 5, 4, 3, 2, 1, 0])
+    fleet.set_fault("node01", "retired-pending", 3)
+    pid = spawn_holder(fleet, "node01", 0, 0, gpu=1, mib=2048, name="csv-read-holder")
+    playbook = tmp_path / "holders.yaml"
+    playbook.write_text("name: holders\nstages:\n  - name: kill-gpu-holders\n"
+                        "    type: gpu-holders\n    grace: 1\n")
+    res = cli("run", playbook, "-i", fleet.inventory_path, "--json").host("node01")
+    assert [s["pid"] for s in res["signalled"]] == [pid], res
+    wait_for("the holder's end", lambda: not alive(fleet, "node01", [pid]), 30)

@@ -26,22 +26,14 @@ fc_gpu_holders() {
         local -A dev_of=()  # a GPU's UUID -> its device file's number (its minor, or index)
         # shellcheck disable=SC2153  # FC_VUUID, FC_VMINOR: the verification's (verify.sh)
         for i in "${!FC_VROWS[@]}"; do
+            # The CSV reads give no minor: the driver's files do (else the index stands in).
+            [[ -n ${FC_VMINOR[i]:-} ]] || fc_verify_minor_of "$i"
             [[ -n ${FC_VUUID[i]:-} ]] && dev_of[${FC_VUUID[i]}]=${FC_VMINOR[i]:-${FC_VIDX[i]}}
         done
-        local -a files=(/dev/nvidia[0-9]*) apps=("${FC_VAPPS[@]}")
-        # nvidia-smi prints each process's name (its argv[0]) as it is, so anyone on the
-        # node can forge lines of this list, in the CSV and in -q's text alike: a process
-        # named "x", a newline and "1234,y,1024,GPU-<a real UUID>" lists PID 1234 as
-        # holding that GPU, and a teardown as root killed whatever 1234 was. Where any
-        # process's argv[0] or name (fc_scan's table) holds a newline, the list is read
-        # again without the names: PIDs, memory and UUIDs come from the driver, which no
-        # process can forge (a failed read lists nobody, and the GPUs in use are looked
-        # for by their device files).
-        if [[ "${FC_ARGV0[*]}${FC_COMM[*]}" == *$'\n'* ]]; then
-            mapfile -t apps < <(nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid \
-                --format=csv,noheader,nounits 2>/dev/null </dev/null)
-        fi
-        fc_apps_pairs "${apps[@]}"
+        local -a files=(/dev/nvidia[0-9]*)
+        # Without the names where a name could forge lines (verify.sh: fc_apps_trusted).
+        fc_apps_trusted
+        fc_apps_pairs "${FC_TAPPS[@]}"
         for i in "${!FC_APP_PID[@]}"; do
             pid=${FC_APP_PID[i]} uuid=${FC_APP_UUID[i]}
             listed[$pid]+=" $uuid"

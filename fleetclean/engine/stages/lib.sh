@@ -253,6 +253,7 @@ fc_proc_load() {
 fc_proc_fill() {
     local pid=$1
     fc_read_stat "$pid" || return 1
+    FC_NAMES_NL=""  # the table changes (verify.sh: fc_apps_trusted)
     FC_COMM[$pid]=$REPLY
     FC_STATE[$pid]=${FC_F[0]}
     FC_PPID[$pid]=${FC_F[1]}
@@ -276,6 +277,19 @@ fc_proc_fill() {
 # nvidia-smi's index. The verification (verify.sh) and a scope of GPUs (scope.sh) read them.
 FC_GPU_DRIVER=/proc/driver/nvidia/gpus
 declare -gA FC_GPU_INFO=()
+FC_GPU_INFO_ALL=0  # every GPU's file read (fc_gpu_info_all), not only those asked for
+
+# REPLY: the driver's directory name for the GPU at bus id $1 as nvidia-smi prints it: its
+# PCI domain in 8 hex digits (00000000:18:00.0), where the driver writes the domain with
+# at least 4 (0000:18:00.0), so a domain of 0x10000 and over (VMD, some hypervisors) keeps
+# its fifth digit (10000:01:00.0: cutting 4 digits off named domain 0's GPU instead).
+fc_bus_dir() {
+    local domain=${1%%:*}
+    domain=${domain,,}
+    while ((${#domain} > 4)) && [[ $domain == 0* ]]; do domain=${domain#0}; done
+    REPLY=$domain:${1#*:}
+    REPLY=${REPLY,,}
+}
 
 # FC_GPU_INFO of the GPU whose driver directory is $1 (0000:18:00.0); fails when the file or
 # one of the three facts is missing.
@@ -318,8 +332,9 @@ fc_gpu_info_all() {
     local dir
     for dir in "$FC_GPU_DRIVER"/*/; do
         dir=${dir%/}
-        fc_gpu_info_load "${dir##*/}" || :
+        [[ -n ${FC_GPU_INFO[${dir##*/}]:-} ]] || fc_gpu_info_load "${dir##*/}" || :
     done
+    FC_GPU_INFO_ALL=1
 }
 
 # FC_APP_PID and FC_APP_UUID, in step and in the list's order: each process that lines of

@@ -81,11 +81,18 @@ fc_gpu_map() {
     fi
     while IFS=', ' read -r index uuid bus; do
         [[ $index =~ ^[0-9]+$ && -n $uuid ]] || continue  # an empty key ends the script
-        bus=${bus:4}
-        bus=${bus,,}
+        fc_bus_dir "$bus"
+        bus=$REPLY
         if [[ -z ${FC_GPU_INFO[$bus]:-} ]] && ! fc_gpu_info_load "$bus"; then
             REPLY="cannot tell which /dev/nvidiaN is GPU $index: no Device Minor, GPU UUID"
             REPLY+=" or Model in $FC_GPU_DRIVER/$bus/information"
+            return 1
+        fi
+        # The driver's file must be this GPU's: a wrong one would put another GPU's (another
+        # job's) processes in the scope.
+        if [[ ${FC_GPU_INFO[$bus]#* } != "$uuid, "* ]]; then
+            REPLY="cannot tell which /dev/nvidiaN is GPU $index: $FC_GPU_DRIVER/$bus/information"
+            REPLY+=" is not GPU $uuid's"
             return 1
         fi
         FC_GPU_INDEX_OF_MINOR[${FC_GPU_INFO[$bus]%% *}]=$index

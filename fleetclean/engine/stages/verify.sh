@@ -493,12 +493,13 @@ fc_verify_gpu_row() {
 }
 
 # The driver's facts about the GPU at bus id $1 (as nvidia-smi prints it, 00000000:18:00.0),
-# from /proc/driver/nvidia/gpus/0000:18:00.0/information, read once a run with builtins:
+# from /proc/driver/nvidia/gpus/0000:18:00.0/information (fc_bus_dir), read once a run with builtins:
 # REPLY "uuid, name" (as --query-gpu=uuid,name gives them) and FC_VGPU_MINOR. Fails when
 # the file or one of the three is missing.
 fc_verify_gpu_info() {
-    local bus=${1:4}
-    bus=${bus,,}
+    local bus
+    fc_bus_dir "$1"
+    bus=$REPLY
     [[ -n ${FC_GPU_INFO[$bus]:-} ]] || fc_gpu_info_load "$bus" || return 1
     FC_VGPU_MINOR=${FC_GPU_INFO[$bus]%% *}
     REPLY=${FC_GPU_INFO[$bus]#* }
@@ -515,14 +516,17 @@ fc_verify_minor_of() {
 # driver's files (FC_GPU_INFO, read once); fails where none of them is that GPU's.
 fc_minor_of_uuid() {
     local info
-    ((${#FC_GPU_INFO[@]})) || fc_gpu_info_all
-    for info in "${FC_GPU_INFO[@]}"; do
-        if [[ ${info#* } == "$1, "* ]]; then
-            REPLY=${info%% *}
-            return 0
-        fi
+    while :; do
+        for info in "${FC_GPU_INFO[@]}"; do
+            if [[ ${info#* } == "$1, "* ]]; then
+                REPLY=${info%% *}
+                return 0
+            fi
+        done
+        # Only some files read (those a -q read that failed part way asked for): the rest.
+        ((FC_GPU_INFO_ALL)) && return 1
+        fc_gpu_info_all
     done
-    return 1
 }
 
 # The read as it was before -q: the GPU query, the compute apps asked for at the same
@@ -584,6 +588,50 @@ fc_verify_apps() {
     fc_verify_apps_close
 }
 
+# FC_TAPPS: the compute apps to go by. nvidia-smi prints each process's name (its argv[0])
+# as it is, so anyone on the node can forge lines of its list, in the CSV and in -q's text
+# alike: a process named "x", a newline and "1234,y,1024,GPU-<a real UUID>" lists PID 1234
+# as holding that GPU (a teardown as root killed whatever 1234 was; the verification named
+# it as the GPU's holder and hid the forger). Where any process's argv[0] or name in the
+# table (a teardown's scan, the processes a status read) holds a newline, the list is read
+# again without the names: PIDs, memory and UUIDs come from the driver, which no process
+# can forge (a failed read lists nobody, and the GPUs in use are looked for by their device
+# files). FC_NAMES_NL caches the look until the table changes (fc_scan, fc_proc_fill).
+FC_NAMES_NL=""
+fc_apps_trusted() {
+    fc_verify_apps
+    if [[ -z $FC_NAMES_NL ]]; then
+        FC_NAMES_NL=0
+        [[ "${FC_ARGV0[*]}${FC_COMM[*]}" == *$'\n'* ]] && FC_NAMES_NL=1
+    fi
+    if ((FC_NAMES_NL)); then
+        mapfile -t FC_TAPPS < <(nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid \
+            --format=csv,noheader,nounits 2>/dev/null </dev/null)
+    else
+        FC_TAPPS=("${FC_VAPPS[@]}")
+    fi
+}
+
+# FC_NAPPS: the apps as the "app" records name them: nvidia-smi's list, or where a name
+# could forge lines of it (fc_apps_trusted), the list read without names, each named by
+# its argv[0] as the table has it, its newlines and commas made "?" (a line of the record).
+fc_verify_apps_named() {
+    local line pid name
+    fc_apps_trusted
+    if ((!FC_NAMES_NL)); then
+        FC_NAPPS=("${FC_VAPPS[@]}")
+        return 0
+    fi
+    FC_NAPPS=()
+    for line in "${FC_TAPPS[@]}"; do
+        [[ $line =~ ^([0-9]+),\ *([0-9]+),\ *(GPU-[^,]+)$ ]] || continue
+        pid=${BASH_REMATCH[1]}
+        name=${FC_ARGV0[$pid]:-[Not Found]}
+        name=${name##*/}
+        FC_NAPPS+=("$pid, ${name//[$'\n',]/?}, ${BASH_REMATCH[2]}, ${BASH_REMATCH[3]}")
+    done
+}
+
 fc_verify_apps_close() {
     FC_VAPPSLATER=0
     [[ -n ${FC_VAPPFD:-} ]] || return 0
@@ -615,8 +663,8 @@ fc_verify_explain() {
     local i idx pid
     local -A pids_on=() unexplained=()
     declare -gA FC_VON=() FC_VELSE=()
-    fc_verify_apps
-    fc_apps_pairs "${FC_VAPPS[@]}"
+    fc_apps_trusted
+    fc_apps_pairs "${FC_TAPPS[@]}"
     for i in "${!FC_APP_PID[@]}"; do
         pids_on[${FC_APP_UUID[i]}]+=" ${FC_APP_PID[i]}"
         FC_VON[${FC_APP_PID[i]}]+=" ${FC_APP_UUID[i]}"
@@ -768,11 +816,12 @@ fc_verify_report() {
     local line pid idx i why
     local -a pids=() apps=()
     local -A named=()
+    fc_verify_apps_named
     # nvidia-smi's apps first (in one builtin: fc_rec_each), then each process's records;
     # what is held goes out before any read of /proc that could hang (fc_verify_proc), so
     # that a busy host whose processes were read while its GPU read ran (fc_verify_prep)
     # sends them in one write.
-    for line in "${FC_VAPPS[@]}"; do
+    for line in "${FC_NAPPS[@]}"; do
         [[ $line == +([0-9]),* ]] || continue
         apps+=("$line")
         pid=${line%%,*}
