@@ -16,7 +16,10 @@ A limit is a list of terms split on ``,`` or ``:`` (not inside ``[...]`` or ``{.
 
 Like Ansible, the plain terms are united first, then every ``&`` term intersects, then every
 ``!`` term removes, whatever order they were written in; a limit with only ``&``/``!`` terms
-starts from all hosts. Hosts come back in inventory order.
+starts from all hosts. Hosts come back in inventory order. Unlike Ansible, which warns and
+goes on, a term that matches no host or group name (a typo, most likely: in a ``!`` term it
+would spare nothing) and a limit with no pattern at all (``,``, an empty ``@file``,
+``all:!``) are refused; an existing group with no hosts is no typo.
 
 >>> hosts = ["gpu01", "gpu02", "h200-01"]
 >>> groups = {"all": tuple(hosts), "extraction": ("gpu01", "gpu02"), "training": ("h200-01",)}
@@ -79,12 +82,22 @@ def select_names(
     if limit is None or not limit.strip():
         return list(hosts)
     terms = list(_expand_files(split_terms(limit), limit, source))
+    # A limit that names nothing (",", an empty @file, "all:!") is no limit at all: taken
+    # for "every host", a script passing an empty list of hosts to retry ran on the fleet.
+    if not terms or any(t in ("&", "!") for t in terms):
+        raise InventoryError(
+            f"--limit '{limit}' " + ("holds no host pattern" if not terms
+                                     else "has a '&' or '!' with no pattern after it"),
+            path=source,
+            hint="name hosts or groups (an @FILE with at least one); leave --limit out to "
+                 "select every host",
+        )
     plain = [t for t in terms if not t.startswith(("&", "!"))]
     chosen: set[str] = set() if plain else set(hosts)
     empty_terms: list[str] = []
     for term in plain:
         found = _match(term, limit, hosts, groups, source)
-        if not found:
+        if not found and term not in groups:  # an empty group is no typo
             empty_terms.append(term)
         chosen |= found
     for term in terms:
@@ -95,13 +108,24 @@ def select_names(
             chosen &= found
     for term in terms:
         if term.startswith("!"):
-            chosen -= _match(term[1:], limit, hosts, groups, source)
+            found = _match(term[1:], limit, hosts, groups, source)
+            if not found and term[1:] not in groups:
+                empty_terms.append(term)
+            chosen -= found
+    # A term that matches nothing is a typo, most likely; in an exclusion it would have
+    # run on the very host it was written to spare. Ansible warns and goes on; this stops.
     selected = [h for h in hosts if h in chosen]
+    if empty_terms and selected:
+        raise InventoryError(
+            f"--limit '{limit}' has a pattern that matches nothing",
+            path=source,
+            hint=_why_empty([t.lstrip("!") for t in empty_terms], hosts, groups),
+        )
     if not selected:
         raise InventoryError(
             f"--limit '{limit}' selects no host",
             path=source,
-            hint=_why_empty(empty_terms, hosts, groups),
+            hint=_why_empty([t.lstrip("!") for t in empty_terms], hosts, groups),
         )
     return selected
 

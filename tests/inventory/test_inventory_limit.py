@@ -128,3 +128,22 @@ def test_limit_file_one_pattern_per_line(tmp_path: Path) -> None:
 def test_split_terms_keeps_range_colons() -> None:
     assert split_terms("gpu[01:04]:training,!canary") == ["gpu[01:04]", "training", "!canary"]
     assert split_terms("~gpu{1,2}:x") == ["~gpu{1,2}", "x"]
+
+
+@pytest.mark.parametrize(("limit", "says"), [
+    (",", "holds no host pattern"),
+    ("@EMPTY", "holds no host pattern"),
+    ("all:!", "with no pattern after it"),
+    ("gpu01.lab:gpu99.lab", "'gpu99.lab' matches no host or group name"),
+    # A typo in an exclusion would have run on the very host it was written to spare.
+    ("all:!h200-08.lba", "did you mean 'h200-08.lab'"),
+])
+def test_a_limit_that_names_nothing_or_a_typo_selects_no_host(
+    tmp_path: Path, limit: str, says: str
+) -> None:
+    empty = tmp_path / "retry"
+    empty.write_text("# nothing failed\n\n", encoding="utf-8")
+    inventory = load_inventory(INVENTORIES / "lab.yml")
+    with pytest.raises(InventoryError) as raised:
+        inventory.select(limit.replace("EMPTY", str(empty)))
+    assert says in str(raised.value), raised.value
