@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from fleetclean import yamltext
 from fleetclean.engine.model import VAR_NAME, Location, Playbook, Stage, Verify
 from fleetclean.engine.stages import STAGE_TYPES
 from fleetclean.engine.stages.base import REQUIRED, StageType
@@ -81,9 +82,15 @@ def load_playbook(name_or_path: str) -> Playbook:
             hint=_did_you_mean(name_or_path, names),
         )
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise PlaybookError(f"cannot read playbook: {exc.strerror}", path=str(path)) from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        said, line, column, hint = yamltext.undecodable(data, exc)
+        raise PlaybookError(said, path=str(path), line=line, column=column,
+                            hint=hint) from None
     return _parse(text, str(path), builtin=False)
 
 
@@ -99,17 +106,14 @@ class _Reader:
 
     def __init__(self, text: str, path: str) -> None:
         self.path = path
-        self.loader = yaml.SafeLoader(text)
         try:
+            # The loader reads the text as it is made: a control character fails here.
+            self.loader = yaml.SafeLoader(text)
             self.root = self.loader.get_single_node()
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark
-            raise PlaybookError(
-                f"invalid YAML: {exc.problem}",
-                path=path,
-                line=mark.line + 1 if mark else None,
-                column=mark.column + 1 if mark else None,
-            ) from exc
+        except yaml.YAMLError as exc:
+            said, line, column, hint = yamltext.problem(exc, text)
+            raise PlaybookError(f"invalid YAML: {said}", path=path, line=line, column=column,
+                                hint=hint) from None
 
     def loc(self, node: yaml.Node) -> Location:
         return Location(self.path, node.start_mark.line + 1, node.start_mark.column + 1)

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from fleetclean import yamltext
 from fleetclean.engine import owners
 from fleetclean.engine.checks import boolean, names, number
 from fleetclean.engine.model import (
@@ -83,16 +84,19 @@ def parse_extra_vars(items: list[str]) -> dict[str, Any]:
 
 def _load_vars_file(path: str) -> dict[str, Any]:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise VariableError(f"-e @{path}: cannot read: {exc.strerror}", path=path) from exc
     try:
+        text = raw.decode("utf-8")
         data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        raise VariableError(f"invalid YAML: {exc.problem}", path=path,
-                            line=mark.line + 1 if mark else None,
-                            column=mark.column + 1 if mark else None) from exc
+    except UnicodeDecodeError as exc:
+        said, line, column, hint = yamltext.undecodable(raw, exc)
+        raise VariableError(said, path=path, line=line, column=column, hint=hint) from None
+    except yaml.YAMLError as exc:
+        said, at_line, at_column, fix = yamltext.problem(exc, text)
+        raise VariableError(f"invalid YAML: {said}", path=path, line=at_line,
+                            column=at_column, hint=fix) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -24,6 +24,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fleetclean import yamltext
 from fleetclean.errors import InventoryError
 from fleetclean.inventory import inline, slurm, ssh_settings
 from fleetclean.inventory.build import Inventory, resolve
@@ -145,15 +146,8 @@ def _read_text(path: str) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise InventoryError(
-            f"not UTF-8 text (byte 0x{data[err.start]:02x})",
-            path=path,
-            line=line,
-            column=column,
-            hint="save the file as UTF-8",
-        ) from None
+        said, line, column, hint = yamltext.undecodable(data, err)
+        raise InventoryError(said, path=path, line=line, column=column, hint=hint) from None
 
 
 def _missing_hint(path: str) -> str:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from fleetclean import yamltext
 from fleetclean.errors import InventoryError
 from fleetclean.inventory.builder import Builder, Value
 
@@ -273,32 +274,11 @@ def read_yaml(text: str, builder: Builder) -> None:
                 "inventory file is empty", None, None, hint="add 'all:' with 'hosts:'"
             )
         _YamlReader(builder, loader).top(root)
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        problem = err.problem or str(err)
-        if err.context and not err.context.startswith("while"):
-            problem = f"{err.context}, {problem}"
-        raise builder.error(
-            f"not valid YAML: {problem}",
-            mark.line + 1 if mark else None,
-            mark.column + 1 if mark else None,
-            hint=_yaml_hint(err),
-        ) from None
     except yaml.YAMLError as err:
-        raise builder.error(f"not valid YAML: {err}", None, None) from None
+        said, line, column, hint = yamltext.problem(err, text)
+        raise builder.error(f"not valid YAML: {said}", line, column, hint=hint) from None
     finally:
         if loader is not None:
             loader.dispose()
 
-
-def _yaml_hint(err: yaml.MarkedYAMLError) -> str:
-    problem = err.problem or ""
-    if "\\t" in problem or "\t" in problem:
-        return "indent with spaces, not tabs"
-    if "document" in problem:
-        return "keep one document: remove the second '---'"
-    opened = err.context_mark
-    if err.context and "flow" in err.context and opened is not None:
-        return f"close the '{{' or '[' opened at line {opened.line + 1}"
-    return "check the indentation and the ':' after each name"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fleetclean.engine.playbook import list_playbooks, load_playbook
-from fleetclean.engine.variables import resolve
+from fleetclean.engine.variables import parse_extra_vars, resolve
 from fleetclean.errors import PlaybookError, VariableError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,3 +127,22 @@ def test_bad_values_are_rejected_before_anything_is_sent(extra: dict[str, object
         resolve(pb, {}, extra)
     assert message in str(exc.value)
     assert "post-extraction.yaml:" in str(exc.value)
+
+
+@pytest.mark.parametrize(("data", "says"), [
+    (b"name: x\nstages: []\n\x01\n", "x.yaml:3:1: invalid YAML: unacceptable character #x0001"),
+    (b"name: caf\xe9\n", "x.yaml:1:10: not UTF-8 text (byte 0xe9) (save the file as UTF-8)"),
+    (b"name: x\n\tstages: []\n", "x.yaml:2:1: invalid YAML: found character '\\t' that cannot "
+     "start any token (indent with spaces, not tabs)"),
+])
+def test_a_file_yaml_cannot_read_is_an_error_naming_its_line_and_fix(
+    tmp_path: Path, data: bytes, says: str
+) -> None:
+    # A playbook and a -e @file alike: no traceback (an internal error, exit 3) for either.
+    (tmp_path / "x.yaml").write_bytes(data)
+    with pytest.raises(PlaybookError) as exc:
+        load_playbook(str(tmp_path / "x.yaml"))
+    assert says in str(exc.value), exc.value
+    with pytest.raises(VariableError) as var_exc:
+        parse_extra_vars([f"@{tmp_path / 'x.yaml'}"])
+    assert says in str(var_exc.value), var_exc.value
