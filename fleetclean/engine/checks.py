@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -174,11 +175,15 @@ def check_ere(pattern: Any, where: Location | None, what: str) -> str:
         raise err(where, f"{what} is empty, so it would match every process",
                   "give a specific pattern, e.g. -e server_pattern=sglang.launch_server")
     try:
-        re.compile(value)
+        # POSIX classes ([[:space:]]) are what bash's ERE wants; Python warns of them (a
+        # FutureWarning: a nested set), which the user would see on stderr.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            compiled = re.compile(value)
     except re.error as exc:
         raise err(where, f"{what}: invalid regular expression {value!r}: {exc}") from exc
     _posix_only(value, where, what)
-    if re.search(value, "") is not None:
+    if compiled.search("") is not None:
         raise err(where, f"{what}: {value!r} matches the empty string, so it matches "
                          "every process", "make the pattern specific")
     return value

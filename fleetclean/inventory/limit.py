@@ -37,6 +37,7 @@ import difflib
 import fnmatch
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from fleetclean.errors import InventoryError
@@ -166,7 +167,9 @@ def _match(
         return set(hosts)
     if term.startswith("~"):
         try:
-            regex = re.compile(term[1:])
+            with warnings.catch_warnings():  # [[:digit:]]: engine/checks.py check_ere says why
+                warnings.simplefilter("ignore", FutureWarning)
+                regex = re.compile(term[1:])
         except re.error as err:
             raise InventoryError(
                 f"--limit '{limit}' has a bad regular expression '{term[1:]}': {err}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,13 @@ def test_a_file_yaml_cannot_read_is_an_error_naming_its_line_and_fix(
     with pytest.raises(VariableError) as var_exc:
         parse_extra_vars([f"@{tmp_path / 'x.yaml'}"])
     assert says in str(var_exc.value), var_exc.value
+
+
+def test_a_posix_class_in_a_pattern_prints_no_python_warning() -> None:
+    # bash's ERE wants [[:space:]]; Python's re warns of it as a nested set (FutureWarning),
+    # which reached the user's terminal.
+    from fleetclean.engine.checks import check_ere
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert check_ere("sglang[[:space:]]launch9", None, "pattern") == "sglang[[:space:]]launch9"
+    assert not seen, [str(w.message) for w in seen]
