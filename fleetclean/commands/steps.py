@@ -133,10 +133,19 @@ def options(args: argparse.Namespace) -> Options:
 
     if args.forks < 1:
         raise UsageError(f"--forks must be at least 1, not {args.forks}")
-    for flag, value in (("--connect-timeout", args.connect_timeout), ("--timeout", args.timeout)):
+    timings = [("--connect-timeout", args.connect_timeout), ("--timeout", args.timeout)]
+    watch = getattr(args, "watch", None)  # status alone has it
+    if watch is not None:
+        timings.append(("--watch", watch))
+        machine = [flag for flag in ("json", "csv") if getattr(args, flag, None)]
+        if machine:
+            raise UsageError(f"--watch redraws a table, so --{machine[0]} cannot go with it",
+                             hint=f"drop --watch for one --{machine[0]} result, or run it "
+                                  "again to refresh")
+    for flag, value in timings:
         if not math.isfinite(value) or value <= 0:  # nan and inf parse as floats
             raise UsageError(f"{flag} must be a positive number of seconds, not {value}",
-                             hint=f"e.g. {flag} 30")
+                             hint=f"e.g. {flag} {2 if flag == '--watch' else 30}")
     return Options(
         connect_timeout=args.connect_timeout,
         timeout=args.timeout,
@@ -162,6 +171,11 @@ def scope_of(args: argparse.Namespace) -> Scope | None:
     return Scope(user=user, gpus=None if gpus_text is None else gpu_list(gpus_text))
 
 
+# The highest GPU index --gpus takes: nodes have 8 or 16 GPUs; a typo's million-entry list
+# rendered a script of hundreds of MB.
+MAX_GPU_INDEX = 255
+
+
 def gpu_list(text: str) -> tuple[int, ...]:
     """``--gpus 0,3`` or ``--gpus 2-5``: nvidia-smi's indexes, each once, ascending.
 
@@ -174,9 +188,14 @@ def gpu_list(text: str) -> tuple[int, ...]:
     found: set[int] = set()
     for part in text.split(","):
         first, dash, last = part.strip().partition("-")
-        if not first.isdigit() or (dash and not last.isdigit()) or int(last or first) < int(first):
+        # ASCII digits: str.isdigit also takes "²", which int() refuses.
+        if not re.fullmatch(r"[0-9]+", first) or (dash and not re.fullmatch(r"[0-9]+", last)) \
+                or int(last or first) < int(first):
             raise UsageError(f"--gpus {text!r}: expected GPU indexes such as 0,3 or 2-5",
                              hint="as nvidia-smi numbers them")
+        if int(last or first) > MAX_GPU_INDEX:
+            raise UsageError(f"--gpus {text!r}: no node has a GPU {int(last or first)}",
+                             hint=f"GPU indexes go from 0 to at most {MAX_GPU_INDEX}")
         found.update(range(int(first), int(last or first) + 1))
     return tuple(sorted(found))
 

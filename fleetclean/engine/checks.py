@@ -79,6 +79,9 @@ def text(value: Any, where: Location | None, what: str) -> str:
     return no_nul(scalar_text(value, what, where), where, what)
 
 
+MAX_SECONDS = 7 * 24 * 3600
+
+
 def number(value: Any, where: Location | None, what: str, *, positive: bool = False) -> float:
     """A non-negative (or, with ``positive``, a strictly positive) number of seconds."""
     result: float | None = None
@@ -92,6 +95,11 @@ def number(value: Any, where: Location | None, what: str, *, positive: bool = Fa
     if result is None or not math.isfinite(result) or result < 0 or (positive and result == 0):
         kind = "a positive" if positive else "a non-negative"
         raise err(where, f"{what} must be {kind} number of seconds, not {value!r}")
+    # A week at most: the script counts in milliseconds in bash's 64-bit integers, where
+    # 1e23 s wrapped to a negative grace, i.e. none.
+    if result > MAX_SECONDS:
+        raise err(where, f"{what} is {value!r} seconds, more than a week ({MAX_SECONDS})",
+                  "give a number of seconds of at most a week")
     return result
 
 

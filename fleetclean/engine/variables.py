@@ -11,8 +11,10 @@ stage type declares for it (:mod:`fleetclean.engine.stages`).
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -119,32 +121,42 @@ def resolve(playbook: Playbook, host_vars: Mapping[str, Any],
     ('7', 7.0)
     >>> resolve(pb, {}, {"grace": "soon"})
     Traceback (most recent call last):
-    fleetclean.errors.VariableError: post-extraction.yaml:...: stage 'stop-server': grace ...
+    fleetclean.errors.VariableError: -e grace: stage 'stop-server': grace must be ...
     """
     merged: dict[str, Any] = {**BUILTIN_VARS, **playbook.vars, **host_vars, **extra}
-    return resolve_playbook(playbook, merged, given=(*host_vars, *extra))
+    origins = {**{k: f"inventory variable '{k}'" for k in host_vars},
+               **{k: f"-e {k}" for k in extra}}
+    return resolve_playbook(playbook, merged, given=(*host_vars, *extra), origins=origins)
 
 
 def resolve_playbook(playbook: Playbook, variables: Mapping[str, Any],
-                     given: tuple[str, ...] = ()) -> ResolvedPlaybook:
+                     given: tuple[str, ...] = (),
+                     origins: Mapping[str, str] | None = None) -> ResolvedPlaybook:
     """Substitute and type-check every stage and the verification with ``variables``
     (already merged: see :func:`resolve`); ``given`` names the variables set outside the
-    playbook (inventory, ``-e``), whose errors name no playbook line."""
+    playbook (inventory, ``-e``), whose errors name no playbook line: ``origins`` says
+    where each came from ("-e grace"), which an error names instead."""
+    origins = origins or {}
     stages = tuple(
         _resolve_options(stage_type(s.type), s.options, variables, name=s.name, where=s.where,
-                         option_where=s.option_where, label=f"stage '{s.name}': ")
+                         option_where=s.option_where, label=f"stage '{s.name}': ",
+                         origins=origins)
         for s in playbook.stages)
     verify = None
     if playbook.verify is not None:
         v = playbook.verify
         in_order = {o.name: v.options[o.name] for o in VERIFY.options}
         verify = _resolve_options(VERIFY, in_order, variables, name="verify", where=v.where,
-                                  option_where=v.option_where, label="verify: ")
+                                  option_where=v.option_where, label="verify: ",
+                                  origins=origins)
     var_where = playbook.var_where.get
     in_playbook = {k: v for k, v in playbook.var_where.items() if k not in given}
-    protect = names(variables.get("protect", []), var_where("protect"))
-    lock_wait = number(variables.get("lock_wait", 5), var_where("lock_wait"), "lock_wait")
-    force = boolean(variables.get("force", False), var_where("force"), "force")
+    with _blamed_on(origins, "protect"):
+        protect = names(variables.get("protect", []), var_where("protect"))
+    with _blamed_on(origins, "lock_wait"):
+        lock_wait = number(variables.get("lock_wait", 5), var_where("lock_wait"), "lock_wait")
+    with _blamed_on(origins, "force"):
+        force = boolean(variables.get("force", False), var_where("force"), "force")
     return ResolvedPlaybook(
         name=playbook.name, path=playbook.path, builtin=playbook.builtin,
         read_only=playbook.read_only, stages=stages, verify=verify,
@@ -156,15 +168,37 @@ def resolve_playbook(playbook: Playbook, variables: Mapping[str, Any],
 
 def _resolve_options(stype: StageType, options: Mapping[str, Any],
                      variables: Mapping[str, Any], *, name: str, where: Location,
-                     option_where: Mapping[str, Location], label: str) -> ResolvedStage:
+                     option_where: Mapping[str, Location], label: str,
+                     origins: Mapping[str, str]) -> ResolvedStage:
     """Each option through its stage type's resolver, or substitution then its check."""
     out: dict[str, Any] = {}
     env: dict[str, str] = {}
     for key, raw in options.items():
         at = option_where.get(key, where)
         option = stype.option(key)
-        if option.resolver is not None:
-            out[key] = option.resolver(raw, variables, at, f"{label}{key}", env)
-        else:
-            out[key] = option.check(substitute(raw, variables, at), at, f"{label}{key}")
+        one = raw[0] if isinstance(raw, list) and len(raw) == 1 else raw  # paths: [x]
+        whole = _WHOLE_VAR.fullmatch(one) if isinstance(one, str) else None
+        with _blamed_on(origins, whole[1] if whole else None):
+            if option.resolver is not None:
+                out[key] = option.resolver(raw, variables, at, f"{label}{key}", env)
+            else:
+                out[key] = option.check(substitute(raw, variables, at), at, f"{label}{key}")
     return ResolvedStage(name=name, type=stype.name, options=out, env=env)
+
+
+# An option that is one variable and nothing else: "{{ grace }}".
+_WHOLE_VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+@contextlib.contextmanager
+def _blamed_on(origins: Mapping[str, str], name: str | None) -> Iterator[None]:
+    """A bad value of variable ``name`` set by -e or the inventory is that setting's error:
+    named as "-e grace", not by the line of a playbook (a built-in one, often) that the
+    user never wrote."""
+    try:
+        yield
+    except VariableError as exc:
+        if name is None or name not in origins:
+            raise
+        exc.path, exc.line, exc.column = origins[name], None, None
+        raise

@@ -30,6 +30,10 @@ from collections.abc import Iterable
 
 from fleetclean.nodeset import fold_groups
 
+# The most hosts one range makes: ten times the largest fleet fleetclean is built for;
+# past it, a typo (node[1:100000000]) hung the command while it listed the names.
+MAX_HOSTS = 100_000
+
 __all__ = ["RangeError", "as_patterns", "expand", "has_range"]
 
 
@@ -97,24 +101,29 @@ def _range_values(pattern: str, body: str, offset: int) -> list[str]:
     step_text = parts[2].strip() if len(parts) == 3 else "1"
     # Ansible lets the start be left out ("[:3]"): it means 0.
     start = start or "0"
-    if not step_text.isdigit() or int(step_text) < 1:
+    if not _digits(step_text) or int(step_text) < 1:
         raise RangeError(
             f"host range '{pattern}' has a bad step '{step_text}'",
             hint="the step is a whole number of at least 1, as in [1:9:2]",
             offset=offset,
         )
     step = int(step_text)
-    if start.isdigit() and end.isdigit():
+    if _digits(start) and _digits(end):
         return _number_values(pattern, start, end, step, offset)
     if _is_letter(start) and _is_letter(end) and start.islower() == end.islower():
         return _letter_values(pattern, start, end, step, offset)
-    bad = end if (start.isdigit() or _is_letter(start)) else start
+    bad = end if (_digits(start) or _is_letter(start)) else start
     which = "end" if bad is end else "start"
     raise RangeError(
         f"host range '{pattern}' has a bad {which} '{bad}'",
         hint="use numbers as in [01:16] or single letters of one case as in [a:f]",
         offset=offset,
     )
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit also takes "²" and "٣", which int() refuses or reads."""
+    return text.isascii() and text.isdigit()
 
 
 def _is_letter(text: str) -> bool:
@@ -136,6 +145,13 @@ def _number_values(pattern: str, start: str, end: str, step: int, offset: int) -
         raise RangeError(
             f"host range '{pattern}' runs backwards ({start} comes after {end})",
             hint=f"write [{end}:{start}]",
+            offset=offset,
+        )
+    count = (last - first) // step + 1
+    if count > MAX_HOSTS:
+        raise RangeError(
+            f"host range '{pattern}' makes {count:,} hosts, more than {MAX_HOSTS:,}",
+            hint="check its end; split a larger fleet into several inventories",
             offset=offset,
         )
     return [str(n).zfill(width) for n in range(first, last + 1, step)]

@@ -24,6 +24,12 @@ def run(*argv: str) -> tuple[int, str, str]:
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         (["status", "-i", "x.yml", "--forks", "many"], "invalid int value: 'many'"),
         (["run", "post-extraction", "-i", "x.yml", "--json", "--csv"], "not allowed with"),
+        (["status", "-i", "127.203.0.1,", "--watch", "inf"], "--watch must be a positive"),
+        (["status", "-i", "127.203.0.1,", "--watch", "0"], "--watch must be a positive"),
+        (["status", "-i", "127.203.0.1,", "--watch", "2", "--json"], "--json cannot go with"),
+        # An empty limit (a script's empty list of hosts to retry) is not "every host".
+        (["run", "post-extraction", "-i", "127.203.0.1,", "-l", ","], "holds no host pattern"),
+        (["run", "post-extraction", "-i", "127.203.0.1,", "-l", "all:!"], "no pattern after"),
     ],
 )
 def test_bad_options_get_one_line_and_exit_4(argv: list[str], needle: str) -> None:
