@@ -130,8 +130,15 @@ class Builder:
         column: int | None,
     ) -> None:
         pattern, port = self._split_port(pattern, line, column)
+        user, sep, bare = pattern.rpartition("@")
+        if sep and user and bare:
+            # user@host, as ssh and pdsh take it (Ansible passes it on to ssh): the host is
+            # named without its user, which becomes its ansible_user.
+            pattern = bare
+            variables = {"ansible_user": self.located(user, line, column), **variables}
         if not pattern:
             raise self.error("empty host name", line, column, hint="give the host a name")
+        self._check_name(pattern, line, column)
         try:
             names = ranges.expand(pattern)
         except ranges.RangeError as err:
@@ -157,6 +164,22 @@ class Builder:
             if name not in self.groups[group].hosts:
                 self.groups[group].hosts.append(name)
 
+    def _check_name(self, pattern: str, line: int | None, column: int | None) -> None:
+        """A host name holds no '@' (user@host is split before), '=', blank or control
+        character: each is another thing written where a name goes (a variable before
+        any [section] of an INI file, or under [group] instead of [group:vars]), which was
+        taken for a host and failed only when SSH could not resolve it."""
+        if "@" in pattern:
+            raise self.error(f"host '{pattern}' has an '@' but no user or host around it",
+                             line, column, hint="write user@host, or the host alone")
+        if "=" in pattern:
+            raise self.error(f"'{pattern}' is a variable where a host name goes", line,
+                             column, hint="put variables after a host on its line, or under "
+                                          "[GROUP:vars] (in YAML, under vars:)")
+        if any(c.isspace() or not c.isprintable() for c in pattern):
+            raise self.error(f"host name {pattern!r} has a blank or control character", line,
+                             column, hint="write one host name a line, without blanks")
+
     def _split_port(
         self, pattern: str, line: int | None, column: int | None
     ) -> tuple[str, int | None]:
@@ -166,7 +189,7 @@ class Builder:
         if outside.count(":") != 1 or "[" in outside:
             return pattern, None
         head, _, tail = pattern.rpartition(":")
-        if not tail.isdigit() or not 1 <= int(tail) <= 65535:
+        if not (tail.isascii() and tail.isdigit()) or not 1 <= int(tail) <= 65535:
             raise self.error(
                 f"host '{pattern}' has a bad port '{tail}'",
                 line,

@@ -114,6 +114,14 @@ CASES = {
     "(e.g. ansible_port: 22)",
     "telnet_no_extension": ":2:7: ansible_connection 'telnet' is not supported "
     "(use 'ssh' or 'local')",
+    # Taken for hosts, these failed only when SSH could not resolve their names.
+    "variable_before_any_section.ini": ":1:1: 'ansible_user=root' is a variable where a host "
+    "name goes (put variables after a host on its line, or under [GROUP:vars] (in YAML, "
+    "under vars:))",
+    "variable_under_hosts.ini": ":3:1: 'max_used_mib=512' is a variable where a host name goes "
+    "(put variables after a host on its line, or under [GROUP:vars] (in YAML, under vars:))",
+    "blank_in_host_name.yml": ":3:5: host name 'gpu 01' has a blank or control character "
+    "(write one host name a line, without blanks)",
 }
 
 
@@ -223,3 +231,10 @@ def test_limit_bad_range_and_bad_regex() -> None:
         f"{inventory.path}: --limit '~gpu(' has a bad regular expression 'gpu(': missing ), "
         "unterminated subpattern at position 3 (fix the expression after '~')"
     )
+
+
+def test_user_at_host_is_the_host_with_its_ansible_user() -> None:
+    # As ssh and pdsh take it; it was a host named "root@..." that no resolver knew.
+    hosts = load_inventory("root@gpu01.lab,alice@gpu[02:03].lab,").select(None)
+    assert [(h.name, h.user) for h in hosts] == [
+        ("gpu01.lab", "root"), ("gpu02.lab", "alice"), ("gpu03.lab", "alice")]
