@@ -242,7 +242,10 @@ def _add_fanout(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
 
 
 def _add_others(sub: Any, fmt: type[argparse.HelpFormatter], *, with_sim: bool) -> None:
-    sub.add_parser("playbooks", help="list built-in playbooks")
+    sub.add_parser("playbooks", help="list built-in playbooks",
+                   epilog="examples:\n  fleetclean playbooks\n"
+                   "  fleetclean show post-extraction --local   # what one of them runs\n",
+                   formatter_class=fmt)
 
     inv = sub.add_parser("inventory", help="show selected hosts with effective settings",
                          epilog="examples:\n  fleetclean inventory -i lab.yml -l training --json\n",
@@ -266,11 +269,17 @@ def _add_others(sub: Any, fmt: type[argparse.HelpFormatter], *, with_sim: bool) 
     names.add_argument("what", choices=("hosts", "playbooks"))
     hosts_opts(names)
 
-    demo = sub.add_parser("demo", help="clean a local simulated fleet end to end (Linux, root)")
+    demo = sub.add_parser("demo", help="clean a local simulated fleet end to end (Linux, root)",
+                          epilog="examples:\n  sudo fleetclean demo\n"
+                          "  sudo fleetclean demo --nodes 16\n", formatter_class=fmt)
     demo.add_argument("--nodes", type=int, default=4, metavar="N")
     demo.add_argument("--state-dir", metavar="DIR", help="where the simulated fleet lives")
 
-    sim = sub.add_parser("sim", help="drive the simulated fleet by hand (Linux, root)")
+    sim = sub.add_parser("sim", help="drive the simulated fleet by hand (Linux, root)",
+                         epilog="examples:\n  fleetclean sim up --nodes 8 --state-dir /tmp/f\n"
+                         "  fleetclean sim spawn node01 sglang --state-dir /tmp/f\n"
+                         "  fleetclean status -i /tmp/f/inventory.yaml\n"
+                         "  fleetclean sim down --state-dir /tmp/f\n", formatter_class=fmt)
     if with_sim:
         from fleetclean.sim import cli as sim_cli
 

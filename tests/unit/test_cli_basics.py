@@ -1,5 +1,6 @@
 """The CLI's contract for bad options: one line, exit 4, no traceback."""
 
+import argparse
 import io
 
 import pytest
@@ -102,3 +103,12 @@ def test_history_with_a_bad_reference_is_one_line_not_a_traceback(
         assert code == 4 and out == "" and err.count("\n") == 1, (ref, err)
     code, out, _ = run("history")
     assert code == 0
+
+
+def test_every_commands_help_has_examples() -> None:
+    from fleetclean.commands.parser import build_parser
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [name for name, parser in sub.choices.items()
+               if name != "__complete" and "examples:" not in (parser.epilog or "")
+               and "install:" not in (parser.epilog or "")]
+    assert not missing, f"--help without examples: {missing}"
