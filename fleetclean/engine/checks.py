@@ -79,6 +79,27 @@ def text(value: Any, where: Location | None, what: str) -> str:
     return no_nul(scalar_text(value, what, where), where, what)
 
 
+def suffix(value: Any, where: Location | None, what: str) -> str:
+    """A backup's suffix: what follows the file's name in the same directory. Empty, the
+    backup was the file itself, and a restore copied the patched file onto itself and
+    said it had restored it; with a '/', it named a file elsewhere.
+
+    >>> suffix(".bak_hsdump", None, "backup_suffix")
+    '.bak_hsdump'
+    >>> suffix("", None, "backup_suffix")
+    Traceback (most recent call last):
+    fleetclean.errors.VariableError: backup_suffix is empty, so the backup would be the file itself (e.g. .bak)
+    """  # noqa: E501
+    given = text(value, where, what)
+    if not given:
+        raise err(where, f"{what} is empty, so the backup would be the file itself",
+                  "e.g. .bak")
+    if "/" in given:
+        raise err(where, f"{what} {given!r} holds a '/', so the backup would be another "
+                         "file than the one beside it", "e.g. .bak")
+    return given
+
+
 MAX_SECONDS = 7 * 24 * 3600
 
 

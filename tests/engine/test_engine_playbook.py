@@ -120,6 +120,9 @@ def test_undefined_variable_names_file_line_and_variable(tmp_path: Path) -> None
     ({"dump_dir": "/dev/shm/../../"}, "it is / or a top-level directory"),
     ({"dump_dir": "relative/dir"}, "must be an absolute path"),
     ({"protect": 5}, "protect must be a list of names"),
+    # The backup would be the file itself: a restore copied the patched file onto itself.
+    ({"backup_suffix": ""}, "backup_suffix is empty, so the backup would be the file itself"),
+    ({"backup_suffix": "/../x"}, "holds a '/'"),
 ])
 def test_bad_values_are_rejected_before_anything_is_sent(extra: dict[str, object],
                                                          message: str) -> None:

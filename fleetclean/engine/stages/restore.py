@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from fleetclean.engine.checks import abs_path, text
+from fleetclean.engine.checks import abs_path, suffix
 from fleetclean.engine.model import ResolvedStage
 from fleetclean.engine.stages.base import Option, StageType, packaged, q
 
@@ -20,7 +20,7 @@ def _assignments(stage: ResolvedStage) -> list[str]:
 
 STAGE = StageType(
     name="restore",
-    options=(Option("file", abs_path), Option("backup_suffix", text, ".bak_hsdump")),
+    options=(Option("file", abs_path), Option("backup_suffix", suffix, ".bak_hsdump")),
     assignments=_assignments,
     template=packaged("restore.sh"),
 )
