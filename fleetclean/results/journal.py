@@ -39,7 +39,7 @@ def describe(text: str, state: str = "", when: Callable[[int], str] = _local) ->
     """One sentence: the run, when it began and lost its controller, what it did in all and
     after that, and how it ended (``state`` "running": it still holds the host's lock)."""
     first: dict[str, list[str]] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):  # records: results/parse.py _records says why
         if line.startswith(MARKER + "\t"):
             fields = [unquote(f) for f in line.split("\t")[1:]]
             first.setdefault(fields[0], fields[1:])

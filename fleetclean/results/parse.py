@@ -120,7 +120,11 @@ _STAGE_PREFIX = MARKER + "\tstage\t"
 
 def _records(stdout: str) -> list[list[str]]:
     out = []
-    for raw in stdout.splitlines():
+    # On "\n" alone: str.splitlines also breaks at \v, \f, \x1c-\x1e, \x85, U+2028 and
+    # U+2029, which a field (a command line) may hold, unescaped (lib.sh escapes % \t \n
+    # \r): its record cut in two lost its later fields (a refused process: a dirty host
+    # read as clean).
+    for raw in stdout.split("\n"):
         line = raw.rstrip("\r")
         if line.startswith(MARKER + "\t"):
             out.append([unquote(f) for f in line.split("\t")[1:]])

@@ -83,7 +83,7 @@ def _lines(text: str) -> list[str]:
     # A progress meter rewrites its line with CR (clush's "1/2 write..."): keep what is
     # left once it is done, and drop the meter glued before a header it did not end.
     out = []
-    for raw in text.splitlines():
+    for raw in text.split("\n"):  # records: results/parse.py _records says why
         line = raw.rsplit("\r", 1)[-1].rstrip()
         m = re.match(r"^clush: \d+/\d+(?: gw \d+)?(.*)$", line)
         if m:

@@ -280,3 +280,23 @@ def test_an_app_line_cut_by_a_process_name_costs_only_that_line() -> None:
                    rec("verify", "dirty", "0", "30", "1 GPU(s) above 0 MiB"))
     r = parse_script_output(out, "", 0)
     assert sorted(p.pid for p in r.processes) == [41, 42]
+
+
+@pytest.mark.parametrize("odd", ["\u2028", "\x0c", "\x0b", "\x1c", "\x85"])
+def test_a_command_line_with_a_unicode_line_break_keeps_its_record_whole(odd: str) -> None:
+    # str.splitlines breaks at these too, which the script does not escape: the "refused"
+    # record of a process left to its Slurm job lost its later fields, and the dirty host
+    # read as clean.
+    from fleetclean.fleet import host_result
+    from fleetclean.transport.base import ScriptOutput
+    out = (rec("begin", "1", "p", "h", "0") + rec("stage", "1", "stop", "signal")
+           + rec("owner", "41", "slurm", "7", "7")
+           + rec("refused", "1", "41", f"python3 router{odd}--x", "Slurm job 7 (user ada)",
+                 "scancel 7")
+           + rec("end", "1", "ok", "1", "0", "0", "120", "not signalled: Slurm job 7")
+           + rec("stage", "verify", "verify", "verify")
+           + rec("verify", "ok", "0", "30", "every GPU at or under 0 MiB", "clean")
+           + rec("done", "0"))
+    result = host_result("h", ScriptOutput(out, "", 0, None, True), 1)
+    assert result.status.value == "dirty", (result.status, result.error)
+    assert repr(f"python3 router{odd}--x") in repr(parse_script_output(out, "", 0))
