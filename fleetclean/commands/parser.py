@@ -110,7 +110,8 @@ def conn_opts(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--timeout", type=float, default=300.0, metavar="S",
                     help="seconds for the whole script on one host (default 300)")
     sp.add_argument("--known-hosts", action="append", default=[], metavar="FILE",
-                    help="extra known_hosts file (default ~/.ssh/known_hosts)")
+                    help="a known_hosts file read beside ~/.ssh/known_hosts (or ssh_config's "
+                    "UserKnownHostsFile); new keys accepted go to the first one given")
     sp.add_argument("--accept-new-host-keys", action="store_true",
                     help="record unknown host keys (never changed ones), like "
                     "StrictHostKeyChecking=accept-new")

@@ -43,10 +43,12 @@ def fingerprint(key: paramiko.PKey) -> str:
 
 
 class KnownHosts:
-    """known_hosts files shared by all connections of one run; thread-safe for accept-new."""
+    """known_hosts files shared by all connections of one run; thread-safe for accept-new.
+    ``write``: the file a newly accepted key goes to (default: the first of ``files``)."""
 
-    def __init__(self, files: tuple[str, ...]) -> None:
+    def __init__(self, files: tuple[str, ...], write: str | None = None) -> None:
         self._files = files
+        self._write = write
         self._lock = threading.Lock()
         self._keys = IndexedHostKeys()  # paramiko's scans every entry per lookup
         for f in files:
@@ -80,7 +82,8 @@ class KnownHosts:
         """Append a newly accepted key to the first file, like OpenSSH's accept-new."""
         with self._lock:
             self._keys.add(hostname, key.get_name(), key)
-            target = Path(self._files[0] if self._files else DEFAULT_FILE).expanduser()
+            target = Path(self._write or (self._files[0] if self._files else DEFAULT_FILE)
+                          ).expanduser()
             # An unwritable file (read-only ~/.ssh, owned by root) costs the record, not the
             # run: the key stays accepted for this run.
             with contextlib.suppress(OSError):
@@ -131,11 +134,17 @@ class KnownHostsCache:
         self._cache: dict[tuple[str, ...], KnownHosts] = {}
 
     def get(self, own: str | None) -> KnownHosts:
-        """The files of ``UserKnownHostsFile`` (``own``), then the run's extra files."""
-        files = [*(own.split() if own else ()), *self._extra] or [DEFAULT_FILE]
-        key = tuple(files)
+        """The files of ``UserKnownHostsFile`` (``own``; else ~/.ssh/known_hosts, as
+        OpenSSH), then the run's extra files. An extra file adds to the user's, never
+        replaces it: a key that changed there then read as a new host's, which
+        --accept-new-host-keys accepted. A new key goes to ``own``'s first file, else to
+        the first extra one (where the user asked for the fleet's keys), else to
+        ~/.ssh/known_hosts."""
+        files = [*(own.split() if own else [DEFAULT_FILE]), *self._extra]
+        write = own.split()[0] if own else (self._extra[0] if self._extra else DEFAULT_FILE)
+        key = (*files, "->", write)
         with self._lock:
             known = self._cache.get(key)
             if known is None:
-                known = self._cache[key] = KnownHosts(key)
+                known = self._cache[key] = KnownHosts(tuple(files), write)
             return known

@@ -1,0 +1,33 @@
+"""Which known_hosts files a run reads and writes (``transport/hostkeys.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from fleetclean.transport.hostkeys import KnownHostsCache
+
+
+def test_an_extra_file_adds_to_the_users_own_and_takes_the_new_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --known-hosts FILE replaced ~/.ssh/known_hosts: a host whose key changed there read
+    # as a new host, and --accept-new-host-keys accepted its new key and ran the script.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    known_key, new_key = paramiko.RSAKey.generate(1024), paramiko.RSAKey.generate(1024)
+    own = tmp_path / ".ssh" / "known_hosts"
+    own.write_text(f"gpu01 ssh-rsa {known_key.get_base64()}\n")
+    extra = tmp_path / "fleet_known_hosts"
+    extra.write_text("")
+    known = KnownHostsCache((str(extra),)).get(None)
+    found = known.keys.lookup("gpu01")
+    assert found is not None and found["ssh-rsa"].get_base64() == known_key.get_base64()
+    known.record("gpu02", new_key)
+    assert "gpu02" in extra.read_text() and "gpu02" not in own.read_text()
+    # UserKnownHostsFile from ssh_config stands for ~/.ssh/known_hosts, as in OpenSSH.
+    config_file = tmp_path / "config_known"
+    config_file.write_text("")
+    assert KnownHostsCache(()).get(str(config_file)).keys.lookup("gpu01") is None
