@@ -11,6 +11,7 @@ one sshd are paced (see ``pace``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import threading
@@ -94,7 +95,10 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
         "banner_timeout": limit,
         "auth_timeout": limit,
         "channel_timeout": limit,
-        "transport_factory": transport,
+        # paramiko gives the key exchange 15 s of its own (handshake_timeout), whatever the
+        # connect timeout: a longer --connect-timeout was cut to 15 s there and read as a
+        # closed connection, not a timeout.
+        "transport_factory": functools.partial(transport, handshake_timeout=limit),
     }
     if target.key:
         pkey = ctx.pkey(target.key)

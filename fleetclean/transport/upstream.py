@@ -262,11 +262,15 @@ def unlink(transport: paramiko.Transport) -> None:
         exc = exc.__cause__ or exc.__context__
 
 
-def transport(sock: Any, disabled_algorithms: Any = None) -> paramiko.Transport:
+def transport(sock: Any, disabled_algorithms: Any = None,
+              handshake_timeout: float | None = None) -> paramiko.Transport:
     """paramiko's ``Transport`` with AES-GCM first, the rest in paramiko's own order, that
     formats debug messages only for a log that takes them (the ``transport_factory`` of
-    ``SSHClient.connect``)."""
+    ``SSHClient.connect``); ``handshake_timeout``: the key exchange's limit (paramiko's
+    own is 15 s)."""
     made = _Transport(sock, disabled_algorithms=disabled_algorithms)
+    if handshake_timeout is not None:
+        made.handshake_timeout = handshake_timeout
     security = made.get_security_options()
     security.ciphers = tuple(sorted(security.ciphers, key=lambda name: name not in AEAD))
     return made

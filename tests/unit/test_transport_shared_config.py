@@ -63,3 +63,20 @@ def test_connections_built_from_many_threads_at_once_all_succeed(eager_switching
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_the_key_exchange_gets_the_whole_connect_timeout() -> None:
+    # paramiko's own handshake_timeout (15 s) cut a longer --connect-timeout short there,
+    # and the slow key exchange read as a closed connection instead of a timeout.
+    import socket
+
+    ctx = Context(40.0, KnownHostsCache(()), accept_new=False)
+    conn = _connection(_target(1), None, ctx, 40.0)
+    ours, theirs = socket.socketpair()
+    try:
+        made = conn.connect_kwargs["transport_factory"](ours, disabled_algorithms=None)
+        assert made.handshake_timeout == 40.0
+        made.close()
+    finally:
+        ours.close()
+        theirs.close()
