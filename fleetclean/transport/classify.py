@@ -139,8 +139,18 @@ def _definite(exc: BaseException, where: Where, phase: Phase) -> TransportFailur
             getattr(exc, "strerror", None) or str(exc) or type(exc).__name__)
         return TransportFailure("unreachable", f"cannot connect to {where}: {reason}")
     refused = isinstance(exc, paramiko.PasswordRequiredException) or (
-        isinstance(exc, paramiko.AuthenticationException) and not _is_timeout(exc, 0, 1))
+        isinstance(exc, paramiko.AuthenticationException) and not _is_timeout(exc, 0, 1)
+        and not _dropped_in_auth(exc, where))
     return _refused(exc, where) if refused else None
+
+
+def _dropped_in_auth(exc: BaseException, where: Where) -> bool:
+    """paramiko words a connection that ended during authentication as an authentication
+    failure ("transport shut down or saw EOF"). With one key given, sshd refused nothing:
+    the connection dropped. With the agent's or the default keys, sshd may have closed it
+    after too many of them were refused (MaxAuthTries), which stays a refusal."""
+    return (isinstance(exc, paramiko.AuthenticationException) and where.key is not None
+            and "saw EOF" in str(exc))
 
 
 def classify(
@@ -155,7 +165,7 @@ def classify(
         return timed_out(where, phase, limit)
     if phase is Phase.BANNER:
         return None
-    if isinstance(exc, (EOFError, ConnectionError)):
+    if isinstance(exc, (EOFError, ConnectionError)) or _dropped_in_auth(exc, where):
         return TransportFailure(
             "unreachable", f"{where} closed the connection during {phase.value}")
     if isinstance(exc, paramiko.SSHException):

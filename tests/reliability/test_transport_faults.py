@@ -60,6 +60,19 @@ def test_refused_credentials_are_auth_failed(exc: BaseException) -> None:
     assert "root@10.0.0.1:22" in failure.message and "/keys/id" in failure.message
 
 
+def test_a_connection_dropped_during_authentication_with_one_key_is_not_auth_failed() -> None:
+    # paramiko words it as an authentication failure; with one key given, sshd refused
+    # nothing. With the agent's keys, sshd may have closed it over MaxAuthTries: refused.
+    eof = paramiko.AuthenticationException(
+        "Authentication failed: transport shut down or saw EOF")
+    failure = classify(eof, WHERE, Phase.AUTH, 0.1, 3.0)
+    assert failure is not None
+    assert (failure.kind, failure.message) == (
+        "unreachable", "10.0.0.1:22 closed the connection during auth")
+    agent = classify(eof, Where("10.0.0.1", 22, "root", None), Phase.AUTH, 0.1, 3.0)
+    assert agent is not None and agent.kind == "auth_failed"
+
+
 def test_refused_tcp_is_unreachable() -> None:
     failure = classify(ConnectionRefusedError(111, "Connection refused"), WHERE, Phase.TCP,
                        0.01, 3.0)
