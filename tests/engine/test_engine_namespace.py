@@ -154,6 +154,32 @@ def test_remove_refuses_globs_that_match_nothing_unless_missing_ok(tmp_path: Any
     assert r.report.error == "stage 'rm' failed: not found: /tmp/d/*.bin"
 
 
+@pytest.mark.parametrize(("path", "survives"), [
+    # A trailing '/' on a symlink: rm emptied the directory it names; the link alone goes.
+    ("/tmp/dump/cache/", True),
+    # A glob through a symlinked directory: refused, the victim's files kept.
+    ("/tmp/shm/sglang_hs/*", True),
+    # A bind mount under the path (the same device: rm's --one-file-system let it through).
+    ("/tmp/dump2", True),
+])
+def test_remove_never_reaches_through_a_symlink_or_into_a_bind_mount(
+    tmp_path: Any, path: str, survives: bool
+) -> None:
+    pb = load_playbook(playbook_file(tmp_path, (
+        "name: rm\nstages:\n  - {name: rm, type: remove, paths: ['" + path + "']}\n")))
+    r = run_in_namespace(
+        render_script(resolve(pb, {}, {})),
+        setup="mkdir -p /tmp/victim /tmp/dump /tmp/shm /tmp/dump2/mnt; touch /tmp/victim/keep\n"
+              "ln -s /tmp/victim /tmp/dump/cache; ln -s /tmp/victim /tmp/shm/sglang_hs\n"
+              "mount --bind /tmp/victim /tmp/dump2/mnt\n",
+        after="ls /tmp/victim; ls -A /tmp/dump\n")
+    assert ("keep" in after(r)) is survives, (r.report, after(r))
+    if path.endswith("/"):  # the link itself went, as asked
+        assert r.report.stages[0].status == "ok" and "cache" not in after(r), after(r)
+    else:
+        assert r.report.stages[0].status == "failed", r.report
+
+
 INJECTIONS = ["'; touch /tmp/pwned #", "$(touch /tmp/pwned)", "`touch /tmp/pwned`",
               "x\ntouch /tmp/pwned", "*"]
 

@@ -31,9 +31,21 @@ fc_stage_remove() {
             continue
         fi
         for shown in "${exp[@]}"; do
+            # Without its trailing '/': rm went through a symlink so written and emptied
+            # the directory it names; now a symlink is removed as the link it is.
+            while [[ $shown == ?*/ ]]; do shown=${shown%/}; done
             real=$(realpath -m -- "$shown")
             if [[ $real != /*/* ]]; then
                 refused+=("$shown (resolves to $real)")
+            elif ((opt_globs[i])) &&
+                [[ $(realpath -m -- "${shown%/*}/") != "$(realpath -sm -- "${shown%/*}/")" ]]; then
+                # A glob that went through a symlinked directory removes what it points to:
+                # written in the playbook for the directory itself, not for where it leads.
+                refused+=("$shown (its directory is a symlink to ${real%/*}: write that path)")
+            elif fc_mounted_under "$real"; then
+                # rm's --one-file-system stops at another device, not at a bind mount of
+                # the same one, whose files are someone else's.
+                refused+=("$shown (a file system is mounted under it, at $REPLY)")
             else
                 found+=("$shown")
             fi
@@ -67,4 +79,22 @@ fc_stage_remove() {
     else
         FC_MESSAGE="removed ${#found[@]} path(s)"
     fi
+}
+
+# True, REPLY the first, when a mount point lies under directory $1 (not at it: a dump
+# directory that is its own tmpfs is emptied as asked), by this mount namespace's table.
+fc_mounted_under() {
+    local line mount
+    [[ -n ${FC_MOUNTS+set} ]] || mapfile -t FC_MOUNTS </proc/self/mountinfo 2>/dev/null
+    for line in "${FC_MOUNTS[@]}"; do
+        # "ID PARENT MAJ:MIN ROOT MOUNT_POINT ...", the point's blanks written \040.
+        mount=${line#* * * * }
+        mount=${mount%% *}
+        mount=${mount//\\040/ }
+        if [[ $mount == "$1"/* ]]; then
+            REPLY=$mount
+            return 0
+        fi
+    done
+    return 1
 }
