@@ -180,6 +180,30 @@ def test_remove_never_reaches_through_a_symlink_or_into_a_bind_mount(
         assert r.report.stages[0].status == "failed", r.report
 
 
+@pytest.mark.parametrize(("setup", "status", "shows"), [
+    # A symlink is restored where it points (renamed over, the link became a copy and the
+    # file it named stayed patched); the link stays a link.
+    ("echo PATCHED > /tmp/real.py; ln -s /tmp/real.py /tmp/m.py; echo ORIG > /tmp/m.py.bak",
+     "ok", "ORIG link"),
+    # A backup that is the file itself holds the patch: said, not "restored".
+    ("echo PATCHED > /tmp/m.py; ln /tmp/m.py /tmp/m.py.bak", "failed", "PATCHED file"),
+    ("mkdir /tmp/m.py; echo ORIG > /tmp/m.py.bak; echo PATCHED > /tmp/real.py", "failed",
+     "PATCHED dir"),
+])
+def test_restore_puts_the_original_back_or_says_it_did_not(
+    tmp_path: Any, setup: str, status: str, shows: str
+) -> None:
+    pb = load_playbook(playbook_file(tmp_path, (
+        "name: r\nstages:\n  - {name: r, type: restore, file: /tmp/m.py, "
+        "backup_suffix: .bak}\n")))
+    r = run_in_namespace(render_script(resolve(pb, {}, {})), setup=setup + "\n",
+                         after="cat /tmp/real.py 2>/dev/null || cat /tmp/m.py; "
+                               "if [ -L /tmp/m.py ]; then echo link; elif [ -d /tmp/m.py ]; "
+                               "then echo dir; else echo file; fi\n")
+    assert r.report.stages[0].status == status, r.report
+    assert " ".join(after(r).split()) == shows, after(r)
+
+
 INJECTIONS = ["'; touch /tmp/pwned #", "$(touch /tmp/pwned)", "`touch /tmp/pwned`",
               "x\ntouch /tmp/pwned", "*"]
 

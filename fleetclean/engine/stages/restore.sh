@@ -15,6 +15,24 @@ fc_stage_restore() {
         FC_MESSAGE="backup missing: $backup (cannot restore $file)"
         return 0
     fi
+    if [[ -d $file ]]; then
+        FC_STATUS=failed
+        FC_MESSAGE="$file is a directory, not a file to restore from $backup"
+        return 0
+    fi
+    # A symlink is restored where it points: renamed over, the link became a copy and the
+    # file it named stayed patched.
+    if [[ -L $file ]] && ! file=$(realpath -e -- "$file" 2>&1); then
+        FC_STATUS=failed
+        FC_MESSAGE="$opt_file is a symlink to nothing: $file"
+        return 0
+    fi
+    # A backup that is the file itself (a link to it) holds the patch, not the original.
+    if [[ $backup -ef $file ]]; then
+        FC_STATUS=failed
+        FC_MESSAGE="backup $backup is $file itself (a link to it), not a copy of the original"
+        return 0
+    fi
     FC_MATCHED=1
     if ((FC_CHECK)); then
         FC_STATUS=changed
@@ -29,13 +47,13 @@ fc_stage_restore() {
         return 0
     fi
     if ! out=$(cp --preserve=mode,ownership,timestamps -- "$backup" "$tmp" 2>&1 &&
-        mv -f -- "$tmp" "$file" 2>&1); then
+        mv -f -T -- "$tmp" "$file" 2>&1); then
         rm -f -- "$tmp"
         FC_STATUS=failed
         FC_MESSAGE="restore of $file from $backup failed: $out"
         return 0
     fi
     FC_STATUS=ok
-    FC_MESSAGE="restored $file from $backup"
+    FC_MESSAGE="restored $opt_file from $backup"
     fc_rec change "$FC_IDX" "$FC_MESSAGE"
 }
