@@ -42,8 +42,10 @@ BUILTIN_VARS: dict[str, Any] = {"protect": [], "lock_wait": 5, "force": False,
 and ``never_stop_units``: :mod:`fleetclean.engine.owners`)."""
 
 DEFAULT_PROTECT = (
-    "sshd", "systemd", "init", "nvidia-persistenced", "nv-hostengine", "dcgm-exporter",
-    "nv-fabricmanager", "Xorg",
+    # OpenSSH 9.8 and later run each connection as sshd-session (and its authentication as
+    # sshd-auth), no longer as sshd.
+    "sshd", "sshd-session", "sshd-auth", "systemd", "init", "nvidia-persistenced",
+    "nv-hostengine", "dcgm-exporter", "nv-fabricmanager", "Xorg",
 )
 """Process names (comm or argv[0] basename) no stage ever signals."""
 

@@ -204,6 +204,29 @@ def test_restore_puts_the_original_back_or_says_it_did_not(
     assert " ".join(after(r).split()) == shows, after(r)
 
 
+def test_sshd_session_and_a_protected_name_longer_than_the_kernels_15_bytes_are_spared(
+    tmp_path: Any,
+) -> None:
+    # OpenSSH 9.8+ names each connection's process sshd-session; the kernel keeps a name
+    # (comm) to 15 bytes, so "fcrev-jupyter-notebook" is "fcrev-jupyter-n" there.
+    pb = load_playbook(playbook_file(tmp_path, (
+        "name: s\nvars: {protect: [fcrev-jupyter-notebook]}\nstages:\n"
+        "  - {name: s, type: signal, pattern: 'sshd-session|fcrev-jupyter|fcrev-victim', "
+        "grace: 1}\n")))
+    r = run_in_namespace(
+        render_script(resolve(pb, {}, {})),
+        # argv[0] as such processes have it (a title; a shorter name): only the
+        # kernel's name says what they are.
+        setup="for n in sshd-session:sshd-session: fcrev-jupyter-notebook:fcrev-jupyter "
+              "fcrev-victim:fcrev-victim; do\n"
+              "  cp /bin/sleep /tmp/${n%%:*}\n"
+              "  (setsid bash -c 'exec -a \"$1\" \"$0\" 1000' /tmp/${n%%:*} \"${n#*:}\" "
+              "</dev/null >/dev/null 2>&1 &)\n"
+              "done; sleep 0.3\n",
+        after="ps -eo comm= | grep -E '^(sshd-session|fcrev)' | sort\n")
+    assert after(r).split() == ["fcrev-jupyter-n", "sshd-session"], (after(r), r.report)
+
+
 INJECTIONS = ["'; touch /tmp/pwned #", "$(touch /tmp/pwned)", "`touch /tmp/pwned`",
               "x\ntouch /tmp/pwned", "*"]
 

@@ -502,6 +502,9 @@ fc_self_init() {
     FC_PROTECTED_NAME=()
     for name in "${FC_PROTECT[@]}"; do
         FC_PROTECTED_NAME[${name}_]=1
+        # The kernel keeps a process's name (comm) to 15 bytes: a longer name never
+        # matched it whole (jupyter-notebook is "jupyter-noteboo").
+        FC_PROTECTED_NAME[${name:0:15}_]=1
     done
     FC_ANCESTOR=()
     while [[ -n $pid && $pid != 0 ]]; do
