@@ -137,6 +137,17 @@ def test_guard_refuses_while_a_writer_is_open_and_signals_nothing() -> None:
     assert not r.report.signalled and r.alive("sglang.launch_server")
 
 
+def test_guard_sees_a_writer_through_a_symlinked_path() -> None:
+    # The kernel names the open file by its real path: guard_path through a symlink never
+    # matched it, and the teardown went ahead over a dump being written.
+    r = run_in_namespace(
+        script("post-extraction", {"guard_path": "/tmp/dumps"}),
+        setup="mkdir -p /dev/shm/sglang_hs; ln -s /dev/shm/sglang_hs /tmp/dumps\n" + SGLANG
+              + "spawn w --setsid --write /dev/shm/sglang_hs/part.bin writer-task\n")
+    assert r.report.error is not None and "writer-task" in r.report.error, r.report
+    assert not r.report.signalled and r.alive("sglang.launch_server")
+
+
 def test_guard_is_overridden_by_force() -> None:
     r = run_in_namespace(
         script("post-extraction", {"guard_path": "/dev/shm/sglang_hs"}, force=True),

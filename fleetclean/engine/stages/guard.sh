@@ -6,10 +6,13 @@
 
 # Writers of files under $1, as "pid N (cmdline)" words in REPLY.
 fc_writers() {
-    local path=${1%/} line pid fd target k v flags
+    local path line pid fd target k v flags real
     local -a found=()
+    # The kernel names an open file by its real path: one written through a symlink never
+    # matched, and the guard let the teardown through.
+    real=$(realpath -m -- "$1" 2>/dev/null) || real=${1%/}
     # fc_open_fds prints targets as ls escapes them: so is the path they are compared to.
-    fc_ls_escape "$path"
+    fc_ls_escape "$real"
     path=$REPLY
     fc_self  # the script's own writers (its ancestors) are not in the way
     # Split by hand, not by read: it would drop the space of a name ending in "\ ".
@@ -20,14 +23,14 @@ fc_writers() {
         flags=""
         while read -r k v; do
             [[ $k == flags: ]] && flags=$v
-        done <"/proc/$pid/fdinfo/$fd" 2>/dev/null
+        done 2>/dev/null <"/proc/$pid/fdinfo/$fd"  # (one gone by now is no writer)
         # O_WRONLY is 01 and O_RDWR 02 in the octal flags field.
         [[ -n $flags ]] || continue
         (((8#$flags & 3) != 0)) || continue
         [[ -n ${FC_ANCESTOR[$pid]:-} ]] && continue
         fc_cmdline "$pid"
         fc_in_list "pid $pid ($REPLY)" "${found[@]}" || found+=("pid $pid ($REPLY)")
-    done < <(fc_open_fds "${1%/}")
+    done < <(fc_open_fds "$real")
     local IFS=','
     REPLY=${found[*]}
     REPLY=${REPLY//,/, }
