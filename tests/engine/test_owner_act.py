@@ -76,6 +76,18 @@ def test_no_docker_cli_signals_the_container_and_warns(tmp_path: Path, sleeper: 
     assert warning.startswith("no docker CLI on the node: container 3f3f3f3f3f3f's")
 
 
+def test_a_failed_docker_stop_is_said_not_taken_for_a_stop(tmp_path: Path, sleeper: int) -> None:
+    # A docker whose stop fails (its daemon refused it): the container was reported
+    # "stopped", its process then killed with no word that its restart policy may bring it
+    # back. The process is this test's own sleep.
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/sh\necho 'Error response from daemon: conflict' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    out, warning = act(tmp_path, sleeper, "docker", "3f" * 32, "3f" * 6)
+    assert warning.startswith("docker stop 3f3f3f3f3f3f failed (exit 1)"), (warning, out)
+    assert "stopped docker" not in out
+
+
 def test_infrastructure_units_are_never_stopped(tmp_path: Path, sleeper: int) -> None:
     # Without pam_systemd a login's processes live in ssh.service: signalled one by one.
     out, warning = act(tmp_path, sleeper, "systemd", "ssh.service", "ssh.service")

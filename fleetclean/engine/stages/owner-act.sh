@@ -198,7 +198,13 @@ fc_owner_stop() {
         for id in "${docker_ids[@]}"; do
             for p in "${FC_LEFT[@]}"; do
                 if [[ ${FC_OI[$p]} == "$id" ]]; then
-                    docker kill "$id" >/dev/null 2>&1
+                    # Bounded: a daemon that hangs held the teardown (and the node's lock)
+                    # here for ever, before the KILL below.
+                    if command -v timeout >/dev/null 2>&1; then
+                        timeout -k 1 10 docker kill "$id" >/dev/null 2>&1
+                    else
+                        docker kill "$id" >/dev/null 2>&1 &
+                    fi
                     break
                 fi
             done
@@ -208,10 +214,19 @@ fc_owner_stop() {
     fi
     FC_OWNER_LEFT=("${FC_LEFT[@]}")
     FC_OWNER_SENT=$FC_SIGNALLED
-    # Our own docker clients: each has returned by now but for a daemon that hangs.
-    for p in "${jobs[@]}"; do
+    # Our own docker clients: each has returned by now but for a daemon that hangs. One
+    # that failed stopped nothing: said so, not "stopped" (a restart policy may bring its
+    # container back, as a unit's may after a failed systemctl stop).
+    local k rc
+    for k in "${!jobs[@]}"; do
+        p=${jobs[k]}
         kill -0 "$p" 2>/dev/null && kill -TERM "$p" 2>/dev/null
-        wait "$p" 2>/dev/null
+        rc=0
+        wait "$p" 2>/dev/null || rc=$?
+        if ((rc != 0)); then
+            done_ids[${docker_ids[k]}]=failed
+            fc_owner_warn "docker stop ${docker_ids[k]:0:12} failed (exit $rc): its processes were signalled; a restart policy may bring its container back"
+        fi
     done
     for id in "${!done_ids[@]}"; do
         [[ ${done_ids[$id]} == ok ]] || continue
