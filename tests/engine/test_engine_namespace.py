@@ -238,6 +238,18 @@ def test_sshd_session_and_a_protected_name_longer_than_the_kernels_15_bytes_are_
     assert after(r).split() == ["fcrev-jupyter-n", "sshd-session"], (after(r), r.report)
 
 
+def test_a_dot_glob_removes_the_hidden_files_not_dot_and_dot_dot(tmp_path: Any) -> None:
+    # Before bash 5.2 (globskipdots, emulated here) dir/.* gave "." and "..", which rm
+    # refuses: the stage failed.
+    pb = load_playbook(playbook_file(tmp_path, (
+        "name: rm\nstages:\n  - {name: rm, type: remove, paths: ['/tmp/d/.*']}\n")))
+    r = run_in_namespace("shopt -u globskipdots 2>/dev/null\n" + render_script(
+        resolve(pb, {}, {})), setup="mkdir -p /tmp/d; touch /tmp/d/.hidden /tmp/d/seen\n",
+        after="ls -A /tmp/d\n")
+    assert r.report.stages[0].status == "ok", r.report
+    assert after(r).split() == ["seen"]
+
+
 INJECTIONS = ["'; touch /tmp/pwned #", "$(touch /tmp/pwned)", "`touch /tmp/pwned`",
               "x\ntouch /tmp/pwned", "*"]
 

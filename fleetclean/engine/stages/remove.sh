@@ -31,6 +31,9 @@ fc_stage_remove() {
             continue
         fi
         for shown in "${exp[@]}"; do
+            # "." and "..", which a glob such as dir/.* gives before bash 5.2 (globskipdots)
+            # and rm refuses, are never what a glob was written for.
+            [[ $shown == */. || $shown == */.. ]] && continue
             # Without its trailing '/': rm went through a symlink so written and emptied
             # the directory it names; now a symlink is removed as the link it is.
             while [[ $shown == ?*/ ]]; do shown=${shown%/}; done
