@@ -143,6 +143,14 @@ def _run_all(
     except KeyboardInterrupt:  # hosts not submitted yet never start
         interrupted = True
         cancel.set()
+    except RuntimeError as exc:
+        # No thread to be had (ulimit -u, memory): the hosts already running go on, and
+        # each host left is told so; it escaped before, with no host's result at all.
+        for job in jobs[len(futures):]:
+            results[job.host.name] = HostResult(
+                job.host.name, HostStatus.ERROR,
+                f"not started: the controller could not start a thread ({exc}); lower "
+                "--forks or raise its limit (ulimit -u)")
     if started_all is not None and not interrupted:
         # Best effort, and hosts already run: a Ctrl-C here is the first one (below), and
         # a hook that fails (no thread to be had) costs the run nothing.

@@ -20,6 +20,7 @@ True
 from __future__ import annotations
 
 import enum
+import errno
 import os
 import socket
 from dataclasses import dataclass
@@ -132,6 +133,14 @@ def _definite(exc: BaseException, where: Where, phase: Phase) -> TransportFailur
     known = _key_failure(exc, where)
     if known is not None:
         return known
+    # The controller's own limits, not the host's doing: no file descriptor (ulimit -n),
+    # no thread (ulimit -u). Told as such, never retried as sshd's MaxStartups.
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        return TransportFailure("error", f"cannot connect to {where}: this machine is out "
+                                "of file descriptors; lower --forks or raise ulimit -n")
+    if isinstance(exc, RuntimeError) and "start new thread" in str(exc):
+        return TransportFailure("error", f"cannot connect to {where}: this machine could not "
+                                "start a thread; lower --forks or raise ulimit -u")
     if isinstance(exc, paramiko.ChannelException):
         return TransportFailure("unreachable", f"the bastion cannot reach {where}: {exc.text}")
     if phase is Phase.TCP and not isinstance(exc, (socket.timeout, TimeoutError)):

@@ -73,6 +73,18 @@ def test_a_connection_dropped_during_authentication_with_one_key_is_not_auth_fai
     assert agent is not None and agent.kind == "auth_failed"
 
 
+@pytest.mark.parametrize(("phase", "exc", "words"), [
+    (Phase.TCP, OSError(24, "Too many open files"), "out of file descriptors"),
+    (Phase.BANNER, RuntimeError("can't start new thread"), "could not start a thread"),
+])
+def test_the_controllers_own_limits_are_not_blamed_on_the_host(
+    phase: Phase, exc: BaseException, words: str
+) -> None:
+    # Were "unreachable: Too many open files", and a retried "MaxStartups is full".
+    failure = classify(exc, WHERE, phase, 0.1, 3.0)
+    assert failure is not None and failure.kind == "error" and words in failure.message
+
+
 def test_refused_tcp_is_unreachable() -> None:
     failure = classify(ConnectionRefusedError(111, "Connection refused"), WHERE, Phase.TCP,
                        0.01, 3.0)

@@ -57,3 +57,31 @@ def test_a_ctrl_c_or_an_error_in_the_hook_leaves_the_running_hosts_run(
     assert sorted(h.host for h in result.hosts) == ["gpu00", "gpu01", "gpu02"]
     # A Ctrl-C there is the run's first: it waited for its hosts, and says it was cut.
     assert result.interrupted is (fault is KeyboardInterrupt)
+
+
+def test_a_thread_that_cannot_start_leaves_every_host_with_a_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The 3rd worker thread fails to start (ulimit -u): the error escaped run_fleet with no
+    # host's result at all; now the 2 running hosts finish and the rest say why not.
+    from concurrent.futures import ThreadPoolExecutor
+    session = HeldSession()
+    session.release.set()
+    real = ThreadPoolExecutor.submit
+    count = {"n": 0}
+
+    def submit(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        count["n"] += 1
+        if count["n"] == 3:
+            raise RuntimeError("can't start new thread")
+        return real(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", submit)
+    result = fleet.run_fleet(jobs(4), playbook="status", opts=Options(), forks=4,
+                             session=session)  # type: ignore[arg-type]
+    by = {h.host: h for h in result.hosts}
+    assert sorted(session.ran) == ["gpu00", "gpu01"]  # (their empty output: an error too)
+    assert "thread" not in (by["gpu00"].error or "") + (by["gpu01"].error or "")
+    for name in ("gpu02", "gpu03"):
+        assert by[name].status.value == "error"
+        assert "could not start a thread" in (by[name].error or ""), by[name]
