@@ -29,7 +29,15 @@ def _epilog(args: argparse.Namespace) -> str:
     book = load_playbook(args.playbook)
     extra = parse_extra_vars(args.extra_vars)
     log = epilog_log(extra.pop("epilog_log", DEFAULT_EPILOG_LOG))
+    # slurmd runs the epilogs of a node's jobs at once, and one whose job left processes
+    # holds the node's lock through its graces and verification: 5 s, then "host busy"
+    # (exit 2), drained the node. An epilog waits its turn.
+    if "lock_wait" not in book.vars:
+        extra.setdefault("lock_wait", EPILOG_LOCK_WAIT)
     return render_epilog(resolve(book, {}, extra), log=log)
+
+
+EPILOG_LOCK_WAIT = 600
 
 
 def epilog_log(value: Any) -> str:

@@ -243,3 +243,10 @@ def test_a_host_whose_bundle_came_cut_is_explained() -> None:
     assert "before its end" in dropped[1] and "~/.bashrc" not in dropped[1]
     assert saved.failure(["bash: nvidia-smi: command not found"])[1] == \
         "bash: nvidia-smi: command not found"
+
+
+def test_an_epilog_waits_its_turn_for_the_nodes_lock(cli: Cli) -> None:
+    # slurmd runs a node's epilogs at once: 5 s, then "host busy" (exit 2), drained it.
+    assert "FC_LOCK_WAIT=600\n" in cli("export", "slurm-epilog", "post-extraction").out
+    given = cli("export", "slurm-epilog", "post-extraction", "-e", "lock_wait=30").out
+    assert "FC_LOCK_WAIT=30\n" in given

@@ -126,5 +126,17 @@ fc_bundle_run() {
 fc_epilog_run() {
     FC_TARGET_HOST=${SLURMD_NODENAME:-$HOSTNAME}
     FC_T_JOB=${SLURM_JOB_ID:-}
+    # Its scope is that job: without its number, every job's processes were in it (a run
+    # by hand on a shared node killed another job's). slurmd always sets it.
+    if [[ ! $FC_T_JOB =~ ^[0-9]+$ ]]; then
+        fc_standalone "$FC_EPILOG_LOG" fc_epilog_no_job
+        return
+    fi
     fc_standalone "$FC_EPILOG_LOG" fc_main
+}
+
+fc_epilog_no_job() {
+    fc_rec begin 1 slurm-epilog "$FC_TARGET_HOST" 0
+    fc_rec error "SLURM_JOB_ID is ${SLURM_JOB_ID:+not a job number: $SLURM_JOB_ID}${SLURM_JOB_ID:-not set}, and an epilog scoped to no job would reach every job's processes: nothing was done (slurmd sets it; by hand, give SLURM_JOB_ID=N and SLURM_JOB_GPUS)"
+    fc_rec "done" 0
 }
