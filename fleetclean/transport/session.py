@@ -147,6 +147,15 @@ class Session:
             return conn, True
         return self.connect(host), False
 
+    def _forget(self, host: Host, conn: Any) -> None:
+        """Drop a kept connection that no longer works, and close it."""
+        with self._lock:
+            self._open.discard(conn)
+            if self._kept.get(host.name) is conn:
+                del self._kept[host.name]
+        with contextlib.suppress(Exception):
+            conn.close()
+
     def _release(self, host: Host, conn: Any) -> None:
         """After a run: a caller's connection stays as it is, a kept one waits quietly for
         the next run (see ``upstream.idle``), any other is closed."""
@@ -180,9 +189,13 @@ class Session:
         try:
             conn, reused = self._acquire(host)
             out = self._run_on(conn, host, script, on_line)
-            if reused and out.failure is not None and not out.started and not conn.is_connected:
-                # A kept connection that died unnoticed: nothing ran, so connect again.
-                self._release(host, conn)
+            if reused and out.failure is not None and not out.started and (
+                    not conn.is_connected or "session channel" in out.failure.message):
+                # A kept connection that died unnoticed: nothing ran, so connect again. One
+                # dropped silently (a firewall or NAT forgot it) still reads as connected:
+                # its session channel never opens, and it was kept, dead, refresh after
+                # refresh of a --watch until TCP gave up on it.
+                self._forget(host, conn)
                 conn = self.connect(host)
                 out = self._run_on(conn, host, script, on_line)
         except Failed as exc:
