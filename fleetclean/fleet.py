@@ -137,9 +137,21 @@ def _run_all(
     # Not a `with`: its exit joins every worker, which a second Ctrl-C must not wait for.
     pool = ThreadPoolExecutor(max_workers=max(1, forks))
     futures: dict[Future[HostResult | None], Job] = {}
+    unstarted: set[str] = set()
     try:
         for job in jobs:
-            futures[pool.submit(_run_one, session, job, emit, cancel)] = job
+            # A job is queued before its thread is started: one whose thread failed may
+            # still be taken by a running worker, which its gate then turns away.
+            gate = threading.Event()
+            try:
+                future = pool.submit(_run_one, session, job, emit, cancel, gate=gate,
+                                     unstarted=unstarted)
+            except BaseException:
+                unstarted.add(job.host.name)
+                gate.set()
+                raise
+            futures[future] = job
+            gate.set()
     except KeyboardInterrupt:  # hosts not submitted yet never start
         interrupted = True
         cancel.set()
@@ -244,9 +256,12 @@ def _result(jobs: Sequence[Job], playbook: str, results: dict[str, HostResult],
 
 
 def _run_one(
-    session: Session | LocalSession, job: Job, emit: EventCallback, cancel: threading.Event
+    session: Session | LocalSession, job: Job, emit: EventCallback, cancel: threading.Event,
+    *, gate: threading.Event | None = None, unstarted: set[str] | None = None,
 ) -> HostResult | None:
-    if cancel.is_set():
+    if gate is not None:
+        gate.wait()  # its submit has returned, or failed (then it is in unstarted)
+    if cancel.is_set() or (unstarted is not None and job.host.name in unstarted):
         return None
     name = job.host.name
     emit(Event(name, "start", dialing=dialing.probe()))

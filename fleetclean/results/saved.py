@@ -134,6 +134,12 @@ def _by_prefix(lines: list[str], *, blocks: bool) -> list[HostOutput]:
         if line.startswith(MARKER):
             for name in current:
                 hosts.get(name).records.append(line)
+        elif current and not tool and m and m.group(1) not in current:
+            # A block's own text ("Note: module gcc/12 loaded" from a startup file, the
+            # bundle's "fleetclean: gpu01: clean" under -B), not a host's prefixed line:
+            # clush prints those (stderr) before its blocks, and its own after them.
+            for name in current:
+                hosts.get(name).notes.append(line)
         elif m:
             # Stderr comes prefixed even under -b (clush's tree mode, pdsh, clush's own
             # "exited with exit code N"): a bundle prints nothing but records on stdout.
@@ -160,7 +166,10 @@ def _by_task(lines: list[str]) -> list[HostOutput]:
         for out in _by_begin(task_lines):
             hosts.get(out.host).records += out.records
     for name, why in notes.items():
-        hosts.get(name).notes += why
+        # srun names a node by its short name, the records by the inventory's (gpu01.lab):
+        # one host, not a second one made of srun's line alone.
+        full = next((h for h in hosts.by_name if h.startswith(name + ".")), name)
+        hosts.get(name if name in hosts.by_name else full).notes += why
     return hosts.outputs()
 
 
