@@ -88,6 +88,19 @@ def test_a_failed_docker_stop_is_said_not_taken_for_a_stop(tmp_path: Path, sleep
     assert "stopped docker" not in out
 
 
+def test_a_docker_stop_that_ends_after_its_container_is_still_a_stop(
+    tmp_path: Path, sleeper: int
+) -> None:
+    # The container's process went first and the client answered 1 s later: ended by a
+    # TERM at once, it read as a failed stop (exit 143).
+    fake = tmp_path / "docker"
+    fake.write_text(f"#!/bin/sh\n[ \"$1\" = stop ] && kill {sleeper}; /bin/sleep 1; exit 0\n")
+    fake.chmod(0o755)
+    out, warning = act(tmp_path, sleeper, "docker", "3f" * 32, "3f" * 6)
+    assert warning == "", warning
+    assert "stopped docker 3f3f3f3f3f3f" in out
+
+
 def test_infrastructure_units_are_never_stopped(tmp_path: Path, sleeper: int) -> None:
     # Without pam_systemd a login's processes live in ssh.service: signalled one by one.
     out, warning = act(tmp_path, sleeper, "systemd", "ssh.service", "ssh.service")

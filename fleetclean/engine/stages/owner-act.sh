@@ -217,13 +217,20 @@ fc_owner_stop() {
     # Our own docker clients: each has returned by now but for a daemon that hangs. One
     # that failed stopped nothing: said so, not "stopped" (a restart policy may bring its
     # container back, as a unit's may after a failed systemctl stop).
-    local k rc
+    local k rc ended
     for k in "${!jobs[@]}"; do
         p=${jobs[k]}
-        kill -0 "$p" 2>/dev/null && kill -TERM "$p" 2>/dev/null
+        # A client still finishing its stop (the container's processes went first) gets
+        # 2 s before it is ended; ended by us, its status says nothing of the stop.
+        ended=0
+        for _ in {1..40}; do
+            kill -0 "$p" 2>/dev/null || break
+            fc_nap 0.05
+        done
+        kill -0 "$p" 2>/dev/null && kill -TERM "$p" 2>/dev/null && ended=1
         rc=0
         wait "$p" 2>/dev/null || rc=$?
-        if ((rc != 0)); then
+        if ((rc != 0 && !ended)); then
             done_ids[${docker_ids[k]}]=failed
             fc_owner_warn "docker stop ${docker_ids[k]:0:12} failed (exit $rc): its processes were signalled; a restart policy may bring its container back"
         fi
