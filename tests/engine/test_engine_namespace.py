@@ -263,6 +263,19 @@ def test_an_epilog_with_no_job_number_touches_nothing() -> None:
     assert not r.report.signalled and r.alive("sglang.launch_server")
 
 
+def test_a_glob_under_a_site_symlink_higher_up_still_removes(tmp_path: Any) -> None:
+    # /scratch -> /lustre is a site's layout: only a glob's own directory being a symlink
+    # is refused.
+    pb = load_playbook(playbook_file(tmp_path, (
+        "name: rm\nstages:\n  - {name: rm, type: remove, paths: ['/tmp/site/dumps/*']}\n")))
+    r = run_in_namespace(render_script(resolve(pb, {}, {})),
+                         setup="mkdir -p /tmp/real/dumps; touch /tmp/real/dumps/a.bin\n"
+                               "ln -s /tmp/real /tmp/site\n",
+                         after="ls -A /tmp/real/dumps\n")
+    assert r.report.stages[0].status == "ok", r.report
+    assert after(r).split() == []
+
+
 INJECTIONS = ["'; touch /tmp/pwned #", "$(touch /tmp/pwned)", "`touch /tmp/pwned`",
               "x\ntouch /tmp/pwned", "*"]
 

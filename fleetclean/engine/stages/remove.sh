@@ -40,10 +40,10 @@ fc_stage_remove() {
             real=$(realpath -m -- "$shown")
             if [[ $real != /*/* ]]; then
                 refused+=("$shown (resolves to $real)")
-            elif ((opt_globs[i])) &&
-                [[ $(realpath -m -- "${shown%/*}/") != "$(realpath -sm -- "${shown%/*}/")" ]]; then
-                # A glob that went through a symlinked directory removes what it points to:
-                # written in the playbook for the directory itself, not for where it leads.
+            elif ((opt_globs[i])) && [[ -L ${shown%/*} ]]; then
+                # A glob in a directory that is a symlink removes what it points to: written
+                # for the directory itself, not for where it leads (a symlink higher up,
+                # /scratch to /lustre, is the site's layout, and stays allowed).
                 refused+=("$shown (its directory is a symlink to ${real%/*}: write that path)")
             elif fc_mounted_under "$real"; then
                 # rm's --one-file-system stops at another device, not at a bind mount of
@@ -90,10 +90,12 @@ fc_mounted_under() {
     local line mount
     [[ -n ${FC_MOUNTS+set} ]] || mapfile -t FC_MOUNTS </proc/self/mountinfo 2>/dev/null
     for line in "${FC_MOUNTS[@]}"; do
-        # "ID PARENT MAJ:MIN ROOT MOUNT_POINT ...", the point's blanks written \040.
+        # "ID PARENT MAJ:MIN ROOT MOUNT_POINT ...", the point's blank, tab, newline and
+        # backslash written \040, \011, \012 and \134.
         mount=${line#* * * * }
         mount=${mount%% *}
-        mount=${mount//\\040/ }
+        mount=${mount//\\040/ } mount=${mount//\\011/$'\t'} mount=${mount//\\012/$'\n'}
+        mount=${mount//\\134/\\}
         if [[ $mount == "$1"/* ]]; then
             REPLY=$mount
             return 0
