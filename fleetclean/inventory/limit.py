@@ -182,6 +182,8 @@ def _match(
         return _subscript(groups[subscript["base"]], subscript)
     if term in groups or term in hosts:
         return set(groups.get(term, ())) | ({term} if term in hosts else set())
+    if "@" in term and term.rpartition("@")[2] in hosts:  # user@host, as the inventory has it
+        return {term.rpartition("@")[2]}
     if ranges.has_range(term) and ":" in term:
         try:
             names = ranges.expand(term)

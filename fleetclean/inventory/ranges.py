@@ -86,6 +86,13 @@ def expand(pattern: str) -> list[str]:
     except RangeError as err:
         err.offset += close_at + 1
         raise
+    if len(values) * len(tails) > MAX_HOSTS:  # ranges one after another multiply
+        raise RangeError(
+            f"host pattern '{pattern}' makes {len(values) * len(tails):,} hosts, more than "
+            f"{MAX_HOSTS:,}",
+            hint="check its ranges; split a larger fleet into several inventories",
+            offset=open_at,
+        )
     return [f"{head}{value}{rest}" for value in values for rest in tails]
 
 

@@ -235,6 +235,13 @@ def test_limit_bad_range_and_bad_regex() -> None:
 
 def test_user_at_host_is_the_host_with_its_ansible_user() -> None:
     # As ssh and pdsh take it; it was a host named "root@..." that no resolver knew.
-    hosts = load_inventory("root@gpu01.lab,alice@gpu[02:03].lab,").select(None)
-    assert [(h.name, h.user) for h in hosts] == [
+    inventory = load_inventory("root@gpu01.lab,alice@gpu[02:03].lab,")
+    assert [(h.name, h.user) for h in inventory.select(None)] == [
         ("gpu01.lab", "root"), ("gpu02.lab", "alice"), ("gpu03.lab", "alice")]
+    assert [h.name for h in inventory.select("alice@gpu02.lab")] == ["gpu02.lab"]
+
+
+def test_a_given_user_wins_over_the_one_before_the_at(tmp_path: Path) -> None:
+    ini = tmp_path / "i.ini"
+    ini.write_text("carol@gpu04 ansible_ssh_user=dave\n")
+    assert [h.user for h in load_inventory(str(ini)).select(None)] == ["dave"]
