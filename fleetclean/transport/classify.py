@@ -174,7 +174,13 @@ def classify(
         return timed_out(where, phase, limit)
     if phase is Phase.BANNER:
         return None
-    if isinstance(exc, (EOFError, ConnectionError)) or _dropped_in_auth(exc, where):
+    if _dropped_in_auth(exc, where):
+        # After the key, sshd's account checks (PAM: pam_slurm_adopt with no job of the
+        # user's there, pam_access; AllowUsers) end the connection the same way.
+        return TransportFailure(
+            "unreachable", f"{where} closed the connection during auth (the key was not "
+            "refused: sshd may have refused the account, e.g. PAM or AllowUsers)")
+    if isinstance(exc, (EOFError, ConnectionError)):
         return TransportFailure(
             "unreachable", f"{where} closed the connection during {phase.value}")
     if isinstance(exc, paramiko.SSHException):
