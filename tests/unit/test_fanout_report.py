@@ -55,6 +55,22 @@ def test_a_clush_block_shared_by_several_hosts_gives_each_its_records() -> None:
                                                   ("node01", "node02", "node05")]
 
 
+def test_a_blocks_own_text_is_no_host_and_srun_names_the_inventorys_host() -> None:
+    # "Note: ..." (a login's startup file) and the bundle's verdict under clush -B became
+    # hosts; srun's "gpu01" beside records of "gpu01.lab" became a second host.
+    run = ["@@fleetclean\tbegin\t1\tstatus\tgpu01\t1", "@@fleetclean\tdone\t0"]
+    text = "\n".join(["---------------", "gpu01", "---------------",
+                      "Note: module gcc/12 loaded", *run, "fleetclean: gpu01: clean", ""])
+    outs = saved.split(text, saved.detect(text))
+    assert [o.host for o in outs] == ["gpu01"]
+    assert outs[0].notes == ["Note: module gcc/12 loaded", "fleetclean: gpu01: clean"]
+    srun = "\n".join(["0: @@fleetclean\tbegin\t1\tstatus\tgpu01.lab\t1",
+                      "0: @@fleetclean\tdone\t0",
+                      "srun: error: gpu01: task 0: Exited with exit code 1", ""])
+    outs = saved.split(srun, saved.detect(srun))
+    assert [(o.host, o.notes) for o in outs] == [("gpu01.lab", ["Exited with exit code 1"])]
+
+
 def test_an_epilog_log_of_many_jobs_reports_each_hosts_last_run(cli: Cli, tmp_path: Path) -> None:
     def run(host: str, verdict: str) -> str:
         return (f"{MARKER}\tbegin\t1\tpost-extraction\t{host}\t0\n"
