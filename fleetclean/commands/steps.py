@@ -241,7 +241,7 @@ def render_jobs(
         key = repr(host.vars)
         resolved = resolved_for.get(key)
         if resolved is None:
-            resolved = resolved_for[key] = resolve(book, host.vars, extra_vars)
+            resolved = resolved_for[key] = resolve(book, host.vars, extra_vars, host.name)
         read_only = check or resolved.read_only
         # A read-only playbook's script keeps no journal: it carries no token. Only it reads
         # the processes named last time early: a teardown's verification reads the GPUs

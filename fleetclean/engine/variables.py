@@ -109,7 +109,7 @@ def _load_vars_file(path: str) -> dict[str, Any]:
 
 
 def resolve(playbook: Playbook, host_vars: Mapping[str, Any],
-            extra: Mapping[str, Any]) -> ResolvedPlaybook:
+            extra: Mapping[str, Any], host: str = "") -> ResolvedPlaybook:
     """The playbook for one host: its effective variables, every stage and the
     verification substituted and type-checked.
 
@@ -126,7 +126,8 @@ def resolve(playbook: Playbook, host_vars: Mapping[str, Any],
     fleetclean.errors.VariableError: -e grace: stage 'stop-server': grace must be ...
     """
     merged: dict[str, Any] = {**BUILTIN_VARS, **playbook.vars, **host_vars, **extra}
-    origins = {**{k: f"inventory variable '{k}'" for k in host_vars},
+    of = f" of host {host}" if host else ""
+    origins = {**{k: f"inventory variable '{k}'{of}" for k in host_vars},
                **{k: f"-e {k}" for k in extra}}
     return resolve_playbook(playbook, merged, given=(*host_vars, *extra), origins=origins)
 
