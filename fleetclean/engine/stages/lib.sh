@@ -285,6 +285,11 @@ FC_GPU_INFO_ALL=0  # every GPU's file read (fc_gpu_info_all), not only those ask
 # its fifth digit (10000:01:00.0: cutting 4 digits off named domain 0's GPU instead).
 fc_bus_dir() {
     local domain=${1%%:*}
+    if [[ $domain == 0000???? ]]; then  # every GPU but a VMD's: no loop
+        REPLY=${1:4}
+        REPLY=${REPLY,,}
+        return 0
+    fi
     domain=${domain,,}
     while ((${#domain} > 4)) && [[ $domain == 0* ]]; do domain=${domain#0}; done
     REPLY=$domain:${1#*:}
