@@ -84,7 +84,11 @@ def _lines(text: str) -> list[str]:
     # left once it is done, and drop the meter glued before a header it did not end.
     out = []
     for raw in text.split("\n"):  # records: results/parse.py _records says why
-        line = raw.rsplit("\r", 1)[-1].rstrip()
+        line = raw.rsplit("\r", 1)[-1]
+        # A record's trailing tabs are empty fields (a "left" process with no command
+        # line): stripped, the record lost them and was dropped. Other lines lose their
+        # trailing blanks, which a tool pads its lines with.
+        line = line if line.startswith(MARKER) or MARKER + "\t" in line else line.rstrip()
         m = re.match(r"^clush: \d+/\d+(?: gw \d+)?(.*)$", line)
         if m:
             line = m.group(1)
@@ -210,8 +214,11 @@ def _last_run(out: HostOutput) -> HostOutput:
 _SSH_FAILURES = (
     ("host_key_mismatch", ("REMOTE HOST IDENTIFICATION HAS CHANGED",
                            "Host key verification failed")),
-    ("auth_failed", ("Permission denied", "Too many authentication failures")),
-    ("timeout", ("Connection timed out", "timed out", "command timeout")),
+    # ssh's own words only: a host's "bash: /shared/st.sh: Permission denied" or a command
+    # that "timed out" is an error of the host, not a refused key or a network timeout.
+    ("auth_failed", ("Permission denied (", "Permission denied, please try again",
+                     "Too many authentication failures")),
+    ("timeout", ("Connection timed out", "Operation timed out", "command timeout")),
     ("unreachable", ("Connection refused", "No route to host", "Could not resolve hostname",
                      "Name or service not known", "Network is unreachable",
                      "Connection closed by", "Connection reset")),

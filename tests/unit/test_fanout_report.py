@@ -71,6 +71,25 @@ def test_a_blocks_own_text_is_no_host_and_srun_names_the_inventorys_host() -> No
     assert [(o.host, o.notes) for o in outs] == [("gpu01.lab", ["Exited with exit code 1"])]
 
 
+@pytest.mark.parametrize(("note", "status"), [
+    # ssh's own words are a refusal or a timeout; a host's own are an error.
+    ("Permission denied (publickey).", "auth_failed"),
+    ("ssh: connect to host node01 port 22: Connection timed out", "timeout"),
+    ("bash: /shared/st.sh: Permission denied", "error"),
+    ("nvidia-smi: command timed out", "error"),
+])
+def test_only_ssh_s_own_words_make_a_refusal_or_a_timeout(note: str, status: str) -> None:
+    assert saved.failure([note])[0] == status
+
+
+def test_a_record_keeps_its_empty_last_fields() -> None:
+    # Stripped of its trailing tabs, a "left" process with no command line was dropped.
+    record = "@@fleetclean\tleft\t1\t4242\t"
+    text = "@@fleetclean\tbegin\t1\tstatus\tgpu01\t1\n" + record + "\n"
+    outs = saved.split(text, saved.detect(text))
+    assert outs[0].records[-1] == record
+
+
 def test_an_epilog_log_of_many_jobs_reports_each_hosts_last_run(cli: Cli, tmp_path: Path) -> None:
     def run(host: str, verdict: str) -> str:
         return (f"{MARKER}\tbegin\t1\tpost-extraction\t{host}\t0\n"
