@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from urllib.parse import unquote
 
 from fleetclean.commands.env import Env
 from fleetclean.commands.output import check_prom, emit, write_prom
@@ -75,7 +76,7 @@ def saved_result(outputs: list[saved.HostOutput]) -> RunResult:
 
 def _playbook(begin: str) -> str:
     fields = begin.split("\t")
-    return fields[3] if fields[1:2] == ["begin"] and len(fields) > 3 else ""
+    return unquote(fields[3]) if fields[1:2] == ["begin"] and len(fields) > 3 else ""
 
 
 def _checked(out: saved.HostOutput) -> bool:

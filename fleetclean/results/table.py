@@ -85,7 +85,8 @@ def gpu_table(result: RunResult) -> Table:
         cells = [_cell(by_index.get(i), judged=judged is None or i in judged)
                  for i in range(ncols)]
         status = Text(h.status.value, style=_STATUS_STYLE.get(h.status, "bold red"))
-        table.add_row(Text(label), *cells, status)
+        # A host's name from a saved output (report) is that file's text: escaped.
+        table.add_row(Text(printable(label)), *cells, status)
     return table
 
 
@@ -124,7 +125,7 @@ def print_check(console: Console, result: RunResult) -> None:
                 if checked else "nothing: no host could be checked (see above)")
         console.print(f"  {text}", markup=False)
     for hosts, lines in blocks:
-        console.print(f"{hosts}:", style="bold", markup=False)
+        console.print(f"{printable(hosts)}:", style="bold", markup=False)
         for line in map(printable, lines):  # what the hosts said, escaped
             if console.is_terminal:
                 console.print(f"  {line}", markup=False, no_wrap=True, overflow="ellipsis")
@@ -175,7 +176,8 @@ def status_lines(result: RunResult) -> list[Text]:
         hosts = by_status[s]
         noun = f"{plural(len(hosts), 'host')}:"
         lines.append(Text.assemble((s.value.ljust(name_w), _STATUS_STYLE.get(s, "bold red")),
-                                   f"  {len(hosts):>{count_w}} {noun:<6} {fold(hosts)}"))
+                                   f"  {len(hosts):>{count_w}} {noun:<6} "
+                                   f"{printable(fold(hosts))}"))
     return lines
 
 
@@ -190,7 +192,7 @@ def render_result(
     """The table, its problem lines and the summary; past ``max_hosts`` hosts (unless
     ``full``), per-status lines first and only the hosts that are not clean in the table."""
     # The title is a line of its own: as a table title it would wrap to the table's width.
-    title = Text(f"GPU memory used (MiB), {result.playbook}", style="bold")
+    title = Text(f"GPU memory used (MiB), {printable(result.playbook)}", style="bold")
     parts: list[RenderableType] = [title]
     if full or len(result.hosts) <= max_hosts:
         parts.append(gpu_table(result))

@@ -285,3 +285,16 @@ def test_an_epilog_waits_its_turn_for_the_nodes_lock(cli: Cli) -> None:
     assert "FC_LOCK_WAIT=600\n" in cli("export", "slurm-epilog", "post-extraction").out
     given = cli("export", "slurm-epilog", "post-extraction", "-e", "lock_wait=30").out
     assert "FC_LOCK_WAIT=30\n" in given
+
+
+def test_a_saved_outputs_host_and_playbook_names_reach_the_terminal_escaped(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # The names come from the file's own records: an escape sequence in them retitled or
+    # cleared the terminal of whoever read the report.
+    path = tmp_path / "out.txt"
+    path.write_text("\t".join([MARKER, "begin", "1", "st%1B]0%3Bpb%07", "gpu01%1B[2J", "1"])
+                    + "\n" + "\t".join([MARKER, "done", "0"]) + "\n")
+    out = cli("report", path).out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "gpu01\\x1b[2J" in out and "st\\x1b]0;pb\\x07" in out
