@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -93,9 +93,7 @@ def emit(result: RunResult, args: argparse.Namespace, env: Env) -> None:
         _emit_to(result, args, env)
         env.stdout.flush()
     except BrokenPipeError:
-        if env.stdout is sys.stdout:
-            # Python would complain about the broken pipe again when it flushes at exit.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _reader_gone(env)
     except OSError as exc:  # a full disk under `> out.json`: not a bug, and not a success
         if exc.errno not in WRITE_FAILED:
             raise
@@ -147,3 +145,21 @@ def write_prom(result: RunResult, args: argparse.Namespace, env: Env) -> None:
         prom.write(result, args.prom, now=time.time())
     except OSError as exc:
         error_line(env, f"fleetclean: warning: --prom {args.prom} not written: {exc}")
+
+
+def _reader_gone(env: Env) -> None:
+    if env.stdout is sys.stdout:
+        # Python would complain about the broken pipe again when it flushes at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+@contextlib.contextmanager
+def after_emit(env: Env) -> Iterator[None]:
+    """What a command prints after the result (a --check listing, Slurm's lines): a reader
+    gone by then (``| head``) leaves the exit status to the hosts, as in :func:`emit`; it
+    reached the CLI's handler, which exits 0, and a dirty run read as clean."""
+    try:
+        yield
+        env.stdout.flush()
+    except BrokenPipeError:
+        _reader_gone(env)

@@ -8,7 +8,7 @@ import sys
 from urllib.parse import unquote
 
 from fleetclean.commands.env import Env
-from fleetclean.commands.output import check_prom, emit, write_prom
+from fleetclean.commands.output import after_emit, check_prom, emit, write_prom
 from fleetclean.errors import UsageError
 from fleetclean.models import HostResult, HostStatus, RunResult
 from fleetclean.results import saved
@@ -34,7 +34,8 @@ def cmd_report(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
             and not (args.json or args.csv)):
         from fleetclean.results import table
 
-        table.print_check(env.console(), result)
+        with after_emit(env):
+            table.print_check(env.console(), result)
     return int(result.exit_status)
 
 

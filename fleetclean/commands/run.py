@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from fleetclean import fleet
 from fleetclean.commands import slurm_step
 from fleetclean.commands.env import Env, error_line
-from fleetclean.commands.output import check_prom, emit, execute, write_prom
+from fleetclean.commands.output import after_emit, check_prom, emit, execute, write_prom
 from fleetclean.commands.steps import (
     ask_become_pass,
     inventory_label,
@@ -61,14 +61,15 @@ def cmd_run(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
             error_line(env, f"fleetclean: warning: run record not completed: {exc}")
     write_prom(result, args, env)
     emit(result, args, env)
-    slurm_step.print_lines(result, args, env)
-    if args.check and not (args.json or args.csv):
-        from fleetclean.results import table
+    with after_emit(env):
+        slurm_step.print_lines(result, args, env)
+        if args.check and not (args.json or args.csv):
+            from fleetclean.results import table
 
-        table.print_check(env.console(), result)
-        if scope is not None:
-            env.console().print(f"scope: only {scope.describe()}", markup=False,
-                                soft_wrap=True)
+            table.print_check(env.console(), result)
+            if scope is not None:
+                env.console().print(f"scope: only {scope.describe()}", markup=False,
+                                    soft_wrap=True)
     return int(result.exit_status)
 
 

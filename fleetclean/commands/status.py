@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from fleetclean.commands import slurm_step
 from fleetclean.commands.env import Env
-from fleetclean.commands.output import check_prom, emit, execute, write_prom
+from fleetclean.commands.output import after_emit, check_prom, emit, execute, write_prom
 from fleetclean.commands.steps import (
     ask_become_pass,
     fitted_forks,
@@ -49,7 +49,8 @@ def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     result = slurm_step.apply(result, args, env, None)
     write_prom(result, args, env)
     emit(result, args, env)
-    slurm_step.print_lines(result, args, env)
+    with after_emit(env):
+        slurm_step.print_lines(result, args, env)
     return int(result.exit_status)
 
 

@@ -298,3 +298,24 @@ def test_a_saved_outputs_host_and_playbook_names_reach_the_terminal_escaped(
     out = cli("report", path).out
     assert "\x1b" not in out and "\x07" not in out
     assert "gpu01\\x1b[2J" in out and "st\\x1b]0;pb\\x07" in out
+
+
+def test_a_reader_that_goes_away_early_leaves_the_exit_status_to_the_hosts(
+    tmp_path: Path,
+) -> None:
+    # The --check listing comes after the table: a `| head` gone by then made the CLI's
+    # handler exit 0 for a dirty host.
+    rec = lambda *f: "\t".join([MARKER, *f]) + "\n"  # noqa: E731
+    text = (rec("begin", "1", "post-extraction", "gpu01", "1") + rec("stage", "1", "rm", "remove")
+            + "".join(rec("change", "1", f"would remove /dev/shm/x/{i}") for i in range(4000))
+            + rec("end", "1", "changed", "4000", "0", "0", "1", "would remove")
+            + rec("stage", "verify", "verify", "verify")
+            + rec("gpu", "0, GPU-a, NVIDIA H200, 20480, 143771")
+            + rec("verify", "dirty", "0", "100", "x") + rec("done", "0"))
+    path = tmp_path / "out.txt"
+    path.write_text(text)
+    done = subprocess.run(
+        ["bash", "-c", f'"$0" -m fleetclean report "$1" | head -c 100 >/dev/null; '
+         'echo "${PIPESTATUS[0]}"', sys.executable, str(path)],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert done.stdout.strip() == "1", (done.stdout, done.stderr)
