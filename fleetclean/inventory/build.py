@@ -357,6 +357,21 @@ def resolve(
     }
     names = ["all", *(g for g in builder.groups if g not in ("all", "ungrouped")), "ungrouped"]
     groups = {group: tuple(h for h in hosts if group in memberships[h]) for group in names}
+    unread = _vars_dirs(builder.path)
     return Inventory(path=builder.path, hosts=hosts, groups=groups,
-                     warnings=tuple(maker.warnings.values()))
+                     warnings=(*maker.warnings.values(), *unread))
+
+
+def _vars_dirs(path: str) -> tuple[str, ...]:
+    """A warning where group_vars/ or host_vars/ sits beside an inventory file: Ansible
+    reads them, fleetclean does not, and a user or key set there was silently not used."""
+    if not os.path.isfile(path):
+        return ()
+    here = os.path.dirname(os.path.abspath(path))
+    found = [d for d in ("group_vars", "host_vars") if os.path.isdir(os.path.join(here, d))]
+    if not found:
+        return ()
+    return (f"{path}: {' and '.join(f'{d}/' for d in found)} beside it "
+            f"{'is' if len(found) == 1 else 'are'} not read (Ansible reads them): give the "
+            "run's connection variables (ansible_host, ansible_user, keys) in the inventory",)
 
