@@ -106,3 +106,17 @@ def refuse_password_vars(extra: Mapping[str, Any]) -> None:
                 hint="use -K/--ask-become-pass, or ansible_become_password in an inventory "
                 "only you can read",
             )
+
+
+def refuse_connection_vars(extra: Mapping[str, Any]) -> None:
+    """``-e ansible_user=...`` (host, port, key, ...): Ansible's ``-e`` beats every other
+    setting, fleetclean takes connection variables from the inventory alone, so such a
+    value was silently not used (a run as the wrong user, on the wrong port): refused."""
+    for name in extra:
+        if name.startswith("ansible_") and name not in PASSWORD_VARS:
+            raise VariableError(
+                f"-e {name}: a connection variable is read from the inventory, not from -e "
+                "(it would not be used)",
+                hint="set it in the inventory, on the hosts or under all: vars:; "
+                "-b/--become-user for sudo",
+            )

@@ -223,6 +223,7 @@ def render_jobs(
     book = load_playbook(playbook_ref)
     extra_vars = parse_extra_vars(extra)
     become.refuse_password_vars(extra_vars)
+    become.refuse_connection_vars(extra_vars)
     renderer = Renderer(scope)
     # Only a script whose first work is the GPU read (status) starts it by the hint.
     if book.stages or book.verify is None:

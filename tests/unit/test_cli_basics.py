@@ -31,6 +31,9 @@ def run(*argv: str) -> tuple[int, str, str]:
         # An empty limit (a script's empty list of hosts to retry) is not "every host".
         (["run", "post-extraction", "-i", "127.203.0.1,", "-l", ","], "holds no host pattern"),
         (["run", "post-extraction", "-i", "127.203.0.1,", "-l", "all:!"], "no pattern after"),
+        # Ansible's -e beats the inventory; fleetclean's would have been silently unused.
+        (["run", "post-extraction", "-i", "127.203.0.1,", "-e", "ansible_user=admin"],
+         "-e ansible_user: a connection variable is read from the inventory"),
     ],
 )
 def test_bad_options_get_one_line_and_exit_4(argv: list[str], needle: str) -> None:
