@@ -6,6 +6,7 @@ A limit is a list of terms split on ``,`` or ``:`` (not inside ``[...]`` or ``{.
 ``gpu01.lab``       that host; a group name means all its hosts; ``all`` and ``*`` mean all
 ``gpu0*``           shell glob over host and group names (case-sensitive)
 ``gpu[01:04].lab``  host range (see :mod:`fleetclean.inventory.ranges`)
+``gpu[01-04,07]``   node set, as the table, clush and pdsh fold names
 ``training[0:2]``   Ansible's subscript of a group: its 1st to 3rd host (end inclusive);
                     ``[0]``, ``[-1]``, ``[:2]``, ``[2:]`` too
 ``~gpu0[1-4]``      regular expression, matched from the start of host and group names
@@ -33,6 +34,7 @@ fleetclean.errors.InventoryError: lab.yml: --limit 'gpu9*' selects no host ('gpu
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import fnmatch
 import os
@@ -40,6 +42,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
+from fleetclean import nodeset
 from fleetclean.errors import InventoryError
 from fleetclean.inventory import ranges
 
@@ -180,10 +183,9 @@ def _match(
     subscript = _SUBSCRIPT.match(term)
     if subscript and subscript["base"] in groups:
         return _subscript(groups[subscript["base"]], subscript)
-    if term in groups or term in hosts:
-        return set(groups.get(term, ())) | ({term} if term in hosts else set())
-    if "@" in term and term.rpartition("@")[2] in hosts:  # user@host, as the inventory has it
-        return {term.rpartition("@")[2]}
+    named = _named(term, hosts, groups)
+    if named is not None:
+        return named
     if ranges.has_range(term) and ":" in term:
         try:
             names = ranges.expand(term)
@@ -198,6 +200,24 @@ def _match(
     if _GLOB.search(term):
         return _names_matching(lambda name: fnmatch.fnmatchcase(name, term), hosts, groups)
     return set()
+
+
+def _named(
+    term: str, hosts: Sequence[str], groups: Mapping[str, Sequence[str]]
+) -> set[str] | None:
+    """The hosts a term names outright, or None where it names none: a host or group,
+    user@host as the inventory took it, or a node set such as gpu[10-12], as the table
+    folds names (and clush and pdsh): as a glob, [10-12] is one character of 1, 0-1 or 2,
+    and a pasted limit selected gpu0, gpu1 and gpu2."""
+    if term in groups or term in hosts:
+        return set(groups.get(term, ())) | ({term} if term in hosts else set())
+    if "@" in term and term.rpartition("@")[2] in hosts:
+        return {term.rpartition("@")[2]}
+    if "[" in term and not any(c in term for c in "*?"):
+        with contextlib.suppress(ValueError):
+            names = nodeset.expand(term)
+            return {n for n in names if n in hosts} | {h for n in names for h in groups.get(n, ())}
+    return None
 
 
 def _names_matching(

@@ -147,3 +147,13 @@ def test_a_limit_that_names_nothing_or_a_typo_selects_no_host(
     with pytest.raises(InventoryError) as raised:
         inventory.select(limit.replace("EMPTY", str(empty)))
     assert says in str(raised.value), raised.value
+
+
+def test_a_node_set_as_the_table_folds_it_is_those_hosts_not_a_glob() -> None:
+    # The table prints node[10-12]; as a glob, [10-12] is one character of 1, 0-1 or 2,
+    # and a pasted limit selected node0, node1 and node2.
+    hosts = [f"node{i}" for i in range(13)]
+    groups = {"all": tuple(hosts)}
+    assert select_names("node[10-12]", hosts, groups) == ["node10", "node11", "node12"]
+    assert select_names("node[1-2,12]", hosts, groups) == ["node1", "node2", "node12"]
+    assert select_names("node1?", hosts, groups) == ["node10", "node11", "node12"]  # a glob
