@@ -250,16 +250,19 @@ def test_a_dot_glob_removes_the_hidden_files_not_dot_and_dot_dot(tmp_path: Any) 
     assert after(r).split() == ["seen"]
 
 
-def test_an_epilog_with_no_job_number_touches_nothing() -> None:
+@pytest.mark.parametrize(("given", "says"), [
+    ("unset SLURM_JOB_ID", "SLURM_JOB_ID is not set,"),
+    ("export SLURM_JOB_ID=x7", "SLURM_JOB_ID is not a job number: x7,"),
+])
+def test_an_epilog_with_no_job_number_touches_nothing(given: str, says: str) -> None:
     # Its scope is the finished job: without SLURM_JOB_ID every job's processes were in it,
     # and a run by hand on a shared node killed another job's server.
     from fleetclean.engine.export import render_epilog
     epilog = render_epilog(resolve(load_playbook("post-extraction"), {}, {}),
                            log="/tmp/epilog.log")
-    r = run_in_namespace("unset SLURM_JOB_ID\n" + epilog, setup=SGLANG,
-                         after="cat /tmp/epilog.log\n")
+    r = run_in_namespace(given + "\n" + epilog, setup=SGLANG, after="cat /tmp/epilog.log\n")
     assert r.script_rc == 2
-    assert "SLURM_JOB_ID is not set" in after(r), after(r)
+    assert says in after(r), after(r)
     assert not r.report.signalled and r.alive("sglang.launch_server")
 
 

@@ -271,10 +271,10 @@ fc_proc_fill() {
     FC_ARGV0[$pid]=$FC_ARGV0_ONE
 }
 
-# The driver's facts about each GPU, by its directory under FC_GPU_DRIVER (0000:18:00.0,
-# its bus id as nvidia-smi prints it, less 4 digits, in lower case): FC_GPU_INFO[dir] =
-# "minor uuid, name", the minor being the N of its /dev/nvidiaN, which need not be
-# nvidia-smi's index. The verification (verify.sh) and a scope of GPUs (scope.sh) read them.
+# The driver's facts about each GPU, by its directory under FC_GPU_DRIVER (0000:18:00.0:
+# fc_bus_dir of the bus id nvidia-smi prints): FC_GPU_INFO[dir] = "minor uuid, name", the
+# minor being the N of its /dev/nvidiaN, which need not be nvidia-smi's index. The
+# verification (verify.sh) and a scope of GPUs (scope.sh) read them.
 FC_GPU_DRIVER=/proc/driver/nvidia/gpus
 declare -gA FC_GPU_INFO=()
 FC_GPU_INFO_ALL=0  # every GPU's file read (fc_gpu_info_all), not only those asked for
@@ -329,7 +329,6 @@ fc_info_line() {
     REPLY=${v%"$REPLY"}
 }
 
-
 # Every GPU's FC_GPU_INFO, read while an early -q read (render.early_reads) still runs, so
 # that its 8 files cost no wall time after it; one that fails is tried again, and fails
 # the -q read, when the read names its GPU.
@@ -349,8 +348,8 @@ fc_gpu_info_all() {
 # comma and a newline cuts its line in two, neither of which reads as a line (the first
 # ends in a comma, the second starts with no PID), so that its process is found by its
 # device files as any process nvidia-smi does not list (an empty key would have ended the
-# whole script). A name can also forge a whole line, which reads as one here: what each
-# caller does about that is its own (gpu-holders.sh).
+# whole script). A name can also forge a whole line, which reads as one here: the callers
+# read the list without names where that can be (verify.sh: fc_apps_trusted).
 fc_apps_pairs() {
     local line
     FC_APP_PID=() FC_APP_UUID=()

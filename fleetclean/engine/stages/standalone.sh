@@ -136,7 +136,9 @@ fc_epilog_run() {
 }
 
 fc_epilog_no_job() {
+    local is="not set"
+    [[ -z ${SLURM_JOB_ID:-} ]] || is="not a job number: $SLURM_JOB_ID"
     fc_rec begin 1 slurm-epilog "$FC_TARGET_HOST" 0
-    fc_rec error "SLURM_JOB_ID is ${SLURM_JOB_ID:+not a job number: $SLURM_JOB_ID}${SLURM_JOB_ID:-not set}, and an epilog scoped to no job would reach every job's processes: nothing was done (slurmd sets it; by hand, give SLURM_JOB_ID=N and SLURM_JOB_GPUS)"
+    fc_rec error "SLURM_JOB_ID is $is, and an epilog scoped to no job would reach every job's processes: nothing was done (slurmd sets it; by hand, give SLURM_JOB_ID=N and SLURM_JOB_GPUS)"
     fc_rec "done" 0
 }

@@ -493,9 +493,9 @@ fc_verify_gpu_row() {
 }
 
 # The driver's facts about the GPU at bus id $1 (as nvidia-smi prints it, 00000000:18:00.0),
-# from /proc/driver/nvidia/gpus/0000:18:00.0/information (fc_bus_dir), read once a run with builtins:
-# REPLY "uuid, name" (as --query-gpu=uuid,name gives them) and FC_VGPU_MINOR. Fails when
-# the file or one of the three is missing.
+# from /proc/driver/nvidia/gpus/0000:18:00.0/information (fc_bus_dir), read once a run
+# with builtins: REPLY "uuid, name" (as --query-gpu=uuid,name gives them) and
+# FC_VGPU_MINOR. Fails when the file or one of the three is missing.
 fc_verify_gpu_info() {
     local bus
     fc_bus_dir "$1"
