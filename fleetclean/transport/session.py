@@ -148,9 +148,12 @@ class Session:
         return self.connect(host), False
 
     def _forget(self, host: Host, conn: Any) -> None:
-        """Drop a kept connection that no longer works, and close it."""
+        """Drop a kept connection that no longer works, and close it (a caller's own is
+        left to the caller, as :meth:`_release` leaves it)."""
         with self._lock:
             self._open.discard(conn)
+            if host.name in self._given:
+                return
             if self._kept.get(host.name) is conn:
                 del self._kept[host.name]
         with contextlib.suppress(Exception):
