@@ -815,3 +815,26 @@ def test_a_minor_is_looked_up_in_every_drivers_file_when_only_some_were_read(
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
                          timeout=30, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"}).stdout
     assert out == "minor 0\nnone\n"
+
+
+def test_a_reads_name_less_list_is_read_once_and_keeps_each_processs_memory(
+    tmp_path: Path,
+) -> None:
+    # Where a name holds a newline, the explanation and the report of one GPU read took
+    # the list again without names each: one call a read now, and the records keep the
+    # memory of each process from it (fc_apps_pairs' FC_APP_MIB).
+    calls = tmp_path / "calls"
+    script = "\n".join([template("lib.sh"), template("verify.sh"), r"""
+nvidia-smi() { echo "$*" >>"$CALLS"; printf '%s\n' "5, 1024, GPU-a" "6, [N/A], GPU-a"; }
+FC_ARGV0[5]=$'/opt/x\ny' FC_VREADS=1
+fc_apps_trusted
+fc_verify_apps_named
+printf '%s\n' "${FC_NAPPS[@]}"
+FC_VREADS=2
+fc_apps_trusted
+"""])
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
+                         timeout=30, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C",
+                                          "CALLS": str(calls)}).stdout
+    assert out == "5, x?y, 1024, GPU-a\n"
+    assert len(calls.read_text().splitlines()) == 2  # reads 1 and 2, not 3

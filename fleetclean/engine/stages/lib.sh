@@ -341,21 +341,25 @@ fc_gpu_info_all() {
     FC_GPU_INFO_ALL=1
 }
 
-# FC_APP_PID and FC_APP_UUID, in step and in the list's order: each process that lines of
-# nvidia-smi's compute-apps CSV ($@) name, and the UUID of the GPU each names it on. A line
-# is "pid, name, memory, uuid", or lacks the name or the memory (the name-less reads:
-# gpu-holders.sh, scope.sh). nvidia-smi prints a name (argv[0]) as it is: one holding a
+# FC_APP_PID, FC_APP_MIB and FC_APP_UUID, in step and in the list's order: each process
+# that lines of nvidia-smi's compute-apps CSV ($@) name, its memory (the field before the
+# UUID: "" where the line has none) and the UUID of the GPU each names it on. A line is
+# "pid, name, memory, uuid", or lacks the name or the memory (the name-less reads:
+# verify.sh's fc_apps_trusted, scope.sh). nvidia-smi prints a name (argv[0]) as it is: one holding a
 # comma and a newline cuts its line in two, neither of which reads as a line (the first
 # ends in a comma, the second starts with no PID), so that its process is found by its
 # device files as any process nvidia-smi does not list (an empty key would have ended the
 # whole script). A name can also forge a whole line, which reads as one here: the callers
 # read the list without names where that can be (verify.sh: fc_apps_trusted).
 fc_apps_pairs() {
-    local line
-    FC_APP_PID=() FC_APP_UUID=()
+    local line mib
+    FC_APP_PID=() FC_APP_MIB=() FC_APP_UUID=()
     for line in "$@"; do
         [[ $line =~ ^([0-9]+),(.*,)?\ *(GPU-[^,]+)$ ]] || continue
+        mib=${BASH_REMATCH[2]%,}
+        mib=${mib##*,}
         FC_APP_PID+=("${BASH_REMATCH[1]}")
+        FC_APP_MIB+=("${mib//[[:space:]]/}")
         FC_APP_UUID+=("${BASH_REMATCH[3]}")
     done
 }

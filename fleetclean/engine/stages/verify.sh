@@ -287,6 +287,7 @@ FC_VMODE=q
 FC_VHINT=""
 FC_VAPPSLATER=0
 fc_verify_read() {
+    FC_VREADS=$((FC_VREADS + 1))
     FC_VAPPSLATER=0
     if [[ -n ${FC_VGFD:-} ]]; then
         fc_verify_read_gpus && return 0
@@ -596,14 +597,19 @@ fc_verify_apps() {
 # table (a teardown's scan, the processes a status read) holds a newline, the list is read
 # again without the names: PIDs, memory and UUIDs come from the driver, which no process
 # can forge (a failed read lists nobody, and the GPUs in use are looked for by their device
-# files). FC_NAMES_NL caches the look until the table changes (fc_scan, fc_proc_fill).
-FC_NAMES_NL=""
+# files). FC_NAMES_NL caches the look until the table changes (fc_scan, fc_proc_fill), and
+# FC_TAPPS is worked out once a GPU read (FC_VREADS, fc_verify_read): the explanation and
+# the report of one read take the same list, from one name-less nvidia-smi where needed.
+FC_NAMES_NL="" FC_VREADS=0 FC_TAPPS_OF=-1
 fc_apps_trusted() {
     fc_verify_apps
     if [[ -z $FC_NAMES_NL ]]; then
         FC_NAMES_NL=0
         [[ "${FC_ARGV0[*]}${FC_COMM[*]}" == *$'\n'* ]] && FC_NAMES_NL=1
+        FC_TAPPS_OF=-1
     fi
+    ((FC_TAPPS_OF == FC_VREADS)) && return 0
+    FC_TAPPS_OF=$FC_VREADS
     if ((FC_NAMES_NL)); then
         mapfile -t FC_TAPPS < <(nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid \
             --format=csv,noheader,nounits 2>/dev/null </dev/null)
@@ -616,19 +622,20 @@ fc_apps_trusted() {
 # could forge lines of it (fc_apps_trusted), the list read without names, each named by
 # its argv[0] as the table has it, its newlines and commas made "?" (a line of the record).
 fc_verify_apps_named() {
-    local line pid name
+    local i pid name
     fc_apps_trusted
     if ((!FC_NAMES_NL)); then
         FC_NAPPS=("${FC_VAPPS[@]}")
         return 0
     fi
     FC_NAPPS=()
-    for line in "${FC_TAPPS[@]}"; do
-        [[ $line =~ ^([0-9]+),\ *([0-9]+),\ *(GPU-[^,]+)$ ]] || continue
-        pid=${BASH_REMATCH[1]}
+    fc_apps_pairs "${FC_TAPPS[@]}"
+    for i in "${!FC_APP_PID[@]}"; do
+        [[ ${FC_APP_MIB[i]} == +([0-9]) ]] || continue
+        pid=${FC_APP_PID[i]}
         name=${FC_ARGV0[$pid]:-[Not Found]}
         name=${name##*/}
-        FC_NAPPS+=("$pid, ${name//[$'\n',]/?}, ${BASH_REMATCH[2]}, ${BASH_REMATCH[3]}")
+        FC_NAPPS+=("$pid, ${name//[$'\n',]/?}, ${FC_APP_MIB[i]}, ${FC_APP_UUID[i]}")
     done
 }
 
