@@ -114,22 +114,17 @@ def select_names(
         if term.startswith("!"):
             found = _match(term[1:], limit, hosts, groups, source)
             if not found and term[1:] not in groups:
-                empty_terms.append(term)
+                empty_terms.append(term[1:])
             chosen -= found
     # A term that matches nothing is a typo, most likely; in an exclusion it would have
     # run on the very host it was written to spare. Ansible warns and goes on; this stops.
     selected = [h for h in hosts if h in chosen]
-    if empty_terms and selected:
+    if empty_terms or not selected:
         raise InventoryError(
-            f"--limit '{limit}' has a pattern that matches nothing",
+            f"--limit '{limit}' "
+            + ("selects no host" if not selected else "has a pattern that matches nothing"),
             path=source,
-            hint=_why_empty([t.lstrip("!") for t in empty_terms], hosts, groups),
-        )
-    if not selected:
-        raise InventoryError(
-            f"--limit '{limit}' selects no host",
-            path=source,
-            hint=_why_empty([t.lstrip("!") for t in empty_terms], hosts, groups),
+            hint=_why_empty(empty_terms, hosts, groups),
         )
     return selected
 
