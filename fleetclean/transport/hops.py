@@ -18,12 +18,12 @@ fleetclean does it here and gives fabric finished sockets.
 
 from __future__ import annotations
 
-import glob
 import os
 import threading
 from dataclasses import dataclass, field
 
 from fleetclean.transport.base import Failed, TransportFailure
+from fleetclean.transport.includes import expand_file
 from fleetclean.transport.sshlib import paramiko
 from fleetclean.transport.upstream import SSHConfig
 
@@ -58,24 +58,6 @@ class Route:
     proxy_command: str | None = None
 
 
-def _read_with_includes(path: str, depth: int = 0) -> str:
-    """The file's text with each ``Include`` replaced by the files it names (paramiko's
-    SSHConfig has no Include). Relative names are under ~/.ssh, as OpenSSH reads them."""
-    lines = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        text = fh.read()
-    for line in text.splitlines():
-        words = line.strip().split(None, 1)
-        if depth < 8 and len(words) == 2 and words[0].lower() == "include":
-            for word in words[1].split():
-                pattern = os.path.join(os.path.expanduser("~/.ssh"), os.path.expanduser(word))
-                for name in sorted(glob.glob(pattern)):
-                    lines.append(_read_with_includes(name, depth + 1))
-            continue
-        lines.append(line)
-    return "\n".join(lines)
-
-
 ConfigParseError = paramiko.ssh_exception.ConfigParseError
 """What a malformed ssh_config raises, for callers that do not import paramiko."""
 
@@ -87,7 +69,7 @@ def parse_config(text: str) -> paramiko.SSHConfig:
 
 def load_config(path: str) -> paramiko.SSHConfig:
     """One ssh config file with its Includes; the inventory already checked it exists."""
-    return parse_config(_read_with_includes(path))
+    return parse_config(expand_file(path))
 
 
 class Configs:

@@ -1,0 +1,134 @@
+"""ssh_config's ``Include``, expanded into one text that means what OpenSSH reads.
+
+paramiko's SSHConfig has no ``Include`` (https://github.com/paramiko/paramiko/issues/1609,
+open since 2020), so the files are read here and handed to it as one text. Pasting each
+included file in place of its line is not enough; OpenSSH gives an Include two rules that a
+paste breaks:
+
+- the lines after an Include stay in the block the Include was in. Pasted, they fell into the
+  included file's last ``Host`` block: a ``User ops`` after ``Include conf.d/*`` applied to
+  one host of conf.d instead of to all of them;
+- an Include inside a ``Host`` or ``Match`` block is conditional: the included file's own
+  blocks apply only to hosts the enclosing block matches. Pasted, they applied to every host.
+
+Both are kept here: the enclosing block is opened again after each included file, and an
+included file's ``Host p`` under ``Host e`` becomes ``Match originalhost e originalhost p``
+(``Host`` matches the name as given, which is what ``originalhost`` matches), whose criteria
+must all hold. ``ssh -G`` is the reference the tests compare against.
+
+>>> text = expand_text("Host gpu*\\n  Include x\\n  Port 2222\\n",
+...                    read=lambda p: "User svc\\nHost b1\\n  HostName 10.0.0.1\\n",
+...                    found=lambda w: ["/x"])
+>>> print(text)
+Host gpu*
+User svc
+Match originalhost 'gpu*' originalhost b1
+HostName 10.0.0.1
+Host gpu*
+Port 2222
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shlex
+from collections.abc import Callable
+
+from fleetclean.transport.sshlib import paramiko
+
+MAX_DEPTH = 16  # OpenSSH's READCONF_MAX_DEPTH: deeper is an error there too
+
+_LINE = re.compile(r"(\w+)(?:\s*=\s*|\s+)(.+)")  # paramiko's own split of a line
+
+
+def included_files(word: str) -> list[str]:
+    """The files one ``Include`` word names: ``~`` expanded, relative names under ~/.ssh (a
+    user configuration's rule), glob patterns sorted, directories and misses skipped."""
+    path = os.path.expanduser(word)
+    if not os.path.isabs(path):
+        path = os.path.join(os.path.expanduser("~/.ssh"), path)
+    return [p for p in sorted(glob.glob(path)) if not os.path.isdir(p)]
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return fh.read()
+
+
+def expand_file(path: str) -> str:
+    """``path``'s text with every Include expanded; raises ``ConfigParseError`` on an
+    Include nested deeper than OpenSSH allows (a file that includes itself)."""
+    return expand_text(_read(path), read=_read, found=included_files)
+
+
+def expand_text(
+    text: str,
+    *,
+    read: Callable[[str], str],
+    found: Callable[[str], list[str]],
+    within: list[str] | None = None,
+    depth: int = 0,
+) -> str:
+    """``text`` with its Includes expanded; ``within``: the Match criteria of the block that
+    included it (None: the top level, where every block applies on its own terms)."""
+    out: list[str] = []
+    # The block the lines now belong to: its header as written out, and its criteria.
+    header: str | None = None
+    criteria = within
+    for raw in text.splitlines():
+        line = raw.strip()
+        parsed = _LINE.match(line) if line and not line.startswith("#") else None
+        if parsed is None:
+            out.append(line)
+            continue
+        keyword, value = parsed.group(1).lower(), parsed.group(2)
+        if keyword in ("host", "match"):
+            criteria = _criteria(keyword, value)
+            if within is not None:
+                criteria = [*within, *(criteria or [])]
+            header = _match_line(criteria) if within is not None else line
+            out.append(header)
+        elif keyword == "include":
+            if depth >= MAX_DEPTH:
+                raise paramiko.ssh_exception.ConfigParseError(
+                    f"Include nested more than {MAX_DEPTH} deep (a file includes itself?)"
+                )
+            for word in _words(value):
+                for name in found(word):
+                    out.append(expand_text(read(name), read=read, found=found,
+                                           within=criteria, depth=depth + 1))
+            # The lines after the Include are the enclosing block's again.
+            out.append(header if header is not None else _reopen(within))
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+def _words(value: str) -> list[str]:
+    try:
+        return shlex.split(value)
+    except ValueError:  # an unbalanced quote: OpenSSH refuses it; take the words as written
+        return value.split()
+
+
+def _criteria(keyword: str, value: str) -> list[str] | None:
+    """A block header as Match criteria; None where it matches every host."""
+    words = _words(value)
+    if keyword == "host":
+        return None if words == ["*"] else ["originalhost", ",".join(words)]
+    if "all" in words:  # "Match all", "Match canonical all": every host (of that pass)
+        rest = [w for w in words if w != "all"]
+        return rest or None
+    return words
+
+
+def _match_line(criteria: list[str] | None) -> str:
+    return "Host *" if not criteria else "Match " + " ".join(shlex.quote(w) for w in criteria)
+
+
+def _reopen(within: list[str] | None) -> str:
+    """The header that puts the lines after an Include back where they were before any block
+    of this file: the top level, or the block that included this file."""
+    return _match_line(within)
