@@ -2,6 +2,7 @@
 
 - :mod:`.yaml_file`, :mod:`.ini_file`: the text of a source -> a :mod:`.builder` of groups,
   hosts and variables with the line each came from (:mod:`.ranges` expands ``gpu[01:16]``);
+- :mod:`.vars_dirs`: the ``group_vars/`` and ``host_vars/`` beside an inventory file;
 - :mod:`.build`: precedence, then one :class:`~fleetclean.models.Host` per host, with
   :mod:`.ssh_settings` filling what the inventory leaves open from ``~/.ssh/config``;
 - :mod:`.inline`: host lists given to ``-i`` (``'gpu01,gpu02,'``);

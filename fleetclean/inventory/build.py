@@ -2,7 +2,10 @@
 
 - precedence, as Ansible documents it: ``all`` < parent groups < child groups < host, and
   among groups of one depth ``ansible_group_priority`` (default 1) then the group name
-  (alphabetical, the later name wins);
+  (alphabetical, the later name wins). Files beside the inventory (:mod:`.vars_dirs`) come
+  in as Ansible's list has them: every group's inventory vars < ``group_vars/all`` <
+  ``group_vars/`` of the other groups (same order) < the host's inventory vars <
+  ``host_vars/``, so that ``group_vars/all.yml`` wins over a child group's inventory vars;
 - connection variables -> Host fields, with ``~/.ssh/config`` filling what the inventory
   leaves open (:mod:`.ssh_settings`). Every other variable is a playbook variable and lands
   in ``Host.vars``.
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +39,7 @@ from fleetclean.errors import InventoryError
 from fleetclean.inventory import ssh_settings
 from fleetclean.inventory.builder import Builder, Value, canonical, show
 from fleetclean.inventory.limit import select_names
+from fleetclean.inventory.vars_dirs import DirVars, VarsDirs
 from fleetclean.models import Connection, Host, Secret
 
 if TYPE_CHECKING:
@@ -110,14 +114,25 @@ def _memberships(builder: Builder) -> dict[str, set[str]]:
 
 def _effective(
     builder: Builder, host: str, groups: set[str], depths: dict[str, int],
-    defaults: dict[str, Value],
+    defaults: dict[str, Value], *, dirs: Sequence[DirVars] = (),
 ) -> dict[str, Value]:
     order = sorted(groups, key=lambda g: (depths[g], _priority(builder, g), g))
     # Command-line options (-b, --become-user) lose to every variable, as in Ansible.
     merged: dict[str, Value] = dict(defaults)
     for group in order:
         merged.update(canonical(builder.groups[group].vars))
+    # group_vars/ files win over every group's inventory vars, all's first, then the
+    # others in the same order; each kind over the -i files in turn (a later one wins),
+    # as Ansible runs its vars plugins per inventory source.
+    for source in dirs:
+        merged.update(source.groups.get("all", {}))
+    for source in dirs:
+        for group in order:
+            if group != "all":
+                merged.update(source.groups.get(group, {}))
     merged.update(builder.hosts[host])
+    for source in dirs:
+        merged.update(source.hosts.get(host, {}))
     return merged
 
 
@@ -264,9 +279,10 @@ class _HostMaker:
                 if k in values and "-F" in str(values[k].value)
             )
             # Relative to the inventory that gave it, so an inventory and its ssh config
-            # travel together.
-            source = values[key].path or self.path
-            path = os.path.join(os.path.dirname(source), os.path.expanduser(args.config_file))
+            # travel together (a group_vars/ file's value: relative to its inventory too).
+            given = values[key]
+            base = given.base or os.path.dirname(given.path or self.path)
+            path = os.path.join(base, os.path.expanduser(args.config_file))
             if not os.path.isfile(path):
                 raise self.error(
                     key,
@@ -343,35 +359,28 @@ class Inventory:
 
 
 def resolve(
-    builder: Builder, ssh_config: str | None, defaults: Mapping[str, Any] | None = None
+    builder: Builder,
+    ssh_config: str | None,
+    defaults: Mapping[str, Any] | None = None,
+    dirs: VarsDirs | None = None,
 ) -> Inventory:
     """Every host of ``builder`` with its effective variables; ``ssh_config`` a path or None;
-    ``defaults``: connection variables from the command line, below every group's."""
+    ``defaults``: connection variables from the command line, below every group's; ``dirs``:
+    what the group_vars/ and host_vars/ beside the inventory files give."""
     depths = _depths(builder)
     memberships = _memberships(builder)
     maker = _HostMaker(builder.path, ssh_config)
     low = {k: Value(v, path="the command line") for k, v in (defaults or {}).items()}
+    sources = dirs.sources if dirs is not None else []
     hosts = {
-        name: maker.make(name, _effective(builder, name, groups, depths, low), groups)
+        name: maker.make(
+            name, _effective(builder, name, groups, depths, low, dirs=sources), groups
+        )
         for name, groups in memberships.items()
     }
     names = ["all", *(g for g in builder.groups if g not in ("all", "ungrouped")), "ungrouped"]
     groups = {group: tuple(h for h in hosts if group in memberships[h]) for group in names}
-    unread = _vars_dirs(builder.path)
+    said = dirs.warnings if dirs is not None else []
     return Inventory(path=builder.path, hosts=hosts, groups=groups,
-                     warnings=(*maker.warnings.values(), *unread))
-
-
-def _vars_dirs(path: str) -> tuple[str, ...]:
-    """A warning where group_vars/ or host_vars/ sits beside an inventory file: Ansible
-    reads them, fleetclean does not, and a user or key set there was silently not used."""
-    if not os.path.isfile(path):
-        return ()
-    here = os.path.dirname(os.path.abspath(path))
-    found = [d for d in ("group_vars", "host_vars") if os.path.isdir(os.path.join(here, d))]
-    if not found:
-        return ()
-    return (f"{path}: {' and '.join(f'{d}/' for d in found)} beside it "
-            f"{'is' if len(found) == 1 else 'are'} not read (Ansible reads them): give the "
-            "run's connection variables (ansible_host, ansible_user, keys) in the inventory",)
+                     warnings=(*said, *maker.warnings.values()))
 

@@ -47,12 +47,15 @@ _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass
 class Value:
-    """One variable's value and where it was written (None: not from a file's line)."""
+    """One variable's value and where it was written (None: not from a file's line);
+    ``base``: the directory a relative path in it is read from, where that is not its own
+    file's (a group_vars/ file's value is its inventory's, see :mod:`.vars_dirs`)."""
 
     value: Any
     line: int | None = None
     column: int | None = None
     path: str | None = None
+    base: str | None = field(default=None, repr=False)
 
 
 @dataclass

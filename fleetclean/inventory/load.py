@@ -26,7 +26,7 @@ from typing import Any
 
 from fleetclean import yamltext
 from fleetclean.errors import InventoryError
-from fleetclean.inventory import inline, slurm, ssh_settings
+from fleetclean.inventory import inline, slurm, ssh_settings, vars_dirs
 from fleetclean.inventory.build import Inventory, resolve
 from fleetclean.inventory.builder import Builder
 from fleetclean.inventory.ini_file import looks_like_ini, read_ini
@@ -57,6 +57,8 @@ def load_inventory(
     by their first line. Every problem is one ``InventoryError``: file, line, column, fix.
     ``defaults`` are connection variables given on the command line (``ansible_become``
     for ``-b``...): every inventory's own value wins over them, as in Ansible.
+    ``group_vars/`` and ``host_vars/`` beside an inventory file are read as Ansible reads
+    them (see :mod:`.vars_dirs`); a host list or Slurm source has none.
     """
     names = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else [
         os.fspath(s) for s in sources
@@ -65,6 +67,7 @@ def load_inventory(
         raise InventoryError("no inventory given", hint="give -i FILE or -i 'host1,host2,'")
     builder = Builder(names[0])
     labels = []
+    files = []  # the sources Ansible reads group_vars/ and host_vars/ beside
     for source in names:
         if slurm.is_slurm(source):
             builder.path = slurm.label(source)
@@ -75,6 +78,7 @@ def load_inventory(
         else:
             builder.path = source
             _read_file(source, builder)
+            files.append(source)
         labels.append(builder.path)
     builder.path = " + ".join(labels)
     if not builder.hosts:
@@ -89,7 +93,8 @@ def load_inventory(
     config = config or None
     if config is not None and not os.path.isfile(config):
         ssh_settings.load_config(config)  # raises the missing-file error with its path
-    return resolve(builder, config, defaults)
+    dirs = vars_dirs.read_vars_dirs(files, builder.groups, builder.hosts)
+    return resolve(builder, config, defaults, dirs)
 
 
 def local_inventory(defaults: Mapping[str, Any] | None = None) -> Inventory:

@@ -18,6 +18,7 @@ fleetclean.errors.InventoryError: lab.yml:3:5: 'hosts' of group 'all' must be a 
 from __future__ import annotations
 
 import difflib
+import json
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -26,7 +27,7 @@ from fleetclean import yamltext
 from fleetclean.errors import InventoryError
 from fleetclean.inventory.builder import Builder, Value
 
-__all__ = ["read_yaml"]
+__all__ = ["read_vars", "read_yaml"]
 
 GROUP_KEYS = ("hosts", "children", "vars")
 _NULL = "tag:yaml.org,2002:null"
@@ -187,13 +188,20 @@ class _YamlReader:
             mark = key_node.start_mark
             self.b.add_hosts(group, pattern, variables, mark.line + 1, mark.column + 1)
 
-    def variables(self, node: yaml.Node, owner: str) -> dict[str, Value]:
+    def variables(
+        self, node: yaml.Node, owner: str, sealed: list[Value] | None = None
+    ) -> dict[str, Value]:
+        """``owner``'s variables; with ``sealed``, a '!vault' value is left out and its
+        name (where it was written) added there, instead of being an error."""
         out: dict[str, Value] = {}
         for key, key_node, value_node in self.mapping(
             node, f"variables of {owner}", "write 'key: value' lines"
         ):
             mark = key_node.start_mark
             self.b.variable_name(key, mark.line + 1, mark.column + 1)
+            if sealed is not None and _find_tag(value_node, "!vault") is not None:
+                sealed.append(self.b.located(key, mark.line + 1, mark.column + 1))
+                continue
             out[key] = self.b.located(
                 self.construct(value_node),
                 value_node.start_mark.line + 1,
@@ -263,6 +271,59 @@ def _bad_tag(node: yaml.Node) -> str:
         if tag:
             return tag
     return ""
+
+
+def read_vars(text: str, builder: Builder) -> tuple[dict[str, Value], list[Value]]:
+    """The variables of a group_vars/ or host_vars/ file (``builder.path``, which errors
+    name), and the names of those left out because their value is '!vault'-encrypted.
+
+    JSON is YAML, except for a tab between tokens: a file that YAML refuses but JSON
+    reads is taken as JSON, as Ansible reads JSON first (its values name no line then).
+
+    >>> read_vars("ansible_user: root\\ngrace: 5\\n", Builder("group_vars/all.yml"))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ({'ansible_user': Value(value='root', line=1, column=15, path='group_vars/all.yml'),
+      'grace': Value(value=5, line=2, column=8, path='group_vars/all.yml')}, [])
+    >>> read_vars("- root\\n", Builder("group_vars/all.yml"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    fleetclean.errors.InventoryError: group_vars/all.yml:1:1: a variables file is a mapping...
+    """
+    loader: AnyLoader | None = None
+    sealed: list[Value] = []
+    try:
+        loader, root = _compose(text)
+        if root is None:  # empty, or comments only: Ansible ignores it
+            return {}, []
+        if not isinstance(root, yaml.MappingNode):
+            raise _YamlReader(builder, loader).error(
+                f"a variables file is a mapping of names to values, got {_kind(root)}",
+                root,
+                hint="write one 'name: value' a line",
+            )
+        return _YamlReader(builder, loader).variables(root, builder.path, sealed), sealed
+    except yaml.YAMLError as err:
+        from_json = _json_vars(text, builder)
+        if from_json is not None:
+            return from_json, []
+        said, line, column, hint = yamltext.problem(err, text)
+        raise builder.error(f"not valid YAML: {said}", line, column, hint=hint) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _json_vars(text: str, builder: Builder) -> dict[str, Value] | None:
+    """``text`` read as a JSON object, or None when it is no JSON object."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    for key in data:
+        builder.variable_name(key, None, None)
+    return {key: builder.located(value, None, None) for key, value in data.items()}
 
 
 def read_yaml(text: str, builder: Builder) -> None:

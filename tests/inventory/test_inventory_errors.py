@@ -246,12 +246,3 @@ def test_a_given_user_wins_over_the_one_before_the_at(tmp_path: Path) -> None:
     ini.write_text("carol@gpu04 ansible_ssh_user=dave\n")
     assert [h.user for h in load_inventory(str(ini)).select(None)] == ["dave"]
 
-
-def test_group_vars_beside_an_inventory_is_said_to_be_unread(tmp_path: Path) -> None:
-    # Ansible reads group_vars/ and host_vars/; a user or key set there was silently not used.
-    inv = tmp_path / "hosts.yml"
-    inv.write_text("all:\n  hosts:\n    gpu01:\n")
-    assert load_inventory(str(inv)).warnings == ()
-    (tmp_path / "group_vars").mkdir()
-    (warning,) = load_inventory(str(inv)).warnings
-    assert "group_vars/ beside it is not read" in warning
