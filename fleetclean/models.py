@@ -66,6 +66,10 @@ class Host:
     ssh_options: dict[str, str] = field(default_factory=dict)
     # The ssh config file these settings came from: jump hosts are looked up in it too.
     ssh_config: str | None = None
+    # Every identity file in the order ssh tries them: the inventory's key, then -i and
+    # -o IdentityFile of its ssh arguments, then the config's IdentityFile lines. ``key`` is
+    # the first; () where there is at most that one.
+    identities: tuple[str, ...] = ()
 
 
 class HostStatus(str, enum.Enum):

@@ -252,9 +252,7 @@ class _HostMaker:
             )
 
     def ssh_args(self, values: dict[str, Value]) -> ssh_settings.SshArgs:
-        options: dict[str, str] = {}
-        proxy_jump: str | None = None
-        config_file: str | None = None
+        merged = ssh_settings.SshArgs()
         for key in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
             text = self.text(key, values)
             if text is None:
@@ -263,10 +261,16 @@ class _HostMaker:
                 args = ssh_settings.parse_ssh_args(text)
             except ssh_settings.SshArgsError as err:
                 raise self.error(key, values, f"{key}: {err.message}", err.hint or "") from None
-            options.update(args.options)
-            proxy_jump = args.proxy_jump or proxy_jump
-            config_file = args.config_file or config_file
-        return ssh_settings.SshArgs(options, proxy_jump, config_file)
+            merged = ssh_settings.SshArgs(
+                options={**merged.options, **args.options},
+                proxy_jump=args.proxy_jump or merged.proxy_jump,
+                config_file=args.config_file or merged.config_file,
+                user=args.user or merged.user,
+                port=args.port or merged.port,
+                hostname=args.hostname or merged.hostname,
+                identities=(*merged.identities, *args.identities),
+            )
+        return merged
 
     def config(
         self, values: dict[str, Value], args: ssh_settings.SshArgs
@@ -305,13 +309,17 @@ class _HostMaker:
         settings = ssh_settings.merge(
             name,
             host=self.text("ansible_host", values),
-            port=self.port(values),
-            user=self.text("ansible_user", values),
+            # ansible_port/ansible_user become Ansible's own -o Port=/-o User=, written
+            # before the ssh arguments' -p/-l: ssh keeps the first.
+            port=self.port(values) or args.port,
+            user=self.text("ansible_user", values) or args.user,
             key=os.path.expanduser(key) if key else None,
             proxy_jump=args.proxy_jump,
             options=args.options,
             config=config,
             config_path=config_path,
+            hostname=args.hostname,
+            identities=args.identities,
         )
         return Host(
             name=name,
@@ -332,6 +340,7 @@ class _HostMaker:
             proxy_jump=settings.proxy_jump,
             ssh_options=settings.options,
             ssh_config=config_path,
+            identities=settings.identities,
         )
 
 

@@ -64,10 +64,30 @@ class SshArgs:
     options: dict[str, str] = field(default_factory=dict)
     proxy_jump: str | None = None
     config_file: str | None = None
+    # -l / -o User, -p / -o Port, -o HostName: below the inventory's own variables (Ansible
+    # puts its -o User= and -o Port= first, and ssh keeps the first), above the config.
+    user: str | None = None
+    port: int | None = None
+    hostname: str | None = None
+    identities: tuple[str, ...] = ()  # -i and -o IdentityFile, in order
+
+
+_FLAGS = ("-o", "-J", "-F", "-l", "-p", "-i")
+_WHAT = {"-o": "option", "-J": "jump host", "-F": "file", "-l": "user", "-p": "port",
+         "-i": "identity file"}
+_HOW = {"-o": "write -o Key=Value", "-J": "write -J user@bastion",
+        "-F": "write -F path/to/ssh_config", "-l": "write -l USER", "-p": "write -p PORT",
+        "-i": "write -i path/to/key"}
 
 
 def parse_ssh_args(text: str) -> SshArgs:
-    """Read ``-o``, ``-J`` and ``-F`` from ssh arguments; later occurrences win."""
+    """Read ``-o``, ``-J``, ``-F``, ``-l``, ``-p`` and ``-i`` from ssh arguments; later
+    occurrences win, except identity files, which are all kept as ssh keeps them.
+
+    >>> a = parse_ssh_args("-l ops -p 2222 -i ~/.ssh/a -o IdentityFile=/k/b -o HostName=h1")
+    >>> a.user, a.port, a.hostname, a.identities[1:], a.options
+    ('ops', 2222, 'h1', ('/k/b',), {})
+    """
     try:
         words = shlex.split(text)
     except ValueError as err:
@@ -75,13 +95,13 @@ def parse_ssh_args(text: str) -> SshArgs:
             f"cannot split ssh arguments: {err}", hint="close the quote or drop it"
         ) from None
     options: dict[str, str] = {}
-    proxy_jump: str | None = None
-    config_file: str | None = None
+    given: dict[str, str] = {}  # -J, -F, -l, -p and their -o forms, by flag
+    identities: list[str] = []
     i = 0
     while i < len(words):
         word = words[i]
         flag, attached = word[:2], word[2:]
-        if flag not in ("-o", "-J", "-F"):
+        if flag not in _FLAGS:
             i += 1
             continue
         if attached:
@@ -90,28 +110,34 @@ def parse_ssh_args(text: str) -> SshArgs:
             i += 1
             value = words[i]
         else:
-            raise SshArgsError(
-                f"'{flag}' at the end of the ssh arguments has no "
-                + {"-o": "option", "-J": "jump host", "-F": "file"}[flag],
-                hint={
-                    "-o": "write -o Key=Value",
-                    "-J": "write -J user@bastion",
-                    "-F": "write -F path/to/ssh_config",
-                }[flag],
-            )
-        if flag == "-J":
-            proxy_jump = value
-        elif flag == "-F":
-            config_file = value
-        else:
-            key, option_value, consumed = _split_option(value, words[i + 1 :])
+            raise SshArgsError(f"'{flag}' at the end of the ssh arguments has no "
+                               f"{_WHAT[flag]}", hint=_HOW[flag])
+        if flag == "-o":
+            key, value, consumed = _split_option(value, words[i + 1 :])
             i += consumed
-            if key == "proxyjump":
-                proxy_jump = option_value
-            else:
-                options[key] = option_value
+            flag = _OPTION_FLAGS.get(key, "")
+            if not flag:
+                options[key] = value
+        if flag == "-i":
+            identities.append(os.path.expanduser(value))
+        elif flag:
+            given[flag] = value
         i += 1
-    return SshArgs(options=options, proxy_jump=proxy_jump, config_file=config_file)
+    return SshArgs(options=options, proxy_jump=given.get("-J"), config_file=given.get("-F"),
+                   user=given.get("-l"), port=_port(given["-p"]) if "-p" in given else None,
+                   hostname=given.get("-H"), identities=tuple(identities))
+
+
+# The -o options that are also flags (HostName has none: "-H" stands for it here).
+_OPTION_FLAGS = {"proxyjump": "-J", "user": "-l", "port": "-p", "identityfile": "-i",
+                 "hostname": "-H"}
+
+
+def _port(text: str) -> int:
+    if text.isdigit() and 1 <= int(text) <= 65535:
+        return int(text)
+    raise SshArgsError(f"port '{text}' in the ssh arguments is not a port number",
+                       hint="use a number from 1 to 65535")
 
 
 def _split_option(text: str, rest: list[str]) -> tuple[str, str, int]:
@@ -140,6 +166,7 @@ class SshSettings:
     key: str | None
     proxy_jump: str | None
     options: dict[str, str]
+    identities: tuple[str, ...] = ()  # every identity file, key first; () where key alone
 
 
 def default_config_path() -> str | None:
@@ -192,8 +219,12 @@ def merge(
     options: dict[str, str],
     config: paramiko.SSHConfig | None,
     config_path: str | None = None,
+    hostname: str | None = None,
+    identities: tuple[str, ...] = (),
 ) -> SshSettings:
     """Fill unset inventory values from ``config``; inventory values always win.
+    ``hostname`` and ``identities``: ``-o HostName`` and ``-i`` of the ssh arguments, which
+    come before the config's as on ssh's command line.
 
     >>> from fleetclean.transport.hops import parse_config
     >>> cfg = parse_config("Host gpu01\\n  HostName 10.0.0.1\\n  Port 2222")
@@ -207,9 +238,14 @@ def merge(
     config_port = found.get("port")
     if port is None and isinstance(config_port, str):
         port = _config_port(config_port, target, config_path)
-    identity = found.get("identityfile")
-    if key is None and isinstance(identity, list) and identity:
-        key = os.path.expanduser(str(identity[0]))
+    # ssh tries every identity file, the command line's before the config's, and stops at
+    # the first the host accepts; the inventory's key is Ansible's first -o IdentityFile.
+    listed = found.get("identityfile")
+    files = [key] if key else []
+    files += [*identities, *(os.path.expanduser(str(f)) for f in
+                             (listed if isinstance(listed, list) else ()))]
+    keys = tuple(dict.fromkeys(files))
+    key = keys[0] if keys else None
     config_user = found.get("user")
     if user is None and isinstance(config_user, str):
         user = config_user
@@ -225,9 +261,14 @@ def merge(
     known_hosts = found.get("userknownhostsfile")
     if "userknownhostsfile" not in merged and isinstance(known_hosts, str):
         merged["userknownhostsfile"] = os.path.expanduser(known_hosts)
-    hostname = found.get("hostname")
-    # ssh resolves the name it was given through HostName, ansible_host included.
-    address = hostname if isinstance(hostname, str) and hostname else target
+    for option in ("identitiesonly", "identityagent"):  # whether the agent's keys are offered
+        if option not in merged and isinstance(found.get(option), str):
+            merged[option] = str(found[option])
+    config_hostname = found.get("hostname")
+    # ssh resolves the name it was given through HostName, ansible_host included; a
+    # -o HostName of the ssh arguments comes first.
+    address = hostname or (config_hostname if isinstance(config_hostname, str)
+                           and config_hostname else target)
     return SshSettings(
         address=address,
         port=22 if port is None else port,
@@ -235,6 +276,7 @@ def merge(
         key=key,
         proxy_jump=proxy_jump,
         options=merged,
+        identities=keys if len(keys) > 1 else (),
     )
 
 

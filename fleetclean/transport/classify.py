@@ -57,6 +57,9 @@ class Where:
     port: int
     user: str | None = None
     key: str | None = None
+    # Whether sshd may have been offered more keys than its MaxAuthTries (6 by default):
+    # an agent's beside the files, or six files or more.
+    many_keys: bool = False
 
     def __str__(self) -> str:
         return f"{self.address}:{self.port}"
@@ -155,11 +158,11 @@ def _definite(exc: BaseException, where: Where, phase: Phase) -> TransportFailur
 
 def _dropped_in_auth(exc: BaseException, where: Where) -> bool:
     """paramiko words a connection that ended during authentication as an authentication
-    failure ("transport shut down or saw EOF"). With one key given, sshd refused nothing:
-    the connection dropped. With the agent's or the default keys, sshd may have closed it
-    after too many of them were refused (MaxAuthTries), which stays a refusal."""
+    failure ("transport shut down or saw EOF"). With the keys given alone, sshd refused
+    nothing: the connection dropped. With the agent's or the default keys too, sshd may have
+    closed it after too many of them were refused (MaxAuthTries), which stays a refusal."""
     return (isinstance(exc, paramiko.AuthenticationException) and where.key is not None
-            and "saw EOF" in str(exc))
+            and not where.many_keys and "saw EOF" in str(exc))
 
 
 def classify(

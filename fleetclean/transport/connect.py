@@ -71,8 +71,14 @@ class Context:
         return float(target.options.get("connecttimeout", self.connect_timeout))
 
 
+MAX_AUTH_TRIES = 6  # sshd's default MaxAuthTries
+
+
 def where(target: Target) -> Where:
-    return Where(target.address, target.port, target.user, target.key)
+    # The agent adds keys only where ssh would ask it and one is there to ask.
+    agent = target.agent and bool(os.environ.get("SSH_AUTH_SOCK"))
+    many = agent or len(target.keys) >= MAX_AUTH_TRIES
+    return Where(target.address, target.port, target.user, target.key, many)
 
 
 def tcp(target: Target, limit: float) -> TcpSock:
@@ -88,10 +94,14 @@ def tcp(target: Target, limit: float) -> TcpSock:
 
 
 def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
+    keys = target.keys
     kwargs: dict[str, Any] = {
         "sock": sock,
-        "look_for_keys": target.key is None,
-        "allow_agent": target.key is None,
+        # As ssh: the default key files only where no identity file is given; the agent's
+        # keys unless IdentitiesOnly. paramiko asks the agent only after the files given
+        # are refused, so a working key costs no agent round trip.
+        "look_for_keys": not keys,
+        "allow_agent": target.agent,
         "banner_timeout": limit,
         "auth_timeout": limit,
         "channel_timeout": limit,
@@ -100,12 +110,15 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
         # closed connection, not a timeout.
         "transport_factory": functools.partial(transport, handshake_timeout=limit),
     }
-    if target.key:
-        pkey = ctx.pkey(target.key)
+    if keys:
+        # The first key parsed once per run; every other one (or the first, where it needs
+        # what only paramiko's own loader reports: a passphrase, an odd format) by name.
+        pkey = ctx.pkey(keys[0])
         if pkey is not None:
             kwargs["pkey"] = pkey
-        else:
-            kwargs["key_filename"] = os.path.expanduser(target.key)
+        files = [os.path.expanduser(k) for k in (keys[1:] if pkey is not None else keys)]
+        if files:
+            kwargs["key_filename"] = files
     conn = Connection(
         target.address,
         user=target.user,

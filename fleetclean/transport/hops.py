@@ -28,6 +28,8 @@ from fleetclean.transport.sshlib import paramiko
 from fleetclean.transport.upstream import SSHConfig
 
 MAX_HOPS = 8  # a ProxyJump that names itself, directly or not, ends here
+# A jump host's own ssh_config settings that fleetclean follows beside where it is.
+AUTH_OPTIONS = ("stricthostkeychecking", "identitiesonly", "identityagent")
 
 
 @dataclass(frozen=True)
@@ -38,16 +40,29 @@ class Target:
     address: str
     port: int
     user: str | None
-    key: str | None
+    key: str | None  # the first identity file: the one people name in messages
     options: dict[str, str] = field(default_factory=dict, compare=False)
+    # Every identity file, in the order ssh tries them (key first); () where key is the one.
+    identities: tuple[str, ...] = ()
 
     @property
     def where(self) -> str:
         return f"{self.address}:{self.port}"
 
     @property
-    def ident(self) -> tuple[str, int, str | None, str | None]:
-        return (self.address, self.port, self.user, self.key)
+    def keys(self) -> tuple[str, ...]:
+        return self.identities or ((self.key,) if self.key else ())
+
+    @property
+    def agent(self) -> bool:
+        """Whether ssh would offer the agent's keys too: unless IdentitiesOnly (only the
+        files given) or IdentityAgent none, whether or not identity files are given."""
+        only = self.options.get("identitiesonly", "no").lower() in ("yes", "true")
+        return not only and self.options.get("identityagent", "").lower() != "none"
+
+    @property
+    def ident(self) -> tuple[str, int, str | None, tuple[str, ...]]:
+        return (self.address, self.port, self.user, self.keys)
 
 
 @dataclass(frozen=True)
@@ -111,9 +126,9 @@ def _hop(spec: str, config: paramiko.SSHConfig | None, lender: Target) -> tuple[
     """One jump host and its own ProxyJump from the config ('' when none)."""
     user, alias, port = _split_spec(spec)
     found = config.lookup(alias) if config is not None else {}
-    files = found.get("identityfile")
-    key = os.path.expanduser(files[0]) if files else lender.key
-    options = {k: str(found[k]) for k in ("stricthostkeychecking",) if k in found}
+    files = tuple(os.path.expanduser(f) for f in found.get("identityfile") or ())
+    keys = files or lender.keys
+    options = {k: str(found[k]) for k in AUTH_OPTIONS if k in found}
     known = found.get("userknownhostsfile")
     options["userknownhostsfile"] = (
         os.path.expanduser(str(known)) if known else lender.options.get("userknownhostsfile", "")
@@ -123,8 +138,9 @@ def _hop(spec: str, config: paramiko.SSHConfig | None, lender: Target) -> tuple[
         address=str(found.get("hostname") or alias),
         port=port or int(found.get("port", 22)),
         user=user or found.get("user"),
-        key=key,
+        key=keys[0] if keys else None,
         options={k: v for k, v in options.items() if v},
+        identities=keys,
     )
     return hop, str(found.get("proxyjump", ""))
 

@@ -35,7 +35,7 @@ from fleetclean.transport.hops import Route, Target
 from fleetclean.transport.sshlib import paramiko
 from fleetclean.transport.upstream import HopSocket, ProxySock
 
-ChainKey = tuple[tuple[str, int, str | None, str | None], ...]
+ChainKey = tuple[tuple[str, int, str | None, tuple[str, ...]], ...]
 CHANNELS_PER_LANE = 256
 MAX_LANES = 8
 _FULL = (paramiko.common.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED,

@@ -57,7 +57,7 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 def target_of(host: Host) -> Target:
     return Target(host.name, host.address, host.port or 22, host.user, host.key,
-                  host.ssh_options)
+                  host.ssh_options, host.identities)
 
 
 class Session:

@@ -13,6 +13,8 @@ import paramiko
 import pytest
 
 from fleetclean.transport.classify import Phase, Where, classify, phase_of
+from fleetclean.transport.connect import where
+from fleetclean.transport.hops import Target
 from fleetclean.transport.hostkeys import UnknownHostKey
 
 WHERE = Where("10.0.0.1", 22, "root", "/keys/id")
@@ -72,6 +74,25 @@ def test_a_connection_dropped_during_authentication_with_one_key_is_not_auth_fai
                                       "was not refused: sshd may have refused the account")
     agent = classify(eof, Where("10.0.0.1", 22, "root", None), Phase.AUTH, 0.1, 3.0)
     assert agent is not None and agent.kind == "auth_failed"
+
+
+def test_a_dropped_authentication_with_the_agent_beside_the_key_stays_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ssh offers the agent's keys after the files given (unless IdentitiesOnly): sshd may
+    # have closed the connection over MaxAuthTries, a refusal, not a dropped connection.
+    eof = paramiko.AuthenticationException(
+        "Authentication failed: transport shut down or saw EOF")
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/agent.sock")
+    target = Target("gpu01", "10.0.0.1", 22, "root", "/keys/id")
+    failure = classify(eof, where(target), Phase.AUTH, 0.1, 3.0)
+    assert failure is not None and failure.kind == "auth_failed"
+    only = Target("gpu01", "10.0.0.1", 22, "root", "/keys/id", {"identitiesonly": "yes"})
+    failure = classify(eof, where(only), Phase.AUTH, 0.1, 3.0)
+    assert failure is not None and failure.kind == "unreachable"
+    monkeypatch.delenv("SSH_AUTH_SOCK")
+    failure = classify(eof, where(target), Phase.AUTH, 0.1, 3.0)
+    assert failure is not None and failure.kind == "unreachable"
 
 
 @pytest.mark.parametrize(("phase", "exc", "words"), [

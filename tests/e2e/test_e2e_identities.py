@@ -1,0 +1,90 @@
+"""A host reached as ssh reaches it when its key is not the first one named: ssh tries every
+identity file, and takes -i, -o HostName from ansible_ssh_common_args. Real sshds: a key they
+refuse is really refused, and the host is really read."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from simhelp import Cli
+
+from fleetclean.sim import SimFleet
+
+pytestmark = pytest.mark.sim
+
+
+@pytest.fixture(scope="module")
+def fleet(module_fleet_factory) -> SimFleet:
+    fleet: SimFleet = module_fleet_factory(2)
+    return fleet
+
+
+@pytest.fixture(scope="module")
+def stranger_key(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A key no simulated node accepts."""
+    path = tmp_path_factory.mktemp("keys") / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path
+
+
+def _status(cli: Cli, inventory: Path, *args: str) -> dict[str, object]:
+    res = cli("status", "-i", inventory, "--json", *args)
+    assert "Traceback" not in res.err
+    host: dict[str, object] = res.host("node01")
+    return host
+
+
+def test_the_second_identity_file_of_the_config_is_tried(fleet: SimFleet, cli: Cli,
+                                                         stranger_key: Path,
+                                                         tmp_path: Path) -> None:
+    node = fleet.node("node01")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host node01\n  HostName {node.address}\n  User root\n"
+        f"  IdentityFile {stranger_key}\n  IdentityFile {fleet.client_key_path}\n"
+        f"  IdentitiesOnly yes\n  UserKnownHostsFile {fleet.known_hosts_path}\n")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("node01\n")
+    host = _status(cli, inventory, "-F", str(config))
+    assert (host["status"], host["error"]) == ("clean", None)
+    # The stranger key was offered first and refused by the node's real sshd.
+    log = (node.dir / "sshd.log").read_text()
+    assert "Accepted publickey" in log
+
+
+def test_identity_and_hostname_from_ansible_ssh_common_args(fleet: SimFleet, cli: Cli,
+                                                            stranger_key: Path,
+                                                            tmp_path: Path) -> None:
+    # Neither the inventory's key (refused) nor its name (no such host) reaches the node:
+    # -i and -o HostName in the ssh arguments do, as they do for ssh.
+    node = fleet.node("node01")
+    data = {"all": {"hosts": {"node01": {
+        "ansible_host": "no-such-host.invalid",
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(stranger_key),
+        "ansible_ssh_common_args": (
+            f"-o UserKnownHostsFile={fleet.known_hosts_path} -o StrictHostKeyChecking=yes "
+            f"-i {fleet.client_key_path} -o HostName={node.address}"),
+    }}}}
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text(yaml.safe_dump(data))
+    host = _status(cli, inventory)
+    assert (host["status"], host["error"]) == ("clean", None)
+
+
+def test_only_a_refused_key_is_auth_failed(fleet: SimFleet, cli: Cli, stranger_key: Path,
+                                          tmp_path: Path) -> None:
+    # Every key tried and refused: still auth_failed, naming the first.
+    node = fleet.node("node01")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(
+        f"node01 ansible_host={node.address} ansible_user=root "
+        f"ansible_ssh_private_key_file={stranger_key} "
+        f"ansible_ssh_common_args='-o UserKnownHostsFile={fleet.known_hosts_path} "
+        f"-o IdentitiesOnly=yes'\n")
+    host = _status(cli, inventory)
+    assert host["status"] == "auth_failed"
+    assert str(stranger_key) in str(host["error"])
