@@ -95,12 +95,14 @@ def expand_text(
                 raise paramiko.ssh_exception.ConfigParseError(
                     f"Include nested more than {MAX_DEPTH} deep (a file includes itself?)"
                 )
+            # Each file starts, and the lines after the Include go on, in the block the
+            # Include sits in (the file before may have ended in a block of its own).
+            reopen = header if header is not None else _reopen(within)
             for word in _words(value):
                 for name in found(word):
                     out.append(expand_text(read(name), read=read, found=found,
                                            within=criteria, depth=depth + 1))
-            # The lines after the Include are the enclosing block's again.
-            out.append(header if header is not None else _reopen(within))
+                    out.append(reopen)
         else:
             out.append(line)
     return "\n".join(out)
@@ -118,10 +120,23 @@ def _criteria(keyword: str, value: str) -> list[str] | None:
     words = _words(value)
     if keyword == "host":
         return None if words == ["*"] else ["originalhost", ",".join(words)]
-    if "all" in words:  # "Match all", "Match canonical all": every host (of that pass)
-        rest = [w for w in words if w != "all"]
+    keywords = _keywords(words)
+    if "all" in keywords:  # "Match all", "Match canonical all": every host (of that pass)
+        rest = [w for i, w in enumerate(words) if i not in keywords["all"]]
         return rest or None
     return words
+
+
+def _keywords(words: list[str]) -> dict[str, list[int]]:
+    """Where each Match criterion's keyword stands (a word after one that takes an argument
+    is that argument: ``Match host all`` names a host called "all")."""
+    at: dict[str, list[int]] = {}
+    i = 0
+    while i < len(words):
+        keyword = words[i].lstrip("!").lower()
+        at.setdefault(keyword, []).append(i)
+        i += 1 if keyword in ("all", "canonical", "final") else 2
+    return at
 
 
 def _match_line(criteria: list[str] | None) -> str:

@@ -17,7 +17,7 @@ from fleetclean.transport.hops import load_config
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs OpenSSH's ssh -G")
 
-NAMES = ("gpu01", "gpu02", "bastion", "b2", "other", "10.1.2.3")
+NAMES = ("gpu01", "gpu02", "bastion", "b2", "other", "10.1.2.3", "all")
 
 
 def _ssh_g(config: Path, name: str) -> dict[str, str]:
@@ -63,6 +63,21 @@ CASES = {
         outer_conf="Port 2300\nMatch host 10.*\n  Include @/inner.conf\n"
                    "Host bastion gpu01\n  User outeruser\n",
         inner_conf="User inneruser\nHost gpu01\n  Port 2301\n",
+    ),
+    # One Include naming several files: each starts in the Include's block, not in the
+    # last block of the file before it.
+    "several files": dict(
+        main_conf="Include @/d/*.conf\nHost *\n  Port 2200\nHost gpu*\n"
+                  "  Include @/two.conf @/one.conf\n",
+        d_a_conf="Host b2\n  HostName 10.0.0.1\n",
+        d_b_conf="User ops\nHost bastion\n  Port 2210\n",
+        one_conf="Port 2201\n",
+        two_conf="Host gpu02\n  User two\n",
+    ),
+    # "all" as a host name after `host` is that host, not Match's `all`.
+    "match host all": dict(
+        main_conf="Match host all\n  Include @/m.conf\n",
+        m_conf="User inall\nHost all gpu01\n  Port 2500\n",
     ),
     # Match blocks around and inside the included file, HostName rewriting what `host` sees.
     "match": dict(
