@@ -81,12 +81,14 @@ _HOW = {"-o": "write -o Key=Value", "-J": "write -J user@bastion",
 
 
 def parse_ssh_args(text: str) -> SshArgs:
-    """Read ``-o``, ``-J``, ``-F``, ``-l``, ``-p`` and ``-i`` from ssh arguments; later
-    occurrences win, except identity files, which are all kept as ssh keeps them.
+    """Read ``-o``, ``-J``, ``-F``, ``-l``, ``-p`` and ``-i`` from ssh arguments. As ssh
+    reads them, the first value of each option wins (``-F``: the last), and every identity
+    file is kept.
 
-    >>> a = parse_ssh_args("-l ops -p 2222 -i ~/.ssh/a -o IdentityFile=/k/b -o HostName=h1")
+    >>> a = parse_ssh_args("-l ops -p 2222 -i ~/.ssh/a -o IdentityFile=/k/b -o HostName=h1 "
+    ...                    "-o User=late -o StrictHostKeyChecking=yes -o stricthostkeychecking=no")
     >>> a.user, a.port, a.hostname, a.identities[1:], a.options
-    ('ops', 2222, 'h1', ('/k/b',), {})
+    ('ops', 2222, 'h1', ('/k/b',), {'stricthostkeychecking': 'yes'})
     """
     try:
         words = shlex.split(text)
@@ -97,6 +99,7 @@ def parse_ssh_args(text: str) -> SshArgs:
     options: dict[str, str] = {}
     given: dict[str, str] = {}  # -J, -F, -l, -p and their -o forms, by flag
     identities: list[str] = []
+    jumps: list[str] = []
     i = 0
     while i < len(words):
         word = words[i]
@@ -112,16 +115,23 @@ def parse_ssh_args(text: str) -> SshArgs:
         else:
             raise SshArgsError(f"'{flag}' at the end of the ssh arguments has no "
                                f"{_WHAT[flag]}", hint=_HOW[flag])
+        if flag == "-J" and jumps:
+            raise SshArgsError("only one -J is allowed in the ssh arguments, as for ssh",
+                               hint=f"join the jump hosts with commas: -J {jumps[0]},{value}")
+        if flag == "-J":
+            jumps.append(value)
         if flag == "-o":
             key, value, consumed = _split_option(value, words[i + 1 :])
             i += consumed
             flag = _OPTION_FLAGS.get(key, "")
             if not flag:
-                options[key] = value
+                options.setdefault(key, value)
         if flag == "-i":
             identities.append(os.path.expanduser(value))
-        elif flag:
+        elif flag == "-F":
             given[flag] = value
+        elif flag:
+            given.setdefault(flag, value)
         i += 1
     return SshArgs(options=options, proxy_jump=given.get("-J"), config_file=given.get("-F"),
                    user=given.get("-l"), port=_port(given["-p"]) if "-p" in given else None,
@@ -250,8 +260,11 @@ def merge(
     if user is None and isinstance(config_user, str):
         user = config_user
     config_jump = found.get("proxyjump")
-    # "ProxyJump none" is ssh's way to switch an inherited jump host off.
-    if proxy_jump is None and isinstance(config_jump, str) and config_jump.lower() != "none":
+    # "ProxyJump none" is ssh's way to switch an inherited jump host off. ProxyJump and
+    # ProxyCommand exclude each other and ssh keeps the first it reads: a ProxyCommand of
+    # the ssh arguments (the command line) comes before any of the config's.
+    if (proxy_jump is None and "proxycommand" not in options and isinstance(config_jump, str)
+            and config_jump.lower() != "none"):
         proxy_jump = config_jump
     merged = dict(options)
     # ProxyCommand from the config, unless a ProxyJump (found first by ssh) already decides.

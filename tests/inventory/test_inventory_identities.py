@@ -73,8 +73,30 @@ def test_a_port_that_is_not_a_number_names_the_file(write: Write) -> None:
     assert "a.yml" in str(err.value)
 
 
-def test_parse_keeps_every_identity_and_the_last_of_the_rest() -> None:
-    args = parse_ssh_args("-i /a -l one -l two -i/b -oUser=three -p 1 -o Port=2")
-    assert (args.identities, args.user, args.port) == (("/a", "/b"), "three", 2)
+def test_parse_keeps_every_identity_and_the_first_of_the_rest() -> None:
+    # ssh keeps the first value of an option (`ssh -G -l one -l two` says user one).
+    args = parse_ssh_args("-i /a -l one -l two -i/b -oUser=three -p 1 -o Port=2 "
+                          "-o UserKnownHostsFile=/first -o UserKnownHostsFile=/second")
+    assert (args.identities, args.user, args.port) == (("/a", "/b"), "one", 1)
+    assert args.options == {"userknownhostsfile": "/first"}
     with pytest.raises(SshArgsError, match="'-i' at the end"):
         parse_ssh_args("-C -i")
+
+
+def test_a_proxycommand_of_the_ssh_arguments_beats_the_configs_proxyjump(write: Write) -> None:
+    # ssh reads its command line first and keeps the first of ProxyJump/ProxyCommand: the
+    # config's ProxyJump took the host through a bastion the inventory had routed around.
+    config = CONFIG + "  ProxyJump bastion\n"
+    host = _host(write, "      ansible_ssh_common_args: -o ProxyCommand='nc -x p:1080 %h %p'\n",
+                 config=config)
+    assert host.proxy_jump is None
+    assert host.ssh_options["proxycommand"] == "nc -x p:1080 %h %p"
+    assert _host(write, "      ansible_port: 22\n", config=config).proxy_jump == "bastion"
+
+
+def test_common_args_come_before_extra_args(write: Write) -> None:
+    # Ansible writes ansible_ssh_common_args before ansible_ssh_extra_args; ssh keeps the
+    # first: StrictHostKeyChecking=no in the extra args did not switch the check off.
+    host = _host(write, "      ansible_ssh_common_args: -o StrictHostKeyChecking=yes -l a\n"
+                        "      ansible_ssh_extra_args: -o StrictHostKeyChecking=no -l b\n")
+    assert (host.ssh_options["stricthostkeychecking"], host.user) == ("yes", "a")

@@ -134,7 +134,8 @@ all:
         "connecttimeout": "5",
         "serveraliveinterval": "15",
     }
-    assert host.proxy_jump == "other@jump"
+    # ssh keeps the first ProxyJump: the common args' -J, written before the extra args.
+    assert host.proxy_jump == "ops@bastion"
     assert host.user == "fromconfig"
 
 

@@ -107,7 +107,7 @@ def test_local_hosts_ignore_ssh_config(write: Write) -> None:
     ("args", "options", "jump", "config"),
     [
         ("-o A=1 -oB=2 -o 'C 3' -o D 4", {"a": "1", "b": "2", "c": "3", "d": "4"}, None, None),
-        ("-J a@b -Jc@d", {}, "c@d", None),
+        ("-J a@b,c@d -o ProxyJump=e", {}, "a@b,c@d", None),
         ("-o ProxyJump=x -F ~/cfg -q -C", {}, "x", "~/cfg"),
         ("", {}, None, None),
     ],
@@ -119,7 +119,8 @@ def test_parse_ssh_args(
     assert (parsed.options, parsed.proxy_jump, parsed.config_file) == (options, jump, config)
 
 
-@pytest.mark.parametrize("args", ["-o", "-o Key", "-J", "-F", "-o '=x'", "-o 'unclosed"])
+@pytest.mark.parametrize("args", ["-o", "-o Key", "-J", "-F", "-o '=x'", "-o 'unclosed",
+                                  "-J a -J b", "-p 0", "-p x", "-l"])
 def test_bad_ssh_args(args: str) -> None:
     with pytest.raises(SshArgsError):
         parse_ssh_args(args)
