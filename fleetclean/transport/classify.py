@@ -57,9 +57,9 @@ class Where:
     port: int
     user: str | None = None
     key: str | None = None
-    # Whether sshd may have been offered more keys than its MaxAuthTries (6 by default):
-    # an agent's beside the files, or six files or more.
-    many_keys: bool = False
+    # What sshd said as it closed the connection (its DISCONNECT message), "" where it said
+    # nothing; None where that is not known.
+    said: str | None = None
 
     def __str__(self) -> str:
         return f"{self.address}:{self.port}"
@@ -124,10 +124,12 @@ def _key_failure(exc: BaseException, where: Where) -> TransportFailure | None:
 
 def _refused(exc: BaseException, where: Where) -> TransportFailure:
     user = where.user or os.environ.get("USER", "?")
+    # sshd's own words where it gave any ("Too many authentication failures").
+    words = f" (sshd: {where.said})" if where.said else ""
     return TransportFailure(
         "auth_failed",
         f"authentication failed for {user}@{where} with key "
-        f"{where.key or '(agent/default keys)'}: {exc}",
+        f"{where.key or '(agent/default keys)'}: {exc}{words}",
     )
 
 
@@ -152,17 +154,27 @@ def _definite(exc: BaseException, where: Where, phase: Phase) -> TransportFailur
         return TransportFailure("unreachable", f"cannot connect to {where}: {reason}")
     refused = isinstance(exc, paramiko.PasswordRequiredException) or (
         isinstance(exc, paramiko.AuthenticationException) and not _is_timeout(exc, 0, 1)
+        and not _dropped_in_auth(exc, where)) or (
+        phase is Phase.AUTH and str(exc) == "No existing session" and where.said is not None
         and not _dropped_in_auth(exc, where))
     return _refused(exc, where) if refused else None
 
 
 def _dropped_in_auth(exc: BaseException, where: Where) -> bool:
     """paramiko words a connection that ended during authentication as an authentication
-    failure ("transport shut down or saw EOF"). With the keys given alone, sshd refused
-    nothing: the connection dropped. With the agent's or the default keys too, sshd may have
-    closed it after too many of them were refused (MaxAuthTries), which stays a refusal."""
-    return (isinstance(exc, paramiko.AuthenticationException) and where.key is not None
-            and not where.many_keys and "saw EOF" in str(exc))
+    failure ("transport shut down or saw EOF"), or, where it had another key to offer, as
+    "No existing session". sshd ends it that way after too many refused keys
+    (MaxAuthTries), saying so first ("Too many authentication failures"): a refusal. Ended
+    without those words, the connection dropped: sshd's account checks after an accepted key
+    (PAM: pam_slurm_adopt, pam_access) end it with nothing said. Where sshd's words are not
+    known, only a connection with one key given counts as dropped."""
+    ended = ((isinstance(exc, paramiko.AuthenticationException) and "saw EOF" in str(exc))
+             or (type(exc) is paramiko.SSHException and str(exc) == "No existing session"))
+    if not ended:
+        return False
+    if where.said is None:
+        return where.key is not None
+    return "authentication failures" not in where.said.lower()
 
 
 def classify(

@@ -71,14 +71,8 @@ class Context:
         return float(target.options.get("connecttimeout", self.connect_timeout))
 
 
-MAX_AUTH_TRIES = 6  # sshd's default MaxAuthTries
-
-
-def where(target: Target) -> Where:
-    # The agent adds keys only where ssh would ask it and one is there to ask.
-    agent = target.agent and bool(os.environ.get("SSH_AUTH_SOCK"))
-    many = agent or len(target.keys) >= MAX_AUTH_TRIES
-    return Where(target.address, target.port, target.user, target.key, many)
+def where(target: Target, said: str | None = None) -> Where:
+    return Where(target.address, target.port, target.user, target.key, said)
 
 
 def tcp(target: Target, limit: float) -> TcpSock:
@@ -93,14 +87,25 @@ def tcp(target: Target, limit: float) -> TcpSock:
         raise Failed(failure) from exc
 
 
+def _usable(target: Target) -> tuple[str, ...]:
+    """The identity files to offer: ssh skips one that is not there ("no such identity")
+    and offers the next, so a missing first file must not stop the login (paramiko stops at
+    it). Where none is there, all are kept: the error names the missing one, unless the
+    agent may still log in, as it would for ssh."""
+    there = tuple(k for k in target.keys if os.path.exists(os.path.expanduser(k)))
+    if there or not target.keys:
+        return there
+    return () if target.agent and os.environ.get("SSH_AUTH_SOCK") else target.keys
+
+
 def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
-    keys = target.keys
+    keys = _usable(target)
     kwargs: dict[str, Any] = {
         "sock": sock,
         # As ssh: the default key files only where no identity file is given; the agent's
         # keys unless IdentitiesOnly. paramiko asks the agent only after the files given
         # are refused, so a working key costs no agent round trip.
-        "look_for_keys": not keys,
+        "look_for_keys": not target.keys,
         "allow_agent": target.agent,
         "banner_timeout": limit,
         "auth_timeout": limit,
@@ -225,10 +230,12 @@ def _attempt(
         running(conn)
         return conn, None, None
     except Exception as exc:
-        phase = phase_of(conn.client.get_transport())
+        transport = conn.client.get_transport()
+        phase = phase_of(transport)
+        said = getattr(transport, "said", None)
         conn.close()
         _close(sock)
-        failure = classify(exc, where(target), phase, time.monotonic() - started, limit)
+        failure = classify(exc, where(target, said), phase, time.monotonic() - started, limit)
     if isinstance(sock, HopSocket) and sock.hop_lost():
         return None, failure, "hop lost"
     note = sock.note() if isinstance(sock, ProxySock) else ""

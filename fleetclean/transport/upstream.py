@@ -230,6 +230,15 @@ AEAD = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
 
 class _Transport(paramiko.Transport):
+    # What sshd said as it ended the connection: paramiko only logs it, and its callers see
+    # "transport shut down or saw EOF" whether sshd gave up on too many refused keys (it
+    # says "Too many authentication failures") or its account checks ended the login.
+    said = ""
+
+    def _parse_disconnect(self, m: paramiko.Message) -> None:
+        code, self.said = m.get_int(), m.get_text()
+        self.logger.info("Disconnect (code %d): %s", code, self.said)
+
     def _parse_debug(self, m: paramiko.Message) -> None:
         # The message is only ever logged: unread, it is dropped as paramiko drops it.
         if self.logger.isEnabledFor(logging.DEBUG):

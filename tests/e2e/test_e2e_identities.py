@@ -88,3 +88,40 @@ def test_only_a_refused_key_is_auth_failed(fleet: SimFleet, cli: Cli, stranger_k
     host = _status(cli, inventory)
     assert host["status"] == "auth_failed"
     assert str(stranger_key) in str(host["error"])
+
+
+def test_too_many_refused_keys_are_auth_failed(fleet: SimFleet, cli: Cli,
+                                               tmp_path_factory: pytest.TempPathFactory,
+                                               tmp_path: Path) -> None:
+    # Seven keys the node refuses: its sshd ends the login at MaxAuthTries (6), saying
+    # "Too many authentication failures". A refusal, not a dropped connection or an error
+    # ("No existing session", paramiko's word for the key it could no longer offer).
+    keys = tmp_path_factory.mktemp("seven")
+    for i in range(7):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / f"k{i}")],
+                       check=True)
+    node = fleet.node("node01")
+    extra = " ".join(f"-i {keys / f'k{i}'}" for i in range(1, 7))
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(
+        f"node01 ansible_host={node.address} ansible_user=root "
+        f"ansible_ssh_private_key_file={keys / 'k0'} "
+        f"ansible_ssh_common_args='-o UserKnownHostsFile={fleet.known_hosts_path} "
+        f"-o IdentitiesOnly=yes {extra}'\n")
+    host = _status(cli, inventory)
+    assert host["status"] == "auth_failed", host
+    assert "Too many authentication failures" in str(host["error"])
+
+
+def test_a_missing_identity_file_is_skipped_as_ssh_skips_it(fleet: SimFleet, cli: Cli,
+                                                            tmp_path: Path) -> None:
+    node = fleet.node("node01")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host node01\n  HostName {node.address}\n  User root\n"
+        f"  IdentityFile {tmp_path / 'no_such_key'}\n  IdentityFile {fleet.client_key_path}\n"
+        f"  IdentitiesOnly yes\n  UserKnownHostsFile {fleet.known_hosts_path}\n")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("node01\n")
+    host = _status(cli, inventory, "-F", str(config))
+    assert (host["status"], host["error"]) == ("clean", None)

@@ -76,23 +76,23 @@ def test_a_connection_dropped_during_authentication_with_one_key_is_not_auth_fai
     assert agent is not None and agent.kind == "auth_failed"
 
 
-def test_a_dropped_authentication_with_the_agent_beside_the_key_stays_a_refusal(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # ssh offers the agent's keys after the files given (unless IdentitiesOnly): sshd may
-    # have closed the connection over MaxAuthTries, a refusal, not a dropped connection.
-    eof = paramiko.AuthenticationException(
-        "Authentication failed: transport shut down or saw EOF")
-    monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/agent.sock")
-    target = Target("gpu01", "10.0.0.1", 22, "root", "/keys/id")
-    failure = classify(eof, where(target), Phase.AUTH, 0.1, 3.0)
-    assert failure is not None and failure.kind == "auth_failed"
-    only = Target("gpu01", "10.0.0.1", 22, "root", "/keys/id", {"identitiesonly": "yes"})
-    failure = classify(eof, where(only), Phase.AUTH, 0.1, 3.0)
-    assert failure is not None and failure.kind == "unreachable"
-    monkeypatch.delenv("SSH_AUTH_SOCK")
-    failure = classify(eof, where(target), Phase.AUTH, 0.1, 3.0)
-    assert failure is not None and failure.kind == "unreachable"
+@pytest.mark.parametrize("exc", [
+    paramiko.AuthenticationException("Authentication failed: transport shut down or saw EOF"),
+    # paramiko's word for it where it had another key (or the agent's) to offer.
+    paramiko.SSHException("No existing session"),
+])
+def test_what_sshd_said_as_it_closed_tells_a_refusal_from_a_drop(exc: BaseException) -> None:
+    # With several keys (the files given, the agent's), sshd ends the connection after
+    # MaxAuthTries refusals, saying so; its account checks (PAM) end it saying nothing.
+    def kind(said: str, key: str | None) -> str:
+        spot = where(Target("gpu01", "10.0.0.1", 22, "root", key), said)
+        failure = classify(exc, spot, Phase.AUTH, 0.1, 3.0)
+        assert failure is not None
+        return failure.kind
+
+    assert kind("Too many authentication failures", "/keys/id") == "auth_failed"
+    assert kind("", "/keys/id") == "unreachable"
+    assert kind("", None) == "unreachable"  # the agent's keys, none refused by sshd's words
 
 
 @pytest.mark.parametrize(("phase", "exc", "words"), [
