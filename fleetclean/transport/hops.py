@@ -129,6 +129,12 @@ def _hop(spec: str, config: paramiko.SSHConfig | None, lender: Target) -> tuple[
     files = tuple(os.path.expanduser(f) for f in found.get("identityfile") or ())
     keys = files or lender.keys
     options = {k: str(found[k]) for k in AUTH_OPTIONS if k in found}
+    own_jump = str(found.get("proxyjump", ""))
+    command = found.get("proxycommand")
+    if _is_none(own_jump) and isinstance(command, str) and not _is_none(command):
+        # How ssh reaches this hop when it is the first (ssh -W runs with its config): the
+        # pool uses it there only; a later hop is reached through the one before it.
+        options["proxycommand"] = command
     known = found.get("userknownhostsfile")
     options["userknownhostsfile"] = (
         os.path.expanduser(str(known)) if known else lender.options.get("userknownhostsfile", "")
@@ -142,7 +148,7 @@ def _hop(spec: str, config: paramiko.SSHConfig | None, lender: Target) -> tuple[
         options={k: v for k, v in options.items() if v},
         identities=keys,
     )
-    return hop, str(found.get("proxyjump", ""))
+    return hop, own_jump
 
 
 def _is_none(spec: str | None) -> bool:

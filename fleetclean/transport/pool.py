@@ -31,7 +31,7 @@ from fleetclean.transport import dialing
 from fleetclean.transport.base import Failed, TransportFailure
 from fleetclean.transport.classify import Phase, Where, timed_out
 from fleetclean.transport.connect import Context, Sock, open_connection, tcp
-from fleetclean.transport.hops import Route, Target
+from fleetclean.transport.hops import Route, Target, expand
 from fleetclean.transport.sshlib import paramiko
 from fleetclean.transport.upstream import HopSocket, ProxySock
 
@@ -214,7 +214,11 @@ class Pool:
         hop = hops[-1]
         limit = self._ctx.timeout_for(hop)
         make: Callable[[], Sock]
-        if before is None:
+        command = hop.options.get("proxycommand")
+        if before is None and command:  # the first hop's own ProxyCommand (hops._hop)
+            expanded = expand(command, hop)
+            make = lambda: _proxy(expanded)  # noqa: E731
+        elif before is None:
             make = lambda: tcp(hop, limit)  # noqa: E731
         else:
             via = hops[-2]

@@ -83,6 +83,20 @@ def test_proxycommand_ssh_w(fleet: SimFleet, cli: Cli, tmp_path: Path) -> None:
     assert logins(fleet, "node01") - before == 1
 
 
+def test_a_bastions_own_proxycommand_reaches_it(fleet: SimFleet, cli: Cli,
+                                               tmp_path: Path) -> None:
+    # node04 through the bastion "jump" (node02), which ssh reaches through its own
+    # ProxyCommand (via node01): was a direct TCP connection to node02, so a bastion
+    # reachable only through a proxy was unreachable.
+    command = f"ssh -F {fleet.ssh_config_path} -W %h:%p node01"
+    node02 = fleet.node("node02")
+    config = _config(fleet, tmp_path, f"Host node04\n    ProxyJump jump\nHost jump\n"
+                     f"    HostName {node02.address}\n    ProxyCommand {command}\n")
+    before = {n: logins(fleet, n) for n in ("node01", "node02")}
+    _clean_run(cli, fleet, tmp_path, "-F", str(config))
+    assert {n: logins(fleet, n) - before[n] for n in before} == {"node01": 1, "node02": 1}
+
+
 def test_proxyjump_none_switches_off_an_inherited_jump(fleet: SimFleet, cli: Cli,
                                                        tmp_path: Path) -> None:
     # Every host would go through a dead bastion, except the one that says none.
