@@ -302,7 +302,26 @@ class _HostMaker:
             self.configs[path] = ssh_settings.load_config(path)
         return self.configs[path], path
 
+    def untemplated(self, values: dict[str, Value]) -> dict[str, Value]:
+        """``values`` less the connection variables that are Jinja templates
+        (``ansible_host: "{{ inventory_hostname }}.ib"``, common in group_vars/), each said
+        once: fleetclean evaluates no templates, and the text itself would be a host name
+        or user that exists nowhere. Left unset, ~/.ssh/config or the default decides, as
+        it did before such files were read."""
+        kept = dict(values)
+        for key, given in values.items():
+            text = given.value
+            if key.startswith("ansible_") and isinstance(text, str) and (
+                    "{{" in text or "{%" in text):
+                del kept[key]
+                where = f"{given.path or self.path}" + (f":{given.line}" if given.line else "")
+                self.warnings[f"{where}:{key}"] = (
+                    f"{where}: {key} is a Jinja template ({text!r}), which fleetclean does "
+                    "not evaluate: left unset (write the value itself to use it)")
+        return kept
+
     def make(self, name: str, values: dict[str, Value], groups: set[str]) -> Host:
+        values = self.untemplated(values)
         connection = self.connection(values)
         args = self.ssh_args(values)
         key = self.text("ansible_ssh_private_key_file", values)

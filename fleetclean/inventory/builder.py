@@ -221,6 +221,11 @@ class Builder:
         return key
 
 
+def valid_name(key: str) -> bool:
+    """Whether ``key`` can name a variable (letters, digits, underscores; no digit first)."""
+    return bool(_VAR_NAME.match(key))
+
+
 def canonical(variables: dict[str, Value]) -> dict[str, Value]:
     """Aliases (``ansible_ssh_host`` ...) under their main name; the main name wins a tie."""
     out = {ALIASES.get(k, k): v for k, v in variables.items() if k in ALIASES}

@@ -127,12 +127,16 @@ class _Reader:
                 "not read (set what fleetclean needs from it in a file that is not encrypted)"
             ] = None
             return {}
-        variables, sealed = read_vars(text, Builder(path))
+        variables, sealed, odd = read_vars(text, Builder(path))
         for name in sealed:
             self.warnings[
                 f"{path}:{name.line}: {name.value} is encrypted with '!vault', which "
                 "fleetclean cannot decrypt: left unset"
             ] = None
+        for name in odd:
+            where = f"{path}:{name.line}" if name.line else path
+            self.warnings[f"{where}: '{name.value}' is not a variable name fleetclean can "
+                          "use: left out (letters, digits and underscores only)"] = None
         for value in variables.values():
             # A relative path in it (ssh -F) is the inventory's, wherever the file sits.
             value.base = self.base

@@ -25,7 +25,7 @@ import yaml
 
 from fleetclean import yamltext
 from fleetclean.errors import InventoryError
-from fleetclean.inventory.builder import Builder, Value
+from fleetclean.inventory.builder import Builder, Value, valid_name
 
 __all__ = ["read_vars", "read_yaml"]
 
@@ -189,15 +189,20 @@ class _YamlReader:
             self.b.add_hosts(group, pattern, variables, mark.line + 1, mark.column + 1)
 
     def variables(
-        self, node: yaml.Node, owner: str, sealed: list[Value] | None = None
+        self, node: yaml.Node, owner: str, sealed: list[Value] | None = None,
+        odd: list[Value] | None = None,
     ) -> dict[str, Value]:
         """``owner``'s variables; with ``sealed``, a '!vault' value is left out and its
-        name (where it was written) added there, instead of being an error."""
+        name (where it was written) added there, instead of being an error; with ``odd``,
+        so is a name no variable can have (Ansible reads those in vars files unchecked)."""
         out: dict[str, Value] = {}
         for key, key_node, value_node in self.mapping(
             node, f"variables of {owner}", "write 'key: value' lines"
         ):
             mark = key_node.start_mark
+            if odd is not None and not valid_name(key):
+                odd.append(self.b.located(key, mark.line + 1, mark.column + 1))
+                continue
             self.b.variable_name(key, mark.line + 1, mark.column + 1)
             if sealed is not None and _find_tag(value_node, "!vault") is not None:
                 sealed.append(self.b.located(key, mark.line + 1, mark.column + 1))
@@ -273,9 +278,13 @@ def _bad_tag(node: yaml.Node) -> str:
     return ""
 
 
-def read_vars(text: str, builder: Builder) -> tuple[dict[str, Value], list[Value]]:
+def read_vars(
+    text: str, builder: Builder
+) -> tuple[dict[str, Value], list[Value], list[Value]]:
     """The variables of a group_vars/ or host_vars/ file (``builder.path``, which errors
-    name), and the names of those left out because their value is '!vault'-encrypted.
+    name), the names of those left out because their value is '!vault'-encrypted, and those
+    left out because no variable can be named so (``nginx-port``: Ansible reads the file,
+    so it must not stop the run; no variable of fleetclean's is named so).
 
     JSON is YAML, except for a tab between tokens: a file that YAML refuses but JSON
     reads is taken as JSON, as Ansible reads JSON first (its values name no line then).
@@ -283,7 +292,7 @@ def read_vars(text: str, builder: Builder) -> tuple[dict[str, Value], list[Value
     >>> read_vars("ansible_user: root\\ngrace: 5\\n", Builder("group_vars/all.yml"))
     ... # doctest: +NORMALIZE_WHITESPACE
     ({'ansible_user': Value(value='root', line=1, column=15, path='group_vars/all.yml'),
-      'grace': Value(value=5, line=2, column=8, path='group_vars/all.yml')}, [])
+      'grace': Value(value=5, line=2, column=8, path='group_vars/all.yml')}, [], [])
     >>> read_vars("- root\\n", Builder("group_vars/all.yml"))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -291,21 +300,23 @@ def read_vars(text: str, builder: Builder) -> tuple[dict[str, Value], list[Value
     """
     loader: AnyLoader | None = None
     sealed: list[Value] = []
+    odd: list[Value] = []
     try:
         loader, root = _compose(text)
         if root is None:  # empty, or comments only: Ansible ignores it
-            return {}, []
+            return {}, [], []
         if not isinstance(root, yaml.MappingNode):
             raise _YamlReader(builder, loader).error(
                 f"a variables file is a mapping of names to values, got {_kind(root)}",
                 root,
                 hint="write one 'name: value' a line",
             )
-        return _YamlReader(builder, loader).variables(root, builder.path, sealed), sealed
+        found = _YamlReader(builder, loader).variables(root, builder.path, sealed, odd)
+        return found, sealed, odd
     except yaml.YAMLError as err:
-        from_json = _json_vars(text, builder)
+        from_json = _json_vars(text, builder, odd)
         if from_json is not None:
-            return from_json, []
+            return from_json, [], odd
         said, line, column, hint = yamltext.problem(err, text)
         raise builder.error(f"not valid YAML: {said}", line, column, hint=hint) from None
     finally:
@@ -313,17 +324,18 @@ def read_vars(text: str, builder: Builder) -> tuple[dict[str, Value], list[Value
             loader.dispose()
 
 
-def _json_vars(text: str, builder: Builder) -> dict[str, Value] | None:
-    """``text`` read as a JSON object, or None when it is no JSON object."""
+def _json_vars(text: str, builder: Builder, odd: list[Value]) -> dict[str, Value] | None:
+    """``text`` read as a JSON object, or None when it is no JSON object; names no variable
+    can have are left out, into ``odd``."""
     try:
         data = json.loads(text)
     except ValueError:
         return None
     if not isinstance(data, dict):
         return None
-    for key in data:
-        builder.variable_name(key, None, None)
-    return {key: builder.located(value, None, None) for key, value in data.items()}
+    odd += [builder.located(key, None, None) for key in data if not valid_name(key)]
+    return {key: builder.located(value, None, None) for key, value in data.items()
+            if valid_name(key)}
 
 
 def read_yaml(text: str, builder: Builder) -> None:

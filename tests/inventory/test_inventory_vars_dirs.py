@@ -284,3 +284,28 @@ def test_inventory_json_shows_what_group_vars_set(put: Put) -> None:
     code, out, err = run_cli("inventory", "-i", str(inv), "--json")
     (host,) = json.loads(out)["hosts"]
     assert (code, err, host["user"], host["vars"]) == (0, "", "root", {"max_used_mib": 256})
+
+
+def test_a_jinja_template_in_a_connection_variable_is_left_unset_and_said(put: Put) -> None:
+    # group_vars/ is where templates live; their text is no host or user. Left unset, the
+    # inventory's other values or the defaults decide, as before group_vars/ was read.
+    inv = put("hosts.yml", "all:\n  hosts:\n    gpu01: {ansible_host: 10.0.0.1}\n    gpu02:\n")
+    put("group_vars/all.yml", 'ansible_user: "{{ admin_user }}"\n'
+        'ansible_host: "{{ inventory_hostname }}.ib"\n')
+    inventory = load_inventory(str(inv))
+    hosts = inventory.hosts
+    assert [(h.address, h.user) for h in hosts.values()] == [("10.0.0.1", None), ("gpu02", None)]
+    said = [w for w in inventory.warnings if "Jinja template" in w]
+    assert len(said) == 2 and all("group_vars/all.yml:" in w for w in said)
+
+
+def test_a_name_no_variable_can_have_is_left_out_of_a_vars_file(put: Put) -> None:
+    # Ansible reads such a file unchecked: refusing it stopped a run that Ansible makes.
+    inv = put("hosts.yml", "all:\n  hosts:\n    gpu01:\n")
+    put("group_vars/all.yml", "nginx-port: 80\nansible_user: ops\n")
+    put("group_vars/ungrouped.json", '{"odd key": 1, "ansible_port": 2201}')
+    inventory = load_inventory(str(inv))
+    host = inventory.hosts["gpu01"]
+    assert (host.user, host.port, host.vars) == ("ops", 2201, {})
+    assert any("group_vars/all.yml:1: 'nginx-port'" in w for w in inventory.warnings)
+    assert any("'odd key'" in w for w in inventory.warnings)
