@@ -80,11 +80,13 @@ def test_a_login_node_with_an_unknown_host_key_is_refused_before_any_node_is_rea
     login = slurm_fleet.node("node01")
     config = tmp_path / "ssh_config"
     known = tmp_path / "known_hosts"
-    # The login node under another name, its key unknown; the nodes as the sim writes them.
+    # The login node under another name, its key unknown; the nodes as the sim writes them
+    # (included first: an Include after "Host login" would apply to the login alone, as ssh
+    # reads it).
     config.write_text(
+        f"Include {slurm_fleet.ssh_config_path}\n\n"
         f"Host login\n  HostName {login.address}\n  User root\n"
-        f"  IdentityFile {slurm_fleet.client_key_path}\n  UserKnownHostsFile {known}\n\n"
-        f"Include {slurm_fleet.ssh_config_path}\n"
+        f"  IdentityFile {slurm_fleet.client_key_path}\n  UserKnownHostsFile {known}\n"
     )
     before = ssh_log_count(slurm_fleet, "Accepted publickey")
     refused = cli("status", "-i", "slurm://login", "-F", config)
