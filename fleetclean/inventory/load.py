@@ -24,7 +24,6 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fleetclean import yamltext
 from fleetclean.errors import InventoryError
 from fleetclean.inventory import inline, slurm, ssh_settings, vars_dirs
 from fleetclean.inventory.build import Inventory, resolve
@@ -148,11 +147,7 @@ def _read_text(path: str) -> str:
             path=path,
             hint="check that it is a readable file",
         ) from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        said, line, column, hint = yamltext.undecodable(data, err)
-        raise InventoryError(said, path=path, line=line, column=column, hint=hint) from None
+    return vars_dirs.decoded(data, path)
 
 
 def _missing_hint(path: str) -> str:

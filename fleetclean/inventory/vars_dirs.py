@@ -181,6 +181,12 @@ def _read_text(path: str) -> str:
             path=path,
             hint="give yourself read permission on it (chmod u+r), or remove it",
         ) from None
+    return decoded(data, path)
+
+
+def decoded(data: bytes, path: str) -> str:
+    """An inventory or variables file's bytes as text (a BOM dropped); bytes that are not
+    UTF-8 are an error naming where they are."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
