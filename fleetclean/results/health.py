@@ -13,10 +13,19 @@ exit 9, driver not loaded / no comms   faulty    the driver is down: no GPU can 
 exit 10, interrupt issue with a GPU    faulty    hardware
 exit 14, InfoROM corrupted             faulty    hardware (its rows are kept)
 exit 15, GPU fell off the bus / lost   faulty    hardware (the other GPUs' rows are kept)
-exit 18, failed to initialize NVML     error     library/driver mismatch: software
+"Unable to determine the device       faulty    a GPU does not answer (its exit status
+handle for GPU...", any exit status              varies: 15 lost, 255 Unknown Error)
+"No devices were found", any status    faulty    some versions exit 0
+"No supported GPUs were found"         faulty    no GPU is bound to the driver
+exit 18, Driver/library version        faulty    the driver was upgraded and not reloaded:
+mismatch                                         no CUDA job can run until a reboot
+exit 18, other NVML failures           error     permissions, a missing library
 exit 2, 3, 4, 12, 13, 255              error     bad query, no permission, no library
 missing binary (127)                   error     nothing proves a GPU fault
 ``[N/A]`` in memory.used               error     no number: the state is unknown
+``[GPU requires reset]``,              faulty    NVML's words for a GPU in that state
+``[GPU is lost]``, ``[Unknown Error]``
+in memory.used
 ``[N/A]`` in the pending-page fields   (none)    the driver does not track them
 retired_pages / remapped_rows pending  faulty    a reset or reboot must apply them
 fewer GPUs than ``expected_gpus``      faulty    a GPU is gone from the bus
@@ -26,8 +35,13 @@ a hardware Xid since the last run      faulty    see :data:`HARDWARE_XIDS`
 >>> nvsmi_fault(15, "Unable to determine the device handle for GPU0000:AB:00.0: GPU is lost.")
 ...     # doctest: +ELLIPSIS
 'nvidia-smi exit 15 (GPU fell off the bus or is lost): Unable to determine ...: GPU is lost.'
->>> nvsmi_fault(18, "Failed to initialize NVML") is None
+>>> nvsmi_fault(18, "Failed to initialize NVML: Insufficient Permissions") is None
 True
+>>> nvsmi_fault(255, "Unable to determine the device handle for GPU0000:1B:00.0: Unknown Error")
+...     # doctest: +ELLIPSIS
+'nvidia-smi exit 255 (a GPU does not answer: fallen off the bus or failed): Unable ...'
+>>> value_faults(" GPU0=[N/A] GPU3=[GPU requires reset]")
+["GPU3: memory.used reads '[GPU requires reset]': reset the GPU (nvidia-smi -r -i 3) or reboot"]
 >>> x = parse_xid(1000, 42, "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', GPU has fallen")
 >>> x.epoch, x.code, x.pci
 (1042, 79, '0000:18:00')
@@ -63,12 +77,45 @@ process logs: never a fault."""
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)")
 
 
+NVSMI_FAULTY_WORDS: tuple[tuple[str, str], ...] = (
+    ("Unable to determine the device handle", "a GPU does not answer: fallen off the bus or "
+     "failed"),
+    ("No devices were found", "no GPU found"),
+    ("No supported GPUs were found", "no GPU bound to the NVIDIA driver"),
+    ("Driver/library version mismatch", "the NVIDIA driver and its library differ: the driver "
+     "was upgraded and not reloaded; reboot the node"),
+)
+"""nvidia-smi's words that prove a GPU or driver fault whatever its exit status, which
+varies by version and by NVML error (a GPU whose handle fails with "Unknown Error" exits
+255, "No devices were found" exits 6 or 0)."""
+
+# NVML's words in place of a number, and what a person does next.
+_VALUE_WORDS = {"[GPU requires reset]": "reset the GPU (nvidia-smi -r -i {i}) or reboot",
+                "[Unknown Error]": "reset the GPU (nvidia-smi -r -i {i}) or reboot",
+                "[GPU is lost]": "reboot the node"}
+_NONUM = re.compile(r"GPU(\d+)=(\[[^\]]*\])")
+
+
 def nvsmi_fault(code: int, text: str) -> str | None:
-    """The fault an nvidia-smi exit status proves, or None (an ``error``, or success)."""
-    what = NVSMI_FAULTY.get(code)
-    if what is None and "No devices were found" not in text:
+    """The fault an nvidia-smi exit status or its words prove, or None (an ``error``, or
+    success)."""
+    what = NVSMI_FAULTY.get(code) or next(
+        (why for words, why in NVSMI_FAULTY_WORDS if words in text), None)
+    if what is None:
         return None
-    return f"nvidia-smi exit {code} ({what or 'no GPU found'}): {text.strip()}"
+    return f"nvidia-smi exit {code} ({what}): {text.strip()}"
+
+
+def value_faults(nonum: str) -> list[str]:
+    """The GPUs whose memory.used is NVML's word for a broken GPU, from the verification's
+    list of values that are no number (`` GPU0=[N/A] GPU3=[GPU requires reset]``); [N/A]
+    alone proves nothing."""
+    out = []
+    for index, value in _NONUM.findall(nonum):
+        todo = _VALUE_WORDS.get(value)
+        if todo is not None:
+            out.append(f"GPU{index}: memory.used reads '{value}': {todo.format(i=index)}")
+    return out
 
 
 def is_hardware_xid(code: int) -> bool:

@@ -80,7 +80,7 @@ from fleetclean.models import (
     StageResult,
     Xid,
 )
-from fleetclean.results.health import nvsmi_fault, pages_faults, parse_xid
+from fleetclean.results.health import nvsmi_fault, pages_faults, parse_xid, value_faults
 from fleetclean.results.nvsmi import (
     APP_FIELDS,
     GPU_FIELDS,
@@ -294,8 +294,11 @@ def _verdict(st: Readings) -> tuple[bool | None, list[str]]:
         return True, faults
     if st.verify == "dirty":
         return False, faults
+    bad = value_faults(st.verify_message) if st.verify == "unknown" else []
     if fault is not None:
         faults.insert(0, fault)  # the tool worked and says a GPU or the driver is broken
+    elif bad:
+        faults[:0] = bad  # NVML's word for a broken GPU where its memory should be
     elif st.verify in ("error", "unknown"):
         st.errors.append(st.nvsmi or st.verify_message)
     return None, faults

@@ -113,6 +113,8 @@ def test_memory_still_falling_is_not_a_leak(fleet: SimFleet, cli: Cli, tmp_path:
 
 FAULTS: list[tuple[tuple[str | int, ...], str]] = [
     (("driver",), "nvidia-smi exit 9 (NVIDIA driver not loaded)"),
+    # A driver upgraded and not reloaded: no CUDA job can run there until a reboot.
+    (("nvml",), "nvidia-smi exit 18 (the NVIDIA driver and its library differ"),
     (("nodevices",), "No devices were found"),
     (("inforom", 2), "nvidia-smi exit 14 (InfoROM corrupted)"),
     (("lost", 5), "nvidia-smi exit 15 (GPU fell off the bus or is lost)"),

@@ -131,11 +131,44 @@ def test_verify_dirty_is_not_an_error() -> None:
 
 
 def test_nvml_exit_18_becomes_host_error_with_its_message() -> None:
-    msg = "Failed to initialize NVML: Driver/library version mismatch"
+    msg = "Failed to initialize NVML: Insufficient Permissions"
     out = full_run(rec("stage", "verify", "verify", "verify"), rec("nvsmi", "18", msg),
                    rec("verify", "error", "0", "20", f"nvidia-smi exit 18: {msg}"))
     r = parse_script_output(out, "", 0)
     assert r.error == f"nvidia-smi failed (exit 18): {msg}" and r.verified is None
+    assert r.faults == ()
+
+
+@pytest.mark.parametrize(("code", "said", "why"), [
+    # A driver upgraded and not reloaded: no CUDA job runs there until a reboot.
+    ("18", "Failed to initialize NVML: Driver/library version mismatch", "reboot the node"),
+    # A GPU whose handle fails with NVML's Unknown Error: not exit 15, still a broken GPU.
+    ("255", "Unable to determine the device handle for GPU0000:1B:00.0: Unknown Error",
+     "fallen off the bus"),
+    ("255", "Failed to initialize NVML: No supported GPUs were found", "no GPU bound"),
+    # Some versions say it with exit 0 (the verification then listed no GPU).
+    ("0", "No devices were found", "no GPU found"),
+])
+def test_nvidia_smis_words_prove_a_fault_whatever_its_exit_status(
+    code: str, said: str, why: str
+) -> None:
+    out = full_run(rec("stage", "verify", "verify", "verify"), rec("nvsmi", code, said),
+                   rec("verify", "error", "0", "20", f"nvidia-smi exit {code}: {said}"))
+    r = parse_script_output(out, "", 0)
+    assert len(r.faults) == 1 and why in r.faults[0] and said in r.faults[0], r.faults
+
+
+def test_nvml_words_for_a_broken_gpu_in_memory_used_are_a_fault() -> None:
+    out = full_run(rec("stage", "verify", "verify", "verify"),
+                   rec("verify", "unknown", "0", "20", "nvidia-smi gave no number for "
+                       "memory.used: GPU3=[GPU requires reset] (check the driver)"))
+    r = parse_script_output(out, "", 0)
+    assert r.faults == ("GPU3: memory.used reads '[GPU requires reset]': reset the GPU "
+                        "(nvidia-smi -r -i 3) or reboot",)
+    plain = full_run(rec("stage", "verify", "verify", "verify"),
+                     rec("verify", "unknown", "0", "20", "nvidia-smi gave no number for "
+                         "memory.used: GPU3=[N/A] (check the driver)"))
+    assert parse_script_output(plain, "", 0).faults == ()
 
 
 def test_missing_nvidia_smi_becomes_host_error() -> None:

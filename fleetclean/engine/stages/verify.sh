@@ -270,7 +270,12 @@ fc_verify_end() {
         unknown) fc_rec verify unknown "$max" "$ms" \
             "nvidia-smi gave no number for memory.used:$FC_VNONUM (check the driver: run nvidia-smi on the host)" \
             error ;;
-        *) fc_rec verify error "$max" "$ms" "nvidia-smi listed no GPU: $FC_VOUT" error ;;
+        *)
+            # Its words still tell a broken GPU from a failed tool ("No devices were
+            # found", which some versions say with exit 0): the controller reads them.
+            fc_rec nvsmi "$FC_VRC" "${FC_VNOTE:-$FC_VOUT}"
+            fc_rec verify error "$max" "$ms" "nvidia-smi listed no GPU: $FC_VOUT" error
+            ;;
     esac
 }
 
