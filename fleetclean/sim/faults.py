@@ -15,20 +15,28 @@ import json
 from pathlib import Path
 
 from fleetclean.errors import SimError
-from fleetclean.sim import accounts
+from fleetclean.sim import accounts, smi_state
 
 # fault -> (argument names, what it does)
 FAULTS: dict[str, tuple[str, str]] = {
     "none": ("", "healthy again: every nvidia-smi, kernel-log, sudo and sshd fault cleared"),
     "na": ("", "[N/A] in nvidia-smi's memory fields"),
-    "nvml": ("", "nvidia-smi: Failed to initialize NVML (exit 18)"),
+    "nvml": ("", "nvidia-smi: Failed to initialize NVML: Driver/library version mismatch, "
+             "then the NVML library's version (exit 18)"),
     "missing": ("", "no nvidia-smi on the node (exit 127)"),
     "driver": ("", "nvidia-smi: couldn't communicate with the NVIDIA driver (exit 9)"),
-    "nodevices": ("", "nvidia-smi: No devices were found (exit 6)"),
+    "nodevices": ("[STATUS]", "nvidia-smi: No devices were found, exit STATUS (default 6; "
+                  "some versions exit 0)"),
+    "nosupported": ("", "nvidia-smi: Failed to initialize NVML: No supported GPUs were found "
+                    "(no GPU bound to the driver), exit 255"),
     "inforom": ("[GPU]", "nvidia-smi warns infoROM is corrupted on GPU (default 0), exit 14"),
     "lost": ("GPU", "GPU fell off the bus: its rows are errors, the others kept, exit 15"),
     "power": ("GPU", "GPU lacks external power: its rows are errors, exit 8"),
     "irq": ("GPU", "the kernel saw an interrupt issue with GPU: its rows are errors, exit 10"),
+    "unknown": ("GPU", "GPU's handle fails (failed on the bus): its rows are Unknown Error, "
+                "exit 255"),
+    "badvalue": ("GPU reset|unknown|lost", "GPU's memory reads [GPU requires reset], "
+                 "[Unknown Error] or [GPU is lost] instead of MiB, exit 0"),
     "fewer": ("[N]", "only the first N GPUs (default 7) are enumerated"),
     "retired-pending": ("GPU", "retired_pages.pending is Yes on GPU (and Xid 63 logged)"),
     "remapped-pending": ("GPU", "remapped_rows.pending is Yes on GPU (and Xid 63 logged)"),
@@ -110,8 +118,8 @@ def clear(node_dir: Path) -> None:
     if (node_dir / accounts.SUDOERS_D).is_dir():
         accounts.set_requiretty(node_dir, on=False)
     # kern.cleared too: a node reset by "none" has its whole boot log again.
-    for name in ("lost", "power", "irq", "pages.json", "gpu_count", "kern.log", "kern.cleared",
-                 "reset_delay"):
+    for name in ("lost", "power", "irq", "unknown", "pages.json", "badvalue.json", "gpu_count",
+                 "kern.log", "kern.cleared", "reset_delay"):
         (node_dir / name).unlink(missing_ok=True)
     (node_dir / "kern.log").touch()
 
@@ -128,7 +136,7 @@ def apply(node_dir: Path, fault: str, args: list[str]) -> None:
 
 
 # Faults of the whole tool: the word nvidia-smi reads from the node's "fault" file.
-_WHOLE_TOOL = {"na": "na", "nvml": "nvml", "driver": "driver", "nodevices": "nodevices",
+_WHOLE_TOOL = {"na": "na", "nvml": "nvml", "driver": "driver", "nosupported": "nosupported",
                "missing": "none"}  # missing: the binary goes (node.set_fault)
 
 
@@ -141,11 +149,27 @@ def _inforom(node_dir: Path, fault: str, args: list[str]) -> None:
     _write(node_dir / "fault", f"inforom:{(_ints(fault, args, 0, 1) or [0])[0]}\n")
 
 
+def _nodevices(node_dir: Path, fault: str, args: list[str]) -> None:
+    """The exit status, where given: 6 as driver 580's -i of an unknown GPU; the bare
+    "No devices were found" exits 0 on some versions, 6 on others (not captured here)."""
+    statuses = _ints(fault, args, 0, 1)
+    if statuses and statuses[0] > 255:
+        raise SimError(f"bad fault arguments {' '.join([fault, *args])!r}", hint=usage(fault))
+    _write(node_dir / "fault", f"nodevices:{(statuses or [6])[0]}\n")
+
+
 def _lost(node_dir: Path, fault: str, args: list[str]) -> None:
-    """lost, power, irq: one more GPU in the file of that name."""
+    """lost, power, irq, unknown: one more GPU in the file of that name."""
     path = node_dir / fault
     old = path.read_text() if path.exists() else ""
     _write(path, f"{old.strip()} {_ints(fault, args, 1, 1)[0]}".strip() + "\n")
+
+
+def _badvalue(node_dir: Path, fault: str, args: list[str]) -> None:
+    """One GPU's memory read as an NVML error word (smi_state.BAD_VALUES); others kept."""
+    if len(args) != 2 or not args[0].isdigit() or args[1] not in smi_state.BAD_VALUES:
+        raise SimError(f"bad fault arguments {' '.join([fault, *args])!r}", hint=usage(fault))
+    _edit_json(node_dir / "badvalue.json", str(int(args[0])), args[1])
 
 
 def _fewer(node_dir: Path, fault: str, args: list[str]) -> None:
@@ -201,7 +225,7 @@ def _reset_policy(node_dir: Path, fault: str, args: list[str]) -> None:
 
 
 _SETTERS = {"none": _none, "inforom": _inforom, "lost": _lost, "power": _lost, "irq": _lost,
-            "fewer": _fewer,
+            "unknown": _lost, "nodevices": _nodevices, "badvalue": _badvalue, "fewer": _fewer,
             "retired-pending": _pending, "remapped-pending": _pending, "xid": _xid,
             "leak": _leak, "reset-delay": _reset_delay, "reset-policy": _reset_policy,
             "requiretty": _requiretty}

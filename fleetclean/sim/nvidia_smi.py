@@ -7,11 +7,14 @@ sum, over live processes that hold ``/dev/nvidiaN`` open, of ``FLEETCLEAN_SIM_GP
 that process's initial environment (1024 when unset; 0 is a handle without a context, as
 nvidia-persistenced's: not a compute app).
 
-Faults (``smi_state`` documents the files), each with the real tool's output and status:
-``nvml`` (exit 18), ``driver`` (NVIDIA-SMI has failed ..., exit 9), ``nodevices`` (No
-devices were found, exit 6), ``inforom:N`` (a warning, then the output, exit 14), a lost
-GPU (its rows replaced by ``Unable to determine the device handle ...: GPU is lost``,
-the others kept, exit 15), ``na`` (memory fields ``[N/A]``). Supported:
+Faults (``smi_state`` documents the files, ``faults.FAULTS`` what each does), each with the
+real tool's output and status: ``nvml`` (Driver/library version mismatch and the library's
+version, exit 18), ``driver`` (NVIDIA-SMI has failed ..., exit 9), ``nodevices[:STATUS]``
+(No devices were found, exit 6 or STATUS), ``nosupported`` (No supported GPUs were found,
+exit 255), ``inforom:N`` (a warning, then the output, exit 14), a GPU it cannot open (its
+rows replaced by ``Unable to determine the device handle ...: WORDS``, the others kept:
+``smi_state.GPU_ERRORS``), ``na`` (memory fields ``[N/A]``), a GPU whose memory reads as
+an error word (``smi_state.BAD_VALUES``, exit 0). Supported:
 ``--query-gpu=F,..``, ``--query-compute-apps=F,..``, ``--format=csv[,noheader][,nounits]``,
 ``-q -d MEMORY,PIDS[,ROW_REMAPPER][,PAGE_RETIREMENT]`` (:func:`details`; ``-x`` with ``-d``
 is refused as the real tool refuses it, and ``-q`` without ``-d`` or another display group
@@ -46,6 +49,18 @@ NO_DRIVER = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
     "Make sure that the latest NVIDIA driver is installed and running.\n"
 )
+# The mismatch as nvidia-smi prints it (users' reports, not captured here): the library's
+# version, major.minor, on a second line (e.g. "NVML library version: 570.124").
+VERSION_MISMATCH = (
+    "Failed to initialize NVML: Driver/library version mismatch\n"
+    f"NVML library version: {'.'.join(DRIVER.split('.')[:2])}\n"
+)
+# No GPU bound to the driver (all on vfio-pci, say). Exit 255 is from a user's report, not
+# captured here.
+NO_SUPPORTED = "Failed to initialize NVML: No supported GPUs were found\n"
+# Whole-tool faults that end every call before NVML answers: fault -> (output, status).
+NO_NVML = {"nvml": (VERSION_MISMATCH, 18), "driver": (NO_DRIVER, 9),
+           "nosupported": (NO_SUPPORTED, 255)}
 
 # query name -> (header unit, value unit); a unit is printed unless "nounits".
 GPU_FIELDS = {
@@ -113,10 +128,13 @@ def csv(
             continue
         cells = []
         for field in fields:
+            value = row[field]
             if na and field in MEMORY_FIELDS:
                 cells.append(NA)
+            elif isinstance(value, str) and value.startswith("["):  # [N/A], [Unknown Error]
+                cells.append(value)  # printed without its unit, as the real tool does
             else:
-                cells.append(f"{row[field]}{known[field][1] if units else ''}")
+                cells.append(f"{value}{known[field][1] if units else ''}")
         lines.append(", ".join(cells))
     return "".join(line + "\n" for line in lines)
 
@@ -130,6 +148,7 @@ def gpu_rows(gpus: list[dict[str, object]], used: dict[int, int]) -> list[dict[s
     rows: list[dict[str, object] | str] = []
     modes = smi_state.persistence()
     broken = smi_state.gpu_errors()
+    bad = smi_state.bad_values()
     retired, remapped = smi_state.pending("retired"), smi_state.pending("remapped")
     for gpu in gpus:
         index = int(str(gpu["index"]))
@@ -138,6 +157,16 @@ def gpu_rows(gpus: list[dict[str, object]], used: dict[int, int]) -> list[dict[s
             continue
         mib = used.get(index, 0)
         busy = mib > 0
+        # One NVML call answers total, reserved, used and free: where it fails, all four
+        # read its error word.
+        memory: dict[str, object] = {
+            "memory.used": mib,
+            "memory.total": TOTAL_MIB,
+            "memory.reserved": RESERVED_MIB,
+            "memory.free": max(TOTAL_MIB - RESERVED_MIB - mib, 0),
+        }
+        if index in bad:
+            memory = dict.fromkeys(memory, bad[index])
         rows.append(
             {
                 "index": gpu["index"],
@@ -148,10 +177,7 @@ def gpu_rows(gpus: list[dict[str, object]], used: dict[int, int]) -> list[dict[s
                 "gpu_name": GPU_NAME,
                 "pci.bus_id": gpu["bus_id"],
                 "gpu_bus_id": gpu["bus_id"],
-                "memory.used": mib,
-                "memory.total": TOTAL_MIB,
-                "memory.reserved": RESERVED_MIB,
-                "memory.free": max(TOTAL_MIB - RESERVED_MIB - mib, 0),
+                **memory,
                 "utilization.gpu": 0,
                 "utilization.memory": 0,
                 "temperature.gpu": 41 if busy else 35,
@@ -159,7 +185,10 @@ def gpu_rows(gpus: list[dict[str, object]], used: dict[int, int]) -> list[dict[s
                 "mig.mode.current": "Disabled",
                 "persistence_mode": "Enabled" if modes.get(index, True) else "Disabled",
                 "driver_version": DRIVER,
-                "retired_pages.pending": "Yes" if index in retired else "No",
+                # An H200 remaps rows, it retires no pages: [N/A] as the real one prints
+                # (tests/data/nvidia-smi/h200/gpu_pending_held.txt), Yes where the fault
+                # makes this GPU one that retires pages.
+                "retired_pages.pending": "Yes" if index in retired else NA,
                 "remapped_rows.pending": "Yes" if index in remapped else "No",
                 "remapped_rows.failure": "No",
                 "remapped_rows.correctable": 0,
@@ -328,9 +357,11 @@ def details(
     reads ``N/A``, a layout the status script does not take, so it reads the CSV query
     instead, which has ``retired_pages.pending``; not checked against such a GPU's real
     output. The ``na`` fault prints ``N/A`` for memory, as ``-q`` prints values it cannot
-    read (not checked against a real fault either)."""
+    read, and a GPU of ``smi_state.bad_values`` its FB memory's error word unbracketed in
+    the same way (``GPU requires reset``); neither checked against a real fault."""
     used = memory_used(held)
     broken = smi_state.gpu_errors()
+    bad = smi_state.bad_values()
     retired, remapped = smi_state.pending("retired"), smi_state.pending("remapped")
     out = [
         "",
@@ -352,7 +383,8 @@ def details(
         if "MEMORY" in groups:
             fb = [TOTAL_MIB, RESERVED_MIB, mib, TOTAL_MIB - RESERVED_MIB - mib + 1]
             bar1 = [BAR1_MIB, mib + 1, BAR1_MIB - mib - 1]
-            shown = [f"{NA[1:-1]}" if na and i else f"{v} MiB" for i, v in enumerate(fb)]
+            shown = [NA[1:-1] if na and i else bad[index][1:-1] if index in bad else f"{v} MiB"
+                     for i, v in enumerate(fb)]
             out += ["    FB Memory Usage",
                     *(line(k, v, 8) for k, v in zip(("Total", "Reserved", "Used", "Free"),
                                                     shown, strict=True)),
@@ -433,13 +465,11 @@ def query(opts: dict[str, str], gpus: list[dict[str, object]], na: bool) -> tupl
 def run(argv: list[str]) -> tuple[str, int]:
     """(stdout text, exit status) for one invocation."""
     fault, arg = tool_fault()
-    if fault == "nvml":
-        return "Failed to initialize NVML: Driver/library version mismatch\n", 18
-    if fault == "driver":
-        return NO_DRIVER, 9
+    if fault in NO_NVML:
+        return NO_NVML[fault]
     try:
-        if fault == "nodevices":
-            raise Usage("No devices were found", 6)
+        if fault == "nodevices":  # the status varies by version: the fault's argument
+            raise Usage("No devices were found", int(arg) if arg.isdigit() else 6)
         opts = parse(argv)
         if "--display" in opts and "--xml-format" in opts:
             raise Usage(XML_WITH_DISPLAY, 2)

@@ -6,11 +6,13 @@ the package in tests). Files in ``NODE_DIR`` (the node's state dir, ``/run/fleet
 - ``gpus.json``: {"gpus": [{"index", "uuid", "bus_id", "minor"}]} (``minor``: the N of the
   GPU's ``/dev/nvidiaN``); ``gpu_count`` (``7``) hides the
   last GPUs, as a board whose GPU the driver did not enumerate.
-- ``fault``: one word for the whole tool: ``none``, ``na``, ``nvml``, ``driver``,
-  ``inforom``, ``nodevices``.
-- ``lost``, ``power``, ``irq``: indexes of GPUs that fell off the bus, lack external
-  power, have an interrupt issue (see ``GPU_ERRORS``); ``pages.json``: {"retired": [i, ...],
-  "remapped": [i, ...]}, GPUs with retired pages / remapped rows pending.
+- ``fault``: one word for the whole tool, with its argument after a colon: ``none``,
+  ``na``, ``nvml``, ``driver``, ``inforom:GPU``, ``nodevices[:STATUS]``, ``nosupported``.
+- ``lost``, ``power``, ``irq``, ``unknown``: indexes of GPUs that fell off the bus, lack
+  external power, have an interrupt issue, whose handle fails with Unknown Error (see
+  ``GPU_ERRORS``); ``pages.json``: {"retired": [i, ...], "remapped": [i, ...]}, GPUs with
+  retired pages / remapped rows pending; ``badvalue.json``: {"3": "reset"}: GPUs whose
+  memory reads as an error word (see ``BAD_VALUES``).
 - ``leaks.json``: {"5": 512}: MiB allocated on a GPU with no process (freed by a reset).
 - ``persistence.json``: {"0": false}: persistence mode per GPU (on unless listed off);
   ``reset_policy``: ``strict`` (nvidia-persistenced's handles block a reset, the default)
@@ -106,6 +108,21 @@ GPU_ERRORS = {
     "lost": (15, "GPU is lost.  Reboot the system to recover this GPU"),
     "power": (8, "Insufficient External Power"),
     "irq": (10, "Interrupt request issue"),
+    # NVML_ERROR_UNKNOWN: as when a GPU failed on the bus and the driver cannot open it
+    # (users' reports: NVIDIA/open-gpu-kernel-modules#387, NVIDIA/nvidia-docker#1553, whose
+    # older driver printed "GPU 0000:09:00.0", a space before the bus id; drivers from 525
+    # on print none, as here). Its exit status was not captured: 255 is nvidia-smi's
+    # documented "other error" status.
+    "unknown": (255, "Unknown Error"),
+}
+
+# badvalue.json's words -> what nvidia-smi prints in place of a value NVML could not read
+# (the CSV query's form; ``-q`` prints it without the brackets, as it prints N/A; the bare
+# table keeps its numbers: not simulated there). Not captured from a real GPU.
+BAD_VALUES = {
+    "reset": "[GPU requires reset]",
+    "unknown": "[Unknown Error]",
+    "lost": "[GPU is lost]",
 }
 
 
@@ -119,6 +136,15 @@ def gpu_errors() -> dict[int, tuple[int, str]]:
     for name, error in GPU_ERRORS.items():
         for index in indexes(read_text(name)):
             found.setdefault(index, error)
+    return found
+
+
+def bad_values() -> dict[int, str]:
+    """GPUs whose memory NVML cannot read: index -> the bracketed words printed instead."""
+    found: dict[int, str] = {}
+    for key, word in read_json("badvalue.json").items():
+        if str(key).isdigit() and word in BAD_VALUES:
+            found[int(key)] = BAD_VALUES[str(word)]
     return found
 
 
@@ -177,13 +203,23 @@ def process_mib(pid: str) -> tuple[int, set[int] | None]:
 
 
 def process_name(pid: str) -> str:
-    """Like nvidia-smi: the program name, i.e. the first word of the command line."""
+    """Like nvidia-smi: the process's argv[0] exactly as given, i.e. the first NUL-separated
+    field of its command line (``/opt/torch/.venv/bin/python3``, directory kept, as the
+    real tool printed it: tests/data/nvidia-smi/h200/apps_two_held.txt). A process that
+    rewrote its title without NULs (``sglang::scheduler_TP0``, ``sshd: root@pts/0``) has
+    the whole title as that field, spaces included.
+
+    An empty command line (a zombie, a kernel thread) and a PID gone from /proc read
+    ``[Not Found]``, as the fake always has: a bracketed word that no argv[0] is likely to
+    be, so a reader takes it for no name. What real nvidia-smi prints then is not captured
+    (it might print the comm, or nothing; where the PID is not in its PID namespace, users
+    report the table leaving the process out: NVIDIA/nvidia-docker#1460)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            first = f.read().split(b"\0")[0].split(b" ")[0].decode(errors="replace")
+            first = f.read().split(b"\0", 1)[0].decode(errors="replace")
     except OSError:
         return "[Not Found]"
-    return os.path.basename(first) or "[Not Found]"
+    return first or "[Not Found]"
 
 
 def comm(pid: int) -> str:

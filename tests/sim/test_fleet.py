@@ -235,7 +235,8 @@ def test_faults_change_what_nvidia_smi_does(sim_fleet_factory: Factory) -> None:
     done = ssh(fleet, "node01", query)
     assert (done.returncode, done.stdout) == (
         18,
-        "Failed to initialize NVML: Driver/library version mismatch\n",
+        "Failed to initialize NVML: Driver/library version mismatch\n"
+        "NVML library version: 580.159\n",
     )
     fleet.set_fault("node01", "na")
     assert ssh(fleet, "node01", query).stdout.splitlines()[0] == "0, [N/A]"

@@ -7,11 +7,16 @@ fixture machine's GPU, and the holders are given, not scanned.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fleetclean.sim import nvidia_smi, smi_state
+from fleetclean.errors import SimError
+from fleetclean.sim import faults, nvidia_smi, smi_state
 
 UUID0 = "GPU-fa529bc3-df9c-8e3c-22fb-c95e99d1c9dc"
 BUS0 = "00000000:00:06.0"
@@ -21,6 +26,10 @@ FULL = (
     "utilization.gpu,temperature.gpu,power.draw,mig.mode.current,persistence_mode,"
     "driver_version"
 )
+# The two-field query of the real captures (gpu_pending_held.txt, apps_two_held.txt).
+PENDING = ("--query-gpu=index,uuid,name,memory.used,memory.total,retired_pages.pending,"
+           "remapped_rows.pending")
+REAL_PROCESS_NAME = smi_state.process_name  # before any test stubs it
 
 
 def fixture(dir_: Path, name: str) -> tuple[str, int]:
@@ -110,10 +119,16 @@ def test_plain_table_of_eight_busy_gpus_keeps_every_column(
     assert sum("sglang::scheduler_TP0" in line for line in lines) == 8
 
 
-def test_nvml_fault_exits_18_with_the_driver_message(node: Path) -> None:
-    (node / "fault").write_text("nvml\n")
+def test_nvml_fault_exits_18_with_the_driver_message_and_the_librarys_version(
+    node: Path,
+) -> None:
+    faults.apply(node, "nvml", [])
+    # The second line as users report it ("NVML library version: 570.124"): major.minor of
+    # the library, here the fake's own driver's.
+    assert nvidia_smi.DRIVER == "580.159.04"
     assert nvidia_smi.run(["--query-gpu=index,memory.used", "--format=csv"]) == (
-        "Failed to initialize NVML: Driver/library version mismatch\n",
+        "Failed to initialize NVML: Driver/library version mismatch\n"
+        "NVML library version: 580.159\n",
         18,
     )
 
@@ -213,3 +228,177 @@ def test_q_without_groups_or_with_unknown_ones_is_not_simulated(node: Path) -> N
     assert nvidia_smi.run(["-q"])[1] == 2
     assert nvidia_smi.run(["-q", "-d", "CLOCK"])[1] == 2
     assert nvidia_smi.run(["-d", "MEMORY"])[1] == 2
+
+
+# The line as users report it from drivers 525 on (LLaVA#1466, nvidia-container-toolkit#69:
+# "GPU0000:65:00.0", no space; older drivers, as in nvidia-docker#1553, printed
+# "GPU 0000:09:00.0"): the bus id with four of its eight domain zeros.
+UNKNOWN_REPORTED = "Unable to determine the device handle for GPU0000:65:00.0: Unknown Error"
+ALL_QUERIES = [
+    [],
+    ["-L"],
+    ["--query-gpu=index,memory.used", "--format=csv,noheader"],
+    [APPS, "--format=csv"],
+    ["-q", "-d", "MEMORY,PIDS"],
+    ["-i", "3", "--query-gpu=index", "--format=csv"],
+]
+
+
+def test_unknown_error_gpu_is_its_error_line_the_others_kept_exit_255(node: Path) -> None:
+    faults.apply(node, "unknown", ["5"])
+    text, status = nvidia_smi.run(["--query-gpu=index,memory.used", "--format=csv,noheader"])
+    lines = text.splitlines()
+    assert status == 255 and len(lines) == 8
+    assert lines[5] == UNKNOWN_REPORTED.replace("65:00.0", "05:00.0")
+    assert lines[:5] + lines[6:] == [f"{i}, 0 MiB" for i in (0, 1, 2, 3, 4, 6, 7)]
+    # The same line in place of that GPU's -q block, and as the compute apps' only line.
+    text, status = nvidia_smi.run(["-q", "-d", "MEMORY,PIDS"])
+    assert status == 255 and UNKNOWN_REPORTED.replace("65:00.0", "05:00.0") + "\n" in text
+    assert text.count("\nGPU 00000000:") == 7
+    text, status = nvidia_smi.run([APPS, "--format=csv,noheader"])
+    assert (text, status) == (UNKNOWN_REPORTED.replace("65:00.0", "05:00.0") + "\n", 255)
+    # Another GPU of it: one more line; a GPU not asked for (-i) is not opened.
+    faults.apply(node, "unknown", ["2"])
+    assert nvidia_smi.run(["--query-gpu=index", "--format=csv,noheader"])[0].count(
+        ": Unknown Error\n") == 2
+    assert nvidia_smi.run(["-i", "0", "--query-gpu=index", "--format=csv,noheader"]) == (
+        "0\n", 0)
+    faults.apply(node, "none", [])
+    assert nvidia_smi.run(["--query-gpu=index", "--format=csv,noheader"])[1] == 0
+
+
+def test_no_supported_gpus_ends_every_call_with_the_nvml_line_exit_255(node: Path) -> None:
+    faults.apply(node, "nosupported", [])
+    for argv in ALL_QUERIES:
+        assert nvidia_smi.run(argv) == (
+            "Failed to initialize NVML: No supported GPUs were found\n", 255), argv
+    with pytest.raises(SimError):
+        faults.apply(node, "nosupported", ["1"])
+    faults.apply(node, "none", [])
+    assert nvidia_smi.run([])[1] == 0
+
+
+@pytest.mark.parametrize(("args", "status"), [([], 6), (["6"], 6), (["0"], 0)])
+def test_no_devices_exits_with_the_status_of_the_version_modelled(
+    node: Path, args: list[str], status: int
+) -> None:
+    faults.apply(node, "nodevices", args)
+    for argv in ALL_QUERIES:
+        assert nvidia_smi.run(argv) == ("No devices were found\n", status), argv
+
+
+@pytest.mark.parametrize("args", [["x"], ["256"], ["0", "1"], ["-1"]])
+def test_no_devices_refuses_a_status_no_process_can_exit_with(
+    node: Path, args: list[str]
+) -> None:
+    with pytest.raises(SimError, match="bad fault arguments"):
+        faults.apply(node, "nodevices", args)
+
+
+@pytest.mark.parametrize(("words", "shown"), [
+    ("reset", "[GPU requires reset]"), ("unknown", "[Unknown Error]"), ("lost", "[GPU is lost]"),
+])
+def test_bad_value_gpu_reads_its_error_word_for_memory_in_csv_and_q(
+    node: Path, words: str, shown: str
+) -> None:
+    faults.apply(node, "badvalue", ["3", words])
+    query = ["--query-gpu=index,memory.used,memory.total"]
+    for fmt in ("csv,noheader", "csv,noheader,nounits"):
+        text, status = nvidia_smi.run([*query, f"--format={fmt}"])
+        unit = "" if "nounits" in fmt else " MiB"
+        want = [f"{i}, 0{unit}, 143771{unit}" for i in range(8)]
+        # As the real [N/A]: the bracketed word, no unit after it.
+        want[3] = f"3, {shown}, {shown}"
+        assert (text.splitlines(), status) == (want, 0)
+    # With a header, the header is the usual one.
+    text, _ = nvidia_smi.run([*query, "--format=csv", "-i", "3"])
+    assert text == f"index, memory.used [MiB], memory.total [MiB]\n3, {shown}, {shown}\n"
+    # -q: as -q prints N/A (no brackets), in that GPU's FB memory only.
+    text, status = nvidia_smi.run(["-q", "-d", "MEMORY"])
+    blocks = text.split("\nGPU ")[1:]
+    assert status == 0 and len(blocks) == 8
+    for key in ("Total", "Used"):
+        assert nvidia_smi.line(key, shown[1:-1], 8) in blocks[3].splitlines()
+        assert all(nvidia_smi.line(key, "0 MiB" if key == "Used" else "143771 MiB", 8)
+                   in b.splitlines() for i, b in enumerate(blocks) if i != 3)
+    assert nvidia_smi.line("Used", "0 MiB", 8) in blocks[3].splitlines()  # BAR1's Used
+    faults.apply(node, "none", [])
+    assert "[" not in nvidia_smi.run([*query, "--format=csv,noheader"])[0]
+
+
+@pytest.mark.parametrize("args", [["3"], ["3", "busy"], ["x", "reset"], ["3", "reset", "1"]])
+def test_bad_value_needs_a_gpu_and_one_of_its_words(node: Path, args: list[str]) -> None:
+    with pytest.raises(SimError, match="bad fault arguments"):
+        faults.apply(node, "badvalue", args)
+
+
+def test_pending_fields_match_the_real_h200_retired_pages_na(
+    held_node: Path, nvidia_smi_fixtures: Path
+) -> None:
+    # An H200 remaps rows and retires no pages: retired_pages.pending is [N/A] (no unit
+    # with or without nounits), remapped_rows.pending No.
+    assert nvidia_smi.run([PENDING, "--format=csv,noheader,nounits"]) == fixture(
+        nvidia_smi_fixtures, "gpu_pending_held.txt")
+    faults.apply(held_node, "retired-pending", ["0"])
+    text, status = nvidia_smi.run([PENDING, "--format=csv,noheader,nounits"])
+    assert status == 0 and text.endswith(", 143771, Yes, No\n")
+
+
+@pytest.fixture
+def real_holders(held_node: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """held_node's two processes as real ones of this machine, named as the captured ones
+    were started: ``sleep`` run with argv[0] ``python3`` and ``/opt/torch/.venv/bin/python3``
+    (an argument after it that nvidia-smi must leave out); the real process_name. Only
+    these two PIDs are killed afterwards."""
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    procs = [subprocess.Popen([name, "600"], executable=sleep)
+             for name in ("python3", "/opt/torch/.venv/bin/python3")]
+    try:
+        pids = [p.pid for p in procs]
+        for pid in pids:  # Popen returns once exec has begun: its argv may be a moment late
+            for _ in range(500):
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if f.read():
+                        break
+                time.sleep(0.01)
+        monkeypatch.setattr(smi_state, "process_name", REAL_PROCESS_NAME)
+        monkeypatch.setattr(nvidia_smi, "holders",
+                            lambda: [(0, pids[0], 41570), (0, pids[1], 8802)])
+        yield pids
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_process_names_are_argv0_as_given_like_the_real_capture(
+    real_holders: list[int], nvidia_smi_fixtures: Path
+) -> None:
+    first, second = map(str, real_holders)
+    want, rc = fixture(nvidia_smi_fixtures, "apps_two_held.txt")
+    want = want.replace("496, ", f"{first}, ").replace("559, ", f"{second}, ")
+    got = nvidia_smi.run(["--query-compute-apps=pid,process_name,used_memory,gpu_uuid",
+                          "--format=csv,noheader,nounits"])
+    assert got == (want, rc)
+    # -q names them the same way.
+    want, rc = fixture(nvidia_smi_fixtures, "q_mem_pids_held.txt")
+    want = want.replace(": 496\n", f": {first}\n").replace(": 559\n", f": {second}\n")
+    got_q, status = nvidia_smi.run(["-q", "-d", "MEMORY,PIDS"])
+    assert status == rc == 0
+    assert but_clock_and_free(got_q) == but_clock_and_free(want)
+
+
+def test_a_process_with_no_command_line_is_not_found() -> None:
+    """A zombie's /proc/PID/cmdline is empty: no argv[0] to print."""
+    proc = subprocess.Popen(["true"])
+    try:
+        for _ in range(200):
+            with open(f"/proc/{proc.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        assert REAL_PROCESS_NAME(str(proc.pid)) == "[Not Found]"
+    finally:
+        proc.wait()
+    assert REAL_PROCESS_NAME(str(proc.pid)) == "[Not Found]"  # gone from /proc

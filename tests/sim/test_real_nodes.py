@@ -237,7 +237,9 @@ def test_faulty_gpus_give_the_real_messages_and_statuses(sim_fleet_factory: Fact
         "--query-gpu=index,retired_pages.pending,remapped_rows.pending",
         "--format=csv,noheader",
     ).stdout.splitlines()
-    assert pages[1] == "1, No, Yes" and pages[6] == "6, Yes, No" and pages[0] == "0, No, No"
+    # An H200 retires no pages: [N/A] as the real one prints, but where the fault says Yes.
+    assert pages[1] == "1, [N/A], Yes" and pages[6] == "6, Yes, No"
+    assert pages[0] == "0, [N/A], No"
     bad = smi(fleet, "--query-gpu=remapped_rows.bogus", "--format=csv")
     assert bad.returncode == 2
     fleet.set_fault("node01", "xid", 79, 0)
@@ -254,6 +256,39 @@ def test_faulty_gpus_give_the_real_messages_and_statuses(sim_fleet_factory: Fact
     assert log.startswith("[    0.000000] Linux version") and "\n<" not in log
     fleet.run_in("node01", ["dmesg", "-C"])
     assert fleet.run_in("node01", ["dmesg"]).stdout == ""
+
+
+def test_nvml_and_gpu_handle_faults_give_the_real_lines_inside_a_node(
+    sim_fleet_factory: Factory,
+) -> None:
+    """Set as ``fleetclean sim fault`` sets them, read by the node's own nvidia-smi."""
+    fleet = sim_fleet_factory(1)
+    query = ["--query-gpu=index,memory.used", "--format=csv,noheader"]
+    fleet.set_fault("node01", "nodevices", 0)  # versions that exit 0
+    assert (smi(fleet, *query).returncode, smi(fleet).stdout) == (0, "No devices were found\n")
+    fleet.set_fault("node01", "nosupported")
+    done = smi(fleet, *query)
+    assert (done.returncode, done.stdout) == (
+        255, "Failed to initialize NVML: No supported GPUs were found\n")
+    fleet.set_fault("node01", "nvml")
+    done = smi(fleet, *query)
+    assert (done.returncode, done.stdout.splitlines()) == (
+        18, ["Failed to initialize NVML: Driver/library version mismatch",
+             "NVML library version: 580.159"])
+    fleet.set_fault("node01", "none")
+    fleet.set_fault("node01", "unknown", 3)
+    done = smi(fleet, *query)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 255 and len(lines) == 8 and lines[4] == "4, 0 MiB"
+    assert lines[3] == "Unable to determine the device handle for GPU0000:5D:00.0: Unknown Error"
+    fleet.set_fault("node01", "none")
+    fleet.set_fault("node01", "badvalue", 6, "reset")
+    done = smi(fleet, "--query-gpu=index,memory.used,memory.total", "--format=csv,noheader")
+    assert done.returncode == 0
+    assert done.stdout.splitlines()[5:7] == [
+        "5, 0 MiB, 143771 MiB", "6, [GPU requires reset], [GPU requires reset]"]
+    fleet.set_fault("node01", "none")
+    assert smi(fleet, *query).returncode == 0
 
 
 def banner_within(address: str, seconds: float) -> bytes:
