@@ -144,11 +144,11 @@ def edit_inventory(fleet: SimFleet, dest: Path, *, group_vars: dict[str, Any] | 
 
 
 def spawn_holder(fleet: SimFleet, node: str, uid: int, gid: int, *, gpu: int, mib: int,
-                 name: str, cuda: bool = True) -> int:
+                 name: str, cuda: bool = True, env: dict[str, str] | None = None) -> int:
     """A holder of GPU ``gpu`` (nvidia-smi's index) run by ``uid``/``gid`` (no account
     needed) and called ``name``, detached (setsid -f), once it holds the GPU: its file and
     /dev/nvidia-uvm, as a CUDA process has them open (``cuda=False``: the GPU's file
-    alone, as an NVML user holds it)."""
+    alone, as an NVML user holds it); ``env``: more of its environment."""
     gpus = json.loads((fleet.node(node).dir / "gpus.json").read_text())["gpus"]
     uvm = " u = open('/dev/nvidia-uvm');" if cuda else ""
     code = f"import time; f = open('/dev/nvidia{gpus[gpu]['minor']}');{uvm} time.sleep(3600)"
@@ -156,6 +156,7 @@ def spawn_holder(fleet: SimFleet, node: str, uid: int, gid: int, *, gpu: int, mi
     detach = 'setsid -f "$@" </dev/null >/dev/null 2>&1'
     done = fleet.run_in(node, ["sh", "-c", detach, "sh", "setpriv", f"--reuid={uid}",
                                f"--regid={gid}", "--clear-groups", "env",
+                               *(f"{k}={v}" for k, v in (env or {}).items()),
                                f"FLEETCLEAN_SIM_GPU_MIB={mib}", "python3", "-c", code, name])
     assert done.returncode == 0, done.stderr
     for _ in range(300):

@@ -66,8 +66,9 @@ BUSY = frozenset({
     "fc_verify_explain",
     "fc_verify_proc", "fc_verify_report",
     "fc_verify_settled", "fc_verify_proc_read", "fc_verify_why", "fc_owner_prep",
-    # A process of a tmux or screen session: its session's name, from its environment.
-    "fc_owner_env",
+    # A process of a tmux or screen session: its session's name, from its environment; a
+    # Slurm job's process outside its job's cgroup, while the job runs.
+    "fc_owner_env", "fc_owner_job_runs",
     # A host whose last status named processes reads them while its GPU read runs.
     "fc_verify_prep", "fc_verify_prep_awake", "fc_verify_prep_check",
 })

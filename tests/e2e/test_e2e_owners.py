@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from simhelp import Cli
+from simhelp import Cli, spawn_holder
 from slurmhelp import SLURM_SKIP_REASON, slurm_cmd, wait_for
 
 from fleetclean.sim import SimFleet
@@ -177,6 +177,32 @@ def test_a_slurm_jobs_gpu_process_is_left_running_and_the_job_named(
     job = refusal["owner"]["id"]
     assert refusal["who"] == f"Slurm job {job} (user root)"
     assert f"scancel {job}" in host["error"]
+
+
+def test_a_jobs_process_outside_its_cgroup_is_the_jobs_while_the_job_runs(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    # A job's worker that left its job's cgroup and slurmstepd's tree (a double-forked
+    # daemon; proctrack/linuxproc) keeps SLURM_JOB_ID: it was named plain and killed under
+    # owner_slurm=refuse while its job ran. Where the job is over, it is a stray: killed.
+    if not HAS_SLURM:
+        pytest.skip(SLURM_SKIP_REASON or "")
+    (task,) = fleet.spawn("node01", "slurm-job", gpus="5", mib=4096, job_name="t-out")
+    job = sh(fleet, f"tr '\\0' '\\n' < /proc/{task}/environ | sed -n 's/^SLURM_JOB_ID=//p'")
+    assert job.isdigit()
+    out = spawn_holder(fleet, "node01", 0, 0, gpu=4, mib=1024, name="t-outside",
+                       env={"SLURM_JOB_ID": job})
+    stray = spawn_holder(fleet, "node01", 0, 0, gpu=3, mib=1024, name="t-stray",
+                         env={"SLURM_JOB_ID": "999999"})
+    try:
+        code, host = run(cli, fleet)
+        assert (code, host["status"]) == (1, "dirty")
+        assert running(fleet, [task, out, stray]) == [task, out]
+        refused = {r["pid"]: r["owner"] for r in host["refused"]}
+        assert refused[out] == {"kind": "slurm", "id": job, "name": job}
+        assert stray in {s["pid"] for s in host["signalled"]}
+    finally:  # the fixture's clean-up knows the supervisors' processes, not these
+        sh(fleet, f"kill -KILL {out} {stray} 2>/dev/null; true")
 
 
 def test_check_says_what_would_be_stopped(fleet: SimFleet, cli: Cli) -> None:

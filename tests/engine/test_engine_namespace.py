@@ -328,9 +328,13 @@ def test_two_rendered_scripts_at_once_one_is_busy() -> None:
 
 
 def test_nvidia_smi_failures_become_host_errors() -> None:
+    # A driver/library mismatch is a fault (a reboot is due), not a failed tool.
     r = run_in_namespace(script("status"), setup="echo nvml > /tmp/fake-nvsmi-mode\n")
-    assert r.report.error == ("nvidia-smi failed (exit 18): Failed to initialize NVML: "
-                              "Driver/library version mismatch")
+    (fault,) = r.report.faults
+    assert r.report.error is None and fault.startswith(
+        "nvidia-smi exit 18 (the NVIDIA driver and its library differ: the driver was "
+        "upgraded and not reloaded; reboot the node): ")
+    assert fault.endswith("Failed to initialize NVML: Driver/library version mismatch")
     r = run_in_namespace(script("status"), setup="echo na > /tmp/fake-nvsmi-mode\n")
     assert r.report.error is not None and "[N/A]" in r.report.error
     r = run_in_namespace(script("status"), setup="rm /tmp/fakebin/nvidia-smi\n")

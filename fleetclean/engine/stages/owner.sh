@@ -22,12 +22,14 @@
 # wins; else an ancestor "slurmstepd: [J.S]", "tmux: server" or SCREEN (the innermost); else
 # a systemd unit; else plain.
 #
-# Pure and cheap: reads /proc/PID/cgroup, /proc/1/cgroup once, /proc/PID/environ only for
-# tmux and screen, and the process table fc_scan filled (FC_PPID, FC_COMM, FC_CMD,
-# FC_ARGV0); builtins only, no fork. ${FC_PROC:-/proc} lets tests read captured texts.
+# Cheap: reads /proc/PID/cgroup, /proc/1/cgroup once, /proc/PID/environ (tmux, screen,
+# SLURM_JOB_ID), and the process table fc_scan filled (FC_PPID, FC_COMM, FC_CMD, FC_ARGV0);
+# builtins only, except one pgrep a job named by a process's SLURM_JOB_ID outside its job's
+# cgroup. ${FC_PROC:-/proc} lets tests read captured texts.
 
 # FC_OK/FC_OI/FC_ON[pid]: the kind, id and name fc_owner_prep found for pid.
 declare -gA FC_CG_ROOT=() FC_OWNER_DONE=() FC_OWNER_PREP=() FC_OK=() FC_OI=() FC_ON=() FC_CG_MEMO=()
+declare -gA FC_OWNER_JOBS=() # job -> yes/no: a slurmstepd of it runs (fc_owner_job_runs)
 FC_CG_ROOTS_READ=0
 FC_OWNER_KIND="" FC_OWNER_ID="" FC_OWNER_NAME=""
 
@@ -212,7 +214,29 @@ fc_owner() {
     esac
     kind=$FC_OWNER_KIND id=$FC_OWNER_ID name=$FC_OWNER_NAME
     fc_owner_ancestry "$pid" && return 0
+    # A job's process outside its job's cgroup and slurmstepd's tree (proctrack/linuxproc
+    # or pgid without task/cgroup, a daemon that double-forked: cgroup slurmd.service,
+    # parent 1) is still the job's while the job runs. After the job, it is a stray.
+    fc_owner_env "$pid" SLURM_JOB_ID
+    if [[ $REPLY =~ ^[0-9]+$ ]] && fc_owner_job_runs "$REPLY"; then
+        FC_OWNER_KIND=slurm FC_OWNER_ID=$REPLY FC_OWNER_NAME=$REPLY
+        return 0
+    fi
     FC_OWNER_KIND=${kind:-plain} FC_OWNER_ID=$id FC_OWNER_NAME=$name
+}
+
+# fc_owner_job_runs JOB: true while a slurmstepd of Slurm job JOB runs on this node (or
+# where that cannot be told: no pgrep; leaving a job's process alone is the safe side).
+fc_owner_job_runs() {
+    if [[ -z ${FC_OWNER_JOBS[$1]:-} ]]; then
+        if ! command -v pgrep >/dev/null 2>&1 ||
+            pgrep -f "^slurmstepd: \[$1[].+]" >/dev/null 2>&1; then
+            FC_OWNER_JOBS[$1]=yes
+        else
+            FC_OWNER_JOBS[$1]=no
+        fi
+    fi
+    [[ ${FC_OWNER_JOBS[$1]} == yes ]]
 }
 
 # One "owner" record per PID for the processes a stage matches or signals, and those the
