@@ -40,7 +40,7 @@ True
 >>> nvsmi_fault(255, "Unable to determine the device handle for GPU0000:1B:00.0: Unknown Error")
 ...     # doctest: +ELLIPSIS
 'nvidia-smi exit 255 (a GPU does not answer: fallen off the bus or failed): Unable ...'
->>> value_faults(" GPU0=[N/A] GPU3=[GPU requires reset]")
+>>> value_faults(" GPU0=[N/A] GPU3=[GPUrequiresreset]")
 ["GPU3: memory.used reads '[GPU requires reset]': reset the GPU (nvidia-smi -r -i 3) or reboot"]
 >>> x = parse_xid(1000, 42, "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', GPU has fallen")
 >>> x.epoch, x.code, x.pci
@@ -93,6 +93,8 @@ varies by version and by NVML error (a GPU whose handle fails with "Unknown Erro
 _VALUE_WORDS = {"[GPU requires reset]": "reset the GPU (nvidia-smi -r -i {i}) or reboot",
                 "[Unknown Error]": "reset the GPU (nvidia-smi -r -i {i}) or reboot",
                 "[GPU is lost]": "reboot the node"}
+_FAILED = re.compile(r"^nvidia-smi failed \(exit \d+\): ")
+_SPACELESS = {words.replace(" ", ""): words for words in _VALUE_WORDS}
 _NONUM = re.compile(r"GPU(\d+)=(\[[^\]]*\])")
 
 
@@ -103,7 +105,8 @@ def nvsmi_fault(code: int, text: str) -> str | None:
         (why for words, why in NVSMI_FAULTY_WORDS if words in text), None)
     if what is None:
         return None
-    return f"nvidia-smi exit {code} ({what}): {text.strip()}"
+    said = _FAILED.sub("", text.strip())  # the node's "nvidia-smi failed (exit N): " once
+    return f"nvidia-smi exit {code} ({what}): {said}"
 
 
 def value_faults(nonum: str) -> list[str]:
@@ -112,9 +115,11 @@ def value_faults(nonum: str) -> list[str]:
     alone proves nothing."""
     out = []
     for index, value in _NONUM.findall(nonum):
-        todo = _VALUE_WORDS.get(value)
-        if todo is not None:
-            out.append(f"GPU{index}: memory.used reads '{value}': {todo.format(i=index)}")
+        # The node's script drops the spaces of a value ("[GPUrequiresreset]").
+        words = _SPACELESS.get(value.replace(" ", ""))
+        if words is not None:
+            todo = _VALUE_WORDS[words].format(i=index)
+            out.append(f"GPU{index}: memory.used reads '{words}': {todo}")
     return out
 
 

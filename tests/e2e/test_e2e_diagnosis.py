@@ -120,6 +120,12 @@ FAULTS: list[tuple[tuple[str | int, ...], str]] = [
     (("lost", 5), "nvidia-smi exit 15 (GPU fell off the bus or is lost)"),
     (("power", 2), "nvidia-smi exit 8 (external power cables not attached)"),
     (("irq", 7), "nvidia-smi exit 10 (kernel detected an interrupt issue with a GPU)"),
+    # nvidia-smi's words, whatever its exit status.
+    (("unknown", 3), "nvidia-smi exit 255 (a GPU does not answer: fallen off the bus or failed)"),
+    (("nosupported",), "nvidia-smi exit 255 (no GPU bound to the NVIDIA driver)"),
+    (("nodevices", 0), "nvidia-smi exit 0 (no GPU found): No devices were found"),
+    (("badvalue", 2, "reset"), "GPU2: memory.used reads '[GPU requires reset]': reset the GPU"),
+    (("badvalue", 4, "lost"), "GPU4: memory.used reads '[GPU is lost]': reboot the node"),
     (("retired-pending", 6), "GPU6: retired pages pending"),
     (("remapped-pending", 1), "GPU1: remapped rows pending"),
     (("xid", 79, 0), "Xid 79 on PCI 0000:18:00 (hardware/driver error in the kernel log)"),
@@ -138,8 +144,8 @@ def test_each_fault_makes_the_host_faulty_with_its_reason(
     assert (done.code, host["status"]) == (1, "faulty"), host
     assert reason in host["error"]
     assert done.json()["summary"]["faulty"] == 1 and done.json()["summary"]["failed"] == 0
-    if fault[0] in ("lost", "inforom"):  # the other GPUs' rows are kept
-        assert len(host["gpus"]) == (7 if fault[0] == "lost" else 8)
+    if fault[0] in ("lost", "unknown", "inforom"):  # the other GPUs' rows are kept
+        assert len(host["gpus"]) == (8 if fault[0] == "inforom" else 7)
     if fault[0] == "lost":
         table = cli("status", "-i", fleet.inventory_path)
         assert f"node01: faulty: {reason}" in table.out and "1 faulty" in table.out
