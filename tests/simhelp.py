@@ -14,7 +14,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,16 +144,21 @@ def edit_inventory(fleet: SimFleet, dest: Path, *, group_vars: dict[str, Any] | 
 
 
 def spawn_holder(fleet: SimFleet, node: str, uid: int, gid: int, *, gpu: int, mib: int,
-                 name: str, cuda: bool = True, env: dict[str, str] | None = None) -> int:
+                 name: str, cuda: bool = True, env: dict[str, str] | None = None,
+                 cgroups: Sequence[str] = ()) -> int:
     """A holder of GPU ``gpu`` (nvidia-smi's index) run by ``uid``/``gid`` (no account
     needed) and called ``name``, detached (setsid -f), once it holds the GPU: its file and
     /dev/nvidia-uvm, as a CUDA process has them open (``cuda=False``: the GPU's file
-    alone, as an NVML user holds it); ``env``: more of its environment."""
+    alone, as an NVML user holds it); ``env``: more of its environment; ``cgroups``: the
+    node's cgroup directories it starts in (a unit's, in each hierarchy), as a process that
+    unit forked would be."""
     gpus = json.loads((fleet.node(node).dir / "gpus.json").read_text())["gpus"]
     uvm = " u = open('/dev/nvidia-uvm');" if cuda else ""
     code = f"import time; f = open('/dev/nvidia{gpus[gpu]['minor']}');{uvm} time.sleep(3600)"
     # Its streams away from ours, or run_in would wait for it to end.
     detach = 'setsid -f "$@" </dev/null >/dev/null 2>&1'
+    for directory in cgroups:
+        detach = f"echo $$ > {directory}/cgroup.procs && {detach}"
     done = fleet.run_in(node, ["sh", "-c", detach, "sh", "setpriv", f"--reuid={uid}",
                                f"--regid={gid}", "--clear-groups", "env",
                                *(f"{k}={v}" for k, v in (env or {}).items()),

@@ -105,6 +105,30 @@ def test_a_restart_always_unit_is_stopped_through_systemd_and_stays_stopped(
     assert host["verify"] == {"rule": "clean"}
 
 
+def test_a_unit_whose_main_process_only_watches_the_gpus_is_not_stopped(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    # An agent that watches the GPUs through NVML (every GPU's file, no /dev/nvidia-uvm)
+    # and runs a training task in its unit: the task is the GPU holder, the unit is not
+    # ours to stop (it was: its main process "held a GPU"), only the task is signalled.
+    (agent,) = fleet.spawn("node01", "service", unit="t-agent", run="monitor")
+    # The unit's directory in each hierarchy the node mounts (v2, or v1 and hybrid).
+    dirs = sh(fleet, "find /sys/fs/cgroup -type d -name t-agent.service").split()
+    if not dirs:
+        pytest.skip("the unit has no cgroup directory in this node")
+    task = spawn_holder(fleet, "node01", 0, 0, gpu=2, mib=2048, name="t-agent-task",
+                        cgroups=dirs)
+    try:
+        code, host = run(cli, fleet, "-e", "owner_systemd=stop")
+        assert running(fleet, [agent, task]) == [agent]
+        assert sh(fleet, "systemctl show -p ActiveState --value t-agent") == "active"
+        (entry,) = [s for s in host["signalled"] if s["pid"] == task]
+        assert entry["signal"] != "stop" and entry["owner"]["id"] == "t-agent.service"
+        assert (code, host["status"]) == (0, "clean"), host
+    finally:
+        sh(fleet, f"kill -KILL {task} 2>/dev/null; true")
+
+
 def test_signals_alone_see_the_unit_come_back(fleet: SimFleet, cli: Cli) -> None:
     (main,) = fleet.spawn("node01", "service", unit="t-again", gpus="1", mib=4096)
     code, host = run(cli, fleet, "-e", "owner_systemd=signal", *FAST)

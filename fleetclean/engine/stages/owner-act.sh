@@ -103,10 +103,12 @@ fc_owner_stoppable() {
         fc_owner_systemctl "$id"
         main=$("${FC_SYSTEMCTL[@]}" show -p MainPID --value "$unit" 2>/dev/null)
         [[ $main =~ ^[1-9][0-9]*$ ]] || return 1
-        # Only a unit whose main process is itself a target is ours to stop: a unit that
-        # merely forked a GPU job (a login shell's service, a scheduler) is not.
+        # Only a unit whose main process is itself a target, or uses a GPU itself, is ours
+        # to stop: a unit that merely forked a GPU job (a login shell's service, a
+        # scheduler, an agent that watches the GPUs through NVML: every GPU's file open,
+        # no /dev/nvidia-uvm) is not.
         fc_in_list "$main" "$@" || fc_in_list "$main" "${FC_TARGETS[@]}" ||
-            fc_holds_gpu "$main" || return 1
+            fc_uses_gpu "$main" || return 1
     elif ! command -v docker >/dev/null 2>&1; then
         fc_owner_warn "no docker CLI on the node: container ${id:0:12}'s processes were signalled; its restart policy may start them again"
         return 1
