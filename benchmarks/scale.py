@@ -127,6 +127,10 @@ def truth(fleet: SimFleet, names: list[str]) -> dict[str, str]:
     """What each node really is now, read through the simulator, not through SSH (one
     nsenter and fake nvidia-smi per node, a few at a time)."""
     def one(name: str) -> str:
+        # A driver/library mismatch (the nvml fault) is faulty: a reboot is due.
+        fault = fleet.node(name).dir / "fault"
+        if fault.is_file() and fault.read_text().strip() == "nvml":
+            return "faulty"
         used = fleet.gpu_used_mib(name)
         return "error" if not used else "dirty" if any(used) else "clean"
 
