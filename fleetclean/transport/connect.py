@@ -90,12 +90,10 @@ def tcp(target: Target, limit: float) -> TcpSock:
 def _usable(target: Target) -> tuple[str, ...]:
     """The identity files to offer: ssh skips one that is not there ("no such identity")
     and offers the next, so a missing first file must not stop the login (paramiko stops at
-    it). Where none is there, all are kept: the error names the missing one, unless the
-    agent may still log in, as it would for ssh."""
+    it). Where none is there, all are kept: the error names the missing one (ssh would
+    still try the agent's keys; a typo in the key's path is the likelier cause)."""
     there = tuple(k for k in target.keys if os.path.exists(os.path.expanduser(k)))
-    if there or not target.keys:
-        return there
-    return () if target.agent and os.environ.get("SSH_AUTH_SOCK") else target.keys
+    return there or target.keys
 
 
 def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
@@ -233,6 +231,11 @@ def _attempt(
         transport = conn.client.get_transport()
         phase = phase_of(transport)
         said = getattr(transport, "said", None)
+        refused = getattr(transport, "refused", 0)
+        if refused and type(exc) is paramiko.SSHException and str(exc) != "No existing session":
+            # A refusal that paramiko's last key-file parser error hid (upstream._Transport).
+            exc = paramiko.AuthenticationException(
+                f"Authentication failed ({refused} key(s) refused; last: {exc})")
         conn.close()
         _close(sock)
         failure = classify(exc, where(target, said), phase, time.monotonic() - started, limit)

@@ -234,6 +234,20 @@ class _Transport(paramiko.Transport):
     # "transport shut down or saw EOF" whether sshd gave up on too many refused keys (it
     # says "Too many authentication failures") or its account checks ended the login.
     said = ""
+    # Keys sshd answered "no" to. paramiko's SSHClient tries each key file as RSA, ECDSA and
+    # Ed25519 in turn and raises the last error it met: a refused RSA key ends as "Invalid
+    # key" (the Ed25519 parser's), which reads as a broken file, not a refusal.
+    refused = 0
+
+    def auth_publickey(self, username: str, key: paramiko.PKey,
+                       event: Any = None) -> list[str]:
+        try:
+            allowed: list[str] = super().auth_publickey(username, key, event)
+            return allowed
+        except paramiko.AuthenticationException:
+            if self.is_active():  # an answer; a closed connection is none
+                self.refused += 1
+            raise
 
     def _parse_disconnect(self, m: paramiko.Message) -> None:
         code, self.said = m.get_int(), m.get_text()

@@ -125,3 +125,23 @@ def test_a_missing_identity_file_is_skipped_as_ssh_skips_it(fleet: SimFleet, cli
     inventory.write_text("node01\n")
     host = _status(cli, inventory, "-F", str(config))
     assert (host["status"], host["error"]) == ("clean", None)
+
+
+def test_a_refused_rsa_key_after_another_is_auth_failed(fleet: SimFleet, cli: Cli,
+                                                       stranger_key: Path,
+                                                       tmp_path: Path) -> None:
+    # paramiko reads a key file as RSA, ECDSA and Ed25519 in turn and raises the last
+    # error: a refused RSA key ended as "error: Invalid key" (the Ed25519 parser's words).
+    rsa = tmp_path / "stranger_rsa"
+    subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-N", "", "-f", str(rsa)],
+                   check=True)
+    node = fleet.node("node01")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(
+        f"node01 ansible_host={node.address} ansible_user=root "
+        f"ansible_ssh_private_key_file={stranger_key} "
+        f"ansible_ssh_common_args='-o UserKnownHostsFile={fleet.known_hosts_path} "
+        f"-o IdentitiesOnly=yes -i {rsa}'\n")
+    host = _status(cli, inventory)
+    assert host["status"] == "auth_failed", host
+    assert "2 key(s) refused" in str(host["error"])
