@@ -20,7 +20,9 @@
 # pods and jobs (with the cgroupfs driver, name=systemd and cgroup2 may still name the
 # service that started them), then cgroup2, then name=systemd. A container, pod or job
 # wins; else an ancestor "slurmstepd: [J.S]", "tmux: server" or SCREEN (the innermost); else
-# a systemd unit; else plain.
+# a systemd unit; else plain. A process that the cgroup leaves plain or in slurmd's own
+# unit, whose SLURM_JOB_ID names a job that still runs on the node (a live slurmstepd), is
+# that job's (slurm): a worker that left its job's cgroup and slurmstepd's tree.
 #
 # Cheap: reads /proc/PID/cgroup, /proc/1/cgroup once, /proc/PID/environ (tmux, screen,
 # SLURM_JOB_ID), and the process table fc_scan filled (FC_PPID, FC_COMM, FC_CMD, FC_ARGV0);
@@ -29,7 +31,7 @@
 
 # FC_OK/FC_OI/FC_ON[pid]: the kind, id and name fc_owner_prep found for pid.
 declare -gA FC_CG_ROOT=() FC_OWNER_DONE=() FC_OWNER_PREP=() FC_OK=() FC_OI=() FC_ON=() FC_CG_MEMO=()
-declare -gA FC_OWNER_JOBS=() # job -> yes/no: a slurmstepd of it runs (fc_owner_job_runs)
+FC_OWNER_STEPDS="" # " J1 J2 ": the jobs whose slurmstepd runs here (fc_owner_job_runs)
 FC_CG_ROOTS_READ=0
 FC_OWNER_KIND="" FC_OWNER_ID="" FC_OWNER_NAME=""
 
@@ -215,28 +217,45 @@ fc_owner() {
     kind=$FC_OWNER_KIND id=$FC_OWNER_ID name=$FC_OWNER_NAME
     fc_owner_ancestry "$pid" && return 0
     # A job's process outside its job's cgroup and slurmstepd's tree (proctrack/linuxproc
-    # or pgid without task/cgroup, a daemon that double-forked: cgroup slurmd.service,
-    # parent 1) is still the job's while the job runs. After the job, it is a stray.
-    fc_owner_env "$pid" SLURM_JOB_ID
-    if [[ $REPLY =~ ^[0-9]+$ ]] && fc_owner_job_runs "$REPLY"; then
-        FC_OWNER_KIND=slurm FC_OWNER_ID=$REPLY FC_OWNER_NAME=$REPLY
-        return 0
+    # or pgid without task/cgroup, a daemon that double-forked: cgroup slurmd.service or
+    # none, parent 1) is still the job's while the job runs. After the job, it is a stray.
+    # Its environment is read only there (0.5 ms a process).
+    if [[ -z $kind || $kind == plain || ($kind == systemd && $id == slurmd*) ]]; then
+        fc_owner_env "$pid" SLURM_JOB_ID
+        if [[ $REPLY =~ ^[0-9]+$ ]] && fc_owner_job_runs "$REPLY"; then
+            FC_OWNER_KIND=slurm FC_OWNER_ID=$REPLY FC_OWNER_NAME=$REPLY
+            return 0
+        fi
     fi
     FC_OWNER_KIND=${kind:-plain} FC_OWNER_ID=$id FC_OWNER_NAME=$name
 }
 
-# fc_owner_job_runs JOB: true while a slurmstepd of Slurm job JOB runs on this node (or
-# where that cannot be told: no pgrep; leaving a job's process alone is the safe side).
+# fc_owner_job_runs JOB: true while a slurmstepd of Slurm job JOB runs on this node. The
+# slurmstepds are found by their name (root's processes named slurmstepd: pgrep reads
+# stat, never a command line, which a process stuck in the kernel can hang; a user's
+# `exec -a "slurmstepd: [J.0]"` is not root's), then their titles read, once a script.
+# Without pgrep, /proc/PID/comm of every process, with builtins.
 fc_owner_job_runs() {
-    if [[ -z ${FC_OWNER_JOBS[$1]:-} ]]; then
-        if ! command -v pgrep >/dev/null 2>&1 ||
-            pgrep -f "^slurmstepd: \[$1[].+]" >/dev/null 2>&1; then
-            FC_OWNER_JOBS[$1]=yes
+    local p title comm
+    if [[ -z $FC_OWNER_STEPDS ]]; then
+        FC_OWNER_STEPDS=" "
+        local -a pids=()
+        if command -v pgrep >/dev/null 2>&1; then
+            mapfile -t pids < <(pgrep -u 0 -x slurmstepd 2>/dev/null)
         else
-            FC_OWNER_JOBS[$1]=no
+            for p in /proc/[0-9]*; do
+                { read -r comm <"$p/comm"; } 2>/dev/null || continue
+                [[ $comm == slurmstepd ]] && pids+=("${p#/proc/}")
+            done
         fi
+        for p in "${pids[@]}"; do
+            title=""
+            { IFS= read -r -d '' title <"/proc/$p/cmdline"; } 2>/dev/null
+            [[ $title =~ ^slurmstepd:\ \[([0-9]+)[].+] ]] &&
+                FC_OWNER_STEPDS+="${BASH_REMATCH[1]} "
+        done
     fi
-    [[ ${FC_OWNER_JOBS[$1]} == yes ]]
+    [[ $FC_OWNER_STEPDS == *" $1 "* ]]
 }
 
 # One "owner" record per PID for the processes a stage matches or signals, and those the
