@@ -139,6 +139,17 @@ def _effective(
 # --- step 3: connection variables -> Host ------------------------------------------------
 
 
+# The variables a host's connection is made of (by their main names, aliases resolved):
+# a template in one of these is said; in any other ansible_* (ansible_python_interpreter),
+# which fleetclean never reads, it is not.
+CONNECTION_VARS = frozenset({
+    "ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file",
+    "ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_connection",
+    "ansible_become", "ansible_become_user", "ansible_become_password",
+    "ansible_become_method",
+})
+
+
 class _HostMaker:
     """Turns one host's effective variables into a Host, reading ssh configs once each."""
 
@@ -306,12 +317,12 @@ class _HostMaker:
         """``values`` less the connection variables that are Jinja templates
         (``ansible_host: "{{ inventory_hostname }}.ib"``, common in group_vars/), each said
         once: fleetclean evaluates no templates, and the text itself would be a host name
-        or user that exists nowhere. Left unset, ~/.ssh/config or the default decides, as
-        it did before such files were read."""
+        or user that exists nowhere. Left unset, ~/.ssh/config or the default decides (not
+        a lower-precedence value of the same variable, which the template overrode)."""
         kept = dict(values)
         for key, given in values.items():
             text = given.value
-            if key.startswith("ansible_") and isinstance(text, str) and (
+            if key in CONNECTION_VARS and isinstance(text, str) and (
                     "{{" in text or "{%" in text):
                 del kept[key]
                 where = f"{given.path or self.path}" + (f":{given.line}" if given.line else "")

@@ -37,6 +37,9 @@ a hardware Xid since the last run      faulty    see :data:`HARDWARE_XIDS`
 'nvidia-smi exit 15 (GPU fell off the bus or is lost): Unable to determine ...: GPU is lost.'
 >>> nvsmi_fault(18, "Failed to initialize NVML: Insufficient Permissions") is None
 True
+>>> nvsmi_fault(4, "Unable to determine the device handle for GPU0000:1B:00.0: "
+...             "Insufficient Permissions") is None
+True
 >>> nvsmi_fault(255, "Unable to determine the device handle for GPU0000:1B:00.0: Unknown Error")
 ...     # doctest: +ELLIPSIS
 'nvidia-smi exit 255 (a GPU does not answer: fallen off the bus or failed): Unable ...'
@@ -77,13 +80,15 @@ process logs: never a fault."""
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)")
 
 
-NVSMI_FAULTY_WORDS: tuple[tuple[str, str], ...] = (
-    ("Unable to determine the device handle", "a GPU does not answer: fallen off the bus or "
-     "failed"),
-    ("No devices were found", "no GPU found"),
-    ("No supported GPUs were found", "no GPU bound to the NVIDIA driver"),
+NVSMI_FAULTY_WORDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    # NVML's reason follows the handle's failure: only these name a broken GPU (not, say,
+    # Insufficient Permissions).
+    ("device handle for GPU", "a GPU does not answer: fallen off the bus or failed",
+     ("Unknown Error", "GPU is lost", "requires reset", "fallen off the bus")),
+    ("No devices were found", "no GPU found", ()),
+    ("No supported GPUs were found", "no GPU bound to the NVIDIA driver", ()),
     ("Driver/library version mismatch", "the NVIDIA driver and its library differ: the driver "
-     "was upgraded and not reloaded; reboot the node"),
+     "was upgraded and not reloaded; reboot the node", ()),
 )
 """nvidia-smi's words that prove a GPU or driver fault whatever its exit status, which
 varies by version and by NVML error (a GPU whose handle fails with "Unknown Error" exits
@@ -93,7 +98,7 @@ varies by version and by NVML error (a GPU whose handle fails with "Unknown Erro
 _VALUE_WORDS = {"[GPU requires reset]": "reset the GPU (nvidia-smi -r -i {i}) or reboot",
                 "[Unknown Error]": "reset the GPU (nvidia-smi -r -i {i}) or reboot",
                 "[GPU is lost]": "reboot the node"}
-_FAILED = re.compile(r"^nvidia-smi failed \(exit \d+\): ")
+_FAILED = re.compile(r"^nvidia-smi (failed \(exit \d+\)|listed no GPU): ")
 _SPACELESS = {words.replace(" ", ""): words for words in _VALUE_WORDS}
 _NONUM = re.compile(r"GPU(\d+)=(\[[^\]]*\])")
 
@@ -102,7 +107,8 @@ def nvsmi_fault(code: int, text: str) -> str | None:
     """The fault an nvidia-smi exit status or its words prove, or None (an ``error``, or
     success)."""
     what = NVSMI_FAULTY.get(code) or next(
-        (why for words, why in NVSMI_FAULTY_WORDS if words in text), None)
+        (why for words, why, reasons in NVSMI_FAULTY_WORDS
+         if words in text and (not reasons or any(r in text for r in reasons))), None)
     if what is None:
         return None
     said = _FAILED.sub("", text.strip())  # the node's "nvidia-smi failed (exit N): " once

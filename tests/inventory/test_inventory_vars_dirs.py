@@ -291,7 +291,8 @@ def test_a_jinja_template_in_a_connection_variable_is_left_unset_and_said(put: P
     # inventory's other values or the defaults decide, as before group_vars/ was read.
     inv = put("hosts.yml", "all:\n  hosts:\n    gpu01: {ansible_host: 10.0.0.1}\n    gpu02:\n")
     put("group_vars/all.yml", 'ansible_user: "{{ admin_user }}"\n'
-        'ansible_host: "{{ inventory_hostname }}.ib"\n')
+        'ansible_host: "{{ inventory_hostname }}.ib"\n'
+        'ansible_python_interpreter: "{{ ansible_playbook_python }}"\n')
     inventory = load_inventory(str(inv))
     hosts = inventory.hosts
     assert [(h.address, h.user) for h in hosts.values()] == [("10.0.0.1", None), ("gpu02", None)]

@@ -70,7 +70,9 @@ def _assignments(stage: ResolvedStage) -> list[str]:
 
 def _nvsmi(r: Readings, a: list[str]) -> None:
     text = a[1].strip() or "(no output)"
-    r.nvsmi = text if a[0] == "127" else f"nvidia-smi failed (exit {a[0]}): {text}"
+    # Exit 0 with no GPU listed ("No devices were found" on some versions) did not fail.
+    r.nvsmi = (text if a[0] == "127" else f"nvidia-smi listed no GPU: {text}" if a[0] == "0"
+               else f"nvidia-smi failed (exit {a[0]}): {text}")
     r.nvsmi_exit = int(a[0])
 
 
