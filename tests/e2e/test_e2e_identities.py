@@ -30,6 +30,29 @@ def stranger_key(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _with_keys(fleet: SimFleet, tmp_path: Path, key: Path, args: str) -> Path:
+    """An INI inventory of node01 with ``key`` and ``args`` (IdentitiesOnly) for ssh."""
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(
+        f"node01 ansible_host={fleet.node('node01').address} ansible_user=root "
+        f"ansible_ssh_private_key_file={key} "
+        f"ansible_ssh_common_args='-o UserKnownHostsFile={fleet.known_hosts_path} "
+        f"-o IdentitiesOnly=yes {args}'\n")
+    return inventory
+
+
+def _with_config(fleet: SimFleet, tmp_path: Path, *keys: Path) -> tuple[Path, Path]:
+    """(inventory, ssh config) of node01, the config naming ``keys`` as IdentityFiles."""
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host node01\n  HostName {fleet.node('node01').address}\n  User root\n"
+        + "".join(f"  IdentityFile {k}\n" for k in keys)
+        + f"  IdentitiesOnly yes\n  UserKnownHostsFile {fleet.known_hosts_path}\n")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("node01\n")
+    return inventory, config
+
+
 def _status(cli: Cli, inventory: Path, *args: str) -> dict[str, object]:
     res = cli("status", "-i", inventory, "--json", *args)
     assert "Traceback" not in res.err
@@ -41,13 +64,7 @@ def test_the_second_identity_file_of_the_config_is_tried(fleet: SimFleet, cli: C
                                                          stranger_key: Path,
                                                          tmp_path: Path) -> None:
     node = fleet.node("node01")
-    config = tmp_path / "ssh_config"
-    config.write_text(
-        f"Host node01\n  HostName {node.address}\n  User root\n"
-        f"  IdentityFile {stranger_key}\n  IdentityFile {fleet.client_key_path}\n"
-        f"  IdentitiesOnly yes\n  UserKnownHostsFile {fleet.known_hosts_path}\n")
-    inventory = tmp_path / "hosts.ini"
-    inventory.write_text("node01\n")
+    inventory, config = _with_config(fleet, tmp_path, stranger_key, fleet.client_key_path)
     host = _status(cli, inventory, "-F", str(config))
     assert (host["status"], host["error"]) == ("clean", None)
     # The stranger key was offered first and refused by the node's real sshd.
@@ -78,14 +95,7 @@ def test_identity_and_hostname_from_ansible_ssh_common_args(fleet: SimFleet, cli
 def test_only_a_refused_key_is_auth_failed(fleet: SimFleet, cli: Cli, stranger_key: Path,
                                           tmp_path: Path) -> None:
     # Every key tried and refused: still auth_failed, naming the first.
-    node = fleet.node("node01")
-    inventory = tmp_path / "hosts.ini"
-    inventory.write_text(
-        f"node01 ansible_host={node.address} ansible_user=root "
-        f"ansible_ssh_private_key_file={stranger_key} "
-        f"ansible_ssh_common_args='-o UserKnownHostsFile={fleet.known_hosts_path} "
-        f"-o IdentitiesOnly=yes'\n")
-    host = _status(cli, inventory)
+    host = _status(cli, _with_keys(fleet, tmp_path, stranger_key, ""))
     assert host["status"] == "auth_failed"
     assert str(stranger_key) in str(host["error"])
 
@@ -100,29 +110,16 @@ def test_too_many_refused_keys_are_auth_failed(fleet: SimFleet, cli: Cli,
     for i in range(7):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / f"k{i}")],
                        check=True)
-    node = fleet.node("node01")
     extra = " ".join(f"-i {keys / f'k{i}'}" for i in range(1, 7))
-    inventory = tmp_path / "hosts.ini"
-    inventory.write_text(
-        f"node01 ansible_host={node.address} ansible_user=root "
-        f"ansible_ssh_private_key_file={keys / 'k0'} "
-        f"ansible_ssh_common_args='-o UserKnownHostsFile={fleet.known_hosts_path} "
-        f"-o IdentitiesOnly=yes {extra}'\n")
-    host = _status(cli, inventory)
+    host = _status(cli, _with_keys(fleet, tmp_path, keys / "k0", extra))
     assert host["status"] == "auth_failed", host
     assert "Too many authentication failures" in str(host["error"])
 
 
 def test_a_missing_identity_file_is_skipped_as_ssh_skips_it(fleet: SimFleet, cli: Cli,
                                                             tmp_path: Path) -> None:
-    node = fleet.node("node01")
-    config = tmp_path / "ssh_config"
-    config.write_text(
-        f"Host node01\n  HostName {node.address}\n  User root\n"
-        f"  IdentityFile {tmp_path / 'no_such_key'}\n  IdentityFile {fleet.client_key_path}\n"
-        f"  IdentitiesOnly yes\n  UserKnownHostsFile {fleet.known_hosts_path}\n")
-    inventory = tmp_path / "hosts.ini"
-    inventory.write_text("node01\n")
+    inventory, config = _with_config(fleet, tmp_path, tmp_path / "no_such_key",
+                                     fleet.client_key_path)
     host = _status(cli, inventory, "-F", str(config))
     assert (host["status"], host["error"]) == ("clean", None)
 
@@ -135,13 +132,6 @@ def test_a_refused_rsa_key_after_another_is_auth_failed(fleet: SimFleet, cli: Cl
     rsa = tmp_path / "stranger_rsa"
     subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-N", "", "-f", str(rsa)],
                    check=True)
-    node = fleet.node("node01")
-    inventory = tmp_path / "hosts.ini"
-    inventory.write_text(
-        f"node01 ansible_host={node.address} ansible_user=root "
-        f"ansible_ssh_private_key_file={stranger_key} "
-        f"ansible_ssh_common_args='-o UserKnownHostsFile={fleet.known_hosts_path} "
-        f"-o IdentitiesOnly=yes -i {rsa}'\n")
-    host = _status(cli, inventory)
+    host = _status(cli, _with_keys(fleet, tmp_path, stranger_key, f"-i {rsa}"))
     assert host["status"] == "auth_failed", host
     assert "2 key(s) refused" in str(host["error"])
