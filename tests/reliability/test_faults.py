@@ -411,7 +411,8 @@ def test_64_nodes_10_percent_faulty(sim_fleet_factory: Factory, cli: Cli, tmp_pa
     for name, fault in faulty.items():
         assert status[name] == expected[fault], (name, status[name])
     healthy = [n.name for n in fleet.nodes if n.name not in faulty]
-    assert [n for n in healthy if status[n] != "clean"] == []
+    errors = {h["host"]: h["error"] for h in res.json()["hosts"]}
+    assert {n: (status[n], errors[n]) for n in healthy if status[n] != "clean"} == {}
     for name in healthy:
         assert fleet.gpu_used_mib(name) == [0] * 8
     assert res.json()["summary"] == {"hosts": 64, "clean": 57, "dirty": 1, "faulty": 1,
