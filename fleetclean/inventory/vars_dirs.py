@@ -137,6 +137,14 @@ class _Reader:
             where = f"{path}:{name.line}" if name.line else path
             self.warnings[f"{where}: '{name.value}' is not a variable name fleetclean can "
                           "use: left out (letters, digits and underscores only)"] = None
+        forced = variables.get("force")
+        if forced is not None and forced.value not in (False, "false", "no", 0):
+            # An Ansible repository's files were written for other tools: a `force` meant
+            # for one of its roles would pass fleetclean's guard on every run of the hosts.
+            where = f"{path}:{forced.line}" if forced.line else path
+            self.warnings[f"{where}: force is set for every run of these hosts (fleetclean "
+                          "then passes its guard stage by); give -e force=true to one run "
+                          "instead"] = None
         for value in variables.values():
             # A relative path in it (ssh -F) is the inventory's, wherever the file sits.
             value.base = self.base

@@ -310,3 +310,13 @@ def test_a_name_no_variable_can_have_is_left_out_of_a_vars_file(put: Put) -> Non
     assert (host.user, host.port, host.vars) == ("ops", 2201, {})
     assert any("group_vars/all.yml:1: 'nginx-port'" in w for w in inventory.warnings)
     assert any("'odd key'" in w for w in inventory.warnings)
+
+
+def test_force_from_a_vars_file_is_said(put: Put) -> None:
+    # A `force` written for another tool's role would pass fleetclean's guard on every run.
+    inv = put("hosts.yml", "all:\n  hosts:\n    gpu01:\n")
+    put("group_vars/all.yml", "ansible_user: ops\nforce: true\n")
+    said = [w for w in load_inventory(str(inv)).warnings if "force is set" in w]
+    assert len(said) == 1 and "group_vars/all.yml:2" in said[0]
+    put("group_vars/all.yml", "ansible_user: ops\nforce: false\n")
+    assert not [w for w in load_inventory(str(inv)).warnings if "force is set" in w]
