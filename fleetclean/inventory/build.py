@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetclean.errors import InventoryError
 from fleetclean.inventory import ssh_settings
-from fleetclean.inventory.builder import Builder, Value, canonical, show
+from fleetclean.inventory.builder import Builder, Value, canonical, port_number, show
 from fleetclean.inventory.limit import select_names
 from fleetclean.inventory.vars_dirs import DirVars, VarsDirs
 from fleetclean.models import Connection, Host, Secret
@@ -185,8 +185,8 @@ class _HostMaker:
         if value is None:
             return None
         number = value if isinstance(value, int) and not isinstance(value, bool) else None
-        if isinstance(value, str) and value.strip().isdigit():
-            number = int(value)
+        if isinstance(value, str):
+            number = port_number(value.strip())
         if number is None or not 1 <= number <= 65535:
             raise self.error(
                 "ansible_port",

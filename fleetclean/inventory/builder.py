@@ -200,17 +200,18 @@ class Builder:
         if outside.count(":") != 1 or "[" in outside:
             return pattern, None
         head, _, tail = pattern.rpartition(":")
-        if not (tail.isascii() and tail.isdigit()) or not 1 <= int(tail) <= 65535:
+        port = port_number(tail)
+        if port is None:
             raise self.error(
                 f"host '{pattern}' has a bad port '{tail}'",
                 line,
                 column,
                 hint="write name:PORT with PORT from 1 to 65535",
             )
-        return head, int(tail)
+        return head, port
 
     def variable_name(self, key: str, line: int | None, column: int | None) -> str:
-        if not _VAR_NAME.match(key):
+        if not valid_name(key):
             fixed = re.sub(r"\W", "_", key)
             raise self.error(
                 f"'{key}' is not a valid variable name",
@@ -219,6 +220,14 @@ class Builder:
                 hint=f"use letters, digits and underscores, e.g. '{fixed}'",
             )
         return key
+
+
+def port_number(text: str) -> int | None:
+    """``text`` as a TCP port (ASCII digits, 1 to 65535), or None. ``str.isdigit`` alone also
+    takes "²", which ``int`` then refuses with a traceback."""
+    if text.isascii() and text.isdigit() and 1 <= int(text) <= 65535:
+        return int(text)
+    return None
 
 
 def valid_name(key: str) -> bool:

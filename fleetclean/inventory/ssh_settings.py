@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fleetclean.errors import InventoryError
+from fleetclean.inventory.builder import port_number
 
 if TYPE_CHECKING:
     from fleetclean.transport.sshlib import paramiko
@@ -144,8 +145,9 @@ _OPTION_FLAGS = {"proxyjump": "-J", "user": "-l", "port": "-p", "identityfile": 
 
 
 def _port(text: str) -> int:
-    if text.isdigit() and 1 <= int(text) <= 65535:
-        return int(text)
+    port = port_number(text)
+    if port is not None:
+        return port
     raise SshArgsError(f"port '{text}' in the ssh arguments is not a port number",
                        hint="use a number from 1 to 65535")
 
@@ -294,8 +296,9 @@ def merge(
 
 
 def _config_port(text: str, target: str, config_path: str | None) -> int:
-    if text.isdigit() and 1 <= int(text) <= 65535:
-        return int(text)
+    port = port_number(text)
+    if port is not None:
+        return port
     raise InventoryError(
         f"Port '{text}' for host '{target}' is not a port number",
         path=config_path,

@@ -186,6 +186,24 @@ def test_unparsable_ssh_config(write: Callable[[str, str], Path]) -> None:
     )
 
 
+@pytest.mark.parametrize(("inventory", "config", "words"), [
+    # str.isdigit takes "²", which int() then refused with a traceback, in each of the
+    # three places a port is read.
+    ("all:\n  hosts:\n    gpu01: {ansible_port: '²'}\n", "",
+     "ansible_port must be a whole number from 1 to 65535, got '²'"),
+    ("all:\n  hosts:\n    gpu01: {ansible_ssh_common_args: -p ²}\n", "",
+     "port '²' in the ssh arguments is not a port number"),
+    ("all:\n  hosts:\n    gpu01:\n", "Host gpu01\n  Port ²\n",
+     "Port '²' for host 'gpu01' is not a port number"),
+])
+def test_a_port_in_other_digits_is_an_error_not_a_traceback(
+    write: Callable[[str, str], Path], inventory: str, config: str, words: str
+) -> None:
+    path = write("lab.yml", inventory)
+    with pytest.raises(InventoryError, match=words):
+        load_inventory(path, ssh_config=write("ssh_config", config) if config else "")
+
+
 def test_limit_that_selects_nothing_names_the_pattern() -> None:
     inventory = load_inventory(INVENTORIES / "lab.yml")
     with pytest.raises(InventoryError) as caught:
