@@ -272,17 +272,7 @@ class _HostMaker:
                 args = ssh_settings.parse_ssh_args(text)
             except ssh_settings.SshArgsError as err:
                 raise self.error(key, values, f"{key}: {err.message}", err.hint or "") from None
-            # Ansible writes the common args before the extra ones: ssh keeps the first
-            # value of an option (-F: the last).
-            merged = ssh_settings.SshArgs(
-                options={**args.options, **merged.options},
-                proxy_jump=merged.proxy_jump or args.proxy_jump,
-                config_file=args.config_file or merged.config_file,
-                user=merged.user or args.user,
-                port=merged.port or args.port,
-                hostname=merged.hostname or args.hostname,
-                identities=(*merged.identities, *args.identities),
-            )
+            merged = merged.then(args)  # Ansible writes the common args before the extra
         return merged
 
     def config(

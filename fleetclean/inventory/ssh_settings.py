@@ -72,6 +72,20 @@ class SshArgs:
     hostname: str | None = None
     identities: tuple[str, ...] = ()  # -i and -o IdentityFile, in order
 
+    def then(self, later: SshArgs) -> SshArgs:
+        """These arguments with ``later`` after them on one command line, as
+        :func:`parse_ssh_args` reads one: the first value of an option wins (``-F``: the
+        last), identity files add up."""
+        return SshArgs(
+            options={**later.options, **self.options},
+            proxy_jump=self.proxy_jump or later.proxy_jump,
+            config_file=later.config_file or self.config_file,
+            user=self.user or later.user,
+            port=self.port or later.port,
+            hostname=self.hostname or later.hostname,
+            identities=(*self.identities, *later.identities),
+        )
+
 
 _FLAGS = ("-o", "-J", "-F", "-l", "-p", "-i")
 _WHAT = {"-o": "option", "-J": "jump host", "-F": "file", "-l": "user", "-p": "port",
