@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 import shlex
 from collections.abc import Callable
 
@@ -40,7 +39,7 @@ from fleetclean.transport.sshlib import paramiko
 
 MAX_DEPTH = 16  # OpenSSH's READCONF_MAX_DEPTH: deeper is an error there too
 
-_LINE = re.compile(r"(\w+)(?:\s*=\s*|\s+)(.+)")  # paramiko's own split of a line
+_LINE = paramiko.SSHConfig.SETTINGS_REGEX  # a line split as paramiko splits it
 
 
 def included_files(word: str) -> list[str]:
@@ -97,7 +96,8 @@ def expand_text(
                 )
             # Each file starts, and the lines after the Include go on, in the block the
             # Include sits in (the file before may have ended in a block of its own).
-            reopen = header if header is not None else _reopen(within)
+            # Before any block of this file: the top level, or the block that included it.
+            reopen = header if header is not None else _match_line(within)
             for word in _words(value):
                 for name in found(word):
                     out.append(expand_text(read(name), read=read, found=found,
@@ -140,10 +140,5 @@ def _keywords(words: list[str]) -> dict[str, list[int]]:
 
 
 def _match_line(criteria: list[str] | None) -> str:
+    """The header of a block with ``criteria`` (None: every host)."""
     return "Host *" if not criteria else "Match " + " ".join(shlex.quote(w) for w in criteria)
-
-
-def _reopen(within: list[str] | None) -> str:
-    """The header that puts the lines after an Include back where they were before any block
-    of this file: the top level, or the block that included this file."""
-    return _match_line(within)
