@@ -33,7 +33,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fleetclean import yamltext
-from fleetclean.errors import InventoryError
+from fleetclean.engine.checks import boolean
+from fleetclean.errors import InventoryError, VariableError
 from fleetclean.inventory.builder import Builder, Value, canonical
 from fleetclean.inventory.yaml_file import read_vars
 
@@ -138,7 +139,7 @@ class _Reader:
             self.warnings[f"{where}: '{name.value}' is not a variable name fleetclean can "
                           "use: left out (letters, digits and underscores only)"] = None
         forced = variables.get("force")
-        if forced is not None and forced.value not in (False, "false", "no", 0):
+        if forced is not None and _truthy(forced.value):
             # An Ansible repository's files were written for other tools: a `force` meant
             # for one of its roles would pass fleetclean's guard on every run of the hosts.
             where = f"{path}:{forced.line}" if forced.line else path
@@ -149,6 +150,15 @@ class _Reader:
             # A relative path in it (ssh -F) is the inventory's, wherever the file sits.
             value.base = self.base
         return canonical(variables)
+
+
+def _truthy(value: object) -> bool:
+    """Whether a run would take ``value`` for true, by the playbooks' own reading of it; one
+    that is neither (refused at the run) counts as set."""
+    try:
+        return boolean(value, None, "force")
+    except VariableError:
+        return True
 
 
 def _dir_files(path: str) -> list[str]:
