@@ -1,5 +1,6 @@
 """What the simulated container runtimes share (``dockerd.py``, ``kubelet.py``): a shim per
-start, a container init in its own PID namespace and cgroup, and docker's words for time.
+start, a container init in its own PID namespace and cgroup, processes exec'd beside it,
+and docker's words for time.
 
 Runs inside a node (standard library only, a sibling module). A start forks a shim (titled
 ``/usr/bin/containerd-shim-runc-v2 -namespace NS -id ID -address ...``, as on a real node
@@ -10,6 +11,16 @@ container the init is PID 1 of its namespace: a signal it has no handler for is 
 (so ``docker stop`` waits out its timeout for a process that never handles SIGTERM), and
 when it dies the kernel kills the rest of the container.
 
+``docker exec`` (``exec_socket``): the shim listens on a unix socket, named as containerd
+names a shim's (:func:`shim_socket`), and forks each command it is sent into the
+container's PID namespace and cgroup, as runc exec does: the process's parent is the shim,
+not the container's init, and nothing starts it again when it dies. A request is one JSON
+line, ``{"argv", "env", "cwd", "detach"}``, with the client's stdin, stdout and stderr
+passed along (SCM_RIGHTS); the answer is ``{"pid": N}`` (node PID), then, unless detached,
+``{"exit": CODE}`` when it ends; or ``{"error": TEXT, "code": 126|127}`` when the command
+cannot start. A client that goes away before the end of a process it waits for gets it a
+SIGTERM, as dockerd sends one when the CLI's attach ends.
+
 >>> human_duration(0.4), human_duration(1), human_duration(75), human_duration(7300)
 ('Less than a second', '1 second', 'About a minute', '2 hours')
 >>> backoff(0), backoff(3), backoff(20)
@@ -18,12 +29,20 @@ when it dies the kernel kills the rest of the container.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
+import hashlib
+import json
 import os
 import secrets
 import select
+import shutil
+import signal
+import socket
 import time
 from collections.abc import Callable
+from typing import Any, NoReturn
 
 if __package__:
     from fleetclean.sim import daemonkit, nodecg
@@ -36,12 +55,20 @@ else:  # run as a script: the sibling modules are found through sys.path[0]
 CLONE_NEWPID = 0x20000000
 PR_SET_CHILD_SUBREAPER = 36
 CONTAINERD_SOCK = "/run/containerd/containerd.sock"
+SHIM_SOCKETS = "/run/containerd/s"
 ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
 def new_id() -> str:
     """A container id: 64 lowercase hex digits, as runc's."""
     return secrets.token_hex(32)
+
+
+def shim_socket(namespace: str, cid: str) -> str:
+    """Where the shim of container ``cid`` takes exec requests: containerd's
+    ``/run/containerd/s/HEX``, HEX the sha256 of its address, the namespace and the id."""
+    key = f"{CONTAINERD_SOCK}/{namespace}/{cid}"
+    return os.path.join(SHIM_SOCKETS, hashlib.sha256(key.encode()).hexdigest())
 
 
 def iso(t: float) -> str:
@@ -88,16 +115,19 @@ def start(
     cgroup: str,
     shim_title: str,
     on_exit: Callable[[int], None],
+    exec_socket: str = "",
 ) -> tuple[int, int]:
     """Fork a shim that runs ``argv`` as a container init in cgroup ``cgroup`` (one path
-    in every hierarchy); ``on_exit(exit_code)`` when it is gone. Returns (shim pid, init
-    pid, as the node sees it)."""
+    in every hierarchy) and, given ``exec_socket``, execs commands beside it;
+    ``on_exit(exit_code)`` when it is gone. Returns (shim pid, init pid, as the node sees
+    it)."""
     tree = nodecg.Tree.load()
     rfd, wfd = os.pipe()
 
     def shim() -> None:
         os.close(rfd)
-        _shim(argv, env, cgroup, title=shim_title, tree=tree, report=wfd)
+        _shim(argv, env, cgroup, title=shim_title, tree=tree, report=wfd,
+              exec_socket=exec_socket)
 
     shim_pid = loop.spawn(shim, lambda status: on_exit(_shim_code(status)))
     os.close(wfd)
@@ -115,7 +145,7 @@ def _shim_code(status: int) -> int:
 
 
 def _shim(argv: list[str], env: dict[str, str], cgroup: str, *, title: str,
-          tree: nodecg.Tree, report: int) -> None:
+          tree: nodecg.Tree, report: int, exec_socket: str) -> None:
     """The shim process: subreaper, new PID namespace, the init, its exit code."""
     os.setsid()
     set_plain_title(title, "containerd-shim")
@@ -123,24 +153,178 @@ def _shim(argv: list[str], env: dict[str, str], cgroup: str, *, title: str,
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     if libc.unshare(CLONE_NEWPID) != 0:
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID)")
+    # Listening before the start is reported: an exec right after `docker run` finds it.
+    listener = _listen(exec_socket) if exec_socket else None
     init = os.fork()
     if init == 0:
         try:
             os.close(report)
-            os.setsid()
-            tree.place(0, nodecg.everywhere(cgroup))
             null = os.open("/dev/null", os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(null, fd)
-            os.chdir("/")
-            os.execve(argv[0], argv, env)
+            _become(argv, env, cgroup, tree, stdio=(null, null, null), cwd="/")
         finally:
             os._exit(127)
     # The shim is in the node's PID namespace: fork gave the init's PID there.
     os.write(report, f"{init}\n".encode())
     os.close(report)
-    while True:
-        pid, status = os.waitpid(-1, 0)
-        if pid == init:
-            code, sig = daemonkit.exit_code(status)
-            os._exit(128 + sig if sig else code)
+    _Shim(init, cgroup, tree, listener, exec_socket).run()
+
+
+def _become(argv: list[str], env: dict[str, str], cgroup: str, tree: nodecg.Tree, *,
+            stdio: tuple[int, int, int], cwd: str, path: str = "") -> None:
+    """In a child of the shim: a process of the container (its own session, the
+    container's cgroup, ``stdio`` as 0, 1, 2), then ``argv`` (the program at ``path``, else
+    at ``argv[0]``); OSError if that fails."""
+    os.setsid()
+    tree.place(0, nodecg.everywhere(cgroup))
+    for target, fd in enumerate(stdio):
+        os.dup2(fd, target)
+    os.chdir(cwd)
+    os.execve(path or argv[0], argv, env)
+
+
+def _listen(path: str) -> socket.socket:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a shim killed before it could remove it
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    sock.listen(16)
+    return sock
+
+
+class _Shim:
+    """The shim's loop: reap its children (the init, exec'd processes), answer exec
+    requests; exit with the init's exit code when the init is gone."""
+
+    def __init__(self, init: int, cgroup: str, tree: nodecg.Tree,
+                 listener: socket.socket | None, path: str) -> None:
+        self.init, self.cgroup, self.tree = init, cgroup, tree
+        self.listener, self.path = listener, path
+        self.waiting: dict[int, socket.socket] = {}  # exec'd pid -> the client waiting for it
+        self.wake_r, wake_w = os.pipe()
+        for fd in (self.wake_r, wake_w):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    def run(self) -> NoReturn:
+        while True:
+            # Reaped before each wait: a child that died before the handler was there.
+            self.reap()
+            watched: list[Any] = [self.wake_r, *self.waiting.values()]
+            if self.listener is not None:
+                watched.append(self.listener)
+            ready, _, _ = select.select(watched, [], [])
+            if self.wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(self.wake_r, 512):
+                        pass
+            for pid, conn in list(self.waiting.items()):
+                if conn in ready and not _recv_some(conn):
+                    # The client left (a killed `docker exec`): dockerd TERMs its process.
+                    del self.waiting[pid]
+                    conn.close()
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGTERM)
+            if self.listener is not None and self.listener in ready:
+                self.accept(self.listener)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            code = _shim_code(status)
+            if pid == self.init:
+                # The kernel killed the rest of the container before the init could go.
+                if self.path:
+                    with contextlib.suppress(OSError):
+                        os.unlink(self.path)
+                os._exit(code)
+            conn = self.waiting.pop(pid, None)
+            if conn is not None:
+                _send(conn, {"exit": code})
+                conn.close()
+
+    def accept(self, listener: socket.socket) -> None:
+        conn, _ = listener.accept()
+        conn.settimeout(5)
+        fds: list[int] = []
+        try:
+            data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
+            while not data.endswith(b"\n"):
+                more = conn.recv(65536)
+                if not more:
+                    break
+                data += more
+            req = json.loads(data)
+            if len(fds) != 3:
+                raise ValueError("three descriptors wanted: stdin, stdout, stderr")
+            answer = self.start(req, fds)
+        except (OSError, ValueError) as exc:
+            answer = {"error": f"bad exec request: {exc}", "code": 126}
+        finally:
+            for fd in fds:
+                os.close(fd)
+        _send(conn, answer)
+        if "pid" in answer and not req.get("detach"):
+            self.waiting[answer["pid"]] = conn
+        else:
+            conn.close()
+
+    def start(self, req: dict[str, Any], stdio: list[int]) -> dict[str, Any]:
+        """Fork ``req["argv"]`` into the container, as runc exec: found in the PATH of its
+        own environment; {"pid"} once it runs, or {"error", "code"} as docker says it."""
+        argv = [str(a) for a in req["argv"]]
+        env = dict(str(e).partition("=")[::2] for e in req["env"])
+        path = shutil.which(argv[0], path=env.get("PATH", "")) if "/" not in argv[0] \
+            else argv[0]
+        if path is None:
+            return _exec_failed(f'exec: "{argv[0]}": executable file not found in $PATH', 127)
+        # Closed by a good execve (close-on-exec); else the child writes its errno there.
+        err_r, err_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(err_r)
+                # argv[0] as given, the program found in the PATH (runc's LookPath).
+                _become(argv, env, self.cgroup, self.tree, path=path,
+                        stdio=(stdio[0], stdio[1], stdio[2]), cwd=str(req.get("cwd") or "/"))
+            except OSError as exc:
+                os.write(err_w, str(exc.errno or errno.EIO).encode())
+            finally:
+                os._exit(127)
+        os.close(err_w)
+        with os.fdopen(err_r, "rb") as f:
+            failed = f.read()
+        if not failed:
+            return {"pid": pid}
+        number = int(failed)
+        # Reaped by the loop; its exit code is the one docker gives a process that never ran.
+        words = os.strerror(number).lower()
+        if number == errno.ENOENT:
+            return _exec_failed(f'exec: "{argv[0]}": stat {path}: {words}', 127)
+        return _exec_failed(f'exec: "{argv[0]}": {words}', 126)
+
+
+def _exec_failed(why: str, code: int) -> dict[str, Any]:
+    return {"error": "OCI runtime exec failed: exec failed: unable to start container "
+                     f"process: {why}: unknown", "code": code}
+
+
+def _recv_some(conn: socket.socket) -> bool:
+    """False when the peer has closed its end."""
+    try:
+        return bool(conn.recv(512, socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def _send(conn: socket.socket, answer: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        conn.sendall(json.dumps(answer).encode() + b"\n")

@@ -1,13 +1,17 @@
-"""``docker`` on a simulated node: ``ps``, ``inspect``, ``stop``, ``kill``, ``info``, as the
-docker CLI prints them.
+"""``docker`` on a simulated node: ``ps``, ``inspect``, ``stop``, ``kill``, ``exec``, ``info``,
+as the docker CLI prints them.
 
 Runs inside a node (installed as ``/usr/local/sbin/docker`` once the node has a Docker
 engine; standard library only). ``ps``: the table (``--no-trunc``, ``-a``, ``-q``,
 ``--format`` with docker's Go-template fields and a ``table`` prefix); ``inspect``: the JSON
 array, or ``-f``/``--format``; ``stop [-t|--time GRACE]`` and ``kill [-s SIGNAL]`` print each
-container named; errors as the CLI's (``Error response from daemon: No such container: x``,
-exit 1). Without the engine: ``Cannot connect to the Docker daemon at
-unix:///var/run/docker.sock. Is the docker daemon running?``, exit 1.
+container named; ``exec [-d] [-i] [-e KEY[=VALUE]]... [-w DIR] CONTAINER COMMAND [ARG...]``
+starts COMMAND in the container beside its main process (``containers.py``): attached, it
+writes to this command's output and its exit status is the command's; with ``-d`` it
+prints nothing and returns once the command runs; a command that cannot start is ``OCI
+runtime exec failed: ...``, 127 (not found) or 126. Errors as the CLI's (``Error response
+from daemon: No such container: x``, exit 1). Without the engine: ``Cannot connect to the
+Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?``, exit 1.
 
 >>> table([["A", "LONGER"], ["xx", "y"]])
 ['A         LONGER', 'xx        y']
@@ -19,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -142,6 +148,47 @@ def stop_or_kill(args: argparse.Namespace) -> int:
     return rc
 
 
+def exec_(args: argparse.Namespace, environ: dict[str, str]) -> int:
+    if not args.container or not args.argv:
+        print('"docker exec" requires at least 2 arguments.\n'
+              "See 'docker exec --help'.\n\n"
+              "Usage:  docker exec [OPTIONS] CONTAINER COMMAND [ARG...]\n\n"
+              "Execute a command in a running container", file=sys.stderr)
+        return 1
+    # `-e KEY` passes this command's own value of KEY; where it has none, KEY alone, which
+    # unsets it in the container's environment (docker's opts.ValidateEnv).
+    env = [e if "=" in e or e not in environ else f"{e}={environ[e]}" for e in args.env]
+    found = daemonkit.call(SOCKET, {"op": "inspect", "refs": [args.container]})["objects"]
+    answer = ({"error": f"No such container: {args.container}"} if found[0] is None else
+              daemonkit.call(SOCKET, {"op": "exec", "ref": args.container, "env": env,
+                                      "workdir": args.workdir}))
+    if "error" in answer:
+        print(f"Error response from daemon: {answer['error']}", file=sys.stderr)
+        return 1
+    null = os.open(os.devnull, os.O_RDWR)
+    stdio = [null] * 3 if args.detach else [0 if args.interactive else null, 1, 2]
+    request = {"argv": args.argv, "env": answer["env"], "cwd": answer["cwd"],
+               "detach": args.detach}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as shim:
+        shim.connect(answer["socket"])
+        socket.send_fds(shim, [json.dumps(request).encode() + b"\n"], stdio)
+        os.close(null)
+        lines = shim.makefile("r")
+        started = json.loads(lines.readline() or "{}")
+        if "error" in started:
+            if args.detach:
+                print(f"Error response from daemon: {started['error']}", file=sys.stderr)
+                return 1
+            # Attached, moby writes the failure into the output stream, and the exec's
+            # exit code is the failure's.
+            sys.stdout.write(f"{started['error']}\r\n")
+            return int(started["code"])
+        if args.detach:
+            return 0
+        ended = json.loads(lines.readline() or '{"exit": 137}')
+    return int(ended["exit"])
+
+
 def _signal_number(name: str) -> int:
     if name.isdigit():
         return int(name)
@@ -167,6 +214,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     k = sub.add_parser("kill")
     k.add_argument("-s", "--signal", default="KILL")
     k.add_argument("names", nargs="+")
+    x = sub.add_parser("exec")
+    x.add_argument("-d", "--detach", action="store_true")
+    x.add_argument("-i", "--interactive", action="store_true")
+    x.add_argument("-e", "--env", action="append", default=[])
+    x.add_argument("-w", "--workdir", default="")
+    # Options end at CONTAINER: whatever follows is the command's (pflag's
+    # SetInterspersed(false)).
+    x.add_argument("container", nargs="?", default="")
+    x.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND")
     sub.add_parser("info").add_argument("-f", "--format", default="")
     return parser.parse_args(argv)
 
@@ -181,6 +237,8 @@ def main(argv: list[str]) -> int:
             return ps(args)
         if args.command == "inspect":
             return inspect(args)
+        if args.command == "exec":
+            return exec_(args, dict(os.environ))
         if args.command == "info":
             info = daemonkit.call(SOCKET, {"op": "info"})
             print(gotmpl.render(gotmpl.unescape(args.format), info) if args.format

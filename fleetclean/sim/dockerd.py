@@ -12,6 +12,11 @@ most N times), ``no`` never; after 100 ms, doubling while the container keeps dy
 10 s, at most a minute. ``docker stop`` and ``docker kill`` mark the container stopped by
 hand: it is not restarted (moby's killWithSignal: ExitOnNext, HasBeenManuallyStopped). A
 signal sent to its process by anyone else is a crash: it is restarted.
+
+``docker exec`` (``exec``): the daemon checks that the container runs and answers with the
+process to start (the container's environment with ``-e`` on top, a bare ``KEY`` unsetting
+KEY; the working directory ``-w``, else ``/``) and the socket of the container's shim,
+which starts it beside the init (``containers.py``). Nothing restarts such a process.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ class Container:
         self.manual = False
         self.waiters: list[daemonkit.Reply] = []
         self.timer: int | None = None
+        self.shim_socket = ""
 
     def inspect(self, driver: str) -> dict[str, Any]:
         """The part of docker inspect's JSON fleetclean and people read."""
@@ -168,6 +174,8 @@ class Engine:
             reply({"ok": True, "CgroupDriver": self.driver, "Containers": len(self.containers)})
         elif op in ("stop", "kill"):
             self.stop_or_kill(op, req, reply)
+        elif op == "exec":
+            reply(self.exec(req))
         else:
             reply({"error": f"unknown operation {op!r}", "status": 400})
 
@@ -189,8 +197,10 @@ class Engine:
         c.timer = None
         title = f"/usr/bin/containerd-shim-runc-v2 -namespace moby -id {c.id} -address " \
                 f"{containers.CONTAINERD_SOCK}"
+        c.shim_socket = containers.shim_socket("moby", c.id)
         _, c.pid = containers.start(self.loop, argv=c.argv, env=c.env, cgroup=self.cgroup(c),
-                                    shim_title=title, on_exit=lambda code: self._exited(c, code))
+                                    shim_title=title, on_exit=lambda code: self._exited(c, code),
+                                    exec_socket=c.shim_socket)
         c.status, c.started_at = "running", time.time()
 
     def _exited(self, c: Container, code: int) -> None:
@@ -220,6 +230,27 @@ class Engine:
             return
         c.restart_count += 1
         self._start(c)
+
+    def exec(self, req: dict[str, Any]) -> dict[str, Any]:
+        """What ``docker exec`` starts and where, or moby's refusal (exec create)."""
+        ref = str(req.get("ref", ""))
+        c = self.find(ref)
+        if c is None:
+            return {"error": f"No such container: {ref}", "status": 404}
+        if c.status == "restarting":
+            return {"error": f"Container {c.id} is restarting, wait until the container is "
+                    "running", "status": 409}
+        if c.status != "running":
+            return {"error": f"Container {c.id} is not running", "status": 409}
+        env = {**c.env}
+        for item in req.get("env", []):
+            key, has_value, value = str(item).partition("=")
+            if has_value:
+                env[key] = value
+            else:
+                env.pop(key, None)
+        return {"ok": True, "socket": c.shim_socket, "cwd": str(req.get("workdir") or "/"),
+                "env": [f"{k}={v}" for k, v in env.items()]}
 
     def stop_or_kill(self, op: str, req: dict[str, Any], reply: daemonkit.Reply) -> None:
         ref = str(req.get("ref", ""))

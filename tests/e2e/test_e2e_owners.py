@@ -10,6 +10,7 @@ of its own and leaves the node idle: what it started is stopped through its own 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -165,6 +166,40 @@ def test_owner_docker_signal_is_the_old_behaviour_it_comes_back(
     (proc,) = host["gpus"][4]["processes"]
     assert proc["owner"]["kind"] == "docker"
     assert f"(root; GPU4; docker {proc['owner']['name']})" in host["error"]
+
+
+def test_a_gpu_job_docker_exec_started_is_killed_and_its_container_left_running(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    # A dev container whose main process sleeps, and a GPU job someone started in it with
+    # `docker exec`: the job is the container's by its cgroup, but not its main process's
+    # (its parent is the shim), and no restart policy brings it back. `docker stop` took
+    # the whole container down for it; only the job is killed now, by its PID.
+    (main,) = fleet.spawn("node01", "container", container="t-dev", restart="always",
+                          run="holder", gpus="", name="sleep infinity")
+    cid = sh(fleet, "docker inspect -f '{{.Id}}' t-dev")
+    minor = json.loads((fleet.node("node01").dir / "gpus.json").read_text())["gpus"][6]["minor"]
+    code = (f"import time; f = open('/dev/nvidia{minor}'); u = open('/dev/nvidia-uvm'); "
+            "time.sleep(3600)")
+    sh(fleet, f"docker exec -d -e FLEETCLEAN_SIM_GPU_MIB=2048 t-dev python3 -c \"{code}\" "
+              "t-dev-serve")
+    assert wait_for(lambda: fleet.gpu_used_mib("node01")[6] == 2048)
+    (job,) = holders(fleet, 6)
+    checked = cli("run", "post-extraction", "-i", fleet.inventory_path, "--check")
+    assert (f"would send TERM to {job} (python3 -c {code} t-dev-serve), owner docker "
+            f"{cid[:12]} (started by docker exec, not its main process {main})") in checked.out
+    assert "would stop docker" not in checked.out
+    code_, host = run(cli, fleet)
+    assert (code_, host["status"]) == (0, "clean"), host
+    assert running(fleet, [main, job]) == [main]
+    assert sh(fleet, "docker inspect -f '{{.State.Pid}} {{.State.Status}} {{.RestartCount}}' "
+                     "t-dev") == f"{main} running 0"
+    assert fleet.gpu_used_mib("node01") == [0] * 8
+    (entry,) = host["signalled"]
+    assert (entry["pid"], entry["signal"]) == (job, "TERM")
+    assert entry["owner"] == {"kind": "docker", "id": cid, "name": cid[:12]}
+    # Nothing starts it again: the containerd-shim above it is no parent left running.
+    assert host["left_running"] == [] and host["warnings"] == []
 
 
 def test_a_pods_gpu_process_is_left_running_and_the_pod_named(

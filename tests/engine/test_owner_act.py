@@ -101,6 +101,35 @@ def test_a_docker_stop_that_ends_after_its_container_is_still_a_stop(
     assert "stopped docker 3f3f3f3f3f3f" in out
 
 
+@pytest.mark.parametrize("under_main", [True, False])
+def test_a_container_is_stopped_only_for_its_main_process_or_what_runs_under_it(
+    tmp_path: Path, sleeper: int, under_main: bool
+) -> None:
+    # docker inspect names the container's main process: this test (the sleep's parent),
+    # or a process beside the sleep (as one `docker exec` started is beside the main
+    # process, both children of the containerd-shim). Beside it, `docker stop` would take
+    # down the user's whole container for it: the sleep is left to be signalled by PID.
+    with subprocess.Popen(["sleep", "60"]) as other:
+        main = os.getpid() if under_main else other.pid
+        log = tmp_path / "docker.log"
+        fake = tmp_path / "docker"
+        fake.write_text(f"#!/bin/sh\necho \"$*\" >>{log}\n"
+                        f"case $1 in inspect) echo {main} ;; stop) kill {sleeper} ;; esac\n")
+        fake.chmod(0o755)
+        try:
+            out, warning = act(tmp_path, sleeper, "docker", "3f" * 32, "3f" * 6)
+        finally:
+            other.kill()
+    calls = log.read_text().splitlines()
+    assert calls[0] == f"inspect -f {{{{.State.Pid}}}} {'3f' * 32}" and warning == ""
+    if under_main:
+        assert "stopped docker 3f3f3f3f3f3f" in out and calls[1].startswith("stop -t 1 ")
+    else:
+        assert f"\tleft-to-signal\t{sleeper}\n" in out and len(calls) == 1
+        assert (f"not stopped: docker 3f3f3f3f3f3f (pid {sleeper} started by docker exec, "
+                f"not by its main process {main}); ") in out
+
+
 def test_infrastructure_units_are_never_stopped(tmp_path: Path, sleeper: int) -> None:
     # Without pam_systemd a login's processes live in ssh.service: signalled one by one.
     out, warning = act(tmp_path, sleeper, "systemd", "ssh.service", "ssh.service")
@@ -156,6 +185,7 @@ fc_proc_load "$1"
 FC_PIDS=("$1")
 fc_holds_gpu() { return 0; }  # the holder's /dev/nvidiaN, which this machine has none of
 FC_OK[$1]=$2 FC_OI[$1]=$3 FC_PPID[$1]=$4
+[[ -n $5 ]] && FC_OWNER_EXEC[$1]=$5  # started by docker exec: "MAIN SHIM"
 fc_note_respawn_risk "$1"
 printf '%s %s\n' "$FC_RESPAWN_RISK" "${!FC_WATCH_OWNER[*]}"
 """
@@ -170,10 +200,26 @@ printf '%s %s\n' "$FC_RESPAWN_RISK" "${!FC_WATCH_OWNER[*]}"
 ])
 def test_the_respawn_watch_follows_the_owner(sleeper: int, kind: str, oid: str, parent: str,
                                              want: str) -> None:
+    assert watch(sleeper, kind, oid, parent) == want
+
+
+@pytest.mark.parametrize(("parent", "want"), [("77", "0 "), ("PARENT", "1 ")])
+def test_a_process_docker_exec_started_is_watched_through_its_parent_but_the_shim(
+    sleeper: int, parent: str, want: str
+) -> None:
+    # Neither docker nor the containerd-shim (77), its parent, starts it again: no settle,
+    # no container watched. A shell that docker exec ran (and may run it in a loop) is a
+    # parent like any other.
+    assert watch(sleeper, "docker", "3f" * 32, parent, execd="812 77") == want
+
+
+def watch(pid: int, kind: str, oid: str, parent: str, execd: str = "") -> str:
+    """What fc_note_respawn_risk notes for signalled holder PID: FC_RESPAWN_RISK and the
+    owners watched."""
     parent = str(os.getpid()) if parent == "PARENT" else parent
     script = "".join(template(t) for t in ("lib.sh", "lib-kill.sh", "owner.sh",
                                            "owner-act.sh")) + WATCH
-    done = subprocess.run(["bash", "-c", script, "bash", str(sleeper), kind, oid, parent],
+    done = subprocess.run(["bash", "-c", script, "bash", str(pid), kind, oid, parent, execd],
                           capture_output=True, text=True, check=False, timeout=30)
     assert done.returncode == 0 and done.stderr == "", done.stderr
-    assert done.stdout == want + "\n"
+    return done.stdout.removesuffix("\n")

@@ -148,6 +148,57 @@ def test_docker_cli_lists_and_refuses_as_the_real_one(fleet: SimFleet) -> None:
         1, "Error response from daemon: No such container: nosuch")
 
 
+def proc_status(fleet: SimFleet, pid: int, field: str) -> list[str]:
+    line = sh(fleet, f"grep '^{field}:' /proc/{pid}/status")
+    return line.split()[1:]
+
+
+def test_docker_exec_runs_beside_the_main_process_as_the_real_one(fleet: SimFleet) -> None:
+    # A dev container whose main process sleeps; a command `docker exec`'d into it lives in
+    # the container's cgroup and PID namespace, a child of the shim (as the main process
+    # is), not of the main process; nothing starts it again when it dies.
+    (main,) = fleet.spawn("node01", "container", container="dev", run="holder", gpus="",
+                          name="sleep infinity")
+    assert sh(fleet, "docker inspect -f '{{.State.Pid}}' dev") == str(main)
+    assert sh(fleet, "docker exec -e GREETING=hi -w /tmp dev sh -c 'echo $GREETING $PWD'") \
+        == "hi /tmp"
+    status = fleet.run_in("node01", ["docker", "exec", "dev", "sh", "-c", "exit 3"])
+    assert (status.returncode, status.stdout) == (3, "")
+    sh(fleet, "docker exec -d dev bash -c 'exec -a exec-sleeper sleep 300'")
+    assert wait_for(lambda: sh(fleet, "pgrep -f '^exec-sleeper' || true") != "")
+    (execd,) = map(int, sh(fleet, "pgrep -f '^exec-sleeper'").split())
+    shim = int(proc_status(fleet, main, "PPid")[0])
+    assert "containerd-shim-runc-v2 -namespace moby -id" in sh(fleet, f"ps -o args= -p {shim}")
+    assert int(proc_status(fleet, execd, "PPid")[0]) == shim
+    assert sh(fleet, f"cat /proc/{execd}/cgroup") == sh(fleet, f"cat /proc/{main}/cgroup")
+    # The node's PID and the container's, beside the main process's (1 in its namespace).
+    assert proc_status(fleet, main, "NSpid") == [str(main), "1"]
+    assert proc_status(fleet, execd, "NSpid")[0] == str(execd)
+    assert len(proc_status(fleet, execd, "NSpid")) == 2
+    sh(fleet, f"kill -KILL {execd}")
+    time.sleep(0.3)
+    assert sh(fleet, "pgrep -f '^exec-sleeper' || true") == ""
+    assert sh(fleet, "docker inspect -f '{{.State.Pid}} {{.State.Status}} {{.RestartCount}}' "
+                     "dev") == f"{main} running 0"
+    # What the real CLI says when the command or the container is not there.
+    missing = fleet.run_in("node01", ["docker", "exec", "dev", "nosuch-tool"])
+    assert (missing.returncode, missing.stdout.rstrip()) == (127, (
+        "OCI runtime exec failed: exec failed: unable to start container process: exec: "
+        '"nosuch-tool": executable file not found in $PATH: unknown'))
+    nosuch = fleet.run_in("node01", ["docker", "exec", "nosuch", "true"])
+    assert (nosuch.returncode, nosuch.stderr.strip()) == (
+        1, "Error response from daemon: No such container: nosuch")
+    # A process exec'd into a container dies with it.
+    sh(fleet, "docker exec -d dev bash -c 'exec -a exec-sleeper sleep 300'")
+    assert wait_for(lambda: sh(fleet, "pgrep -f '^exec-sleeper' || true") != "")
+    cid = sh(fleet, "docker inspect -f '{{.Id}}' dev")
+    sh(fleet, "docker stop -t 1 dev")
+    assert sh(fleet, "pgrep -f '^exec-sleeper' || true") == ""
+    stopped = fleet.run_in("node01", ["docker", "exec", "dev", "true"])
+    assert (stopped.returncode, stopped.stderr.strip()) == (
+        1, f"Error response from daemon: Container {cid} is not running")
+
+
 def test_pod_container_killed_is_replaced_by_the_kubelet(fleet: SimFleet) -> None:
     (first,) = fleet.spawn("node01", "pod", pod="llm-0", namespace="ml", gpus="5")
     before = sh(fleet, "crictl ps -q")

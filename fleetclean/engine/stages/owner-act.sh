@@ -8,9 +8,10 @@
 # playbook's owner_* variables:
 #   stop    a systemd unit: `systemctl stop --no-block UNIT`, only when its MainPID is a
 #           target and it is no infrastructure (FC_INFRA_UNITS, FC_NEVER_STOP); a docker
-#           container: `docker stop -t GRACE ID`, then `docker kill ID`. Whatever of it is
-#           left after the stage's grace gets SIGKILL. Without systemctl or docker: signals,
-#           and a warning that the owner may start it again.
+#           container: `docker stop -t GRACE ID`, then `docker kill ID`, only when a target
+#           is its main process or under it (not only processes `docker exec` started).
+#           Whatever of it is left after the stage's grace gets SIGKILL. Without systemctl
+#           or docker: signals, and a warning that the owner may start it again.
 #   refuse  never signalled: a "refused" record naming the owner and what to do; the
 #           verification does not wait for GPUs only such processes hold; the host is
 #           dirty.
@@ -19,6 +20,9 @@
 # stopped: its targets are signalled one by one.
 
 declare -gA FC_OWNER_ACT=() FC_REFUSED=() FC_OWNER_WHO=() FC_OWNER_FIX=()
+# FC_OWNER_EXEC[pid]: "MAIN SHIM" for a target `docker exec` started in its container
+# (fc_docker_exec_only): the container's main process and the containerd-shim above both.
+declare -gA FC_OWNER_EXEC=()
 declare -ga FC_NEVER_STOP=() FC_OWNER_LEFT=()
 FC_OWNER_SAID="" FC_OWNER_KEPT=0 FC_OWNER_SENT=0
 
@@ -112,12 +116,48 @@ fc_owner_stoppable() {
     elif ! command -v docker >/dev/null 2>&1; then
         fc_owner_warn "no docker CLI on the node: container ${id:0:12}'s processes were signalled; its restart policy may start them again"
         return 1
+    elif fc_docker_exec_only "$id" "$@"; then
+        # As for a unit's forked job: `docker stop` would take down the user's whole
+        # container (its main process and all else in it) for them.
+        return 1
     fi
     if fc_owner_runs_protected "$kind" "$id"; then
         fc_owner_stop_words "$1"
         fc_owner_warn "$REPLY also runs protected pid $FC_OWNER_PROT: not stopped, its targets were signalled; it may restart them"
         return 1
     fi
+}
+
+# fc_docker_exec_only ID PID...: true when none of these processes of container ID is its
+# main process (docker inspect's State.Pid) or under it: `docker exec` started each, beside
+# the main process (their parent is the containerd-shim, as the main process's is, and they
+# live in its cgroup and PID namespace). Docker's restart policy never starts them again.
+# Sets FC_OWNER_EXEC for each and says so in FC_OWNER_SAID. False where docker cannot name a
+# main process (the container not running): as before, the container is stopped. Asked
+# at each stage: a container restarted since has another main process.
+fc_docker_exec_only() {
+    local id=$1 main p q n
+    shift
+    # Bounded, as docker kill: a daemon that hangs would hold the teardown here.
+    if command -v timeout >/dev/null 2>&1; then
+        main=$(timeout -k 1 10 docker inspect -f '{{.State.Pid}}' "$id" 2>/dev/null)
+    else
+        main=$(docker inspect -f '{{.State.Pid}}' "$id" 2>/dev/null)
+    fi
+    [[ $main =~ ^[1-9][0-9]*$ ]] || return 1
+    for p in "$@"; do
+        q=$p n=0
+        while [[ -n $q && $q != 0 && $q != 1 ]] && ((n++ < 64)); do
+            [[ $q == "$main" ]] && return 1
+            [[ -n ${FC_START[$q]:-} ]] || fc_proc_load "$q" || break
+            q=${FC_PPID[$q]:-0}
+        done
+    done
+    [[ -n ${FC_START[$main]:-} ]] || fc_proc_load "$main"
+    for p in "$@"; do
+        FC_OWNER_EXEC[$p]="$main ${FC_PPID[$main]:-0}"
+    done
+    FC_OWNER_SAID+="not stopped: docker ${id:0:12} (pid $* started by docker exec, not by its main process $main); "
 }
 
 # True (FC_OWNER_PROT names the pid) when a protected process, or the teardown itself,
@@ -318,7 +358,11 @@ fc_owner_words() {
     local kind=${FC_OK[$1]:-plain} id=${FC_OI[$1]:-} name=${FC_ON[$1]:-}
     case $kind in
         plain) REPLY="" ;;
-        docker) REPLY=", owner docker ${id:0:12}" ;;
+        docker)
+            REPLY=", owner docker ${id:0:12}"
+            [[ -n ${FC_OWNER_EXEC[$1]:-} ]] &&
+                REPLY+=" (started by docker exec, not its main process ${FC_OWNER_EXEC[$1]%% *})"
+            ;;
         kubernetes) REPLY=", owner kubernetes pod ${id:-?}" ;;
         slurm) REPLY=", owner slurm job ${name:-$id}" ;;
         *) REPLY=", owner $kind ${name:-$id}" ;;
@@ -338,10 +382,16 @@ fc_owner_warn() {
 # PID again, so that the verification waits out its settle and watches: for a process a
 # supervisor runs (a unit, a container, a pod, a job), always, its owner being watched;
 # for any other, a parent that lives on, but not PID 1: as init, PID 1 reaps an orphan
-# and never restarts it. (A unit or container stopped through its owner is not
-# signalled, so never asked about.)
+# and never restarts it; nor the containerd-shim of a process `docker exec` started.
+# (A unit or container stopped through its owner is not signalled, so never asked about.)
 fc_owner_may_restart() {
     local kind=${FC_OK[$1]:-plain}
+    if [[ -n ${FC_OWNER_EXEC[$1]:-} ]]; then
+        # Started by docker exec: neither docker nor the shim, its parent, starts it again
+        # (a shell that docker exec ran, running it in a loop, may: a parent as any other).
+        [[ $2 != 1 && $2 != "${FC_OWNER_EXEC[$1]#* }" ]]
+        return
+    fi
     case $kind in
         plain | tmux | screen) [[ $2 != 1 ]] ;;
         *)
