@@ -59,7 +59,7 @@ BUSY = frozenset({
     "fc_cmdline", "fc_owner", "fc_owner_ancestry", "fc_owner_cgroup", "fc_owner_cgroup_rules",
     "fc_owner_path", "fc_owner_records", "fc_owner_roots", "fc_proc_fill", "fc_proc_load",
     "fc_protected", "fc_user_name", "fc_user_name_local", "fc_verify_all_kept",
-    "fc_verify_all_stuck",
+    "fc_verify_all_stuck", "fc_still_stuck",
     # Who the script is (its ancestors, its session), read at the first fc_protected.
     "fc_self", "fc_self_init", "fc_read_stat",
     "fc_verify_apps", "fc_apps_trusted", "fc_apps_pairs", "fc_verify_apps_named",

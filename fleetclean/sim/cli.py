@@ -33,6 +33,7 @@ KINDS = (
     "slow",
     "orphan",
     "stuck",
+    "stuck-thread",
     "slow-exit",
     "monitor",
     "persistenced",
@@ -157,6 +158,7 @@ def _add_spawn(sub: Subparsers) -> None:
         "  fleetclean sim spawn node02 vllm --gpus 0-3 --mib 40960\n"
         "  fleetclean sim spawn all stubborn --gpu 5\n"
         "  fleetclean sim spawn node01 stuck --gpu 2     # state D once killed\n"
+        "  fleetclean sim spawn node01 stuck-thread --gpu 3  # killed: a zombie, a thread in D\n"
         "  fleetclean sim spawn node01 slow-exit --gpu 4 --delay 3\n"
         "  fleetclean sim spawn node01 writer --path /dev/shm/sglang_hs\n"
         "  fleetclean sim spawn node01 stubborn --gpu 2 --user ops\n"
@@ -170,7 +172,9 @@ def _add_spawn(sub: Subparsers) -> None:
     spawn.add_argument("node", metavar="NODE", help="node name, or 'all'")
     spawn.add_argument("kind", choices=SPAWNABLE, metavar="KIND", help=", ".join(SPAWNABLE))
     spawn.add_argument(
-        "--gpu", type=int, help="GPU index (stubborn, slow, orphan, stuck, slow-exit, respawn)"
+        "--gpu",
+        type=int,
+        help="GPU index (stubborn, slow, orphan, stuck, stuck-thread, slow-exit, respawn)",
     )
     spawn.add_argument("--gpus", help="GPU set for sglang and the engines, e.g. 0-7 or 0,2,4")
     spawn.add_argument("--mib", type=int, help="GPU memory per process, MiB")

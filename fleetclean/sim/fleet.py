@@ -370,6 +370,8 @@ class SimFleet:
         mib, model_path, port), ``zombie-parent`` (gpus="0-1", mib), ``stubborn`` (gpu,
         mib, name), ``slow`` (gpu, delay, mib, name), ``orphan`` (gpu, mib, name),
         ``stuck`` (gpu, mib, name: state D once killed, until the ``unstick`` fault),
+        ``stuck-thread`` (gpu, mib, name: the same wait in a second thread; once killed, the
+        main thread a zombie, that thread in state D and the GPU held, as ``stuck``),
         ``slow-exit`` (gpu, delay, mib, name: once killed, DELAY seconds in its exit),
         ``monitor`` (name), ``persistenced`` (name, devices="ctl"|"all"), ``writer``
         (path), ``respawn`` (gpu, delay, mib), ``holder`` (gpus, mib, name; sees="all":

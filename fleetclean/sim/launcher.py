@@ -40,7 +40,7 @@ STUCKFS_LOCK = "/run/fleetclean-stuckfs.lock"
 READY_FD = "FLEETCLEAN_SIM_READY_FD"
 SYSTEM_PIDS = "/run/fleetclean/system_pids"  # the node dir: the host reads it too
 DEFAULT_MIB = {"sglang": 62000, "stubborn": 20480, "slow": 30720, "orphan": 48000,
-               "stuck": 20480, "slow-exit": 30720, "holder": 24576}
+               "stuck": 20480, "stuck-thread": 20480, "slow-exit": 30720, "holder": 24576}
 DEFAULT_MIB.update({kind: 62000 for kind in ENGINES})
 DEFAULT_MIB_OTHER = 16384
 READY_TIMEOUT_S = 30.0
@@ -154,6 +154,10 @@ def holder_specs(kind: str, opts: dict[str, Any]) -> dict[str, dict[str, Any]]:
         # Waits in a driver request (stuckfs's "hang"): state D once killed, survives it.
         "stuck": {"role": "holder", "gpus": [gpu], "driver_wait": "hang",
                   "title": f"python3 stuck_worker.py --gpu {gpu}"},
+        # Its driver request waits in a second thread: killed, the main thread is a zombie
+        # while that thread stays in state D, holding the GPU.
+        "stuck-thread": {"role": "holder", "gpus": [gpu], "driver_wait": "hang-thread",
+                         "title": f"python3 stuck_worker.py --gpu {gpu}"},
         # Ignores SIGTERM; killed, it spends DELAY in its exit after its GPU is released
         # (stuckfs's flush), longer than a teardown waits after SIGKILL.
         "slow-exit": {"role": "holder", "gpus": [gpu], "on_term": "ignore",
@@ -386,7 +390,7 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    if kind in ("stuck", "slow-exit"):
+    if kind in ("stuck", "stuck-thread", "slow-exit"):
         ensure_stuckfs()
     # Sorted: the workload's root starts first, then its children in rank order.
     scope = f"system.slice/{SYSTEM_UNITS.get(kind, kind)}.service" if system else SESSION_SCOPE

@@ -21,6 +21,9 @@ Spec keys (all optional but ``role``):
   ``ignore``.
 - ``driver_wait: hang``: once ready, wait in a driver request that is never answered
   (``stuckfs``): state D after SIGKILL, which it survives while the node's driver is stuck.
+  ``hang-thread``: the request waits in a second thread, as a CUDA process's driver calls
+  often do: killed, the main thread exits and is a zombie (``ps`` reads ``Zl``: no command
+  line, no /proc/PID/fd) while the waiting thread stays in state D, the GPU still held.
 - ``exit_ms``: hold a ``stuckfs`` file opened after the devices, whose close at exit takes
   that long: killed, the process sits in its exit (no command line, devices released).
 
@@ -35,6 +38,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -212,10 +216,17 @@ def run(spec: dict[str, Any]) -> int:
         held.append(out.fileno())
     report_ready()
     if spec.get("driver_wait") == "hang":
-        with contextlib.suppress(OSError):  # EIO once the node's driver is unstuck
-            os.stat(os.path.join(STUCKFS, f"hang-{os.getpid()}"))
+        driver_hang()
+    elif spec.get("driver_wait") == "hang-thread":
+        threading.Thread(target=driver_hang, daemon=True).start()
     while True:
         signal.pause()
+
+
+def driver_hang() -> None:
+    """Wait in a driver request the node's stuck driver never answers (stuckfs)."""
+    with contextlib.suppress(OSError):  # EIO once the node's driver is unstuck
+        os.stat(os.path.join(STUCKFS, f"hang-{threading.get_native_id()}"))
 
 
 def persistence_enabled() -> list[int]:

@@ -183,15 +183,31 @@ def load_gpus(ids: str | None) -> list[dict[str, object]]:
     return chosen
 
 
-def process_mib(pid: str) -> tuple[int, set[int] | None]:
-    """What a process uses on each GPU whose file it holds: ``FLEETCLEAN_SIM_GPU_MIB`` of
-    its initial environment, and the GPUs (indexes) where it has a context,
-    ``FLEETCLEAN_SIM_GPU_CONTEXTS`` (None: every GPU whose file it holds). A CUDA
+def live_dir(pid: str) -> str:
+    """Where PID's files and environment are read: ``/proc/PID``, or where its main thread
+    has exited while another lives on (``ps`` reads ``Zl``: the leader a zombie, its
+    /proc/PID/fd empty and its environ unreadable) one of the living threads'
+    ``/proc/PID/task/TID``. The driver's context belongs to the process, not to a thread:
+    it holds the GPU until the last thread's exit closes the device files, and the real
+    nvidia-smi goes on listing the PID, so this one must find its devices too."""
+    base = f"/proc/{pid}"
+    try:
+        tids = [t for t in os.listdir(f"{base}/task") if t != pid]
+    except OSError:
+        return base
+    return f"{base}/task/{tids[0]}" if tids else base
+
+
+def process_mib(base: str) -> tuple[int, set[int] | None]:
+    """What the process of ``base`` (``/proc/PID``, or its live_dir) uses on each GPU
+    whose file it holds: ``FLEETCLEAN_SIM_GPU_MIB`` of its initial environment, and the
+    GPUs (indexes) where it has a context, ``FLEETCLEAN_SIM_GPU_CONTEXTS`` (None: every
+    GPU whose file it holds). A CUDA
     process that sees every GPU (no CUDA_VISIBLE_DEVICES, no device cgroup) opens every
     GPU's file and uses memory on its own GPUs only."""
     mib, contexts = DEFAULT_MIB, None
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
+        with open(f"{base}/environ", "rb") as f:
             for item in f.read().split(b"\0"):
                 if item.startswith(b"FLEETCLEAN_SIM_GPU_MIB="):
                     mib = int(item[23:])
@@ -260,21 +276,25 @@ def scan_device_holders() -> list[tuple[int, int, int]]:
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
+        base = f"/proc/{pid}"
         try:
-            fds = os.listdir(f"/proc/{pid}/fd")
+            fds = os.listdir(f"{base}/fd")
+            if not fds:  # a zombie, or one whose main thread exited (live_dir)
+                base = live_dir(pid)
+                fds = os.listdir(f"{base}/fd")
         except OSError:
             continue
         gpus = set()
         for fd in fds:
             try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                target = os.readlink(f"{base}/fd/{fd}")
             except OSError:
                 continue
             minor = target[11:]
             if target.startswith("/dev/nvidia") and minor.isdigit() and int(minor) in by_minor:
                 gpus.add(by_minor[int(minor)])
         if gpus:
-            mib, contexts = process_mib(pid)
+            mib, contexts = process_mib(base)
             found.extend((gpu, int(pid), mib if contexts is None or gpu in contexts else 0)
                          for gpu in gpus)
     return sorted(found)

@@ -104,6 +104,55 @@ def test_a_process_stuck_in_the_kernel_is_said_so_not_a_failed_stage(
     assert alive(fleet, "node01", [stuck]) == []
 
 
+def test_a_killed_worker_whose_thread_is_stuck_in_the_driver_is_said_so_at_once(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    # Its driver request waits in a second thread: SIGKILL leaves its main thread a zombie
+    # (no command line, no /proc/PID/fd) and that thread in state D, the GPU still held and
+    # the PID still listed by nvidia-smi. It was taken for gone and then for the GPU's live
+    # holder, and the run waited out its whole verify_timeout.
+    (worker,) = fleet.spawn("node01", "stuck-thread", gpu=3, mib=8192)
+    started = time.monotonic()
+    done = cli("run", "post-extraction", "-i", fleet.inventory_path, "-e", "grace=0.5",
+               "-e", "verify_timeout=120", "--json")
+    assert time.monotonic() - started < 60  # not the deadline
+    host = done.host("node01")
+    assert (done.code, host["status"], host["verify"]) == (1, "dirty", {"rule": "stuck"})
+    assert state(fleet, worker) == "Z"
+    assert [g["memory_used_mib"] for g in host["gpus"]] == [0, 0, 0, 8192, 0, 0, 0, 0]
+    assert host["stuck"] == [{"pid": worker, "cmdline": "python3 stuck_worker.py --gpu 3"}]
+    assert (f"held by {worker} python3 stuck_worker.py --gpu 3 (root; GPU3; stuck in the "
+            "kernel (state D) since SIGKILL: reboot or reset needed)") in host["error"]
+    fleet.set_fault("node01", "unstick")  # the driver lets go: the last thread ends
+    deadline = time.monotonic() + 10
+    while fleet.gpu_used_mib("node01")[3] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    again = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    assert (again["status"], [g["memory_used_mib"] for g in again["gpus"]]) == (
+        "clean", [0] * 8)
+
+
+def test_lib_tells_a_zombie_whose_thread_waits_in_the_kernel_from_a_dead_one(
+    fleet: SimFleet,
+) -> None:
+    _, dead, _ = fleet.spawn("node01", "zombie-parent", gpus="0,1")
+    (stuck,) = fleet.spawn("node01", "stuck-thread", gpu=2)
+    fleet.run_in("node01", ["kill", "-KILL", str(dead), str(stuck)])
+    deadline = time.monotonic() + 10
+    while {state(fleet, dead), state(fleet, stuck)} != {"Z"} and time.monotonic() < deadline:
+        time.sleep(0.05)
+    out = lib(fleet, "fc_scan; "
+                     f"for p in {dead} {stuck}; do "
+                     'fc_exit_waits "$p" "${FC_START[$p]}" && echo "$p waits" || echo "$p gone"; '
+                     "done")
+    assert out.split("\n")[:2] == [f"{dead} gone", f"{stuck} waits"]
+    # The simulated nvidia-smi, as the real one, lists the PID with the memory it holds.
+    apps = fleet.run_in("node01", ["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                                   "--format=csv,noheader"]).stdout
+    listed = dict(line.split(", ") for line in apps.splitlines())
+    assert listed[str(stuck)] == "20480 MiB" and str(dead) not in listed
+
+
 def test_the_vllm_api_server_left_running_is_named(fleet: SimFleet, cli: Cli) -> None:
     server, engine, worker0, worker1 = fleet.spawn("node01", "vllm", gpus="0-1", mib=30000)
     # post-extraction knows SGLang only: vLLM's workers go as GPU holders, their parents

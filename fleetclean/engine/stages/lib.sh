@@ -478,15 +478,45 @@ fc_user_name_local() {
 }
 
 # Is the process that was (pid, starttime, command line) still alive? Gone: no such
-# process, another one under its PID (starttime), a zombie (<defunct>: it holds nothing
-# and only its parent's wait() removes it), or a process in its exit: its address space is
-# released (its command line, which it had, reads empty) and what is left is the kernel
-# closing its files. Waiting for those is the verification's job (it reads the GPUs), not
-# a reason to say it survived SIGKILL: under load that took 19 of 256 hosts to "error".
+# process, another one under its PID (starttime), a zombie (<defunct>: only its parent's
+# wait() removes it), or a process in its exit: its address space is released (its
+# command line, which it had, reads empty) and what is left is the kernel closing its
+# files. Waiting for those is the verification's job (it reads the GPUs), not a reason to
+# say it survived SIGKILL: under load that took 19 of 256 hosts to "error". (A zombie
+# whose other threads live on still holds its files: fc_exit_waits.)
 fc_alive() {
     fc_read_stat "$1" || return 1
     [[ ${FC_F[19]} == "$2" && ${FC_F[0]} != [ZX] ]] || return 1
     [[ -z ${3:-} ]] || fc_has_cmdline "$1"
+}
+
+# True when the process (pid, starttime) is in its exit and a thread of it waits in the
+# kernel (state D): its main thread a zombie while another thread lives on (ps reads "Zl";
+# a CUDA process makes its driver calls from several threads), or the whole process in its
+# exit (FC_PF_EXITING). Its device files close, and the driver
+# frees its GPU's memory, only when the last thread ends, and nvidia-smi goes on listing
+# the PID. Read from stat files alone: a read of the command line of a process stuck in
+# the kernel can hang on its memory map.
+fc_exit_waits() {
+    local t
+    fc_read_stat "$1" && [[ ${FC_F[19]} == "$2" ]] || return 1
+    case ${FC_F[0]} in
+        Z) ((FC_F[17] > 1)) || return 1 ;;
+        D) ((FC_F[6] & FC_PF_EXITING)) || return 1 ;;
+        *) return 1 ;;
+    esac
+    for t in "/proc/$1/task/"*; do
+        fc_read_stat "$1/task/${t##*/}" && [[ ${FC_F[0]} == D ]] && return 0
+    done
+    return 1
+}
+
+# True while a process taken for stuck (FC_STUCK: its start time) still is: alive (it
+# survived SIGKILL in state D: fc_survivors) or in an exit that waits in the kernel
+# (fc_exit_waits: the verification's fc_verify_exit_stuck).
+fc_still_stuck() {
+    [[ -n ${FC_STUCK[$1]:-} ]] || return 1
+    fc_alive "$1" "${FC_STUCK[$1]}" || fc_exit_waits "$1" "${FC_STUCK[$1]}"
 }
 
 # ---------------------------------------------------------------------------- self-exclusion
@@ -943,7 +973,7 @@ fc_finish() {
     ((${#FC_WATCH[@]} == 0)) || fc_report_left
     # A process stuck in the kernel may let go later (the driver answers): say so.
     for p in "${!FC_STUCK[@]}"; do
-        fc_alive "$p" "${FC_STUCK[$p]}" || fc_rec unstuck "$p"
+        fc_still_stuck "$p" || fc_rec unstuck "$p"
     done
     fc_hold
     fc_rec "done" 0

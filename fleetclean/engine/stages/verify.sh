@@ -44,7 +44,7 @@ fc_verify_klog() {
 
 fc_verify() {
     local max=$opt_max_used_mib t0 state settled=0 respawn="" now fd
-    local -A leak_since=() leak_used=()
+    local -A leak_since=() leak_used=() exit_since=() exit_used=()
     # An early read's descriptor from the environment is a stranger's (render.early_reads
     # unsets one before it starts its own): never read, never closed.
     for fd in FC_VQFD FC_VGFD FC_VRRFD FC_VXIDFD; do
@@ -777,9 +777,27 @@ fc_verify_settled() {
                 FC_VSTUCKON+="${FC_VSTUCKON:+, }GPU$idx"
             elif fc_verify_all_kept "${pids[@]}"; then
                 FC_VKEPTON+="${FC_VKEPTON:+, }GPU$idx"
+            elif ((!FC_CHECK)) && fc_verify_all_exiting "${pids[@]}"; then
+                # Every holder is in its exit with a thread waiting in the kernel: a CUDA
+                # teardown takes 0.1-2 s there. Still so with the memory not falling for
+                # opt_leak_quiet_ms (the window restarts at every decrease, as a leak's),
+                # the driver is stuck: no wait frees the GPU. Waiting out the deadline
+                # instead named the process as if it held the GPU alive.
+                if [[ -z ${exit_since[$idx]:-} ]] || ((used < exit_used[$idx])); then
+                    exit_since[$idx]=$now
+                fi
+                exit_used[$idx]=$used
+                if (((now - exit_since[$idx]) / 1000 >= opt_leak_quiet_ms)); then
+                    fc_verify_mark_stuck "${pids[@]}"
+                    FC_VSTUCKON+="${FC_VSTUCKON:+, }GPU$idx"
+                else
+                    all=0
+                fi
+                continue
             else
                 all=0
             fi
+            unset "exit_since[$idx]" "exit_used[$idx]"
             continue
         fi
         if [[ -z ${leak_since[$idx]:-} ]] || ((used < leak_used[$idx])); then
@@ -807,7 +825,7 @@ fc_verify_all_kept() {
         if [[ -n ${FC_REFUSED[$pid]:-} ]] && fc_alive "$pid" "${FC_REFUSED[$pid]}"; then
             continue
         fi
-        [[ -n ${FC_STUCK[$pid]:-} ]] && fc_alive "$pid" "${FC_STUCK[$pid]}" || return 1
+        fc_still_stuck "$pid" || return 1
     done
 }
 
@@ -816,7 +834,31 @@ fc_verify_all_stuck() {
     local pid
     (($#)) || return 1
     for pid in "$@"; do
-        [[ -n ${FC_STUCK[$pid]:-} ]] && fc_alive "$pid" "${FC_STUCK[$pid]}" || return 1
+        fc_still_stuck "$pid" || return 1
+    done
+}
+
+# True when there is at least one PID and each is in an exit that waits in the kernel
+# (fc_exit_waits), read from its start time as the verification read it (fc_proc_load).
+# A teardown's only: a status reads once, and one read cannot tell a stuck exit from one
+# a moment from its end (nor would a busy node's status pay a read of each process).
+fc_verify_all_exiting() {
+    local pid
+    (($#)) || return 1
+    for pid in "$@"; do
+        fc_proc_load "$pid" && fc_exit_waits "$pid" "${FC_START[$pid]}" || return 1
+    done
+}
+
+# The processes given taken for stuck from now on (FC_STUCK), each with a "stuck" record
+# naming the command line a stage read before it was killed, where one did.
+# shellcheck disable=SC2004,SC2153  # FC_STUCK is associative (lib.sh); FC_IDX the driver's
+fc_verify_mark_stuck() {
+    local pid
+    for pid in "$@"; do
+        [[ -n ${FC_STUCK[$pid]:-} ]] && continue
+        FC_STUCK[$pid]=${FC_START[$pid]}
+        fc_rec stuck "$FC_IDX" "$pid" "${FC_CMD[$pid]:-}"
     done
 }
 
@@ -884,7 +926,7 @@ fc_verify_proc() {
     if [[ -n ${FC_VUID[$pid]+set} ]]; then
         fc_user_name "${FC_VUID[$pid]}"
         user=$REPLY
-        [[ -n ${FC_STUCK[$pid]:-} ]] && fc_alive "$pid" "${FC_STUCK[$pid]}" && stuck=stuck
+        fc_still_stuck "$pid" && stuck=stuck
         if (($# > 1)); then
             why=$2
         else
