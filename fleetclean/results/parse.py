@@ -340,7 +340,13 @@ def _processes(st: Readings, gpus: tuple[GpuRow, ...]) -> tuple[GpuProcess, ...]
         # and "uses GPU1" is not protected on GPU1.
         held = st.protected.get(p.pid, "") if device_only else ""
         # nvidia-smi names a process by its executable; a person wants the command line.
-        return replace(p, name=cmdlines.get(p.pid, p.name), user=user,
+        # One the node read with none (in its exit, or a zombie whose other threads hold
+        # the GPU: verify.sh fc_exit_waits) is named as exiting (reasons._name), not by
+        # nvidia-smi's "[Not Found]" for a name it could not read.
+        name = cmdlines.get(p.pid, p.name)
+        if p.pid in st.procs and p.pid not in cmdlines and name.startswith("["):
+            name = ""
+        return replace(p, name=name, user=user,
                        protected=why or held, device_only=device_only,
                        stuck=stuck == "stuck", start=st.starts.get(p.pid))
 

@@ -302,6 +302,25 @@ def test_an_exiting_holder_is_named_as_such_and_no_cuda_context_is_no_holder() -
     assert host.error == "GPU5 512 MiB; held by 77 (exiting) (root; GPU5)"
 
 
+def test_a_listed_process_read_with_no_command_line_is_named_exiting() -> None:
+    from fleetclean.fleet import host_result
+    from fleetclean.transport import ScriptOutput
+
+    # A zombie whose other thread holds the GPU: nvidia-smi lists its PID and cannot name
+    # it; a PID the node did not read (another PID namespace's) keeps nvidia-smi's words.
+    out = (rec("begin", "1", "status", "gpu01", "1") + rec("stage", "verify", "verify", "verify")
+           + rec("gpu", f"2, {UUID}, NVIDIA H200, 8192, 143771")
+           + rec("app", f"41, [Not Found], 4096, {UUID}")
+           + rec("app", f"52, [Not Found], 4096, {UUID}")
+           + rec("proc", "41", "root", "", "")
+           + rec("verify", "dirty", "0", "40", "1 GPU(s) above 0 MiB after 40 ms", "deadline")
+           + rec("done", "0"))
+    host = host_result("gpu01", ScriptOutput(started=True, stdout=out, stderr="",
+                                             exit_code=0), 1.0)
+    assert host.error == ("GPU2 8192 MiB; held by 41 (exiting) (root; GPU2), "
+                          "52 [Not Found] (GPU2)")
+
+
 def test_an_app_line_cut_by_a_process_name_costs_only_that_line() -> None:
     """nvidia-smi prints a process's name as it is: one with a newline cuts its line in
     two. The other processes on the node are still named."""
