@@ -9,6 +9,7 @@ the module; each test leaves its node idle.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -130,6 +131,30 @@ def test_a_killed_worker_whose_thread_is_stuck_in_the_driver_is_said_so_at_once(
     again = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert (again["status"], [g["memory_used_mib"] for g in again["gpus"]]) == (
         "clean", [0] * 8)
+
+
+def test_a_killed_worker_whose_thread_leaves_the_driver_late_is_waited_for_not_stuck(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    # The same worker, but the driver answers 1.5 s after the kill: a slow teardown, which
+    # ends with the GPU free, not a stuck one (its memory flat for longer than leak_quiet).
+    (worker,) = fleet.spawn("node01", "stuck-thread", gpu=3, mib=8192)
+
+    def let_go() -> None:
+        deadline = time.monotonic() + 60
+        while state(fleet, worker) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(1.5)
+        fleet.set_fault("node01", "unstick")
+
+    helper = threading.Thread(target=let_go)
+    helper.start()
+    done = cli("run", "post-extraction", "-i", fleet.inventory_path, "-e", "grace=0.5",
+               "-e", "verify_timeout=60", "--json")
+    helper.join()
+    host = done.host("node01")
+    assert (done.code, host["status"], host["error"]) == (0, "clean", None), host
+    assert [g["memory_used_mib"] for g in host["gpus"]] == [0] * 8 and host["stuck"] == []
 
 
 def test_lib_tells_a_zombie_whose_thread_waits_in_the_kernel_from_a_dead_one(

@@ -490,25 +490,31 @@ fc_alive() {
     [[ -z ${3:-} ]] || fc_has_cmdline "$1"
 }
 
-# True when the process (pid, starttime) is in its exit and a thread of it waits in the
-# kernel (state D): its main thread a zombie while another thread lives on (ps reads "Zl";
-# a CUDA process makes its driver calls from several threads), or the whole process in its
-# exit (FC_PF_EXITING). Its device files close, and the driver
+# True when the process (pid, starttime; any start where empty) is in its exit and a
+# thread of it waits in the kernel (state D): its main thread a zombie while another thread
+# lives on (ps reads "Zl"; a CUDA process makes its driver calls from several threads), or
+# the whole process in its exit (FC_PF_EXITING). Its device files close, and the driver
 # frees its GPU's memory, only when the last thread ends, and nvidia-smi goes on listing
-# the PID. Read from stat files alone: a read of the command line of a process stuck in
-# the kernel can hang on its memory map.
+# the PID. Sets FC_EXIT_START (its start time) and FC_EXIT_RUN ("TID:NS " for each thread
+# in D: the CPU time it has had, the first field of its schedstat where the kernel keeps
+# one): a thread that runs between two reads is making its way out, however slowly. Read
+# from stat files alone: a command line's read can hang on a stuck process's memory map.
 fc_exit_waits() {
-    local t
-    fc_read_stat "$1" && [[ ${FC_F[19]} == "$2" ]] || return 1
+    local t run waits=1
+    fc_read_stat "$1" && [[ -z $2 || ${FC_F[19]} == "$2" ]] || return 1
+    FC_EXIT_START=${FC_F[19]} FC_EXIT_RUN=""
     case ${FC_F[0]} in
         Z) ((FC_F[17] > 1)) || return 1 ;;
         D) ((FC_F[6] & FC_PF_EXITING)) || return 1 ;;
         *) return 1 ;;
     esac
     for t in "/proc/$1/task/"*; do
-        fc_read_stat "$1/task/${t##*/}" && [[ ${FC_F[0]} == D ]] && return 0
+        fc_read_stat "$1/task/${t##*/}" && [[ ${FC_F[0]} == D ]] || continue
+        waits=0 run=""
+        { read -r run _ <"$t/schedstat"; } 2>/dev/null
+        FC_EXIT_RUN+="${t##*/}:$run "
     done
-    return 1
+    return "$waits"
 }
 
 # True while a process taken for stuck (FC_STUCK: its start time) still is: alive (it

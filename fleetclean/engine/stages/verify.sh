@@ -44,7 +44,7 @@ fc_verify_klog() {
 
 fc_verify() {
     local max=$opt_max_used_mib t0 state settled=0 respawn="" now fd
-    local -A leak_since=() leak_used=() exit_since=() exit_used=()
+    local -A leak_since=() leak_used=() exit_since=() exit_used=() exit_run=()
     # An early read's descriptor from the environment is a stranger's (render.early_reads
     # unsets one before it starts its own): never read, never closed.
     for fd in FC_VQFD FC_VGFD FC_VRRFD FC_VXIDFD; do
@@ -757,12 +757,15 @@ fc_uses_other_gpus() {
 # "stuck"): every GPU above the threshold is either a confirmed leak (no process holds it
 # but protected daemons, and its memory has not fallen for opt_leak_quiet_ms: the window
 # restarts at every decrease, so memory still being released is never taken for a leak)
-# or held only by processes stuck in the kernel since SIGKILL (fc_survivors). Uses and
-# updates the caller's leak_since/leak_used; sets FC_VLEAKS and FC_VSTUCKON ("GPU5, GPU6").
+# or held only by processes stuck in the kernel since SIGKILL (fc_survivors), or in an exit
+# that has waited there FC_EXIT_QUIET_MS with nothing moving. Uses and updates the caller's
+# leak_* and exit_*; sets FC_VLEAKS and FC_VSTUCKON ("GPU5, GPU6").
+FC_EXIT_QUIET_MS=5000
 fc_verify_settled() {
-    local now=$1 i idx used all=1
+    local now=$1 i idx used all=1 quiet=$FC_EXIT_QUIET_MS
     local -a pids=()
-    local -A bare=()
+    local -A bare=() exiting=()
+    ((opt_leak_quiet_ms < quiet)) || quiet=$opt_leak_quiet_ms
     for idx in "${FC_VBARE[@]}"; do
         bare[$idx]=1
     done
@@ -778,26 +781,26 @@ fc_verify_settled() {
             elif fc_verify_all_kept "${pids[@]}"; then
                 FC_VKEPTON+="${FC_VKEPTON:+, }GPU$idx"
             elif ((!FC_CHECK)) && fc_verify_all_exiting "${pids[@]}"; then
-                # Every holder is in its exit with a thread waiting in the kernel: a CUDA
-                # teardown takes 0.1-2 s there. Still so with the memory not falling for
-                # opt_leak_quiet_ms (the window restarts at every decrease, as a leak's),
-                # the driver is stuck: no wait frees the GPU. Waiting out the deadline
-                # instead named the process as if it held the GPU alive.
-                if [[ -z ${exit_since[$idx]:-} ]] || ((used < exit_used[$idx])); then
+                # Every holder is in its exit with a thread waiting in the kernel, where a
+                # CUDA teardown spends 0.1-2 s. Still so for FC_EXIT_QUIET_MS (at least
+                # opt_leak_quiet_ms) with the GPU's memory unchanged and no waiting thread
+                # run for a moment, the driver is stuck: no wait frees the GPU. (Waiting
+                # out the deadline instead named the process as a live holder.)
+                exiting[$idx]=1
+                if [[ -z ${exit_since[$idx]:-} || $used != "${exit_used[$idx]}" ||
+                    $FC_VEXIT_RUN != "${exit_run[$idx]}" ]]; then
                     exit_since[$idx]=$now
                 fi
-                exit_used[$idx]=$used
-                if (((now - exit_since[$idx]) / 1000 >= opt_leak_quiet_ms)); then
+                exit_used[$idx]=$used exit_run[$idx]=$FC_VEXIT_RUN
+                if (((now - exit_since[$idx]) / 1000 >= quiet)); then
                     fc_verify_mark_stuck "${pids[@]}"
                     FC_VSTUCKON+="${FC_VSTUCKON:+, }GPU$idx"
                 else
                     all=0
                 fi
-                continue
             else
                 all=0
             fi
-            unset "exit_since[$idx]" "exit_used[$idx]"
             continue
         fi
         if [[ -z ${leak_since[$idx]:-} ]] || ((used < leak_used[$idx])); then
@@ -809,6 +812,10 @@ fc_verify_settled() {
         else
             all=0
         fi
+    done
+    # A GPU's exit window holds only while every read in it found its holders exiting.
+    for idx in "${!exit_since[@]}"; do
+        [[ -n ${exiting[$idx]:-} ]] || unset "exit_since[$idx]" "exit_used[$idx]" "exit_run[$idx]"
     done
     REPLY=leak
     [[ -n $FC_VKEPTON ]] && REPLY=refused
@@ -839,14 +846,22 @@ fc_verify_all_stuck() {
 }
 
 # True when there is at least one PID and each is in an exit that waits in the kernel
-# (fc_exit_waits), read from its start time as the verification read it (fc_proc_load).
-# A teardown's only: a status reads once, and one read cannot tell a stuck exit from one
-# a moment from its end (nor would a busy node's status pay a read of each process).
+# (fc_exit_waits), from the start time the verification read, if it read one (a PID only
+# nvidia-smi named is not loaded: fc_proc_load reads a command line). A teardown's only: a
+# status reads once, and one read cannot tell a stuck exit from one a moment from its
+# end (nor would a busy node's status pay a read of each process). Sets FC_VEXIT_START
+# (pid -> start time) and FC_VEXIT_RUN (what their threads in D have run: fc_exit_waits).
+declare -gA FC_VEXIT_START=()
+FC_VEXIT_RUN=""
+# shellcheck disable=SC2153  # FC_EXIT_START and FC_EXIT_RUN are fc_exit_waits's (lib.sh)
 fc_verify_all_exiting() {
     local pid
+    FC_VEXIT_RUN=""
     (($#)) || return 1
     for pid in "$@"; do
-        fc_proc_load "$pid" && fc_exit_waits "$pid" "${FC_START[$pid]}" || return 1
+        fc_exit_waits "$pid" "${FC_START[$pid]:-}" || return 1
+        FC_VEXIT_START[$pid]=$FC_EXIT_START
+        FC_VEXIT_RUN+="$pid=$FC_EXIT_RUN"
     done
 }
 
@@ -857,7 +872,7 @@ fc_verify_mark_stuck() {
     local pid
     for pid in "$@"; do
         [[ -n ${FC_STUCK[$pid]:-} ]] && continue
-        FC_STUCK[$pid]=${FC_START[$pid]}
+        FC_STUCK[$pid]=${FC_VEXIT_START[$pid]}
         fc_rec stuck "$FC_IDX" "$pid" "${FC_CMD[$pid]:-}"
     done
 }
