@@ -254,6 +254,22 @@ def skip_unless_own_root(fleet: SimFleet, node: str = "node01") -> None:
         pytest.skip("the nodes share this machine's /root (Python lives under it)")
 
 
+def user_namespace_refusal() -> str | None:
+    """Why a user other than root may not make a user namespace on this machine (a rootless
+    Docker's RootlessKit must, and so must the simulator's: ``sim/dockerd.py``), or None
+    where one may. Asked of util-linux's ``unshare`` as nobody."""
+    as_nobody: dict[str, Any] = {"user": 65534, "group": 65534, "extra_groups": []}
+    try:
+        done = subprocess.run(["unshare", "--user", "--map-root-user", "true"],
+                              capture_output=True, text=True, timeout=30, check=False,
+                              **(as_nobody if os.geteuid() == 0 else {}))
+    except OSError as exc:
+        return f"no unshare to ask: {exc}"
+    if done.returncode != 0:
+        return f"no user namespace for a user here: {done.stderr.strip()}"
+    return None
+
+
 def wait_for(what: str, ok: Callable[[], bool], seconds: float = 60) -> None:
     """Poll ``ok`` every 0.1 s until it holds; fail naming ``what`` after ``seconds``."""
     deadline = time.monotonic() + seconds

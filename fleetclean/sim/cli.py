@@ -165,6 +165,7 @@ def _add_spawn(sub: Subparsers) -> None:
         "under a supervisor (--run: the workload, holder by default):\n"
         "  fleetclean sim spawn node01 service --unit vllm --run vllm --gpus 0-7\n"
         "  fleetclean sim spawn node01 container --container sgl --run sglang --restart always\n"
+        "  fleetclean sim spawn node01 container --container sgl --rootless alice --gpus 2\n"
         "  fleetclean sim spawn node01 pod --pod llm-0 --namespace ml --gpus 3\n"
         "  fleetclean sim spawn node01 tmux --session train --gpus 4\n"
         "  fleetclean sim spawn node01 slurm-job --gpus 5   (a fleet with --slurm)\n",
@@ -228,6 +229,8 @@ SUPERVISOR_OPTIONS = (
     ("uid", "UID", "service: a user service of UID (under user@UID.service)"),
     ("container", "NAME", "container: its name; pod: the container's name"),
     ("image", "IMAGE", "container, pod: the image shown"),
+    ("rootless", "USER", "container: run it by USER's own rootless docker daemon "
+     "(unix:///run/user/UID/docker.sock), started if need be; root's knows nothing of it"),
     ("pod", "NAME", "pod: its name"),
     ("namespace", "NS", "pod: its namespace (default)"),
     ("qos", "CLASS", "pod: besteffort, burstable or guaranteed"),

@@ -64,11 +64,13 @@ def new_id() -> str:
     return secrets.token_hex(32)
 
 
-def shim_socket(namespace: str, cid: str) -> str:
+def shim_socket(namespace: str, cid: str, address: str = CONTAINERD_SOCK,
+                folder: str = SHIM_SOCKETS) -> str:
     """Where the shim of container ``cid`` takes exec requests: containerd's
-    ``/run/containerd/s/HEX``, HEX the sha256 of its address, the namespace and the id."""
-    key = f"{CONTAINERD_SOCK}/{namespace}/{cid}"
-    return os.path.join(SHIM_SOCKETS, hashlib.sha256(key.encode()).hexdigest())
+    ``/run/containerd/s/HEX``, HEX the sha256 of its address, the namespace and the id (a
+    rootless daemon's containerd: its own address, and a folder of the user's)."""
+    key = f"{address}/{namespace}/{cid}"
+    return os.path.join(folder, hashlib.sha256(key.encode()).hexdigest())
 
 
 def iso(t: float) -> str:
@@ -118,7 +120,8 @@ def start(
     exec_socket: str = "",
 ) -> tuple[int, int]:
     """Fork a shim that runs ``argv`` as a container init in cgroup ``cgroup`` (one path
-    in every hierarchy) and, given ``exec_socket``, execs commands beside it;
+    in every hierarchy; "": the shim's own) and, given ``exec_socket``, execs commands
+    beside it;
     ``on_exit(exit_code)`` when it is gone. Returns (shim pid, init pid, as the node sees
     it)."""
     tree = nodecg.Tree.load()
@@ -175,7 +178,8 @@ def _become(argv: list[str], env: dict[str, str], cgroup: str, tree: nodecg.Tree
     container's cgroup, ``stdio`` as 0, 1, 2), then ``argv`` (the program at ``path``, else
     at ``argv[0]``); OSError if that fails."""
     os.setsid()
-    tree.place(0, nodecg.everywhere(cgroup))
+    if cgroup:
+        tree.place(0, nodecg.everywhere(cgroup))
     for target, fd in enumerate(stdio):
         os.dup2(fd, target)
     os.chdir(cwd)

@@ -13,6 +13,18 @@ runtime exec failed: ...``, 127 (not found) or 126. Errors as the CLI's (``Error
 from daemon: No such container: x``, exit 1). Without the engine: ``Cannot connect to the
 Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?``, exit 1.
 
+The daemon, as the real CLI picks it (cli/command/cli.go, getServerHost): ``-H``/``--host
+HOST`` before the command, else ``$DOCKER_HOST``, else root's, ``unix:///var/run/docker.sock``;
+two ``-H``: ``Please specify only one -H``, exit 1. A user's rootless daemon is
+``unix:///run/user/UID/docker.sock``; root's knows none of its containers. Only unix
+sockets are simulated: any other host cannot be connected to.
+
+>>> daemon_host(["-H", "unix:///run/user/2602/docker.sock", "ps"], {})
+('unix:///run/user/2602/docker.sock', ['ps'])
+>>> daemon_host(["--host=unix://", "ps"], {"DOCKER_HOST": "unix:///x.sock"})
+('unix:///var/run/docker.sock', ['ps'])
+>>> daemon_host(["ps", "-H"], {"DOCKER_HOST": "unix:///x.sock"})
+('unix:///x.sock', ['ps', '-H'])
 >>> table([["A", "LONGER"], ["xx", "y"]])
 ['A         LONGER', 'xx        y']
 >>> short_command("python3 -m vllm.entrypoints.openai.api_server", trunc=True)
@@ -31,14 +43,13 @@ from typing import Any
 
 if __package__:
     from fleetclean.sim import daemonkit, gotmpl
-    from fleetclean.sim.dockerd import SOCKET
 else:  # run as a script: the sibling modules are found through sys.path[0]
     import daemonkit  # type: ignore[import-not-found,no-redef]
     import gotmpl  # type: ignore[import-not-found,no-redef]
-    from dockerd import SOCKET  # type: ignore[import-not-found,no-redef]
 
-NO_DAEMON = ("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
-             "Is the docker daemon running?")
+# Root's daemon (dockerd's /run/docker.sock: /var/run is /run on a node).
+DEFAULT_HOST = "unix:///var/run/docker.sock"
+NO_DAEMON = "Cannot connect to the Docker daemon at {host}. Is the docker daemon running?"
 PS_COLUMNS = [("CONTAINER ID", "ID"), ("IMAGE", "Image"), ("COMMAND", "Command"),
               ("CREATED", "RunningFor"), ("STATUS", "Status"), ("PORTS", "Ports"),
               ("NAMES", "Names")]
@@ -76,7 +87,7 @@ def _row_view(row: dict[str, Any], trunc: bool) -> dict[str, Any]:
 
 
 def ps(args: argparse.Namespace) -> int:
-    rows = daemonkit.call(SOCKET, {"op": "ps", "all": args.all})["containers"]
+    rows = daemonkit.call(args.socket, {"op": "ps", "all": args.all})["containers"]
     trunc = not args.no_trunc
     views = [_row_view(r, trunc) for r in rows]
     if args.quiet:
@@ -115,7 +126,7 @@ def _tabbed(lines: list[str]) -> list[str]:
 
 
 def inspect(args: argparse.Namespace) -> int:
-    objects = daemonkit.call(SOCKET, {"op": "inspect", "refs": args.names})["objects"]
+    objects = daemonkit.call(args.socket, {"op": "inspect", "refs": args.names})["objects"]
     found = [o for o in objects if o is not None]
     missing = [n for n, o in zip(args.names, objects, strict=True) if o is None]
     for obj in found:
@@ -139,7 +150,7 @@ def stop_or_kill(args: argparse.Namespace) -> int:
             req["t"] = args.time
         else:
             req["signal"] = _signal_number(args.signal)
-        answer = daemonkit.call(SOCKET, req)
+        answer = daemonkit.call(args.socket, req)
         if "error" in answer:
             print(f"Error response from daemon: {answer['error']}", file=sys.stderr)
             rc = 1
@@ -158,9 +169,9 @@ def exec_(args: argparse.Namespace, environ: dict[str, str]) -> int:
     # `-e KEY` passes this command's own value of KEY; where it has none, KEY alone, which
     # unsets it in the container's environment (docker's opts.ValidateEnv).
     env = [e if "=" in e or e not in environ else f"{e}={environ[e]}" for e in args.env]
-    found = daemonkit.call(SOCKET, {"op": "inspect", "refs": [args.container]})["objects"]
+    found = daemonkit.call(args.socket, {"op": "inspect", "refs": [args.container]})["objects"]
     answer = ({"error": f"No such container: {args.container}"} if found[0] is None else
-              daemonkit.call(SOCKET, {"op": "exec", "ref": args.container, "env": env,
+              daemonkit.call(args.socket, {"op": "exec", "ref": args.container, "env": env,
                                       "workdir": args.workdir}))
     if "error" in answer:
         print(f"Error response from daemon: {answer['error']}", file=sys.stderr)
@@ -227,26 +238,63 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str]) -> int:
+def daemon_host(argv: list[str], environ: dict[str, str]) -> tuple[str, list[str]]:
+    """The daemon's address and the arguments left: ``-H``/``--host`` (``-H X``, ``-H=X``,
+    ``-HX``, ``--host X``, ``--host=X``) before the command, else ``DOCKER_HOST``, else
+    root's daemon; ``unix://`` alone is root's too (docker's opts.ParseHost). ValueError
+    for two ``-H``."""
+    hosts: list[str] = []
+    rest = list(argv)
+    while rest and rest[0].startswith("-"):
+        word = rest.pop(0)
+        if word in ("-H", "--host"):
+            if not rest:
+                raise ValueError("flag needs an argument: " +
+                                 ("'H' in -H" if word == "-H" else word))
+            hosts.append(rest.pop(0))
+        elif word.startswith("--host="):
+            hosts.append(word[len("--host="):])
+        elif word.startswith("-H"):
+            hosts.append(word[2:].removeprefix("="))
+        else:
+            rest.insert(0, word)
+            break
+    if len(hosts) > 1:
+        raise ValueError("Please specify only one -H")
+    host = hosts[0] if hosts else environ.get("DOCKER_HOST", "")
+    if host in ("", "unix://"):
+        host = DEFAULT_HOST
+    return host, rest
+
+
+def main(argv: list[str], environ: dict[str, str] | None = None) -> int:
+    environ = dict(os.environ) if environ is None else environ
+    try:
+        host, argv = daemon_host(argv, environ)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     # `docker container ls|inspect|stop|kill` are the same commands.
     if argv[:1] == ["container"]:
         argv = [{"ls": "ps", "list": "ps"}.get(argv[1], argv[1]), *argv[2:]] if argv[1:] else []
     args = parse_args(argv)
+    # Only unix sockets here: any other address is one nothing answers on.
+    args.socket = host.removeprefix("unix://") if host.startswith("unix://") else ""
     try:
         if args.command == "ps":
             return ps(args)
         if args.command == "inspect":
             return inspect(args)
         if args.command == "exec":
-            return exec_(args, dict(os.environ))
+            return exec_(args, environ)
         if args.command == "info":
-            info = daemonkit.call(SOCKET, {"op": "info"})
+            info = daemonkit.call(args.socket, {"op": "info"})
             print(gotmpl.render(gotmpl.unescape(args.format), info) if args.format
                   else f"Cgroup Driver: {info['CgroupDriver']}")
             return 0
         return stop_or_kill(args)
     except daemonkit.Unavailable:
-        print(NO_DAEMON, file=sys.stderr)
+        print(NO_DAEMON.format(host=host), file=sys.stderr)
         return 1
     except gotmpl.TemplateError as exc:
         print(f"template parsing error: {exc}", file=sys.stderr)

@@ -6,6 +6,21 @@ systemd|cgroupfs``, titled ``/usr/bin/dockerd -H fd:// ...``); the ``docker`` CL
 Engine API). Each start is a shim and a container init (``containers.py``) in
 ``system.slice/docker-ID.scope`` (systemd driver) or ``/docker/ID`` (cgroupfs driver).
 
+Rootless (``--rootless``): a user's own daemon, as ``dockerd-rootless-setuptool.sh
+install`` sets it up: the ``docker.service`` unit of that user's service manager, run as
+the user, titled ``dockerd``, listening on ``$XDG_RUNTIME_DIR/docker.sock``
+(``/run/user/UID/docker.sock``). As under RootlessKit it first makes a user namespace of
+its own whose root is the user (the kernel refusing it, it exits with RootlessKit's
+words), so its containers' processes are the user's. With the systemd driver (cgroup v2,
+the user's manager's subtree delegated) a container is in ``user.slice/user-UID.slice/
+user@UID.service/user.slice/docker-ID.scope``, where runc's systemd driver asks the
+user's manager for it (moby: cgroup parent ``user.slice`` when rootless); on cgroup v1
+(``--cgroup-driver none``, what ``docker info`` says there) it stays in the daemon's own
+cgroup. Root's daemon knows none of its containers, as on a real node.
+
+Each request is logged to standard error (the unit's journal) as dockerd ``--debug``
+logs the API calls it serves: ``level=debug msg="Calling POST /v1.47/containers/ID/stop?t=10"``.
+
 Restart policies as docker's restart manager applies them: ``always`` and
 ``unless-stopped`` restart whatever the exit, ``on-failure[:N]`` after a non-zero exit (at
 most N times), ``no`` never; after 100 ms, doubling while the container keeps dying within
@@ -22,7 +37,9 @@ which starts it beside the init (``containers.py``). Nothing restarts such a pro
 from __future__ import annotations
 
 import argparse
+import ctypes
 import hashlib
+import os
 import random
 import signal
 import sys
@@ -40,6 +57,9 @@ else:  # run as a script: the sibling modules are found through sys.path[0]
 
 SOCKET = "/run/docker.sock"
 TITLE = "/usr/bin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock"
+ROOTLESS_TITLE = "dockerd"  # as dockerd-rootless.sh execs it
+API = "/v1.47"
+CLONE_NEWUSER = 0x10000000
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _ADJECTIVES = ("admiring", "bold", "eager", "focused", "gifted", "jolly", "quirky", "vibrant")
 _NAMES = ("curie", "hopper", "lovelace", "noether", "ritchie", "shannon", "turing", "wozniak")
@@ -134,15 +154,35 @@ class Container:
         }
 
 
-class Engine:
-    """The daemon's state and its answers to the CLI."""
+def rootless_socket(uid: int) -> str:
+    """Where user ``uid``'s rootless daemon listens: ``$XDG_RUNTIME_DIR/docker.sock``."""
+    return f"/run/user/{uid}/docker.sock"
 
-    def __init__(self, loop: daemonkit.Loop, driver: str) -> None:
-        self.loop, self.driver = loop, driver
+
+class Engine:
+    """The daemon's state and its answers to the CLI; ``rootless_uid`` is the user whose
+    rootless daemon it is (None: root's)."""
+
+    def __init__(self, loop: daemonkit.Loop, driver: str,
+                 rootless_uid: int | None = None) -> None:
+        self.loop, self.driver, self.rootless_uid = loop, driver, rootless_uid
         self.tree = nodecg.Tree.load()
         self.containers: dict[str, Container] = {}
+        # A rootless daemon's containerd keeps its sockets in the user's runtime dir.
+        self.containerd = containers.CONTAINERD_SOCK
+        self.shim_dir = containers.SHIM_SOCKETS
+        if rootless_uid is not None:
+            run = os.path.dirname(rootless_socket(rootless_uid))
+            self.containerd = f"{run}/docker/containerd/containerd.sock"
+            self.shim_dir = f"{run}/docker/containerd/s"
 
     def cgroup(self, c: Container) -> str:
+        """The container's cgroup, "" where it has none of its own (driver none)."""
+        if self.driver == "none":
+            return ""
+        if self.rootless_uid is not None:
+            uid = self.rootless_uid
+            return f"user.slice/user-{uid}.slice/user@{uid}.service/user.slice/docker-{c.id}.scope"
         if self.driver == "systemd":
             return f"system.slice/docker-{c.id}.scope"
         return f"docker/{c.id}"
@@ -159,6 +199,8 @@ class Engine:
         return prefixed[0] if len(prefixed) == 1 and len(ref) >= 1 else None
 
     def handle(self, req: dict[str, Any], reply: daemonkit.Reply) -> None:
+        for call in api_calls(req):
+            log_call(call)
         op = req.get("op")
         if op == "run":
             reply(self.run(req))
@@ -171,7 +213,11 @@ class Engine:
             found = [self.find(r) for r in req.get("refs", [])]
             reply({"ok": True, "objects": [c.inspect(self.driver) if c else None for c in found]})
         elif op == "info":
-            reply({"ok": True, "CgroupDriver": self.driver, "Containers": len(self.containers)})
+            security = ["name=seccomp,profile=builtin"]
+            if self.rootless_uid is not None:
+                security += ["name=rootless", "name=cgroupns"]
+            reply({"ok": True, "CgroupDriver": self.driver, "Containers": len(self.containers),
+                   "SecurityOptions": security})
         elif op in ("stop", "kill"):
             self.stop_or_kill(op, req, reply)
         elif op == "exec":
@@ -190,14 +236,15 @@ class Engine:
         env = {"PATH": CONTAINER_PATH, "HOSTNAME": cid[:12], "HOME": "/root", **req.get("env", {})}
         c = Container(cid, name, env, req)
         self.containers[cid] = c
+        log_call(f"POST {API}/containers/{cid}/start")
         self._start(c)
         return {"ok": True, "id": cid}
 
     def _start(self, c: Container) -> None:
         c.timer = None
         title = f"/usr/bin/containerd-shim-runc-v2 -namespace moby -id {c.id} -address " \
-                f"{containers.CONTAINERD_SOCK}"
-        c.shim_socket = containers.shim_socket("moby", c.id)
+                f"{self.containerd}"
+        c.shim_socket = containers.shim_socket("moby", c.id, self.containerd, self.shim_dir)
         _, c.pid = containers.start(self.loop, argv=c.argv, env=c.env, cgroup=self.cgroup(c),
                                     shim_title=title, on_exit=lambda code: self._exited(c, code),
                                     exec_socket=c.shim_socket)
@@ -207,7 +254,8 @@ class Engine:
         now = time.time()
         ran = now - c.started_at
         c.status, c.exit_code, c.finished_at, c.pid = "exited", code, now, 0
-        self.tree.remove(self.cgroup(c))
+        if self.cgroup(c):
+            self.tree.remove(self.cgroup(c))
         waiters, c.waiters = c.waiters, []
         for reply in waiters:
             reply({"ok": True})
@@ -290,16 +338,71 @@ class Engine:
             nodecg.signal_all([pid], signal.SIGKILL)
 
 
+def api_calls(req: dict[str, Any]) -> list[str]:
+    """The Engine API calls a request stands for, as dockerd's debug log names them.
+
+    >>> api_calls({"op": "stop", "ref": "3f2a", "t": 1})
+    ['POST /v1.47/containers/3f2a/stop?t=1']
+    >>> api_calls({"op": "inspect", "refs": ["a", "b"]})
+    ['GET /v1.47/containers/a/json', 'GET /v1.47/containers/b/json']
+    """
+    op, ref = req.get("op"), req.get("ref", "")
+    if op == "inspect":
+        return [f"GET {API}/containers/{r}/json" for r in req.get("refs", [])]
+    calls = {
+        "run": [f"POST {API}/containers/create"],  # then its start: Engine.run
+        "ps": [f"GET {API}/containers/json"],
+        "info": [f"GET {API}/info"],
+        "stop": [f"POST {API}/containers/{ref}/stop?t={req.get('t', 10)}"],
+        "kill": [f"POST {API}/containers/{ref}/kill?signal={req.get('signal') or 'KILL'}"],
+        "exec": [f"POST {API}/containers/{ref}/exec"],
+    }
+    return calls.get(str(op), [f"{op} (unknown)"])
+
+
+def log_call(call: str) -> None:
+    print(f'time="{containers.iso(time.time())}" level=debug msg="Calling {call}"',
+          file=sys.stderr, flush=True)
+
+
+def enter_user_namespace(uid: int, gid: int) -> None:
+    """Become root of a user namespace of our own, mapped to ``uid`` and ``gid``, as
+    RootlessKit makes one for a rootless dockerd (it maps the user's subordinate ids too,
+    with newuidmap; the simulator's containers run as their root only). OSError where the
+    kernel refuses an unprivileged user namespace."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWUSER) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"),
+                       ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="dockerd")
-    parser.add_argument("--cgroup-driver", choices=("systemd", "cgroupfs"), default="cgroupfs")
+    parser.add_argument("--cgroup-driver", choices=("systemd", "cgroupfs", "none"),
+                        default="cgroupfs")
+    parser.add_argument("--rootless", action="store_true",
+                        help="the user's own daemon (run as that user, by their manager)")
     # Only room in the argv area for the title set below (see proctitle.set_plain_title).
     parser.add_argument("--title-room", default="")
     args = parser.parse_args(argv)
-    set_plain_title(TITLE, "dockerd")
+    uid = None
+    if args.rootless:
+        uid = os.getuid()
+        try:
+            enter_user_namespace(uid, os.getgid())
+        except OSError as exc:
+            why = (exc.strerror or str(exc)).lower()
+            print(f"[rootlesskit:parent] error: failed to start the child: fork/exec "
+                  f"/proc/self/exe: {why}", file=sys.stderr, flush=True)
+            return 1
+    set_plain_title(ROOTLESS_TITLE if args.rootless else TITLE, "dockerd")
     loop = daemonkit.Loop()
-    engine = Engine(loop, args.cgroup_driver)
-    loop.serve(SOCKET, engine.handle)
+    engine = Engine(loop, args.cgroup_driver, uid)
+    loop.serve(SOCKET if uid is None else rootless_socket(uid), engine.handle)
     loop.run()
     return 0
 

@@ -380,7 +380,8 @@ class SimFleet:
         files, uid, tty: a real program, such as ``tail -f``, ``less`` or ``vim``, in a
         session of its own; the program's PID, then its terminal's holder with ``tty``); and
         under a supervisor, running kind ``run`` (``holder`` by default): ``service``,
-        ``container``, ``pod``, ``tmux``, ``screen``, ``slurm-job`` (``sim/supervised.py``).
+        ``container`` (``rootless="alice"``: by that user's rootless docker daemon),
+        ``pod``, ``tmux``, ``screen``, ``slurm-job`` (``sim/supervised.py``).
         ``system=True`` marks the processes as the node's own daemons (left out of
         ``processes``).
         """

@@ -171,6 +171,25 @@ class Tree:
         """Move ``pid`` (0: the caller) into ``where``, making the cgroups it needs."""
         join(self.procs_files(where), pid)
 
+    def delegate(self, rel: str, uid: int, gid: int) -> bool:
+        """Hand the cgroup2 subtree ``rel`` to ``uid``, as systemd's ``Delegate=yes`` hands
+        ``user@UID.service`` to its user (cgroup-v2.rst, "Delegation Containment"): the
+        directory and its cgroup.procs, cgroup.threads and cgroup.subtree_control become
+        the user's, so that the user's own processes (a rootless container runtime) may
+        make cgroups below it and move their children there. Only on cgroup v2, where an
+        unprivileged delegation is safe; False where there is none to hand over."""
+        for hier_role, mount in self.mounts:
+            if hier_role != "v2" or self.mode != "v2":
+                continue
+            top = os.path.join(mount, rel.strip("/"))
+            os.makedirs(top, exist_ok=True)
+            os.chown(top, uid, gid)
+            for name in ("cgroup.procs", "cgroup.threads", "cgroup.subtree_control"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.chown(os.path.join(top, name), uid, gid)
+            return True
+        return False
+
     def _primary(self, rel: str) -> str | None:
         for wanted in ("v2", "systemd", "managed", "other"):
             for hier_role, mount in self.mounts:

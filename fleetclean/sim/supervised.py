@@ -12,8 +12,11 @@ whose path travels in the environment, as the supervisor passes it on.
 Options per kind (all optional): ``service``: ``unit``, ``restart`` (``always``),
 ``restart_sec``, ``kill_mode``, ``timeout_stop``, ``user`` (a UID: a user service);
 ``container``: ``container`` (its name), ``image``, ``restart`` (``no``), ``driver``
-(``systemd``/``cgroupfs``); ``pod``: ``pod``, ``namespace``, ``container``, ``image``, ``qos``
-(``besteffort``, ``burstable``, ``guaranteed``), ``restart_policy`` (``Always``), ``driver``;
+(``systemd``/``cgroupfs``), ``rootless`` (an account: run by that user's rootless daemon,
+the ``docker.service`` of their service manager, on ``/run/user/UID/docker.sock``; its
+driver ``systemd`` on cgroup v2, ``none`` elsewhere); ``pod``: ``pod``, ``namespace``,
+``container``, ``image``, ``qos`` (``besteffort``, ``burstable``, ``guaranteed``),
+``restart_policy`` (``Always``), ``driver``;
 ``tmux``/``screen``: ``session``; ``slurm-job``: ``slurm_conf``, ``node``, ``job_name``.
 """
 
@@ -22,15 +25,26 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
 if __package__:
-    from fleetclean.sim import daemonkit, dockerd, kubelet, launcher, nodecg, svcmgr, unitfile
+    from fleetclean.sim import (
+        daemonkit,
+        dockerd,
+        kubelet,
+        launcher,
+        nodecg,
+        svcmgr,
+        unitfile,
+        unitstate,
+    )
 else:  # run as a script: the sibling modules are found through sys.path[0]
     import daemonkit  # type: ignore[import-not-found,no-redef]
     import dockerd  # type: ignore[import-not-found,no-redef]
@@ -39,8 +53,12 @@ else:  # run as a script: the sibling modules are found through sys.path[0]
     import nodecg  # type: ignore[import-not-found,no-redef]
     import svcmgr  # type: ignore[import-not-found,no-redef]
     import unitfile  # type: ignore[import-not-found,no-redef]
+    import unitstate  # type: ignore[import-not-found,no-redef]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# This package as every account of the node can read it (layout.IN_NODE_CODE): a user's
+# own daemon runs it from there.
+SHARED_CODE = "/run/fleetclean-code"
 BIN = "/usr/local/sbin"  # the node's own bin dir (node.py binds it there)
 READY_PATH = "FLEETCLEAN_SIM_READY_PATH"
 # The options of the workload itself; every other option is the supervisor's.
@@ -73,6 +91,10 @@ def launch(kind: str, opts: dict[str, Any]) -> list[int]:
     fifo_dir = tempfile.mkdtemp(prefix="ready-", dir="/run/fleetclean")
     fifo = os.path.join(fifo_dir, "fifo")
     os.mkfifo(fifo, 0o622)
+    # Another user's workload (a rootless container's) reports there too; the umask took
+    # the FIFO's write bits for others.
+    os.chmod(fifo_dir, 0o711)
+    os.chmod(fifo, 0o622)
     try:
         reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
         try:
@@ -176,15 +198,80 @@ def ensure_daemon(unit: str, script: str, socket_path: str, driver: str) -> None
 
 
 def container(argv: list[str], env: dict[str, str], opts: dict[str, Any]) -> None:
-    ensure_daemon("docker.service", "dockerd.py", dockerd.SOCKET, _default_driver(opts))
+    if opts.get("rootless") is not None:
+        sock = ensure_rootless_daemon(str(opts["rootless"]), opts.get("driver"))
+    else:
+        ensure_daemon("docker.service", "dockerd.py", dockerd.SOCKET, _default_driver(opts))
+        sock = dockerd.SOCKET
     install_cli("docker", "dockercli.py")
     request = {"op": "run", "argv": argv, "env": env, "name": opts.get("container", ""),
                "command": opts["command"],
                "image": opts.get("image") or IMAGES.get(opts["run"], DEFAULT_IMAGE),
                "restart": str(opts.get("restart", "no")), "labels": opts.get("labels", {})}
-    answer = daemonkit.call(dockerd.SOCKET, request)
+    answer = daemonkit.call(sock, request)
     if "error" in answer:
         raise SupervisorError(f"docker run: {answer['error']}")
+
+
+def ensure_rootless_daemon(user: str, driver: Any) -> str:
+    """``user``'s rootless dockerd started (once): the ``docker.service`` unit of their
+    service manager, as ``dockerd-rootless-setuptool.sh install`` and ``systemctl --user
+    start docker`` leave it; its socket. Its cgroup driver is systemd's on cgroup v2 (the
+    user's manager's subtree delegated to them), none elsewhere, as ``docker info`` says."""
+    try:
+        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except KeyError as exc:
+        raise SupervisorError(f"rootless docker: no account {user!r} on this node") from exc
+    if entry.pw_uid == 0:
+        raise SupervisorError("rootless docker runs as a user other than root")
+    usable = "systemd" if nodecg.Tree.load().mode == "v2" else "none"
+    if driver and driver != usable:
+        raise SupervisorError(f"rootless docker here has the {usable} cgroup driver, "
+                              f"not {driver}")
+    uid, sock = entry.pw_uid, dockerd.rootless_socket(entry.pw_uid)
+    svcmgr.ensure()
+    install_cli("systemctl", "systemctl.py")
+    try:
+        running = daemonkit.call(sock, {"op": "info"}).get("CgroupDriver")
+    except daemonkit.Unavailable:
+        running = None
+    if running is None:
+        argv = [sys.executable, "-S", "-E", os.path.join(SHARED_CODE, "dockerd.py"),
+                "--rootless", f"--cgroup-driver={usable}", f"--title-room={TITLE_ROOM}"]
+        write_unit("docker.service", uid, argv, {}, {"Restart": "always", "RestartSec": "2",
+                                                     "KillMode": "process"})
+        start_unit("docker.service", uid)
+        _wait_rootless(sock, uid)
+    return sock
+
+
+def _wait_rootless(sock: str, uid: int, timeout: float = 10.0) -> None:
+    """Until the user's daemon answers; SupervisorError, with what it said, where it
+    exited instead (a kernel that refuses it a user namespace)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            daemonkit.call(sock, {"op": "info"}, timeout=5)
+            return
+        except daemonkit.Unavailable:
+            pass
+        props = dict(daemonkit.call(svcmgr.SOCKET, {"op": "show", "unit": "docker.service",
+                                                    "uid": uid})["props"])
+        if props.get("ActiveState") != "active":
+            daemonkit.call(svcmgr.SOCKET, {"op": "stop", "unit": "docker.service", "uid": uid})
+            raise SupervisorError(f"systemctl --user start docker (uid {uid}): "
+                                  f"{_journal_tail(uid) or 'the daemon exited'}")
+        time.sleep(0.01)
+    raise SupervisorError(f"rootless docker of uid {uid}: nothing listens on {sock} "
+                          f"after {timeout:.0f} s")
+
+
+def _journal_tail(uid: int) -> str:
+    path = os.path.join(unitstate.JOURNAL, f"user@{uid}.service", "docker.service.log")
+    with contextlib.suppress(OSError), open(path) as f:
+        lines = [line.strip() for line in f if line.strip()]
+        return lines[-1] if lines else ""
+    return ""
 
 
 def pod(argv: list[str], env: dict[str, str], opts: dict[str, Any]) -> None:

@@ -48,8 +48,7 @@ class Unit:
     def cgroup(self) -> str:
         if self.uid is None:
             return f"system.slice/{self.name}"
-        user = f"user.slice/user-{self.uid}.slice/user@{self.uid}.service"
-        return f"{user}/app.slice/{self.name}"
+        return f"{manager_cgroup(self.uid)}/app.slice/{self.name}"
 
     def props(self) -> list[list[str]]:
         """``[[key, value], ...]`` in systemctl show's order (the Service interface's
@@ -113,26 +112,56 @@ def _timestamp(t: float) -> str:
 
 def exec_unit(name: str, uid: int | None, spec: unitfile.UnitFile, cgroup: str,
                tree: nodecg.Tree) -> None:
-    """In the forked child: become the unit's main process, as systemd's exec does."""
+    """In the forked child: become the unit's main process, as systemd's exec does. A user
+    unit's manager gets what logind and systemd give it on a real node before its first
+    unit runs: the user's runtime directory, ``/run/user/UID`` (mode 0700, the user's), and
+    its own cgroup delegated to the user (``user@UID.service``, ``Delegate=yes``)."""
     os.setsid()
     tree.place(0, nodecg.unit_placement(cgroup))
     env = {"PATH": UNIT_PATH, "LANG": "C.UTF-8", "INVOCATION_ID": secrets.token_hex(16)}
     user = spec.user or (str(uid) if uid is not None else "")
+    # Opened while still root: the journal is root's, whoever the unit runs as.
+    log = _journal(name, uid)
     if user:
         entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
         env.update(HOME=entry.pw_dir, USER=entry.pw_name, LOGNAME=entry.pw_name,
                    SHELL=entry.pw_shell)
         if uid is not None:
-            env["XDG_RUNTIME_DIR"] = f"/run/user/{entry.pw_uid}"
+            env["XDG_RUNTIME_DIR"] = runtime_dir(entry.pw_uid, entry.pw_gid)
+            tree.delegate(manager_cgroup(uid), entry.pw_uid, entry.pw_gid)
         os.setgid(entry.pw_gid)
         os.initgroups(entry.pw_name, entry.pw_gid)
         os.setuid(entry.pw_uid)
     env.update(spec.environment)
-    os.makedirs(JOURNAL, exist_ok=True)
-    log = os.open(os.path.join(JOURNAL, name + ".log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.chdir("/")
     os.execve(spec.exec_start[0], spec.exec_start, env)
+
+
+def manager_cgroup(uid: int) -> str:
+    """The cgroup of user ``uid``'s service manager, above its units and scopes."""
+    return f"user.slice/user-{uid}.slice/user@{uid}.service"
+
+
+def runtime_dir(uid: int, gid: int) -> str:
+    """``/run/user/UID``, made as logind's user-runtime-dir@UID.service makes it (mode
+    0700, the user's) where it is missing; its path."""
+    path = f"/run/user/{uid}"
+    if not os.path.isdir(path):
+        os.makedirs("/run/user", mode=0o755, exist_ok=True)
+        os.mkdir(path, 0o700)
+        os.chown(path, uid, gid)
+    return path
+
+
+def _journal(name: str, uid: int | None) -> int:
+    """The unit's journal file, open for appending: ``JOURNAL/NAME.log``, a user unit's
+    in its manager's folder (``JOURNAL/user@UID.service/NAME.log``): every user's
+    ``docker.service`` has its own."""
+    folder = JOURNAL if uid is None else os.path.join(JOURNAL, f"user@{uid}.service")
+    os.makedirs(folder, exist_ok=True)
+    return os.open(os.path.join(folder, name + ".log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                   0o644)

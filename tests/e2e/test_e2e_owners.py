@@ -1,7 +1,8 @@
 """Acting through the owner over SSH (issue 14): a ``Restart=always`` unit and a container
 with a restart policy are stopped through systemd and docker and stay stopped, where
-signals alone see them come back; a pod's and a Slurm job's GPU processes are left running
-and the host is dirty with the owner named and what to do; JSON names every owner.
+signals alone see them come back; a rootless container through its user's own daemon; a
+pod's and a Slurm job's GPU processes are left running and the host is dirty with the
+owner named and what to do; JSON names every owner.
 
 One one-node fleet for the module (with Slurm where it is installed); each test uses GPUs
 of its own and leaves the node idle: what it started is stopped through its own owner
@@ -15,10 +16,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from simhelp import Cli, spawn_holder
+from simhelp import Cli, spawn_holder, user_namespace_refusal
 from slurmhelp import SLURM_SKIP_REASON, slurm_cmd, wait_for
 
-from fleetclean.sim import SimFleet
+from fleetclean.sim import SimFleet, accounts
 from fleetclean.sim import cgroups as sim_cgroups
 
 pytestmark = [
@@ -29,6 +30,9 @@ pytestmark = [
 Factory = Callable[..., SimFleet]
 HAS_SLURM = SLURM_SKIP_REASON is None
 FAST = ("-e", "verify_timeout=3")  # a respawn is dirty at once; no test waits 30 s for it
+ALICE = accounts.user("alice").uid
+ALICE_SOCK = f"/run/user/{ALICE}/docker.sock"  # her rootless daemon's
+ALICE_DOCKER = f"docker -H unix://{ALICE_SOCK}"
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +59,10 @@ def fleet(shared: SimFleet) -> Iterator[SimFleet]:
         sh(shared, f"systemctl stop {unit}")
     sh(shared, "if command -v docker >/dev/null; then "
                "docker ps -q | xargs -r docker stop -t 0 >/dev/null; fi")
+    # A user's rootless containers, through the user's own daemon: root's knows none.
+    sh(shared, 'for s in /run/user/*/docker.sock; do [ -S "$s" ] || continue; '
+               'docker -H "unix://$s" ps -q | xargs -r docker -H "unix://$s" stop -t 0 '
+               ">/dev/null; done")
     if HAS_SLURM:
         slurm_cmd(shared, "scancel", "-u", "root")
     # By PID, inside the node: the workloads, their tmux and screen sessions.
@@ -166,6 +174,91 @@ def test_owner_docker_signal_is_the_old_behaviour_it_comes_back(
     (proc,) = host["gpus"][4]["processes"]
     assert proc["owner"]["kind"] == "docker"
     assert f"(root; GPU4; docker {proc['owner']['name']})" in host["error"]
+
+
+def skip_unless_rootless(fleet: SimFleet) -> None:
+    """Rootless Docker as on a real node: a user namespace for its user (RootlessKit's),
+    and cgroup v2, where systemd delegates the user's manager's subtree (on v1 a rootless
+    daemon's containers have no cgroup of their own)."""
+    refusal = user_namespace_refusal()
+    if refusal:
+        pytest.skip(refusal)
+    if fleet.cgroup_mode != "v2":
+        pytest.skip(f"rootless docker's systemd driver needs cgroup v2, not {fleet.cgroup_mode}")
+
+
+def test_a_rootless_container_is_stopped_through_its_users_daemon(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    # Rootless Docker: alice's own daemon (her manager's docker.service, listening on her
+    # /run/user/UID/docker.sock) runs the container, in a scope under user@UID.service.
+    # fleetclean stopped it through root's daemon, which knows nothing of it: the stop
+    # failed, the process was killed, and alice's daemon started the container again by
+    # its restart policy, taking the GPU back. Root's own container beside it goes
+    # through root's daemon, as before.
+    skip_unless_rootless(fleet)
+    (rootful,) = fleet.spawn("node01", "container", container="t-rootful", restart="always",
+                             gpus="1", mib=2048)
+    (first,) = fleet.spawn("node01", "container", container="t-rootless", rootless="alice",
+                           restart="always", gpus="5", mib=2048)
+    cid = sh(fleet, f"{ALICE_DOCKER} inspect -f '{{{{.Id}}}}' t-rootless")
+    root_cid = sh(fleet, "docker inspect -f '{{.Id}}' t-rootful")
+    assert sh(fleet, f"cat /proc/{first}/cgroup").endswith(
+        f"/user@{ALICE}.service/user.slice/docker-{cid}.scope")
+    assert sh(fleet, f"ps -o user= -p {first}") == "alice"
+    unknown = fleet.run_in("node01", ["docker", "stop", cid])
+    assert (unknown.returncode, unknown.stderr.strip()) == (
+        1, f"Error response from daemon: No such container: {cid}")
+    root_journal = "/run/fleetclean/journal/docker.service.log"
+    before = len(sh(fleet, f"cat {root_journal}"))
+    code, host = run(cli, fleet)
+    assert (code, host["status"], host["warnings"]) == (0, "clean", []), host
+    assert holders(fleet, 5) == set() and holders(fleet, 1) == set()
+    # Stopped by hand through its own daemon: not restarted.
+    assert sh(fleet, f"{ALICE_DOCKER} inspect -f '{{{{.State.Status}}}} {{{{.RestartCount}}}}' "
+                     "t-rootless") == "exited 0"
+    assert sh(fleet, "docker inspect -f '{{.State.Status}} {{.RestartCount}}' t-rootful") == (
+        "exited 0")
+    assert fleet.gpu_used_mib("node01") == [0] * 8
+    assert owners_of(host)[first] == {"kind": "docker", "id": cid, "name": cid[:12]}
+    assert {s["pid"]: s["signal"] for s in host["signalled"]} == {first: "stop",
+                                                                  rootful: "stop"}
+    # Each daemon was asked about its own container only (their API calls, as dockerd
+    # --debug logs them to the unit's journal).
+    root_calls = sh(fleet, f"cat {root_journal}")[before:]
+    user_calls = sh(fleet, f"cat /run/fleetclean/journal/user@{ALICE}.service/"
+                           "docker.service.log")
+    assert cid not in root_calls
+    assert f"POST /v1.47/containers/{root_cid}/stop?t=" in root_calls
+    assert f"POST /v1.47/containers/{cid}/stop?t=" in user_calls
+    assert host["verify"] == {"rule": "clean"}
+
+
+def test_a_rootless_container_whose_daemon_does_not_answer_is_signalled_and_watched(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    # Alice's daemon runs the container but does not answer on her runtime dir's socket
+    # (moved away here): no stop can work. Its process is signalled, the verification
+    # watches the container for the restart its policy makes, and the warning names the
+    # daemon and what to run.
+    skip_unless_rootless(fleet)
+    (first,) = fleet.spawn("node01", "container", container="t-unheard", rootless="alice",
+                           restart="always", gpus="4", mib=2048)
+    cid = sh(fleet, f"{ALICE_DOCKER} inspect -f '{{{{.Id}}}}' t-unheard")
+    sh(fleet, f"mv {ALICE_SOCK} {ALICE_SOCK}.away")
+    try:
+        code, host = run(cli, fleet, *FAST)
+    finally:
+        sh(fleet, f"mv {ALICE_SOCK}.away {ALICE_SOCK}")
+    assert (code, host["status"], host["verify"]["rule"]) == (1, "dirty", "respawn"), host
+    assert [s["signal"] for s in host["signalled"] if s["pid"] == first] == ["TERM"]
+    assert "started again by its owner" in host["error"]
+    assert len(holders(fleet, 4) - {first}) == 1
+    (warning,) = host["warnings"]
+    assert warning.startswith(f"docker {cid[:12]} (rootless, uid {ALICE} alice): its daemon at "
+                              f"unix://{ALICE_SOCK} did not answer for it (Cannot connect to "
+                              f"the Docker daemon at unix://{ALICE_SOCK}."), warning
+    assert warning.endswith(f"to stop it: {ALICE_DOCKER} stop {cid[:12]}"), warning
 
 
 def test_a_gpu_job_docker_exec_started_is_killed_and_its_container_left_running(

@@ -30,11 +30,13 @@ if [[ -n $6 ]]; then  # the job's step, as slurmstepd titles itself on a node
 fi
 FC_OWNER_ACT=([systemd]=stop [docker]=stop [slurm]=refuse [kubernetes]=refuse [plain]=signal)
 FC_OK[$pid]=$2 FC_OI[$pid]=$3 FC_ON[$pid]=$4
+[[ -n $7 ]] && FC_DOCKER_UID[$3]=$7  # a rootless container: its cgroup under user@UID
 FC_TARGETS=("$pid")
 PATH=$5
 fc_owner_act TERM 100 100
 fc_rec left-to-signal "${FC_TARGETS[*]}"
 fc_rec said "$FC_OWNER_SAID"
+fc_rec watched "$FC_RESPAWN_RISK ${!FC_WATCH_OWNER[*]}"
 fc_rec done 0
 """
 
@@ -50,12 +52,12 @@ def sleeper() -> Iterator[int]:
 
 
 def act(tmp_path: Path, pid: int, kind: str, oid: str, name: str, *,
-        step: str = "") -> tuple[str, str]:
+        step: str = "", rootless: str = "") -> tuple[str, str]:
     script = "".join(template(t) for t in ("lib.sh", "lib-kill.sh", "owner.sh",
                                            "owner-act.sh")) + DRIVER
     done = subprocess.run(["bash", "-c", script, "bash", str(pid), kind, oid, name,
-                           str(tmp_path), step], capture_output=True, text=True, check=False,
-                          timeout=30)
+                           str(tmp_path), step, rootless], capture_output=True, text=True,
+                          check=False, timeout=30)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     warnings = parse_script_output(done.stdout, "", 0).warnings
     return done.stdout, warnings[0] if warnings else ""
@@ -86,6 +88,50 @@ def test_a_failed_docker_stop_is_said_not_taken_for_a_stop(tmp_path: Path, sleep
     out, warning = act(tmp_path, sleeper, "docker", "3f" * 32, "3f" * 6)
     assert warning.startswith("docker stop 3f3f3f3f3f3f failed (exit 1)"), (warning, out)
     assert "stopped docker" not in out
+    # Killed after the grace, as a signalled container is: watched as one for a respawn.
+    assert f"\twatched\t1 docker {'3f' * 32}\n" in out
+
+
+def test_a_rootless_container_is_stopped_through_its_users_daemon(
+    tmp_path: Path, sleeper: int
+) -> None:
+    # Its cgroup is under user@2602.service: the user's rootless daemon runs it, on
+    # /run/user/2602/docker.sock. Root's daemon (the CLI's default) knows nothing of it:
+    # asked there, the stop failed, and the user's daemon started the killed container
+    # again by its restart policy.
+    log = tmp_path / "docker.log"
+    fake = tmp_path / "docker"
+    fake.write_text(f"#!/bin/sh\necho \"$*\" >>{log}\n"
+                    f"case $3 in inspect) echo {os.getpid()} ;; stop) kill {sleeper} ;; esac\n")
+    fake.chmod(0o755)
+    out, warning = act(tmp_path, sleeper, "docker", "3f" * 32, "3f" * 6, rootless="2602")
+    host = "-H unix:///run/user/2602/docker.sock"
+    calls = log.read_text().splitlines()
+    assert calls[0] == f"{host} inspect -f {{{{.State.Pid}}}} {'3f' * 32}", calls
+    assert calls[1] == f"{host} stop -t 1 {'3f' * 32}" and warning == "", (calls, warning)
+    assert "stopped docker 3f3f3f3f3f3f (rootless, uid 2602); " in out
+    assert "\twatched\t0 \n" in out
+
+
+def test_a_rootless_container_whose_daemon_does_not_answer_is_signalled_and_said(
+    tmp_path: Path, sleeper: int
+) -> None:
+    # No daemon on the user's socket: no stop can work. Its processes are signalled (and
+    # watched for a respawn as any signalled container's), and the warning names the
+    # daemon and what to run.
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon at "
+                    "unix:///run/user/2602/docker.sock. Is the docker daemon running?' >&2\n"
+                    "exit 1\n")
+    fake.chmod(0o755)
+    out, warning = act(tmp_path, sleeper, "docker", "3f" * 32, "3f" * 6, rootless="2602")
+    assert f"\tleft-to-signal\t{sleeper}\n" in out
+    assert warning == (
+        "docker 3f3f3f3f3f3f (rootless, uid 2602): its daemon at "
+        "unix:///run/user/2602/docker.sock did not answer for it (Cannot connect to the "
+        "Docker daemon at unix:///run/user/2602/docker.sock. Is the docker daemon running?): "
+        "its processes were signalled; its restart policy may start them again; to stop it: "
+        "docker -H unix:///run/user/2602/docker.sock stop 3f3f3f3f3f3f")
 
 
 def test_a_docker_stop_that_ends_after_its_container_is_still_a_stop(
@@ -185,6 +231,9 @@ fc_proc_load "$1"
 FC_PIDS=("$1")
 fc_holds_gpu() { return 0; }  # the holder's /dev/nvidiaN, which this machine has none of
 FC_OK[$1]=$2 FC_OI[$1]=$3 FC_PPID[$1]=$4
+if [[ $2 == rootless ]]; then  # a rootless container: its user's daemon runs it
+    FC_OK[$1]=docker FC_DOCKER_UID[$3]=2602
+fi
 [[ -n $5 ]] && FC_OWNER_EXEC[$1]=$5  # started by docker exec: "MAIN SHIM"
 fc_note_respawn_risk "$1"
 printf '%s %s\n' "$FC_RESPAWN_RISK" "${!FC_WATCH_OWNER[*]}"
@@ -196,6 +245,7 @@ printf '%s %s\n' "$FC_RESPAWN_RISK" "${!FC_WATCH_OWNER[*]}"
     ("plain", "", "PARENT", "1 "),  # its parent lives on and may start it again
     ("tmux", "31", "1", "0 "),
     ("docker", "3f" * 32, "1", f"1 docker {'3f' * 32}"),  # watched in its container
+    ("rootless", "3f" * 32, "1", f"1 docker {'3f' * 32}"),  # a rootless one's the same
     ("systemd", "vllm.service", "1", "1 systemd vllm.service"),
 ])
 def test_the_respawn_watch_follows_the_owner(sleeper: int, kind: str, oid: str, parent: str,

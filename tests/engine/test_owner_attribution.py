@@ -78,6 +78,32 @@ def test_owner_of_captured_cgroup(attributed: dict[str, Owner], case: str, pid1:
     assert attributed[f"{case}@{pid1}"] == want
 
 
+def test_a_rootless_container_is_named_with_the_user_whose_daemon_runs_it(
+    tmp_path: Path
+) -> None:
+    # Rootless Docker's systemd driver: the container's scope under the user's manager. Its
+    # owner is docker (the record and JSON as for root's), and the daemon to stop it through
+    # is that user's (FC_DOCKER_UID), not root's, which knows nothing of it; the daemon's
+    # own unit and a root container name no user.
+    texts = [(DATA / f"{name}.cgroup").read_text()
+             for name in ("docker_rootless_systemd_v2", "dockerd_rootless_v2")]
+    texts.append(f"0::/system.slice/docker-{'ab' * 32}.scope\n")
+    for pid, text in enumerate(texts, start=100):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(text)
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "cgroup").write_text((DATA / "pid1_v2.cgroup").read_text())
+    rows = run_owner(r"""
+FC_PROC=$1 FC_PPID=([100]=1 [101]=1 [102]=1)
+for pid in 100 101 102; do
+    fc_owner "$pid"
+    printf '%s\t%s\t%s\n' "$FC_OWNER_KIND" "$FC_OWNER_NAME" "${FC_DOCKER_UID[$FC_OWNER_ID]:-}"
+done
+""", str(tmp_path))
+    assert rows == [["docker", "5e0b8f6c2d4a", "1000"], ["systemd", "docker.service", ""],
+                    ["docker", "ab" * 6, ""]]
+
+
 # A process table, PID|PPID|COMM|ARGV0|CMD per process; PID 100 is the one attributed.
 TREE = r"""
 declare -A cg=([ssh]=/system.slice/ssh.service [session]=/user.slice/user-0.slice/session-1.scope

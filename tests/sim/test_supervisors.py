@@ -1,7 +1,8 @@
 """The simulated nodes' supervisors behave as the real ones (issue 14): a ``Restart=always``
 unit and a container with a restart policy come back after a signal and stay down after
-``systemctl stop``/``docker stop``/``docker kill``; a pod's container is replaced; every
-process reads node-relative cgroup paths; ``sim down`` leaves no cgroup and no process.
+``systemctl stop``/``docker stop``/``docker kill``; a user's rootless daemon runs its own
+containers, which root's does not know; a pod's container is replaced; every process
+reads node-relative cgroup paths; ``sim down`` leaves no cgroup and no process.
 
 One two-node fleet for the module (cgroup mode auto: v2 here and on CI); each test uses
 GPUs of its own on node01. Everything is taken down by PID whatever happens.
@@ -18,10 +19,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from simhelp import down_checked, module_subnet, up_claimed
+from simhelp import down_checked, module_subnet, up_claimed, user_namespace_refusal
 
 from fleetclean.errors import SimError
-from fleetclean.sim import SimFleet
+from fleetclean.sim import SimFleet, accounts
 from fleetclean.sim import cgroups as sim_cgroups
 from fleetclean.sim import node as sim_node
 
@@ -197,6 +198,67 @@ def test_docker_exec_runs_beside_the_main_process_as_the_real_one(fleet: SimFlee
     stopped = fleet.run_in("node01", ["docker", "exec", "dev", "true"])
     assert (stopped.returncode, stopped.stderr.strip()) == (
         1, f"Error response from daemon: Container {cid} is not running")
+
+
+def test_a_rootless_container_runs_under_its_users_own_daemon_as_the_real_one(
+    fleet: SimFleet,
+) -> None:
+    # Rootless Docker: alice's daemon is her manager's docker.service, run as her (in a
+    # user namespace of her own, as RootlessKit makes it), listening in her runtime dir;
+    # its containers' processes are hers. The CLI picks the daemon as the real one does:
+    # -H/--host, else DOCKER_HOST, else root's, which knows none of her containers.
+    refusal = user_namespace_refusal()
+    if refusal:
+        pytest.skip(refusal)
+    uid = accounts.user("alice").uid
+    sock = f"/run/user/{uid}/docker.sock"
+    (first,) = fleet.spawn("node02", "container", container="mine", rootless="alice",
+                           restart="always", gpus="5")
+    fleet.spawn("node02", "container", container="theirs", gpus="6")  # root's daemon runs too
+    daemon = sh(fleet, f"systemctl --user -M {uid}@ show -p MainPID --value docker", "node02")
+    assert sh(fleet, f"ps -o user=,args= -p {daemon}", "node02").split() == ["alice", "dockerd"]
+    assert sh(fleet, f"stat -c '%U %a' {sock} $(dirname {sock})", "node02").splitlines() == [
+        "alice 755", "alice 700"]
+    assert sh(fleet, f"ps -o user= -p {first}", "node02") == "alice"
+    inspect = "inspect -f '{{.State.Pid}} {{.RestartCount}} {{.State.Status}}' mine"
+    for how in (f"docker -H unix://{sock}", f"docker --host=unix://{sock}",
+                f"DOCKER_HOST=unix://{sock} docker"):
+        assert sh(fleet, f"{how} {inspect}", "node02") == f"{first} 0 running"
+    if fleet.cgroup_mode == "v2":  # its own scope, under her manager's delegated subtree
+        assert sh(fleet, f"grep ^0:: /proc/{first}/cgroup", "node02").startswith(
+            f"0::/user.slice/user-{uid}.slice/user@{uid}.service/user.slice/docker-")
+    info = f"docker -H unix://{sock} info -f '{{{{.CgroupDriver}}}} {{{{.SecurityOptions}}}}'"
+    driver = "systemd" if fleet.cgroup_mode == "v2" else "none"
+    assert sh(fleet, info, "node02") == (
+        f"{driver} [name=seccomp,profile=builtin name=rootless name=cgroupns]")
+    # Root's daemon, the CLI's default, knows nothing of it.
+    for argv in (["docker", "stop", "mine"], ["docker", "-H", "unix://", "stop", "mine"]):
+        done = fleet.run_in("node02", argv)
+        assert (done.returncode, done.stderr.strip()) == (
+            1, "Error response from daemon: No such container: mine")
+    assert "mine" not in sh(fleet, "docker ps -a --format '{{.Names}}'", "node02").split()
+    for argv, env, words in (
+        (["docker", "-H", "unix:///a.sock", "-H", "unix:///b.sock", "ps"], "",
+         "Please specify only one -H"),
+        (["docker", "ps"], "DOCKER_HOST=unix:///run/user/9/docker.sock",
+         "Cannot connect to the Docker daemon at unix:///run/user/9/docker.sock. Is the "
+         "docker daemon running?"),
+    ):
+        done = fleet.run_in("node02", ["env", *env.split(), *argv])
+        assert (done.returncode, done.stderr.strip()) == (1, words)
+    # Its restart policy is its own daemon's: killed, it comes back; stopped, it stays down.
+    sh(fleet, f"kill -KILL {first}", "node02")
+    assert wait_for(lambda: len(holders(fleet, 5, "node02") - {first}) == 1)
+    (again,) = holders(fleet, 5, "node02")
+    assert sh(fleet, f"DOCKER_HOST=unix://{sock} docker {inspect}", "node02") == (
+        f"{again} 1 running")
+    assert sh(fleet, f"docker -H unix://{sock} stop -t 1 mine", "node02") == "mine"
+    assert holders(fleet, 5, "node02") == set()
+    # One daemon per user, started once.
+    fleet.spawn("node02", "container", container="mine-too", rootless="alice", gpus="5")
+    assert sh(fleet, f"systemctl --user -M {uid}@ show -p MainPID --value docker",
+              "node02") == daemon
+    sh(fleet, f"docker -H unix://{sock} stop -t 0 mine-too; docker stop -t 0 theirs", "node02")
 
 
 def test_pod_container_killed_is_replaced_by_the_kubelet(fleet: SimFleet) -> None:

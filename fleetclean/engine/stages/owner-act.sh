@@ -9,9 +9,13 @@
 #   stop    a systemd unit: `systemctl stop --no-block UNIT`, only when its MainPID is a
 #           target and it is no infrastructure (FC_INFRA_UNITS, FC_NEVER_STOP); a docker
 #           container: `docker stop -t GRACE ID`, then `docker kill ID`, only when a target
-#           is its main process or under it (not only processes `docker exec` started).
-#           Whatever of it is left after the stage's grace gets SIGKILL. Without systemctl
-#           or docker: signals, and a warning that the owner may start it again.
+#           is its main process or under it (not only processes `docker exec` started),
+#           through the daemon that runs it: a rootless one's (its cgroup under
+#           user@UID.service) is its user's, `docker -H unix:///run/user/UID/docker.sock`.
+#           Whatever of it is left after the stage's grace gets SIGKILL; a stop that failed
+#           leaves the container watched for a respawn. Without systemctl or docker, or a
+#           rootless daemon that does not answer: signals, and a warning that the owner may
+#           start it again (and what to run).
 #   refuse  never signalled: a "refused" record naming the owner and what to do; the
 #           verification does not wait for GPUs only such processes hold; the host is
 #           dirty.
@@ -23,8 +27,8 @@ declare -gA FC_OWNER_ACT=() FC_REFUSED=() FC_OWNER_WHO=() FC_OWNER_FIX=()
 # FC_OWNER_EXEC[pid]: "MAIN SHIM" for a target `docker exec` started in its container
 # (fc_docker_exec_only): the container's main process and the containerd-shim above both.
 declare -gA FC_OWNER_EXEC=()
-declare -ga FC_NEVER_STOP=() FC_OWNER_LEFT=()
-FC_OWNER_SAID="" FC_OWNER_KEPT=0 FC_OWNER_SENT=0
+declare -ga FC_NEVER_STOP=() FC_OWNER_LEFT=() FC_DOCKER=()
+FC_OWNER_SAID="" FC_OWNER_KEPT=0 FC_OWNER_SENT=0 FC_DOCKER_DOWN=""
 
 # Units that hold up the node itself, never stopped whatever they run: without pam_systemd
 # every ssh login lives in ssh.service, and stopping it would cut every session.
@@ -120,6 +124,13 @@ fc_owner_stoppable() {
         # As for a unit's forked job: `docker stop` would take down the user's whole
         # container (its main process and all else in it) for them.
         return 1
+    elif [[ -n $FC_DOCKER_DOWN ]]; then
+        # A rootless container whose user's daemon did not answer for it: no stop can
+        # work (root's daemon knows nothing of it). Signalled, so watched for a respawn.
+        fc_docker_words "$id"
+        fc_owner_docker "$id"
+        fc_owner_warn "$REPLY: its daemon at ${FC_DOCKER[2]} did not answer for it ($FC_DOCKER_DOWN): its processes were signalled; its restart policy may start them again; to stop it: ${FC_DOCKER[*]} stop ${id:0:12}"
+        return 1
     fi
     if fc_owner_runs_protected "$kind" "$id"; then
         fc_owner_stop_words "$1"
@@ -133,18 +144,27 @@ fc_owner_stoppable() {
 # the main process (their parent is the containerd-shim, as the main process's is, and they
 # live in its cgroup and PID namespace). Docker's restart policy never starts them again.
 # Sets FC_OWNER_EXEC for each and says so in FC_OWNER_SAID. False where docker cannot name a
-# main process (the container not running): as before, the container is stopped. Asked
+# main process (the container not running): as before, the container is stopped; but where
+# a rootless container's daemon did not answer, FC_DOCKER_DOWN says what it said. Asked
 # at each stage: a container restarted since has another main process.
 fc_docker_exec_only() {
-    local id=$1 main p q n
+    local id=$1 main p q n rc=0
     shift
+    FC_DOCKER_DOWN=""
+    fc_owner_docker "$id"
     # Bounded, as docker kill: a daemon that hangs would hold the teardown here.
     if command -v timeout >/dev/null 2>&1; then
-        main=$(timeout -k 1 10 docker inspect -f '{{.State.Pid}}' "$id" 2>/dev/null)
+        main=$(timeout -k 1 10 "${FC_DOCKER[@]}" inspect -f '{{.State.Pid}}' "$id" 2>&1) || rc=$?
     else
-        main=$(docker inspect -f '{{.State.Pid}}' "$id" 2>/dev/null)
+        main=$("${FC_DOCKER[@]}" inspect -f '{{.State.Pid}}' "$id" 2>&1) || rc=$?
     fi
-    [[ $main =~ ^[1-9][0-9]*$ ]] || return 1
+    if ((rc)) && [[ -n ${FC_DOCKER_UID[$id]:-} ]]; then
+        FC_DOCKER_DOWN=${main%%$'\n'*}
+        ((rc == 124)) && FC_DOCKER_DOWN="no answer in 10 s"
+        FC_DOCKER_DOWN=${FC_DOCKER_DOWN:-exit $rc}
+    fi
+    main=${main##*$'\n'}
+    ((rc == 0)) && [[ $main =~ ^[1-9][0-9]*$ ]] || return 1
     for p in "$@"; do
         q=$p n=0
         while [[ -n $q && $q != 0 && $q != 1 ]] && ((n++ < 64)); do
@@ -185,15 +205,44 @@ fc_owner_systemctl() {
     fi
 }
 
+# FC_DOCKER: the docker command line that reaches the daemon of container $1: root's (the
+# CLI's own choice), or a rootless container's user's (FC_DOCKER_UID), listening on its
+# $XDG_RUNTIME_DIR/docker.sock, /run/user/UID/docker.sock, which root may use too. Root's
+# daemon knows nothing of the user's containers: a `docker stop` there fails, and the
+# user's daemon starts the killed container again by its restart policy.
+fc_owner_docker() {
+    FC_DOCKER=(docker)
+    if [[ -n ${FC_DOCKER_UID[$1]:-} ]]; then
+        FC_DOCKER+=(-H "unix:///run/user/${FC_DOCKER_UID[$1]}/docker.sock")
+    fi
+}
+
+# REPLY: container ID $1 in words: "docker 3f2a1c9b8d7e", a rootless one's with the user
+# whose daemon runs it, "docker 3f2a1c9b8d7e (rootless, uid 1000 alice)".
+fc_docker_words() {
+    local uid=${FC_DOCKER_UID[$1]:-}
+    if [[ -z $uid ]]; then
+        REPLY="docker ${1:0:12}"
+        return 0
+    fi
+    fc_user_name "$uid"
+    [[ $REPLY == "$uid" ]] && REPLY="" || REPLY=" $REPLY"
+    REPLY="docker ${1:0:12} (rootless, uid $uid$REPLY)"
+}
+
 # REPLY: what stopping target PID's owner is, in words: "vllm.service (systemctl stop
-# vllm.service)", "docker 3f2a1c9b8d7e (docker stop)".
+# vllm.service)", "docker 3f2a1c9b8d7e (docker stop 3f2a1c9b8d7e)".
 fc_owner_stop_words() {
     local id=${FC_OI[$1]:-}
     if [[ ${FC_OK[$1]:-} == systemd ]]; then
         fc_owner_systemctl "$id"
         REPLY="${id##*/} (${FC_SYSTEMCTL[*]} stop ${id##*/})"
     else
-        REPLY="docker ${id:0:12} (docker stop ${id:0:12})"
+        fc_owner_docker "$id"
+        fc_docker_words "$id"
+        # "docker ID (rootless, uid 1000 alice: docker -H unix://... stop ID)"
+        [[ $REPLY == *")" ]] && REPLY="${REPLY%)}: " || REPLY+=" ("
+        REPLY+="${FC_DOCKER[*]} stop ${id:0:12})"
     fi
 }
 
@@ -207,6 +256,13 @@ fc_owner_stop() {
     local -a pids=() jobs=() docker_ids=()
     t=$(((grace_ms + 999) / 1000))
     FC_SIGNALLED=0
+    # What runs before the stops: should one fail, its container is watched for a respawn
+    # as a signalled one's would be (fc_note_respawn_risk), against this.
+    if ((!FC_RESPAWN_RISK)); then
+        for p in "${FC_PIDS[@]}"; do
+            FC_BEFORE[$p]=${FC_START[$p]:-}
+        done
+    fi
     for p in "$@"; do
         start[$p]=${FC_START[$p]}
         cmd[$p]=${FC_CMD[$p]}
@@ -220,7 +276,8 @@ fc_owner_stop() {
                     fc_owner_warn "${FC_SYSTEMCTL[*]} stop ${id##*/} failed (${out%%$'\n'*}): its processes were signalled; it may restart them"
                 fi
             else
-                docker stop -t "$t" "$id" >/dev/null 2>&1 &
+                fc_owner_docker "$id"
+                "${FC_DOCKER[@]}" stop -t "$t" "$id" >/dev/null 2>&1 &
                 jobs+=("$!")
                 docker_ids+=("$id")
             fi
@@ -242,10 +299,11 @@ fc_owner_stop() {
                 if [[ ${FC_OI[$p]} == "$id" ]]; then
                     # Bounded: a daemon that hangs held the teardown (and the node's lock)
                     # here for ever, before the KILL below.
+                    fc_owner_docker "$id"
                     if command -v timeout >/dev/null 2>&1; then
-                        timeout -k 1 10 docker kill "$id" >/dev/null 2>&1
+                        timeout -k 1 10 "${FC_DOCKER[@]}" kill "$id" >/dev/null 2>&1
                     else
-                        docker kill "$id" >/dev/null 2>&1 &
+                        "${FC_DOCKER[@]}" kill "$id" >/dev/null 2>&1 &
                     fi
                     break
                 fi
@@ -273,8 +331,14 @@ fc_owner_stop() {
         rc=0
         wait "$p" 2>/dev/null || rc=$?
         if ((rc != 0 && !ended)); then
-            done_ids[${docker_ids[k]}]=failed
-            fc_owner_warn "docker stop ${docker_ids[k]:0:12} failed (exit $rc): its processes were signalled; a restart policy may bring its container back"
+            id=${docker_ids[k]}
+            done_ids[$id]=failed
+            fc_owner_docker "$id"
+            fc_owner_warn "${FC_DOCKER[*]} stop ${id:0:12} failed (exit $rc): its processes were signalled; a restart policy may bring its container back"
+            # Its processes had SIGKILL after the grace, as a signalled container's: the
+            # verification watches it as one (fc_owner_may_restart).
+            FC_RESPAWN_RISK=1
+            FC_WATCH_OWNER[docker $id]=1
         fi
     done
     for id in "${!done_ids[@]}"; do
@@ -282,7 +346,8 @@ fc_owner_stop() {
         if [[ $id == */* || $id == *.service ]]; then
             FC_OWNER_SAID+="stopped ${id##*/}; "
         else
-            FC_OWNER_SAID+="stopped docker ${id:0:12}; "
+            fc_docker_words "$id"
+            FC_OWNER_SAID+="stopped $REPLY; "
         fi
     done
 }
@@ -333,7 +398,11 @@ fc_owner_refusal() {
             fc_owner_systemctl "$id"
             REPLY="unit ${id##*/}"$'\t'"${FC_SYSTEMCTL[*]} stop ${id##*/}"
             ;;
-        docker) REPLY="docker container ${id:0:12}"$'\t'"docker stop ${id:0:12}" ;;
+        docker)
+            fc_owner_docker "$id"
+            fc_docker_words "$id"
+            REPLY="${REPLY/#docker/docker container}"$'\t'"${FC_DOCKER[*]} stop ${id:0:12}"
+            ;;
         tmux) REPLY="tmux session $name"$'\t'"tmux kill-session -t '$name'" ;;
         screen) REPLY="screen session $name"$'\t'"screen -S $name -X quit" ;;
         *) REPLY="its owner"$'\t'"stop it by hand" ;;
@@ -359,7 +428,8 @@ fc_owner_words() {
     case $kind in
         plain) REPLY="" ;;
         docker)
-            REPLY=", owner docker ${id:0:12}"
+            fc_docker_words "$id"
+            REPLY=", owner $REPLY"
             [[ -n ${FC_OWNER_EXEC[$1]:-} ]] &&
                 REPLY+=" (started by docker exec, not its main process ${FC_OWNER_EXEC[$1]%% *})"
             ;;

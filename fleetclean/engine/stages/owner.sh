@@ -6,7 +6,9 @@
 #   kind        id                                  name
 #   systemd     unit (vllm.service); a user unit:   the unit (jupyter.service)
 #               user@1000.service/jupyter.service
-#   docker      container id (64 hex)               its short form (12 hex)
+#   docker      container id (64 hex)               its short form (12 hex); one under
+#                                                   user@UID.service is rootless Docker's,
+#                                                   that user's daemon's: FC_DOCKER_UID[id]
 #   kubernetes  pod UID (or empty)                  container id (64 hex, or empty)
 #   slurm       job id (4242)                       job.step (4242.0, 4242.batch)
 #   tmux        the tmux server's pid               the session ($0, from $TMUX)
@@ -31,6 +33,9 @@
 
 # FC_OK/FC_OI/FC_ON[pid]: the kind, id and name fc_owner_prep found for pid.
 declare -gA FC_CG_ROOT=() FC_OWNER_DONE=() FC_OWNER_PREP=() FC_OK=() FC_OI=() FC_ON=() FC_CG_MEMO=()
+# FC_DOCKER_UID[container id]: the user whose rootless daemon runs it (its cgroup is under
+# user@UID.service: .../user@UID.service/user.slice/docker-ID.scope), where one does.
+declare -gA FC_DOCKER_UID=()
 FC_OWNER_STEPDS="" # " J1 J2 ": the jobs whose slurmstepd runs here (fc_owner_job_runs)
 FC_CG_ROOTS_READ=0
 FC_OWNER_KIND="" FC_OWNER_ID="" FC_OWNER_NAME=""
@@ -75,6 +80,8 @@ fc_owner_path() {
         elif [[ $c == docker-*.scope && $c =~ ^docker-([0-9a-f]{64})\.scope$ ]] ||
             [[ $prev == docker && ${#c} -eq 64 && $c =~ ^([0-9a-f]{64})$ ]]; then
             O_KIND=docker O_ID=${BASH_REMATCH[1]} O_NAME=${BASH_REMATCH[1]:0:12}
+            # Only the user's manager (or root) makes cgroups under user@UID.service.
+            [[ -n $manager ]] && FC_DOCKER_UID[$O_ID]=${manager//[!0-9]/}
         elif [[ $c == slurm || $c == slurm_* || $c == *slurmstepd.scope ]]; then
             slurm=1
         elif ((slurm)) && [[ $c =~ ^job_([0-9]+)$ ]]; then
