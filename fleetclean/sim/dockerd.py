@@ -115,6 +115,8 @@ class Container:
             "HostConfig": {
                 "RestartPolicy": {"Name": self.policy, "MaximumRetryCount": self.max_retries},
                 "CgroupParent": "",
+                # Its own PID namespace (the simulator has no --pid=host): docker's "".
+                "PidMode": "",
                 "Runtime": "runc",
             },
             "Config": {

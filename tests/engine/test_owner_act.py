@@ -41,6 +41,10 @@ fc_rec done 0
 """
 
 
+# What the stage asks docker of a container (as the fake logs its argv, words joined).
+INSPECT = "{{.State.Pid}} {{.HostConfig.PidMode}}"
+
+
 @pytest.fixture
 def sleeper() -> Iterator[int]:
     proc = subprocess.Popen(["sleep", "60"])
@@ -107,7 +111,7 @@ def test_a_rootless_container_is_stopped_through_its_users_daemon(
     out, warning = act(tmp_path, sleeper, "docker", "3f" * 32, "3f" * 6, rootless="2602")
     host = "-H unix:///run/user/2602/docker.sock"
     calls = log.read_text().splitlines()
-    assert calls[0] == f"{host} inspect -f {{{{.State.Pid}}}} {'3f' * 32}", calls
+    assert calls[0] == f"{host} inspect -f {INSPECT} {'3f' * 32}", calls
     assert calls[1] == f"{host} stop -t 1 {'3f' * 32}" and warning == "", (calls, warning)
     assert "stopped docker 3f3f3f3f3f3f (rootless, uid 2602); " in out
     assert "\twatched\t0 \n" in out
@@ -147,6 +151,49 @@ def test_a_docker_stop_that_ends_after_its_container_is_still_a_stop(
     assert "stopped docker 3f3f3f3f3f3f" in out
 
 
+def test_a_container_in_the_hosts_pid_namespace_is_stopped_whatever_its_main_process(
+    tmp_path: Path, sleeper: int
+) -> None:
+    # --pid=host: no init of its own adopts what the main process double-forked, the shim
+    # (a subreaper) does, so such a child looks like an exec'd job; the main process may
+    # run it again. The container is stopped, as before docker exec was told apart.
+    with subprocess.Popen(["sleep", "60"]) as other:
+        log = tmp_path / "docker.log"
+        fake = tmp_path / "docker"
+        fake.write_text(f"#!/bin/sh\necho \"$*\" >>{log}\n"
+                        f"case $1$3 in inspect*PidMode*) echo {other.pid} host ;; "
+                        f"inspect*) echo {other.pid} ;; stop*) kill {sleeper} ;; esac\n")
+        fake.chmod(0o755)
+        try:
+            out, warning = act(tmp_path, sleeper, "docker", "3f" * 32, "3f" * 6)
+        finally:
+            other.kill()
+    assert warning == "" and "stopped docker 3f3f3f3f3f3f" in out, (out, warning)
+    assert log.read_text().splitlines()[1].startswith("stop -t 1 ")
+
+
+def test_a_docker_daemon_that_does_not_answer_leaves_the_container_signalled_and_said(
+    tmp_path: Path, sleeper: int
+) -> None:
+    # A hung dockerd: its inspect is cut at 10 s, and no stop is tried (it would hang as
+    # long again); the container's processes are left to the stage's signals (which watch
+    # them for a respawn), and it is said.
+    log = tmp_path / "docker.log"
+    fake = tmp_path / "docker"
+    fake.write_text(f"#!/bin/sh\necho \"$*\" >>{log}\nexec sleep 60\n")
+    fake.chmod(0o755)
+    for tool in ("timeout", "sleep"):
+        (tmp_path / tool).symlink_to(subprocess.run(
+            ["sh", "-c", f"command -v {tool}"], capture_output=True, text=True,
+            check=True).stdout.strip())
+    out, warning = act(tmp_path, sleeper, "docker", "3f" * 32, "3f" * 6)
+    assert f"\tleft-to-signal\t{sleeper}\n" in out and len(log.read_text().splitlines()) == 1
+    assert warning == (
+        "docker 3f3f3f3f3f3f: its daemon did not answer for it (no answer in 10 s): its "
+        "processes were signalled; its restart policy may start them again; to stop it: "
+        "docker stop 3f3f3f3f3f3f")
+
+
 @pytest.mark.parametrize("under_main", [True, False])
 def test_a_container_is_stopped_only_for_its_main_process_or_what_runs_under_it(
     tmp_path: Path, sleeper: int, under_main: bool
@@ -167,7 +214,7 @@ def test_a_container_is_stopped_only_for_its_main_process_or_what_runs_under_it(
         finally:
             other.kill()
     calls = log.read_text().splitlines()
-    assert calls[0] == f"inspect -f {{{{.State.Pid}}}} {'3f' * 32}" and warning == ""
+    assert calls[0] == f"inspect -f {INSPECT} {'3f' * 32}" and warning == ""
     if under_main:
         assert "stopped docker 3f3f3f3f3f3f" in out and calls[1].startswith("stop -t 1 ")
     else:

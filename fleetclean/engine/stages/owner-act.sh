@@ -125,11 +125,11 @@ fc_owner_stoppable() {
         # container (its main process and all else in it) for them.
         return 1
     elif [[ -n $FC_DOCKER_DOWN ]]; then
-        # A rootless container whose user's daemon did not answer for it: no stop can
-        # work (root's daemon knows nothing of it). Signalled, so watched for a respawn.
+        # Its daemon did not answer for it (a rootless container's user's, or any in 10
+        # s): no stop can work. Signalled, so watched for a respawn.
         fc_docker_words "$id"
         fc_owner_docker "$id"
-        fc_owner_warn "$REPLY: its daemon at ${FC_DOCKER[2]} did not answer for it ($FC_DOCKER_DOWN): its processes were signalled; its restart policy may start them again; to stop it: ${FC_DOCKER[*]} stop ${id:0:12}"
+        fc_owner_warn "$REPLY: its daemon${FC_DOCKER[2]:+ at ${FC_DOCKER[2]}} did not answer for it ($FC_DOCKER_DOWN): its processes were signalled; its restart policy may start them again; to stop it: ${FC_DOCKER[*]} stop ${id:0:12}"
         return 1
     fi
     if fc_owner_runs_protected "$kind" "$id"; then
@@ -145,26 +145,40 @@ fc_owner_stoppable() {
 # live in its cgroup and PID namespace). Docker's restart policy never starts them again.
 # Sets FC_OWNER_EXEC for each and says so in FC_OWNER_SAID. False where docker cannot name a
 # main process (the container not running): as before, the container is stopped; but where
-# a rootless container's daemon did not answer, FC_DOCKER_DOWN says what it said. Asked
-# at each stage: a container restarted since has another main process.
+# its daemon did not answer (a rootless one's, or any in 10 s), FC_DOCKER_DOWN says what it
+# said. Asked at each stage: a container restarted since has another main process.
+# A container that shares the host's PID namespace (`--pid=host`) has no init of its own to
+# adopt what its main process double-forked: the shim (a subreaper) does, so such a
+# daemonised child looks like an exec'd job, and the main process may run it again. There
+# the container is stopped, as before.
+declare -gA FC_DOCKER_HUNG=()
 fc_docker_exec_only() {
-    local id=$1 main p q n rc=0
+    local id=$1 main mode p q n rc=0
     shift
     FC_DOCKER_DOWN=""
     fc_owner_docker "$id"
-    # Bounded, as docker kill: a daemon that hangs would hold the teardown here.
-    if command -v timeout >/dev/null 2>&1; then
-        main=$(timeout -k 1 10 "${FC_DOCKER[@]}" inspect -f '{{.State.Pid}}' "$id" 2>&1) || rc=$?
+    if [[ -n ${FC_DOCKER_HUNG[${FC_DOCKER[*]}]:-} ]]; then
+        # One daemon that hangs costs one wait, not one for each of its containers.
+        main="" rc=124
+    elif command -v timeout >/dev/null 2>&1; then
+        # Bounded, as docker kill: a daemon that hangs would hold the teardown here.
+        main=$(timeout -k 1 10 "${FC_DOCKER[@]}" inspect \
+            -f '{{.State.Pid}} {{.HostConfig.PidMode}}' "$id" 2>&1) || rc=$?
     else
-        main=$("${FC_DOCKER[@]}" inspect -f '{{.State.Pid}}' "$id" 2>&1) || rc=$?
+        main=$("${FC_DOCKER[@]}" inspect -f '{{.State.Pid}} {{.HostConfig.PidMode}}' "$id" \
+            2>&1) || rc=$?
     fi
-    if ((rc)) && [[ -n ${FC_DOCKER_UID[$id]:-} ]]; then
+    if ((rc == 124)); then
+        # No stop would answer either: signalled, watched, and said.
+        FC_DOCKER_HUNG[${FC_DOCKER[*]}]=1
+        FC_DOCKER_DOWN="no answer in 10 s"
+    elif ((rc)) && [[ -n ${FC_DOCKER_UID[$id]:-} ]]; then
         FC_DOCKER_DOWN=${main%%$'\n'*}
-        ((rc == 124)) && FC_DOCKER_DOWN="no answer in 10 s"
         FC_DOCKER_DOWN=${FC_DOCKER_DOWN:-exit $rc}
     fi
     main=${main##*$'\n'}
-    ((rc == 0)) && [[ $main =~ ^[1-9][0-9]*$ ]] || return 1
+    read -r main mode <<<"$main"
+    ((rc == 0)) && [[ $main =~ ^[1-9][0-9]*$ && $mode != host ]] || return 1
     for p in "$@"; do
         q=$p n=0
         while [[ -n $q && $q != 0 && $q != 1 ]] && ((n++ < 64)); do
