@@ -238,9 +238,9 @@ def test_a_rootless_container_whose_daemon_does_not_answer_is_signalled_and_watc
     fleet: SimFleet, cli: Cli
 ) -> None:
     # Alice's daemon runs the container but does not answer on her runtime dir's socket
-    # (moved away here): no stop can work. Its process is signalled, the verification
-    # watches the container for the restart its policy makes, and the warning names the
-    # daemon and what to run.
+    # (moved away here: no socket there, nothing asked): no stop can work. Its process is
+    # signalled, the verification watches the container for the restart its policy makes,
+    # and the warning names the daemon and what to run.
     skip_unless_rootless(fleet)
     (first,) = fleet.spawn("node01", "container", container="t-unheard", rootless="alice",
                            restart="always", gpus="4", mib=2048)
@@ -256,8 +256,8 @@ def test_a_rootless_container_whose_daemon_does_not_answer_is_signalled_and_watc
     assert len(holders(fleet, 4) - {first}) == 1
     (warning,) = host["warnings"]
     assert warning.startswith(f"docker {cid[:12]} (rootless, uid {ALICE} alice): its daemon at "
-                              f"unix://{ALICE_SOCK} did not answer for it (Cannot connect to "
-                              f"the Docker daemon at unix://{ALICE_SOCK}."), warning
+                              f"unix://{ALICE_SOCK} did not answer for it (no socket of its "
+                              f"own at {ALICE_SOCK})"), warning
     assert warning.endswith(f"to stop it: {ALICE_DOCKER} stop {cid[:12]}"), warning
 
 

@@ -9,6 +9,8 @@ machine has real ones, which a test must never reach), and nothing is signalled:
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,12 +61,48 @@ def act(tmp_path: Path, pid: int, kind: str, oid: str, name: str, *,
         step: str = "", rootless: str = "") -> tuple[str, str]:
     script = "".join(template(t) for t in ("lib.sh", "lib-kill.sh", "owner.sh",
                                            "owner-act.sh")) + DRIVER
+    # A rootless daemon's socket and its container's cgroups, where a test made them
+    # (user_daemon): under tmp_path, never this machine's /run/user or /proc.
+    env = {**os.environ, "FC_RUN_USER": str(tmp_path / "run" / "user")}
+    if (tmp_path / "proc").is_dir():
+        env["FC_PROC"] = str(tmp_path / "proc")
     done = subprocess.run(["bash", "-c", script, "bash", str(pid), kind, oid, name,
                            str(tmp_path), step, rootless], capture_output=True, text=True,
-                          check=False, timeout=30)
+                          check=False, timeout=30, env=env)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     warnings = parse_script_output(done.stdout, "", 0).warnings
     return done.stdout, warnings[0] if warnings else ""
+
+
+def tools(tmp_path: Path, *names: str) -> None:
+    """This machine's ``names`` on the empty PATH of ``act`` (tmp_path)."""
+    for tool in names:
+        found = shutil.which(tool)
+        assert found, tool
+        (tmp_path / tool).symlink_to(found)
+
+
+def user_daemon(tmp_path: Path, uid: int, *, owner: int | None = None, link: bool = False,
+                main: int = 0, cgroup_of_main: str = "") -> str:
+    """A rootless daemon's socket of user ``uid`` (owned by ``owner``, uid by default; a
+    link to a socket elsewhere with ``link``), and the cgroup file of pid ``main`` (the
+    container 3f..3f's under uid's manager by default): its -H words."""
+    home = tmp_path / "run" / "user" / str(uid)
+    home.mkdir(parents=True)
+    sock = home / "docker.sock"
+    target = tmp_path / "elsewhere.sock" if link else sock
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(target))
+    os.chown(target, uid if owner is None else owner, -1)
+    if link:
+        sock.symlink_to(target)
+    if main:
+        (tmp_path / "proc" / str(main)).mkdir(parents=True)
+        (tmp_path / "proc" / str(main) / "cgroup").write_text(cgroup_of_main or (
+            f"0::/user.slice/user-{uid}.slice/user@{uid}.service/user.slice/"
+            f"docker-{'3f' * 32}.scope\n"))
+    tools(tmp_path, "stat")
+    return f"-H unix://{sock}"
 
 
 def test_no_systemctl_signals_the_unit_and_warns_it_may_restart(
@@ -108,8 +146,8 @@ def test_a_rootless_container_is_stopped_through_its_users_daemon(
     fake.write_text(f"#!/bin/sh\necho \"$*\" >>{log}\n"
                     f"case $3 in inspect) echo {os.getpid()} ;; stop) kill {sleeper} ;; esac\n")
     fake.chmod(0o755)
+    host = user_daemon(tmp_path, 2602, main=os.getpid())
     out, warning = act(tmp_path, sleeper, "docker", "3f" * 32, "3f" * 6, rootless="2602")
-    host = "-H unix:///run/user/2602/docker.sock"
     calls = log.read_text().splitlines()
     assert calls[0] == f"{host} inspect -f {INSPECT} {'3f' * 32}", calls
     assert calls[1] == f"{host} stop -t 1 {'3f' * 32}" and warning == "", (calls, warning)
@@ -123,19 +161,48 @@ def test_a_rootless_container_whose_daemon_does_not_answer_is_signalled_and_said
     # No daemon on the user's socket: no stop can work. Its processes are signalled (and
     # watched for a respawn as any signalled container's), and the warning names the
     # daemon and what to run.
+    host = user_daemon(tmp_path, 2602)
+    sock = host.removeprefix("-H ")
     fake = tmp_path / "docker"
-    fake.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon at "
-                    "unix:///run/user/2602/docker.sock. Is the docker daemon running?' >&2\n"
-                    "exit 1\n")
+    fake.write_text(f"#!/bin/sh\necho 'Cannot connect to the Docker daemon at {sock}. Is the "
+                    "docker daemon running?' >&2\nexit 1\n")
     fake.chmod(0o755)
     out, warning = act(tmp_path, sleeper, "docker", "3f" * 32, "3f" * 6, rootless="2602")
     assert f"\tleft-to-signal\t{sleeper}\n" in out
     assert warning == (
-        "docker 3f3f3f3f3f3f (rootless, uid 2602): its daemon at "
-        "unix:///run/user/2602/docker.sock did not answer for it (Cannot connect to the "
-        "Docker daemon at unix:///run/user/2602/docker.sock. Is the docker daemon running?): "
+        f"docker 3f3f3f3f3f3f (rootless, uid 2602): its daemon at {sock} did not answer for "
+        f"it (Cannot connect to the Docker daemon at {sock}. Is the docker daemon running?): "
         "its processes were signalled; its restart policy may start them again; to stop it: "
-        "docker -H unix:///run/user/2602/docker.sock stop 3f3f3f3f3f3f")
+        f"docker {host} stop 3f3f3f3f3f3f")
+
+
+@pytest.mark.parametrize("case", ["link", "root's socket", "main elsewhere"])
+def test_a_users_socket_that_is_not_that_users_daemon_is_never_asked_to_stop(
+    tmp_path: Path, sleeper: int, case: str
+) -> None:
+    # The user makes the cgroup (a scope named after a root container's ID) and whatever
+    # sits at /run/user/UID/docker.sock: a link to root's socket, or a daemon of theirs
+    # naming that container's main process, would have had root's daemon stop root's
+    # container. Such a container's processes are signalled, and it is said.
+    log = tmp_path / "docker.log"
+    fake = tmp_path / "docker"
+    fake.write_text(f"#!/bin/sh\necho \"$*\" >>{log}\n"
+                    f"case $3 in inspect) echo {os.getpid()} host ;; esac\n")
+    fake.chmod(0o755)
+    host = user_daemon(tmp_path, 2602, link=case == "link", main=os.getpid(),
+                       owner=0 if case == "root's socket" else None,
+                       cgroup_of_main=("0::/system.slice/docker-" + "3f" * 32 + ".scope\n"
+                                       if case == "main elsewhere" else ""))
+    out, warning = act(tmp_path, sleeper, "docker", "3f" * 32, "3f" * 6, rootless="2602")
+    assert f"\tleft-to-signal\t{sleeper}\n" in out
+    calls = log.read_text().splitlines() if log.exists() else []
+    assert not [c for c in calls if " stop " in c or " kill " in c], calls
+    sock = host.removeprefix("-H unix://")
+    why = {"link": f"no socket of its own at {sock}",
+           "root's socket": f"{sock} belongs to uid 0, not 2602",
+           "main elsewhere": f"it named pid {os.getpid()} as its main process, which is not "
+                             "in the container's cgroup"}[case]
+    assert f"did not answer for it ({why}): its processes were signalled" in warning
 
 
 def test_a_docker_stop_that_ends_after_its_container_is_still_a_stop(
@@ -151,17 +218,19 @@ def test_a_docker_stop_that_ends_after_its_container_is_still_a_stop(
     assert "stopped docker 3f3f3f3f3f3f" in out
 
 
+@pytest.mark.parametrize("mode", ["host", "container:" + "5e" * 32])
 def test_a_container_in_the_hosts_pid_namespace_is_stopped_whatever_its_main_process(
-    tmp_path: Path, sleeper: int
+    tmp_path: Path, sleeper: int, mode: str
 ) -> None:
     # --pid=host: no init of its own adopts what the main process double-forked, the shim
     # (a subreaper) does, so such a child looks like an exec'd job; the main process may
-    # run it again. The container is stopped, as before docker exec was told apart.
+    # run it again. The container is stopped, as before docker exec was told apart. So with
+    # --pid=container:ID, whose orphans another container's init adopts.
     with subprocess.Popen(["sleep", "60"]) as other:
         log = tmp_path / "docker.log"
         fake = tmp_path / "docker"
         fake.write_text(f"#!/bin/sh\necho \"$*\" >>{log}\n"
-                        f"case $1$3 in inspect*PidMode*) echo {other.pid} host ;; "
+                        f"case $1$3 in inspect*PidMode*) echo {other.pid} {mode} ;; "
                         f"inspect*) echo {other.pid} ;; stop*) kill {sleeper} ;; esac\n")
         fake.chmod(0o755)
         try:
@@ -182,10 +251,7 @@ def test_a_docker_daemon_that_does_not_answer_leaves_the_container_signalled_and
     fake = tmp_path / "docker"
     fake.write_text(f"#!/bin/sh\necho \"$*\" >>{log}\nexec sleep 60\n")
     fake.chmod(0o755)
-    for tool in ("timeout", "sleep"):
-        (tmp_path / tool).symlink_to(subprocess.run(
-            ["sh", "-c", f"command -v {tool}"], capture_output=True, text=True,
-            check=True).stdout.strip())
+    tools(tmp_path, "timeout", "sleep")
     out, warning = act(tmp_path, sleeper, "docker", "3f" * 32, "3f" * 6)
     assert f"\tleft-to-signal\t{sleeper}\n" in out and len(log.read_text().splitlines()) == 1
     assert warning == (

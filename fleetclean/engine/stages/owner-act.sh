@@ -157,7 +157,11 @@ fc_docker_exec_only() {
     shift
     FC_DOCKER_DOWN=""
     fc_owner_docker "$id"
-    if [[ -n ${FC_DOCKER_HUNG[${FC_DOCKER[*]}]:-} ]]; then
+    if [[ -n ${FC_DOCKER_UID[$id]:-} ]] && ! fc_docker_socket_ours "${FC_DOCKER_UID[$id]}"
+    then
+        FC_DOCKER_DOWN=$REPLY
+        return 1
+    elif [[ -n ${FC_DOCKER_HUNG[${FC_DOCKER[*]}]:-} ]]; then
         # One daemon that hangs costs one wait, not one for each of its containers.
         main="" rc=124
     elif command -v timeout >/dev/null 2>&1; then
@@ -168,8 +172,9 @@ fc_docker_exec_only() {
         main=$("${FC_DOCKER[@]}" inspect -f '{{.State.Pid}} {{.HostConfig.PidMode}}' "$id" \
             2>&1) || rc=$?
     fi
-    if ((rc == 124)); then
-        # No stop would answer either: signalled, watched, and said.
+    if ((rc == 124 || rc == 137)); then
+        # No stop would answer either: signalled, watched, and said. (137: the CLI let
+        # timeout's TERM pass and took its KILL.)
         FC_DOCKER_HUNG[${FC_DOCKER[*]}]=1
         FC_DOCKER_DOWN="no answer in 10 s"
     elif ((rc)) && [[ -n ${FC_DOCKER_UID[$id]:-} ]]; then
@@ -178,7 +183,18 @@ fc_docker_exec_only() {
     fi
     main=${main##*$'\n'}
     read -r main mode <<<"$main"
-    ((rc == 0)) && [[ $main =~ ^[1-9][0-9]*$ && $mode != host ]] || return 1
+    ((rc == 0)) && [[ $main =~ ^[1-9][0-9]*$ ]] || return 1
+    # A user's socket answers for what that user says: its main process must be in the
+    # container's own cgroup under that user's manager (a process the user put in a
+    # scope named after a root container's ID, and a daemon of theirs naming the
+    # container's main process, would otherwise have root act on root's container).
+    if [[ -n ${FC_DOCKER_UID[$id]:-} ]] && ! fc_docker_main_ours "$id" "$main"; then
+        FC_DOCKER_DOWN=$REPLY
+        return 1
+    fi
+    # Only a PID namespace of its own has an init that adopts what it double-forks:
+    # "host", or "container:ID" (another's namespace, whose init adopts them), do not.
+    [[ -z $mode || $mode == private ]] || return 1
     for p in "$@"; do
         q=$p n=0
         while [[ -n $q && $q != 0 && $q != 1 ]] && ((n++ < 64)); do
@@ -192,6 +208,32 @@ fc_docker_exec_only() {
         FC_OWNER_EXEC[$p]="$main ${FC_PPID[$main]:-0}"
     done
     FC_OWNER_SAID+="not stopped: docker ${id:0:12} (pid $* started by docker exec, not by its main process $main); "
+}
+
+# True when /run/user/UID/docker.sock, where a rootless daemon of user UID listens, is a
+# socket of that user's, not a link (to root's socket, say): the user owns the directory,
+# and root would follow a link put there. Else REPLY says why. (FC_RUN_USER: the tests'
+# stand-in for /run/user.)
+fc_docker_socket_ours() {
+    local sock=${FC_RUN_USER:-/run/user}/$1/docker.sock owner
+    if [[ -L $sock || ! -S $sock ]]; then
+        REPLY="no socket of its own at $sock"
+        return 1
+    fi
+    owner=$(stat -c %u -- "$sock" 2>/dev/null)
+    [[ $owner == "$1" ]] && return 0
+    REPLY="$sock belongs to uid ${owner:-?}, not $1"
+    return 1
+}
+
+# True when pid $2, which a rootless daemon named as container $1's main process, lives in
+# that container's cgroup under its user's manager. Else REPLY says why.
+fc_docker_main_ours() {
+    local text=""
+    { read -r -d '' text <"${FC_PROC:-/proc}/$2/cgroup"; } 2>/dev/null
+    [[ $text == *"/user@${FC_DOCKER_UID[$1]}.service/"*"docker-$1.scope"* ]] && return 0
+    REPLY="it named pid $2 as its main process, which is not in the container's cgroup"
+    return 1
 }
 
 # True (FC_OWNER_PROT names the pid) when a protected process, or the teardown itself,
@@ -227,7 +269,7 @@ fc_owner_systemctl() {
 fc_owner_docker() {
     FC_DOCKER=(docker)
     if [[ -n ${FC_DOCKER_UID[$1]:-} ]]; then
-        FC_DOCKER+=(-H "unix:///run/user/${FC_DOCKER_UID[$1]}/docker.sock")
+        FC_DOCKER+=(-H "unix://${FC_RUN_USER:-/run/user}/${FC_DOCKER_UID[$1]}/docker.sock")
     fi
 }
 
