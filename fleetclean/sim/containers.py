@@ -234,13 +234,7 @@ class _Shim:
                 self.accept(self.listener)
 
     def reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, status in daemonkit.reaped():
             code = _shim_code(status)
             if pid == self.init:
                 # The kernel killed the rest of the container before the init could go.

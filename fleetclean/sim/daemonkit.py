@@ -31,7 +31,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 Request = dict[str, Any]
@@ -167,13 +167,7 @@ class Loop:
         self._reap()
 
     def _reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, status in reaped():
             callback = self.children.pop(pid, None)
             if callback is not None:
                 callback(status)
@@ -253,6 +247,18 @@ def _replier(conn: socket.socket) -> Reply:
         conn.close()
 
     return reply
+
+
+def reaped() -> Iterator[tuple[int, int]]:
+    """(pid, wait status) of each child that has ended, without blocking."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, status
 
 
 def exit_code(status: int) -> tuple[int, int]:

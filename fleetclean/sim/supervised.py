@@ -177,15 +177,22 @@ def _default_driver(opts: dict[str, Any]) -> str:
     return "systemd" if nodecg.Tree.load().mode == "v2" else "cgroupfs"
 
 
-def ensure_daemon(unit: str, script: str, socket_path: str, driver: str) -> None:
-    """The runtime's unit started (once) with the cgroup driver asked for; a runtime
-    already running with another driver is an error, as one dockerd has one driver."""
+def _running_driver(socket_path: str) -> str | None:
+    """The cgroup driver of the runtime answering on ``socket_path`` (None: none answers),
+    the node's service manager and its systemctl made ready for a start."""
     svcmgr.ensure()
     install_cli("systemctl", "systemctl.py")
     try:
-        running = daemonkit.call(socket_path, {"op": "info"}).get("CgroupDriver")
+        driver = daemonkit.call(socket_path, {"op": "info"}).get("CgroupDriver")
     except daemonkit.Unavailable:
-        running = None
+        return None
+    return None if driver is None else str(driver)
+
+
+def ensure_daemon(unit: str, script: str, socket_path: str, driver: str) -> None:
+    """The runtime's unit started (once) with the cgroup driver asked for; a runtime
+    already running with another driver is an error, as one dockerd has one driver."""
+    running = _running_driver(socket_path)
     if running is None:
         argv = [sys.executable, "-S", "-E", os.path.join(HERE, script),
                 f"--cgroup-driver={driver}", f"--title-room={TITLE_ROOM}"]
@@ -229,13 +236,7 @@ def ensure_rootless_daemon(user: str, driver: Any) -> str:
         raise SupervisorError(f"rootless docker here has the {usable} cgroup driver, "
                               f"not {driver}")
     uid, sock = entry.pw_uid, dockerd.rootless_socket(entry.pw_uid)
-    svcmgr.ensure()
-    install_cli("systemctl", "systemctl.py")
-    try:
-        running = daemonkit.call(sock, {"op": "info"}).get("CgroupDriver")
-    except daemonkit.Unavailable:
-        running = None
-    if running is None:
+    if _running_driver(sock) is None:
         argv = [sys.executable, "-S", "-E", os.path.join(SHARED_CODE, "dockerd.py"),
                 "--rootless", f"--cgroup-driver={usable}", f"--title-room={TITLE_ROOM}"]
         write_unit("docker.service", uid, argv, {}, {"Restart": "always", "RestartSec": "2",
