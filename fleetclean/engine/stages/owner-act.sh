@@ -13,9 +13,10 @@
 #           through the daemon that runs it: a rootless one's (its cgroup under
 #           user@UID.service) is its user's, `docker -H unix:///run/user/UID/docker.sock`.
 #           Whatever of it is left after the stage's grace gets SIGKILL; a stop that failed
-#           leaves the container watched for a respawn. Without systemctl or docker, or a
-#           rootless daemon that does not answer: signals, and a warning that the owner may
-#           start it again (and what to run).
+#           leaves the container watched for a respawn. Without systemctl or docker, a
+#           daemon that does not answer (in 10 s; a rootless one's socket that is not its
+#           user's, or whose answer is not of that container): signals, and a warning that
+#           the owner may start it again (and what to run).
 #   refuse  never signalled: a "refused" record naming the owner and what to do; the
 #           verification does not wait for GPUs only such processes hold; the host is
 #           dirty.
