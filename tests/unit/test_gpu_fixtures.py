@@ -98,3 +98,23 @@ def test_teardown_on_the_two_gpu_machine_freed_only_gpu0_it_held() -> None:
     assert summary["after_mib"] == [0, 0] and summary["ok"] is True
     teardown = json.loads((X2 / "teardown.json").read_text())
     assert teardown["summary"]["clean"] == 1
+
+
+NONROOT = Path(__file__).parent.parent / "data" / "nvidia-smi" / "h100-nonroot"
+
+
+def _captured(name: str) -> str:
+    return (NONROOT / name).read_text().rsplit("__rc=", 1)[0]
+
+
+def test_an_unprivileged_users_nvidia_smi_lists_every_users_processes_as_roots_does() -> None:
+    # Read off a real H100 as root and as `nobody`: nvidia-smi asks the driver, which
+    # knows every context; only /proc (fuser) is narrowed to the user's own processes.
+    fields = [*APP_FIELDS, "gpu_bus_id"]
+    as_root = parse_compute_apps(_captured("apps_root.txt"), fields, nounits=False)
+    as_user = parse_compute_apps(_captured("apps_nobody.txt"), fields, nounits=False)
+    assert [(a.pid, a.name, a.used_memory_mib) for a in as_user] == [
+        (870, "python3", 2658), (869, "python3", 4706),
+        (920, "/opt/torch/.venv/bin/python3", 1634)]
+    assert as_user == as_root
+    assert "869" in _captured("fuser_root.txt") and "869" not in _captured("fuser_nobody.txt")
