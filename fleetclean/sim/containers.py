@@ -37,6 +37,7 @@ import json
 import os
 import secrets
 import select
+import selectors
 import shutil
 import signal
 import socket
@@ -156,20 +157,24 @@ def _shim(argv: list[str], env: dict[str, str], cgroup: str, *, title: str,
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     if libc.unshare(CLONE_NEWPID) != 0:
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID)")
+    shim = _Shim(cgroup, tree, exec_socket)
     # Listening before the start is reported: an exec right after `docker run` finds it.
-    listener = _listen(exec_socket) if exec_socket else None
-    init = os.fork()
-    if init == 0:
+    if exec_socket:
+        shim.listen()
+
+    def init() -> None:
+        os.close(report)
+        null = os.open("/dev/null", os.O_RDWR)
         try:
-            os.close(report)
-            null = os.open("/dev/null", os.O_RDWR)
             _become(argv, env, cgroup, tree, stdio=(null, null, null), cwd="/")
-        finally:
-            os._exit(127)
+        except OSError:
+            os._exit(127)  # as docker: a command that cannot start exits 127
+
     # The shim is in the node's PID namespace: fork gave the init's PID there.
-    os.write(report, f"{init}\n".encode())
+    pid = shim.loop.spawn(init, shim.init_ended)
+    os.write(report, f"{pid}\n".encode())
     os.close(report)
-    _Shim(init, cgroup, tree, listener, exec_socket).run()
+    shim.loop.run()
 
 
 def _become(argv: list[str], env: dict[str, str], cgroup: str, tree: nodecg.Tree, *,
@@ -186,66 +191,48 @@ def _become(argv: list[str], env: dict[str, str], cgroup: str, tree: nodecg.Tree
     os.execve(path or argv[0], argv, env)
 
 
-def _listen(path: str) -> socket.socket:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # a shim killed before it could remove it
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(path)
-    sock.listen(16)
-    return sock
-
-
 class _Shim:
-    """The shim's loop: reap its children (the init, exec'd processes), answer exec
-    requests; exit with the init's exit code when the init is gone."""
+    """The shim's loop (daemonkit's): reap its children (the init, exec'd processes),
+    answer exec requests; exit with the init's exit code when the init is gone."""
 
-    def __init__(self, init: int, cgroup: str, tree: nodecg.Tree,
-                 listener: socket.socket | None, path: str) -> None:
-        self.init, self.cgroup, self.tree = init, cgroup, tree
-        self.listener, self.path = listener, path
+    def __init__(self, cgroup: str, tree: nodecg.Tree, path: str) -> None:
+        self.cgroup, self.tree, self.path = cgroup, tree, path
+        self.loop = daemonkit.Loop()
         self.waiting: dict[int, socket.socket] = {}  # exec'd pid -> the client waiting for it
-        self.wake_r, wake_w = os.pipe()
-        for fd in (self.wake_r, wake_w):
-            os.set_blocking(fd, False)
-        signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
 
-    def run(self) -> NoReturn:
-        while True:
-            # Reaped before each wait: a child that died before the handler was there.
-            self.reap()
-            watched: list[Any] = [self.wake_r, *self.waiting.values()]
-            if self.listener is not None:
-                watched.append(self.listener)
-            ready, _, _ = select.select(watched, [], [])
-            if self.wake_r in ready:
-                with contextlib.suppress(BlockingIOError):
-                    while os.read(self.wake_r, 512):
-                        pass
-            for pid, conn in list(self.waiting.items()):
-                if conn in ready and not _recv_some(conn):
-                    # The client left (a killed `docker exec`): dockerd TERMs its process.
-                    del self.waiting[pid]
-                    conn.close()
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGTERM)
-            if self.listener is not None and self.listener in ready:
-                self.accept(self.listener)
+    def listen(self) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)  # a shim killed before it could remove it
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.path)
+        listener.listen(16)
+        self.loop.listeners.append(listener)  # closed in every child the loop forks
+        self.loop.sel.register(listener, selectors.EVENT_READ, lambda _: self.accept(listener))
 
-    def reap(self) -> None:
-        for pid, status in daemonkit.reaped():
-            code = _shim_code(status)
-            if pid == self.init:
-                # The kernel killed the rest of the container before the init could go.
-                if self.path:
-                    with contextlib.suppress(OSError):
-                        os.unlink(self.path)
-                os._exit(code)
-            conn = self.waiting.pop(pid, None)
-            if conn is not None:
-                _send(conn, {"exit": code})
-                conn.close()
+    def init_ended(self, status: int) -> NoReturn:
+        # The kernel killed the rest of the container before the init could go.
+        if self.path:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+        os._exit(_shim_code(status))
+
+    def exec_ended(self, pid: int, status: int) -> None:
+        conn = self.waiting.pop(pid, None)
+        if conn is not None:
+            self.loop.sel.unregister(conn)
+            _send(conn, {"exit": _shim_code(status)})
+            conn.close()
+
+    def client_left(self, pid: int, conn: socket.socket) -> None:
+        if _recv_some(conn) or self.waiting.get(pid) is not conn:
+            return
+        # The client left (a killed `docker exec`): dockerd TERMs its process.
+        del self.waiting[pid]
+        self.loop.sel.unregister(conn)
+        conn.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
 
     def accept(self, listener: socket.socket) -> None:
         conn, _ = listener.accept()
@@ -269,7 +256,10 @@ class _Shim:
                 os.close(fd)
         _send(conn, answer)
         if "pid" in answer and not req.get("detach"):
-            self.waiting[answer["pid"]] = conn
+            pid = answer["pid"]
+            self.waiting[pid] = conn
+            self.loop.sel.register(conn, selectors.EVENT_READ,
+                                   lambda _: self.client_left(pid, conn))
         else:
             conn.close()
 
@@ -284,24 +274,24 @@ class _Shim:
             return _exec_failed(f'exec: "{argv[0]}": executable file not found in $PATH', 127)
         # Closed by a good execve (close-on-exec); else the child writes its errno there.
         err_r, err_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
+
+        def child() -> None:
+            os.close(err_r)
             try:
-                os.close(err_r)
                 # argv[0] as given, the program found in the PATH (runc's LookPath).
                 _become(argv, env, self.cgroup, self.tree, path=path,
                         stdio=(stdio[0], stdio[1], stdio[2]), cwd=str(req.get("cwd") or "/"))
             except OSError as exc:
                 os.write(err_w, str(exc.errno or errno.EIO).encode())
-            finally:
-                os._exit(127)
+
+        # Reaped by the loop; one that never ran ends with the code docker gives it.
+        pid = self.loop.spawn(child, lambda status: self.exec_ended(pid, status))
         os.close(err_w)
         with os.fdopen(err_r, "rb") as f:
             failed = f.read()
         if not failed:
             return {"pid": pid}
         number = int(failed)
-        # Reaped by the loop; its exit code is the one docker gives a process that never ran.
         words = os.strerror(number).lower()
         if number == errno.ENOENT:
             return _exec_failed(f'exec: "{argv[0]}": stat {path}: {words}', 127)
