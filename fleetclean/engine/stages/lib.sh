@@ -519,7 +519,7 @@ fc_exit_waits() {
 
 # True while a process taken for stuck (FC_STUCK: its start time) still is: alive (it
 # survived SIGKILL in state D: fc_survivors) or in an exit that waits in the kernel
-# (fc_exit_waits: the verification's fc_verify_exit_stuck).
+# (fc_exit_waits: the verification's fc_verify_all_exiting and fc_verify_mark_stuck).
 fc_still_stuck() {
     [[ -n ${FC_STUCK[$1]:-} ]] || return 1
     fc_alive "$1" "${FC_STUCK[$1]}" || fc_exit_waits "$1" "${FC_STUCK[$1]}"
