@@ -39,6 +39,11 @@ from fleetclean.cli import Env, main
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# No test reads this machine's /etc/ssh (a developer's or CI's site settings, host keys):
+# the tests of ssh's system-wide files point fleetclean at a directory of their own. Set
+# here, before any fixture, so that every CLI a test starts (a subprocess too) inherits it.
+os.environ["FLEETCLEAN_SSH_SYSTEM_DIR"] = ""
+
 SIM_SKIP_REASON: str | None = None
 try:
     from fleetclean.errors import SimError

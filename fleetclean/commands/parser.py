@@ -76,8 +76,8 @@ def hosts_opts(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("-l", "--limit", metavar="PATTERN",
                     help="select hosts: names, groups, globs, 'a:b', '&grp', '!grp', @file")
     sp.add_argument("-F", "--ssh-config", metavar="FILE",
-                    help="ssh_config to honour (default ~/.ssh/config, or "
-                    "$FLEETCLEAN_SSH_CONFIG)")
+                    help="ssh_config to honour, alone (default ~/.ssh/config then "
+                    "/etc/ssh/ssh_config, as ssh reads them; or $FLEETCLEAN_SSH_CONFIG)")
 
 
 def scope_opts(sp: argparse.ArgumentParser, *, signals: bool = True) -> None:

@@ -196,12 +196,16 @@ class SshSettings:
 
 
 def default_config_path() -> str | None:
-    """``$FLEETCLEAN_SSH_CONFIG`` (empty: none), else ``~/.ssh/config`` if it exists."""
+    """``$FLEETCLEAN_SSH_CONFIG`` (empty: none), else ``~/.ssh/config`` if it exists (read
+    with ssh's system-wide file after it), else that system-wide file if there is one
+    (``transport.system``)."""
+    from fleetclean.transport import system
+
     env = os.environ.get(ENV_CONFIG)
     if env is not None:
         return env or None
     path = os.path.expanduser("~/.ssh/config")
-    return path if os.path.isfile(path) else None
+    return path if os.path.isfile(path) else system.config_file()
 
 
 def load_config(path: str, *, given_by: str = "ssh config") -> paramiko.SSHConfig:
@@ -209,7 +213,7 @@ def load_config(path: str, *, given_by: str = "ssh config") -> paramiko.SSHConfi
     # The transport owns paramiko and its ssh_config reader (Include expanded), which its
     # connections follow, so hosts are resolved as they will be reached. Imported here, not
     # at the top: reading an inventory without an ssh config never loads paramiko.
-    from fleetclean.transport.hops import ConfigParseError
+    from fleetclean.transport.hops import ConfigParseError, SystemConfigError
     from fleetclean.transport.hops import load_config as load_with_includes
 
     if not os.path.exists(path):
@@ -222,6 +226,12 @@ def load_config(path: str, *, given_by: str = "ssh config") -> paramiko.SSHConfi
         )
     try:
         return load_with_includes(path)
+    except SystemConfigError as err:
+        raise InventoryError(
+            f"cannot read ssh's system-wide config file: {err}", path=err.path,
+            hint="fix it (ssh reads it too), or run with FLEETCLEAN_SSH_SYSTEM_DIR= (empty) "
+            "to leave ssh's system-wide files unread",
+        ) from None
     except (OSError, UnicodeDecodeError) as err:
         raise InventoryError(
             f"cannot read {given_by} file: {err}", path=path, hint="check its permissions"
@@ -287,9 +297,10 @@ def merge(
     command = found.get("proxycommand")
     if proxy_jump is None and "proxycommand" not in merged and isinstance(command, str):
         merged["proxycommand"] = command
-    known_hosts = found.get("userknownhostsfile")
-    if "userknownhostsfile" not in merged and isinstance(known_hosts, str):
-        merged["userknownhostsfile"] = os.path.expanduser(known_hosts)
+    for option in ("userknownhostsfile", "globalknownhostsfile"):
+        known_hosts = found.get(option)
+        if option not in merged and isinstance(known_hosts, str):
+            merged[option] = " ".join(os.path.expanduser(f) for f in known_hosts.split())
     for option in ("identitiesonly", "identityagent"):  # whether the agent's keys are offered
         if option not in merged and isinstance(found.get(option), str):
             merged[option] = str(found[option])

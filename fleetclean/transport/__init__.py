@@ -8,7 +8,8 @@ per job:
 - ``sshlib``: the one import of fabric and paramiko (without what invoke loads for its test
   double);
 - ``hostkeys``: the known_hosts policy on every connection and hop;
-- ``hops``: jump hosts and ProxyCommand resolved through ssh_config;
+- ``hops``: jump hosts and ProxyCommand resolved through ssh_config (``includes``: its
+  Include; ``system``: ssh's system-wide ssh_config and known_hosts, after the user's);
 - ``pool``: one connection per hop chain, and fabric's gateway weak spots worked around;
 - ``connect``: one ``fabric.Connection``, phase by phase; ``classify``: its failures;
 - ``boot``: the command that starts the script over SSH, safe from a login shell's

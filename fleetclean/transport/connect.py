@@ -137,7 +137,9 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
     strict = target.options.get("stricthostkeychecking", "").lower()
     accept_new = ctx.accept_new or strict in ("accept-new", "no", "off")
     # fabric's Connection trusts unknown host keys (AutoAddPolicy): replaced, on every hop.
-    apply(conn.client, ctx.known.get(target.options.get("userknownhostsfile")), accept_new)
+    known = ctx.known.get(target.options.get("userknownhostsfile"),
+                          target.options.get("globalknownhostsfile"))
+    apply(conn.client, known, accept_new)
     return conn
 
 

@@ -22,6 +22,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from fleetclean.transport import system
 from fleetclean.transport.base import Failed, TransportFailure
 from fleetclean.transport.includes import expand_file
 from fleetclean.transport.sshlib import paramiko
@@ -83,8 +84,38 @@ def parse_config(text: str) -> paramiko.SSHConfig:
 
 
 def load_config(path: str) -> paramiko.SSHConfig:
-    """One ssh config file with its Includes; the inventory already checked it exists."""
-    return parse_config(expand_file(path))
+    """One ssh config file with its Includes; the inventory already checked it exists. The
+    user's own (~/.ssh/config) is read with ssh's system-wide one after it, as ssh reads
+    them unless given -F (see ``system``); the system-wide one alone, where it is the only
+    one, with its Includes under its own directory. A system-wide file that cannot be read
+    raises ``SystemConfigError``, which names it."""
+    own = os.path.realpath(path)
+    wide = system.config_file()
+    if wide is not None and own == os.path.realpath(wide):
+        return parse_config(_system_text(wide))
+    text = expand_file(path)
+    if wide is not None and own == os.path.realpath(os.path.expanduser("~/.ssh/config")):
+        # The user's file may end inside a Host or Match block: the system file's lines
+        # before its own first block apply to every host, as they do in ssh.
+        text += "\nHost *\n" + _system_text(wide)
+    return parse_config(text)
+
+
+class SystemConfigError(ConfigParseError):
+    """ssh's system-wide config could not be read or parsed; ``path`` names it."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(reason)
+        self.path = path
+
+
+def _system_text(path: str) -> str:
+    try:
+        text = expand_file(path, base=os.path.dirname(path))
+        parse_config(text)  # fails here, where the file can be named
+    except (OSError, UnicodeDecodeError, ConfigParseError) as err:
+        raise SystemConfigError(path, str(err)) from None
+    return text
 
 
 class Configs:
@@ -135,10 +166,11 @@ def _hop(spec: str, config: paramiko.SSHConfig | None, lender: Target) -> tuple[
         # How ssh reaches this hop when it is the first (ssh -W runs with its config): the
         # pool uses it there only; a later hop is reached through the one before it.
         options["proxycommand"] = command
-    known = found.get("userknownhostsfile")
-    options["userknownhostsfile"] = (
-        os.path.expanduser(str(known)) if known else lender.options.get("userknownhostsfile", "")
-    )
+    for option in ("userknownhostsfile", "globalknownhostsfile"):
+        known = found.get(option)
+        options[option] = (
+            os.path.expanduser(str(known)) if known else lender.options.get(option, "")
+        )
     hop = Target(
         name=alias,
         address=str(found.get("hostname") or alias),

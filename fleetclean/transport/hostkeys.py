@@ -21,6 +21,7 @@ import hashlib
 import threading
 from pathlib import Path
 
+from fleetclean.transport import system
 from fleetclean.transport.sshlib import paramiko
 from fleetclean.transport.upstream import IndexedHostKeys
 
@@ -133,15 +134,22 @@ class KnownHostsCache:
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, ...], KnownHosts] = {}
 
-    def get(self, own: str | None) -> KnownHosts:
+    def get(self, own: str | None, wide: str | None = None) -> KnownHosts:
         """The files of ``UserKnownHostsFile`` (``own``; else ~/.ssh/known_hosts, as
-        OpenSSH), then the run's extra files. An extra file adds to the user's, never
-        replaces it: a key that changed there then read as a new host's, which
-        --accept-new-host-keys accepted. A new key goes to ``own``'s first file, else to
-        the first extra one (where the user asked for the fleet's keys), else to
-        ~/.ssh/known_hosts."""
-        files = [*(own.split() if own else [DEFAULT_FILE]), *self._extra]
-        write = own.split()[0] if own else (self._extra[0] if self._extra else DEFAULT_FILE)
+        OpenSSH), then the run's extra files, over those of ``GlobalKnownHostsFile``
+        (``wide``; else ssh's system-wide ones, ``system.known_hosts_files``), which are
+        only read. An extra file adds to the user's, never replaces it: a key that changed
+        there then read as a new host's, which --accept-new-host-keys accepted. A new key
+        goes to ``own``'s first file, else to the first extra one (where the user asked for
+        the fleet's keys), else to ~/.ssh/known_hosts."""
+        # The system-wide files are read first so that where a user's file names the same
+        # host and key type, the user's key is the one checked: a site file lags behind a
+        # node reinstalled, and the user's own entry is the newer word.
+        shared = [f for f in (wide.split() if wide else system.known_hosts_files())
+                  if f.lower() != "none"]
+        mine = [f for f in (own.split() if own else [DEFAULT_FILE]) if f.lower() != "none"]
+        files = [*shared, *mine, *self._extra]
+        write = mine[0] if own and mine else (self._extra[0] if self._extra else DEFAULT_FILE)
         key = (*files, "->", write)
         with self._lock:
             known = self._cache.get(key)

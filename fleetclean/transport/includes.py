@@ -42,12 +42,13 @@ MAX_DEPTH = 16  # OpenSSH's READCONF_MAX_DEPTH: deeper is an error there too
 _LINE = paramiko.SSHConfig.SETTINGS_REGEX  # a line split as paramiko splits it
 
 
-def included_files(word: str) -> list[str]:
-    """The files one ``Include`` word names: ``~`` expanded, relative names under ~/.ssh (a
-    user configuration's rule), glob patterns sorted, directories and misses skipped."""
+def included_files(word: str, base: str = "~/.ssh") -> list[str]:
+    """The files one ``Include`` word names: ``~`` expanded, relative names under ``base``
+    (~/.ssh for a user's configuration, the system directory for ssh's system-wide one),
+    glob patterns sorted, directories and misses skipped."""
     path = os.path.expanduser(word)
     if not os.path.isabs(path):
-        path = os.path.join(os.path.expanduser("~/.ssh"), path)
+        path = os.path.join(os.path.expanduser(base), path)
     return [p for p in sorted(glob.glob(path)) if not os.path.isdir(p)]
 
 
@@ -56,10 +57,11 @@ def _read(path: str) -> str:
         return fh.read()
 
 
-def expand_file(path: str) -> str:
-    """``path``'s text with every Include expanded; raises ``ConfigParseError`` on an
-    Include nested deeper than OpenSSH allows (a file that includes itself)."""
-    return expand_text(_read(path), read=_read, found=included_files)
+def expand_file(path: str, base: str = "~/.ssh") -> str:
+    """``path``'s text with every Include expanded, relative ones under ``base``; raises
+    ``ConfigParseError`` on an Include nested deeper than OpenSSH allows (a file that
+    includes itself)."""
+    return expand_text(_read(path), read=_read, found=lambda word: included_files(word, base))
 
 
 def expand_text(
