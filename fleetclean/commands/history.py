@@ -51,8 +51,7 @@ def _show_one(args: argparse.Namespace, env: Env) -> int:
         raise UsageError(f"no run record matches {args.record!r}: {exc}",
                          hint="'fleetclean history' lists them") from None
     if args.json:
-        json.dump(record, env.stdout, indent=2)
-        env.stdout.write("\n")
+        env.stdout.write(json.dumps(record, indent=2) + "\n")  # one write (see output)
         return int(ExitStatus.OK)
     console = env.console()
     console.print(f"{record['id']}  {record['user']}@{record['controller']}  "

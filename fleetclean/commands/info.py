@@ -53,8 +53,8 @@ def cmd_inventory(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
 
     hosts = select_hosts(args, env)
     if args.json:
-        json.dump(inventory_json(hosts), env.stdout, indent=2)
-        env.stdout.write("\n")
+        # One write (see output._emit_to)
+        env.stdout.write(json.dumps(inventory_json(hosts), indent=2) + "\n")
     else:
         env.console().print(render_inventory_table(hosts))
     return int(ExitStatus.OK)

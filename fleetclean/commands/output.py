@@ -107,8 +107,10 @@ def _emit_to(result: RunResult, args: argparse.Namespace, env: Env) -> None:
 
         from fleetclean.results import jsonio
 
-        json.dump(jsonio.to_json(result), env.stdout, indent=2)
-        env.stdout.write("\n")
+        # One write: json.dump writes each token on its own, which is a system call
+        # apiece where Python's output is unbuffered (PYTHONUNBUFFERED=1, common in ML
+        # images): 84,000 of them for 256 hosts.
+        env.stdout.write(json.dumps(jsonio.to_json(result), indent=2) + "\n")
     elif args.csv:
         from fleetclean.results import csvout
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 from typing import IO
 
 from fleetclean.models import RunResult
@@ -11,8 +12,11 @@ CSV_FIELDS = ("host", "status", "index", "uuid", "name", "memory_used_mib", "mem
 
 
 def write_csv(result: RunResult, out: IO[str]) -> None:
-    """One row per host and GPU; a host without GPU rows (failed) gets one row of its own."""
-    writer = csv.writer(out, lineterminator="\n")
+    """One row per host and GPU; a host without GPU rows (failed) gets one row of its own.
+    Written at once: a write a row is a system call a row where Python's output is
+    unbuffered (PYTHONUNBUFFERED=1)."""
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
     writer.writerow(CSV_FIELDS)
     for h in result.hosts:
         if not h.gpus:
@@ -22,6 +26,7 @@ def write_csv(result: RunResult, out: IO[str]) -> None:
                 [h.host, h.status.value, g.index, g.uuid, g.name, _num(g.memory_used_mib),
                  _num(g.memory_total_mib)]
             )
+    out.write(text.getvalue())
 
 
 def _num(v: int | None) -> str:
