@@ -120,7 +120,7 @@ def _effective(
     # Command-line options (-b, --become-user) lose to every variable, as in Ansible.
     merged: dict[str, Value] = dict(defaults)
     for group in order:
-        merged.update(canonical(builder.groups[group].vars))
+        merged.update(builder.groups[group].vars)
     # group_vars/ files win over every group's inventory vars, all's first, then the
     # others in the same order; each kind over the -i files in turn (a later one wins),
     # as Ansible runs its vars plugins per inventory source.
@@ -133,7 +133,8 @@ def _effective(
     merged.update(builder.hosts[host])
     for source in dirs:
         merged.update(source.hosts.get(host, {}))
-    return merged
+    # Each alias merged on its own, then the one Ansible takes (builder.ALIAS_WINS).
+    return canonical(merged)
 
 
 # --- step 3: connection variables -> Host ------------------------------------------------

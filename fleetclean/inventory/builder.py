@@ -33,6 +33,21 @@ ALIASES = {
     "ansible_private_key_file": "ansible_ssh_private_key_file",
     "ansible_become_pass": "ansible_become_password",
 }
+# Which of the two names Ansible takes where both are set, at any level: its plugins list
+# each setting's variables in order and the last one set wins (the config manager's
+# _loop_entries). ssh's host, port and user list the ansible_ssh_* name last, the key
+# file ansible_ssh_private_key_file, sudo's password ansible_become_pass (after
+# ansible_become_password). So group_vars/all's `ansible_ssh_user: deploy` beats a host's
+# own `ansible_user: root` in Ansible, and here: "A connection-specific version of a
+# variable takes precedence over more generic versions" (Ansible's user guide, Using
+# variables; https://github.com/ansible/ansible/pull/69124 keeps that example).
+ALIAS_WINS = {
+    "ansible_ssh_host": True,
+    "ansible_ssh_port": True,
+    "ansible_ssh_user": True,
+    "ansible_private_key_file": False,
+    "ansible_become_pass": True,
+}
 # Two declarations of one host that disagree on where to connect is a mistake worth stopping
 # for; disagreeing playbook variables follow Ansible (the later one wins).
 ADDRESS_VARS = (
@@ -151,15 +166,20 @@ class Builder:
         except ranges.RangeError as err:
             at = None if column is None else column + err.offset
             raise self.error(err.message, line, at, hint=err.hint) from None
-        variables = canonical(variables)
-        if user:
-            variables.setdefault("ansible_user", self.located(user, line, column))
-        if port is not None and "ansible_port" not in variables:
+        # Kept under the names given: the aliases are resolved once a host's levels are
+        # merged (build._effective), as Ansible picks among them.
+        variables = dict(variables)
+        given = canonical(variables)
+        if user and "ansible_user" not in given:
+            variables["ansible_user"] = self.located(user, line, column)
+        if port is not None and "ansible_port" not in given:
             variables["ansible_port"] = self.located(port, line, column)
+        given = canonical(variables)
         for name in names:
             known = self.hosts.setdefault(name, {})
+            before = canonical(known)
             for key in ADDRESS_VARS:
-                old, new = known.get(key), variables.get(key)
+                old, new = before.get(key), given.get(key)
                 # Across sources (-i a.yml -i b.yml) the later one wins, as in Ansible.
                 if old and new and old.path == new.path and old.value != new.value:
                     raise self.error(
@@ -236,9 +256,20 @@ def valid_name(key: str) -> bool:
 
 
 def canonical(variables: dict[str, Value]) -> dict[str, Value]:
-    """Aliases (``ansible_ssh_host`` ...) under their main name; the main name wins a tie."""
-    out = {ALIASES.get(k, k): v for k, v in variables.items() if k in ALIASES}
-    out.update({k: v for k, v in variables.items() if k not in ALIASES})
+    """Aliases (``ansible_ssh_host`` ...) under their main name, where both are set the one
+    Ansible takes (``ALIAS_WINS``). Applied to a host's variables once every level is
+    merged, each name on its own, as Ansible merges them.
+
+    >>> v = canonical({"ansible_user": Value("root"), "ansible_ssh_user": Value("deploy"),
+    ...                "ansible_private_key_file": Value("/a"),
+    ...                "ansible_ssh_private_key_file": Value("/b")})
+    >>> v["ansible_user"].value, v["ansible_ssh_private_key_file"].value, sorted(v)
+    ('deploy', '/b', ['ansible_ssh_private_key_file', 'ansible_user'])
+    """
+    out = {k: v for k, v in variables.items() if k not in ALIASES}
+    for alias, main in ALIASES.items():
+        if alias in variables and (ALIAS_WINS[alias] or main not in out):
+            out[main] = variables[alias]
     return out
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from fleetclean import yamltext
 from fleetclean.engine.checks import boolean
 from fleetclean.errors import InventoryError, VariableError
-from fleetclean.inventory.builder import Builder, Value, canonical
+from fleetclean.inventory.builder import Builder, Value
 from fleetclean.inventory.yaml_file import read_vars
 
 __all__ = ["DirVars", "VarsDirs", "read_vars_dirs"]
@@ -149,7 +149,7 @@ class _Reader:
         for value in variables.values():
             # A relative path in it (ssh -F) is the inventory's, wherever the file sits.
             value.base = self.base
-        return canonical(variables)
+        return variables  # aliases resolved with the inventory's (build._effective)
 
 
 def _truthy(value: object) -> bool:

@@ -112,8 +112,11 @@ all:
     assert (gpu01.connection, gpu01.become, gpu01.become_user) == ("ssh", True, "gpuadmin")
     # every ansible_* variable is Ansible's own: never a playbook variable
     assert gpu01.vars == {}
-    # The main name beats its alias within one scope; host beats group for the user.
-    assert (gpu02.address, gpu02.user, gpu02.become) == ("10.0.0.2", "root", False)
+    # As Ansible's documentation has it, the connection-specific name beats the generic
+    # one wherever each is set: all:vars' ansible_ssh_user beats gpu02's own ansible_user
+    # (fleetclean took root, which Ansible does not reach), ansible_ssh_host its
+    # ansible_host.
+    assert (gpu02.address, gpu02.user, gpu02.become) == ("10.9.9.9", "admin", False)
     assert (laptop.connection, laptop.address, laptop.port) == ("local", "laptop", 22)
 
 

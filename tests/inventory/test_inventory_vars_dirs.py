@@ -321,3 +321,15 @@ def test_force_from_a_vars_file_is_said(put: Put) -> None:
     for off in ("false", "'Off'", "'0'"):  # as a run reads them (engine/checks.py boolean)
         put("group_vars/all.yml", f"ansible_user: ops\nforce: {off}\n")
         assert not [w for w in load_inventory(str(inv)).warnings if "force is set" in w]
+
+
+def test_the_connection_specific_name_wins_across_levels_as_in_ansible(put: Put) -> None:
+    # group_vars/all's ansible_ssh_user beat nothing: it was folded into ansible_user at its
+    # own level, where host_vars' ansible_user then won. Ansible connects as deploy.
+    inventory = put("hosts.ini", "[gpus]\ngpu01\ngpu02 ansible_ssh_port=2202 ansible_port=2200\n")
+    put("group_vars/all.yml", "ansible_ssh_user: deploy\n"
+        "ansible_ssh_private_key_file: /keys/site\n")
+    put("host_vars/gpu01.yml", "ansible_user: root\nansible_private_key_file: /keys/own\n")
+    hosts = load_inventory(inventory).hosts
+    assert (hosts["gpu01"].user, hosts["gpu01"].key) == ("deploy", "/keys/site")
+    assert hosts["gpu02"].port == 2202
