@@ -34,6 +34,7 @@ KINDS = (
     "orphan",
     "stuck",
     "stuck-thread",
+    "pthread-exit",
     "slow-exit",
     "monitor",
     "persistenced",
@@ -159,6 +160,7 @@ def _add_spawn(sub: Subparsers) -> None:
         "  fleetclean sim spawn all stubborn --gpu 5\n"
         "  fleetclean sim spawn node01 stuck --gpu 2     # state D once killed\n"
         "  fleetclean sim spawn node01 stuck-thread --gpu 3  # killed: a zombie, a thread in D\n"
+        "  fleetclean sim spawn node01 pthread-exit --gpu 5  # alive: its main thread exited\n"
         "  fleetclean sim spawn node01 slow-exit --gpu 4 --delay 3\n"
         "  fleetclean sim spawn node01 writer --path /dev/shm/sglang_hs\n"
         "  fleetclean sim spawn node01 stubborn --gpu 2 --user ops\n"
@@ -175,7 +177,8 @@ def _add_spawn(sub: Subparsers) -> None:
     spawn.add_argument(
         "--gpu",
         type=int,
-        help="GPU index (stubborn, slow, orphan, stuck, stuck-thread, slow-exit, respawn)",
+        help="GPU index (stubborn, slow, orphan, stuck, stuck-thread, pthread-exit, slow-exit, "
+        "respawn)",
     )
     spawn.add_argument("--gpus", help="GPU set for sglang and the engines, e.g. 0-7 or 0,2,4")
     spawn.add_argument("--mib", type=int, help="GPU memory per process, MiB")
@@ -199,6 +202,11 @@ def _add_spawn(sub: Subparsers) -> None:
         "--devices",
         choices=("ctl", "all"),
         help="persistenced: hold every GPU too (default) or /dev/nvidiactl only",
+    )
+    spawn.add_argument(
+        "--thread", choices=("work", "driver"),
+        help="pthread-exit: the thread left once its main thread ended works on (default), "
+        "or waits in the node's stuck driver (state D: killed, it is stuck)",
     )
     _supervisor_options(spawn)
     _state_dir(spawn)
@@ -339,7 +347,7 @@ def _targets(fleet: SimFleet, node: str) -> list[str]:
 
 def _spawn_opts(args: argparse.Namespace) -> dict[str, Any]:
     opts: dict[str, Any] = {}
-    keys = ("gpu", "mib", "delay", "name", "path", "devices", "user", "sees")
+    keys = ("gpu", "mib", "delay", "name", "path", "devices", "user", "sees", "thread")
     for key in keys + tuple(name for name, _, _ in SUPERVISOR_OPTIONS):
         value = getattr(args, key)
         if value is not None:

@@ -372,6 +372,9 @@ class SimFleet:
         ``stuck`` (gpu, mib, name: state D once killed, until the ``unstick`` fault),
         ``stuck-thread`` (gpu, mib, name: the same wait in a second thread; once killed, the
         main thread a zombie, that thread in state D and the GPU held, as ``stuck``),
+        ``pthread-exit`` (gpu, mib, name, thread="work"|"driver": alive, its main thread
+        ended by pthread_exit, a zombie with no command line, while a second thread works
+        on holding the GPU, or waits in the stuck driver: killed, it is ``stuck-thread``),
         ``slow-exit`` (gpu, delay, mib, name: once killed, DELAY seconds in its exit),
         ``monitor`` (name), ``persistenced`` (name, devices="ctl"|"all"), ``writer``
         (path), ``respawn`` (gpu, delay, mib), ``holder`` (gpus, mib, name; sees="all":

@@ -40,7 +40,8 @@ STUCKFS_LOCK = "/run/fleetclean-stuckfs.lock"
 READY_FD = "FLEETCLEAN_SIM_READY_FD"
 SYSTEM_PIDS = "/run/fleetclean/system_pids"  # the node dir: the host reads it too
 DEFAULT_MIB = {"sglang": 62000, "stubborn": 20480, "slow": 30720, "orphan": 48000,
-               "stuck": 20480, "stuck-thread": 20480, "slow-exit": 30720, "holder": 24576}
+               "stuck": 20480, "stuck-thread": 20480, "pthread-exit": 20480, "slow-exit": 30720,
+               "holder": 24576}
 DEFAULT_MIB.update({kind: 62000 for kind in ENGINES})
 DEFAULT_MIB_OTHER = 16384
 READY_TIMEOUT_S = 30.0
@@ -158,6 +159,13 @@ def holder_specs(kind: str, opts: dict[str, Any]) -> dict[str, dict[str, Any]]:
         # while that thread stays in state D, holding the GPU.
         "stuck-thread": {"role": "holder", "gpus": [gpu], "driver_wait": "hang-thread",
                          "title": f"python3 stuck_worker.py --gpu {gpu}"},
+        # Its main thread calls pthread_exit once ready, a second thread working on: the
+        # leader a zombie ("Zl", no command line), the process alive and holding the GPU.
+        # thread="driver": that thread waits in the node's stuck driver (state D) instead.
+        "pthread-exit": {"role": "holder", "gpus": [gpu], "main_exit": True,
+                         "driver_wait": "hang-thread" if opts.get("thread") == "driver"
+                         else None,
+                         "title": f"python3 thread_worker.py --gpu {gpu}"},
         # Ignores SIGTERM; killed, it spends DELAY in its exit after its GPU is released
         # (stuckfs's flush), longer than a teardown waits after SIGKILL.
         "slow-exit": {"role": "holder", "gpus": [gpu], "on_term": "ignore",
@@ -390,7 +398,7 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    if kind in ("stuck", "stuck-thread", "slow-exit"):
+    if kind in ("stuck", "stuck-thread", "slow-exit") or opts.get("thread") == "driver":
         ensure_stuckfs()
     # Sorted: the workload's root starts first, then its children in rank order.
     scope = f"system.slice/{SYSTEM_UNITS.get(kind, kind)}.service" if system else SESSION_SCOPE

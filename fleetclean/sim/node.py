@@ -334,7 +334,8 @@ def processes(node: SimNode, include_system: bool = False) -> list[SimProcess]:
     """Every live process of the node, found by walking the tree under its init (orphans
     are reparented to it, so nothing is missed), sorted by node PID. Without
     ``include_system``, the init, the SSH listener and the node's own daemons (see
-    ``system_pids``) are left out; zombies always are."""
+    ``system_pids``) are left out; zombies always are, but a zombie main thread whose
+    process lives on in another thread (``pids.live_thread``), read by that thread."""
     listeners = [*listener_pids(node.dir)[2], *system_pids(node.dir)]
     found: list[SimProcess] = []
     stack = [(node.init_pid, 0)]
@@ -346,12 +347,16 @@ def processes(node: SimNode, include_system: bool = False) -> list[SimProcess]:
             continue
         for child in child_pids(host_pid):
             stack.append((child, pid))
+        where = f"/proc/{host_pid}"
         if fields[0] == "Z":
-            continue
+            tid = pids.live_thread(host_pid)
+            if tid is None:
+                continue
+            where = f"/proc/{host_pid}/task/{tid}"
         if not include_system and (pid == 1 or pid in listeners):
             continue
         try:
-            raw = Path(f"/proc/{host_pid}/cmdline").read_bytes()
+            raw = Path(f"{where}/cmdline").read_bytes()
         except OSError:
             continue
         cmdline = raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace").rstrip()

@@ -28,8 +28,42 @@ class Recorded:
 
 def stat_fields(pid: int) -> list[str] | None:
     """Fields 3.. of /proc/PID/stat (state first), or None if there is no such process."""
+    return stat_fields_of(f"/proc/{pid}/stat")
+
+
+PF_EXITING, PF_DUMPCORE, SIGKILL_BIT = 0x4, 0x200, 0x100
+
+
+def live_thread(pid: int) -> int | None:
+    """Where ``pid``'s main thread has ended (a zombie, ``ps``: ``Zl``) while the process
+    lives on in another thread (its main thread called pthread_exit), that thread's TID:
+    one not in its exit (PF_EXITING, or dumping the core) and without SIGKILL pending (its
+    own, stat's field 31; the process's, status's ShdPnd), which every thread of a killed
+    process has until its exit begins. None for a zombie that is dead, or killed."""
     try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task") if t != str(pid)]
+    except (OSError, ValueError):
+        return None
+    for tid in sorted(tids):
+        fields = stat_fields_of(f"/proc/{pid}/task/{tid}/stat")
+        if fields is None or fields[0] in "ZX":
+            continue
+        if int(fields[6]) & (PF_EXITING | PF_DUMPCORE) or int(fields[28]) & SIGKILL_BIT:
+            continue
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return None
+        shared = next((line.split()[1] for line in status.splitlines()
+                       if line.startswith("ShdPnd:")), "0")
+        return None if int(shared, 16) & SIGKILL_BIT else tid
+    return None
+
+
+def stat_fields_of(path: str) -> list[str] | None:
+    """Fields 3.. of the stat file at ``path``, or None where it cannot be read."""
+    try:
+        data = Path(path).read_bytes()
     except OSError:
         return None
     return data[data.rindex(b")") + 2 :].decode().split()

@@ -24,6 +24,12 @@ Spec keys (all optional but ``role``):
   ``hang-thread``: the request waits in a second thread, as a CUDA process's driver calls
   often do: killed, the main thread exits and is a zombie (``ps`` reads ``Zl``: no command
   line, no /proc/PID/fd) while the waiting thread stays in state D, the GPU still held.
+- ``main_exit``: once ready, the main thread calls ``pthread_exit`` while a second thread
+  works on (with ``driver_wait: hang-thread``, the thread waiting in the driver alone): the
+  leader is a zombie (``ps`` reads ``Zl``: no command line, no /proc/PID/fd) and the
+  process is alive, its files open in that thread, the GPU held. No Python handler can
+  run without the main thread: SIGTERM is the kernel's default (ends the process, as a C
+  program's) unless ``on_term`` is ``ignore``.
 - ``exit_ms``: hold a ``stuckfs`` file opened after the devices, whose close at exit takes
   that long: killed, the process sits in its exit (no command line, devices released).
 
@@ -34,6 +40,7 @@ PID there once its devices are open and closes it; the launcher waits for that.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -219,8 +226,30 @@ def run(spec: dict[str, Any]) -> int:
         driver_hang()
     elif spec.get("driver_wait") == "hang-thread":
         threading.Thread(target=driver_hang, daemon=True).start()
+    if spec.get("main_exit"):
+        main_thread_exit(spec)
     while True:
         signal.pause()
+
+
+def main_thread_exit(spec: dict[str, Any]) -> None:
+    """End the main thread alone (``pthread_exit``), a second thread working on: the
+    process lives, its leader a zombie that keeps the PID, its files (the devices) held by
+    that thread. Python runs signal handlers in its main thread only: with none, SIGTERM
+    is the kernel's default (the process ends), or ignored."""
+    term = signal.SIG_IGN if spec.get("on_term") == "ignore" else signal.SIG_DFL
+    signal.signal(signal.SIGTERM, term)
+    if spec.get("driver_wait") != "hang-thread":
+        threading.Thread(target=work_on, name="worker").start()
+    # ctypes lets go of the GIL around the call: the worker thread runs on without it.
+    ctypes.CDLL(None).pthread_exit(None)
+
+
+def work_on() -> None:
+    """A thread that holds nothing of its own and never ends (the process's files are
+    the whole process's): asleep, as a worker between requests."""
+    while True:
+        time.sleep(3600)
 
 
 def driver_hang() -> None:

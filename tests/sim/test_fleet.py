@@ -194,6 +194,63 @@ def test_workload_kinds_behave_as_documented(sim_fleet_factory: Factory) -> None
     assert time.monotonic() - started >= 0.45
 
 
+def test_a_process_whose_main_thread_exited_lives_on_in_its_thread(
+    sim_fleet_factory: Factory,
+) -> None:
+    # pthread_exit in the main thread: the leader is a zombie with no command line and no
+    # /proc/PID/fd, while the process lives in its second thread, holding the GPU.
+    fleet = sim_fleet_factory(1)
+
+    def read(path: str) -> str:
+        return fleet.run_in("node01", ["cat", path]).stdout
+
+    def thread_of(pid: int) -> tuple[str, list[str], dict[str, str]]:
+        """Its one thread besides the leader: the directory, stat's fields from 3 on and
+        status."""
+        (tid,) = (t for t in fleet.run_in("node01", ["ls", f"/proc/{pid}/task"]).stdout.split()
+                  if t != str(pid))
+        where = f"/proc/{pid}/task/{tid}"
+        status = (line.split(":\t", 1) for line in read(f"{where}/status").splitlines())
+        return where, read(f"{where}/stat").rsplit(") ", 1)[1].split(), dict(
+            kv for kv in status if len(kv) == 2)
+
+    def running() -> dict[int, str]:
+        # (What a run_in leaves in its exit for a moment has no command line.)
+        return {p.pid: p.cmdline for p in fleet.processes("node01") if p.cmdline}
+
+    (worker,) = fleet.spawn("node01", "pthread-exit", gpu=5, mib=8192)
+    ps = fleet.run_in("node01", ["ps", "-o", "stat=", "-p", str(worker)]).stdout.strip()
+    assert ps == "Zl"
+    assert read(f"/proc/{worker}/cmdline") == "" and read(f"/proc/{worker}/fd") == ""
+    where, stat, status = thread_of(worker)
+    assert read(f"{where}/cmdline") == "python3 thread_worker.py --gpu 5\0"
+    # Alive: its thread neither in its exit (PF_EXITING, field 9 of stat) nor with SIGKILL
+    # pending (status's SigPnd and ShdPnd; stat's field 31 is SigPnd's first 31 bits).
+    assert stat[0] == "S" and not int(stat[6]) & 0x4 and int(stat[28]) == 0
+    assert int(status["SigPnd"], 16) == int(status["ShdPnd"], 16) == 0
+    apps = fleet.run_in("node01", ["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                                   "--format=csv,noheader"]).stdout
+    assert apps.splitlines() == [f"{worker}, 8192 MiB"]
+    assert used_over_ssh(fleet, "node01") == [0, 0, 0, 0, 0, 8192, 0, 0]
+    assert running() == {worker: "python3 thread_worker.py --gpu 5"}
+    # SIGTERM to the PID reaches the group: the kernel's default ends it, the GPU is free.
+    fleet.run_in("node01", ["kill", "-TERM", str(worker)])
+    assert wait_for(lambda: used_over_ssh(fleet, "node01") == [0] * 8)
+    assert running() == {}
+    # Its thread waiting in the stuck driver instead: alive until killed, then the kill
+    # waits there (SIGKILL pending in the thread, in state D), as stuck-thread's does.
+    (waiting,) = fleet.spawn("node01", "pthread-exit", gpu=2, thread="driver")
+    assert set(running()) == {waiting}
+    fleet.run_in("node01", ["kill", "-KILL", str(waiting)])
+    assert wait_for(lambda: thread_of(waiting)[1][0] == "D")
+    _, stat, status = thread_of(waiting)
+    assert not int(stat[6]) & 0x4 and int(stat[28]) == 0x100
+    assert int(status["SigPnd"], 16) & 0x100 and int(status["ShdPnd"], 16) & 0x100
+    assert running() == {} and used_over_ssh(fleet, "node01")[2] == 20480
+    fleet.set_fault("node01", "unstick")
+    assert wait_for(lambda: used_over_ssh(fleet, "node01") == [0] * 8)
+
+
 def test_respawned_worker_comes_back(sim_fleet_factory: Factory) -> None:
     fleet = sim_fleet_factory(1)
     supervisor, worker = fleet.spawn("node01", "respawn", gpu=2)
