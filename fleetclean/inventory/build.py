@@ -158,6 +158,9 @@ class _HostMaker:
         self.path = path
         self.default_config = ssh_config
         self.configs: dict[str, paramiko.SSHConfig] = {}
+        # Each distinct ansible_ssh_*_args text split once: a fleet's hosts share theirs
+        # (group vars), and shlex costs 56 us a host (never changed after: merge copies).
+        self.parsed: dict[str, ssh_settings.SshArgs] = {}
         self.warnings: dict[str, str] = {}  # file -> warning about it
 
     def error(self, key: str, values: dict[str, Value], message: str, hint: str) -> InventoryError:
@@ -269,10 +272,13 @@ class _HostMaker:
             text = self.text(key, values)
             if text is None:
                 continue
-            try:
-                args = ssh_settings.parse_ssh_args(text)
-            except ssh_settings.SshArgsError as err:
-                raise self.error(key, values, f"{key}: {err.message}", err.hint or "") from None
+            args = self.parsed.get(text)
+            if args is None:
+                try:
+                    args = self.parsed[text] = ssh_settings.parse_ssh_args(text)
+                except ssh_settings.SshArgsError as err:
+                    raise self.error(key, values, f"{key}: {err.message}",
+                                     err.hint or "") from None
             merged = merged.then(args)  # Ansible writes the common args before the extra
         return merged
 
