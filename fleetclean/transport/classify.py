@@ -152,6 +152,14 @@ def _definite(exc: BaseException, where: Where, phase: Phase) -> TransportFailur
         reason = "connection refused" if isinstance(exc, ConnectionRefusedError) else (
             getattr(exc, "strerror", None) or str(exc) or type(exc).__name__)
         return TransportFailure("unreachable", f"cannot connect to {where}: {reason}")
+    if type(exc) is paramiko.SSHException and str(exc) == "No authentication methods available":
+        # paramiko had no key to offer at all, where ssh offers none and is refused
+        # ("Permission denied (publickey)"): the same outcome, with what was looked for.
+        user = where.user or os.environ.get("USER", "?")
+        return TransportFailure(
+            "auth_failed", f"no key to offer {user}@{where}: no identity file (IdentityFile, "
+            "ansible_ssh_private_key_file, ~/.ssh/id_*) and no key in the agent "
+            "(IdentityAgent, else $SSH_AUTH_SOCK)")
     refused = isinstance(exc, paramiko.PasswordRequiredException) or (
         isinstance(exc, paramiko.AuthenticationException) and not _is_timeout(exc, 0, 1)
         and not _dropped_in_auth(exc, where)) or (

@@ -30,7 +30,9 @@ from fleetclean.transport.upstream import (
     Connection,
     HopSocket,
     ProxySock,
+    SocketAgent,
     TcpSock,
+    agent_for,
     running,
     shared_config,
     transport,
@@ -137,6 +139,9 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
     strict = target.options.get("stricthostkeychecking", "").lower()
     accept_new = ctx.accept_new or strict in ("accept-new", "no", "off")
     # fabric's Connection trusts unknown host keys (AutoAddPolicy): replaced, on every hop.
+    socket_path = agent_for(target.options.get("identityagent")) if target.agent else None
+    if socket_path is not None:
+        conn.client._agent = SocketAgent(socket_path)  # see upstream: IdentityAgent
     known = ctx.known.get(target.options.get("userknownhostsfile"),
                           target.options.get("globalknownhostsfile"))
     apply(conn.client, known, accept_new)

@@ -99,6 +99,12 @@ the fix belongs to another module's job, at the place named:
   ``Connection`` whose ``sock`` is a channel through the previous one.
 - ``ProxyJump none`` is read as a host called "none"
   (https://github.com/fabric/fabric/issues/2354): ``hops.resolve`` drops it.
+- paramiko's agent is always ``$SSH_AUTH_SOCK``'s (``Agent()``; ``IdentityAgent`` is not
+  read, https://github.com/paramiko/paramiko/issues/2315), so a laptop whose keys live in
+  1Password's, Secretive's or gpg-agent's agent (``IdentityAgent ~/.1password/agent.sock``
+  in ~/.ssh/config) failed to log in where ``ssh`` succeeds. ``agent_for`` reads the
+  option as ssh does and gives ``SocketAgent``, which ``connect`` hands the client before
+  it authenticates (``SSHClient`` makes its own only where ``_agent`` is None).
 - ``Connection`` trusts unknown host keys (``AutoAddPolicy``): ``hostkeys.apply`` puts
   fleetclean's policy on every connection and hop.
 - ``Connection`` keeps ``connect_timeout`` as an int (1.5 s would be 1 s, 0.5 s none at all):
@@ -125,6 +131,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import select
 import shlex
 import socket
@@ -399,6 +406,57 @@ class IndexedHostKeys:
 
     def get(self, hostname: str, default: _KeyTypes | None = None) -> _KeyTypes | None:
         return self.lookup(hostname) or default
+
+
+def agent_for(option: str | None, environ: Any = os.environ) -> str | None:
+    """The agent socket ``IdentityAgent`` names, read as ssh reads it; None where that is
+    paramiko's own choice (no option, or ``SSH_AUTH_SOCK``: ``$SSH_AUTH_SOCK``). ``none``
+    is handled before (no agent at all, ``hops.Target.agent``). ``$NAME`` is that variable's
+    value; a path has ``~`` and ``${NAME}`` expanded. An unset variable gives "", a socket
+    that is never there: no agent, as ssh goes on without one.
+
+    >>> env = {"HOME": "/home/a", "OP": "/run/op.sock", "SSH_AUTH_SOCK": "/tmp/s"}
+    >>> agent_for("SSH_AUTH_SOCK", env), agent_for("$OP", env), agent_for("$NOPE", env)
+    (None, '/run/op.sock', '')
+    >>> agent_for("${OP}.2", env)
+    '/run/op.sock.2'
+    """
+    if option is None or option == "SSH_AUTH_SOCK":
+        return None
+    if option.startswith("$") and not option.startswith("${"):
+        return str(environ.get(option[1:], ""))
+    expanded = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}",
+                      lambda m: str(environ.get(m.group(1), "")), option)
+    if expanded.startswith("~"):
+        expanded = str(environ.get("HOME", "~")) + expanded[1:]
+    return expanded
+
+
+class SocketAgent:
+    """What ``SSHClient`` asks of its ``_agent`` (``get_keys``, ``close``), from the agent
+    at ``path``: connected at the first ask, which paramiko makes only once the identity
+    files were refused. An agent that is not there has no keys, as with paramiko's own."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._agent: Any = None
+
+    def get_keys(self) -> tuple[Any, ...]:
+        if self._agent is None:
+            self._agent = paramiko.agent.AgentSSH()
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(self.path)
+            except OSError:
+                sock.close()
+                return ()
+            self._agent._connect(sock)  # private, in paramiko 2.x-5.x: AgentSSH's own setup
+        keys: tuple[Any, ...] = self._agent.get_keys()
+        return keys
+
+    def close(self) -> None:
+        if self._agent is not None:
+            self._agent._close()
 
 
 class ProxySock:

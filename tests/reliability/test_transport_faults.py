@@ -62,6 +62,16 @@ def test_refused_credentials_are_auth_failed(exc: BaseException) -> None:
     assert "root@10.0.0.1:22" in failure.message and "/keys/id" in failure.message
 
 
+def test_no_key_to_offer_at_all_is_auth_failed_and_says_where_keys_were_looked_for() -> None:
+    # It was `error` ("SSH error ...: No authentication methods available"), as if the host
+    # had done something wrong; ssh, with nothing to offer, is refused (publickey).
+    failure = classify(paramiko.SSHException("No authentication methods available"),
+                       Where("10.0.0.1", 22, "root", None), Phase.AUTH, 0.1, 3.0)
+    assert failure is not None and failure.kind == "auth_failed"
+    assert failure.message.startswith("no key to offer root@10.0.0.1:22")
+    assert "IdentityAgent" in failure.message
+
+
 def test_a_connection_dropped_during_authentication_with_one_key_is_not_auth_failed() -> None:
     # paramiko words it as an authentication failure; with one key given, sshd refused
     # nothing. With the agent's keys, sshd may have closed it over MaxAuthTries: refused.

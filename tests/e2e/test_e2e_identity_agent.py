@@ -1,0 +1,69 @@
+"""A laptop whose key lives in another agent than $SSH_AUTH_SOCK's (1Password's, Secretive's,
+gpg-agent's), named by ``IdentityAgent`` in the ssh config: fleetclean logs in with it, as
+``ssh`` does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from simhelp import Cli
+
+pytestmark = pytest.mark.sim
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[Path]:
+    """A real ssh-agent of this test's on its own socket, stopped by its PID."""
+    sock = tmp_path / "vault" / "agent.sock"
+    sock.parent.mkdir()
+    proc = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if sock.exists():
+                break
+            time.sleep(0.05)
+        yield sock
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_the_agent_identityagent_names_is_the_one_asked(
+    sim_fleet_factory, cli: Cli, tmp_path: Path, agent: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fleet = sim_fleet_factory(1)
+    added = subprocess.run(["ssh-add", str(fleet.client_key_path)], capture_output=True,
+                           env={**os.environ, "SSH_AUTH_SOCK": str(agent)}, check=False)
+    assert added.returncode == 0, added.stderr
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)  # no key file of its own to fall back on
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "no-agent-here.sock"))
+    monkeypatch.setenv("VAULT_AGENT", str(agent))
+    node = fleet.node("node01")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("node01\n")
+    config = tmp_path / "ssh_config"
+
+    def status(identity_agent: str) -> dict[str, object]:
+        config.write_text(
+            f"Host node01\n  HostName {node.address}\n  User root\n"
+            f"  UserKnownHostsFile {fleet.known_hosts_path}\n"
+            f"  IdentityAgent {identity_agent}\n")
+        res = cli("status", "-i", inventory, "-F", config, "--connect-timeout", "5", "--json")
+        return res.host("node01")
+
+    # The socket itself, the "$VAR" form and the "${VAR}" form all reach it.
+    for form in (str(agent), "$VAULT_AGENT", "${VAULT_AGENT}"):
+        host = status(form)
+        assert host["status"] == "clean", (form, host)
+    # SSH_AUTH_SOCK (the default), which names no agent here, and "none": no key to offer.
+    for form in ("SSH_AUTH_SOCK", "none"):
+        host = status(form)
+        assert host["status"] == "auth_failed", (form, host)
