@@ -301,7 +301,8 @@ def merge(
         known_hosts = found.get(option)
         if option not in merged and isinstance(known_hosts, str):
             merged[option] = " ".join(os.path.expanduser(f) for f in known_hosts.split())
-    for option in ("identitiesonly", "identityagent"):  # whether the agent's keys are offered
+    # Whether the agent's keys are offered, and whether a new host key is written hashed.
+    for option in ("identitiesonly", "identityagent", "hashknownhosts"):
         if option not in merged and isinstance(found.get(option), str):
             merged[option] = str(found[option])
     config_hostname = found.get("hostname")

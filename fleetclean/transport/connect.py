@@ -144,7 +144,8 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
         conn.client._agent = SocketAgent(socket_path)  # see upstream: IdentityAgent
     known = ctx.known.get(target.options.get("userknownhostsfile"),
                           target.options.get("globalknownhostsfile"))
-    apply(conn.client, known, accept_new)
+    hashed = target.options.get("hashknownhosts", "no").lower() in ("yes", "true")
+    apply(conn.client, known, accept_new, hashed)
     return conn
 
 

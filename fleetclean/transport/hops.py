@@ -30,7 +30,7 @@ from fleetclean.transport.upstream import SSHConfig
 
 MAX_HOPS = 8  # a ProxyJump that names itself, directly or not, ends here
 # A jump host's own ssh_config settings that fleetclean follows beside where it is.
-AUTH_OPTIONS = ("stricthostkeychecking", "identitiesonly", "identityagent")
+AUTH_OPTIONS = ("stricthostkeychecking", "identitiesonly", "identityagent", "hashknownhosts")
 
 
 @dataclass(frozen=True)

@@ -79,10 +79,14 @@ class KnownHosts:
     def keys(self) -> IndexedHostKeys:
         return self._keys
 
-    def record(self, hostname: str, key: paramiko.PKey) -> None:
-        """Append a newly accepted key to the first file, like OpenSSH's accept-new."""
+    def record(self, hostname: str, key: paramiko.PKey, hashed: bool = False) -> None:
+        """Append a newly accepted key to the first file, like OpenSSH's accept-new;
+        ``hashed`` (``HashKnownHosts yes``, Debian's and Ubuntu's system-wide default): the
+        name written as ssh writes it then, hashed, so that the file does not list the hosts
+        this user reaches."""
         with self._lock:
             self._keys.add(hostname, key.get_name(), key)
+            name = paramiko.HostKeys.hash_host(hostname) if hashed else hostname
             target = Path(self._write or (self._files[0] if self._files else DEFAULT_FILE)
                           ).expanduser()
             # An unwritable file (read-only ~/.ssh, owned by root) costs the record, not the
@@ -90,30 +94,33 @@ class KnownHosts:
             with contextlib.suppress(OSError):
                 target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 with target.open("a") as fh:
-                    fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+                    fh.write(f"{name} {key.get_name()} {key.get_base64()}\n")
 
 
 class Policy(paramiko.MissingHostKeyPolicy):
     """Refuse unknown keys, or record them when the run accepts new ones."""
 
-    def __init__(self, known: KnownHosts, accept_new: bool) -> None:
+    def __init__(self, known: KnownHosts, accept_new: bool, hashed: bool = False) -> None:
         self._known = known
         self._accept_new = accept_new
+        self._hashed = hashed
 
     def missing_host_key(
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
         if not self._accept_new:
             raise UnknownHostKey(hostname, key)
-        self._known.record(hostname, key)
+        self._known.record(hostname, key, self._hashed)
 
 
-def apply(client: paramiko.SSHClient, known: KnownHosts, accept_new: bool) -> None:
-    """Put fleetclean's policy and the run's parsed known_hosts on one client."""
+def apply(client: paramiko.SSHClient, known: KnownHosts, accept_new: bool,
+          hashed: bool = False) -> None:
+    """Put fleetclean's policy and the run's parsed known_hosts on one client; ``hashed``:
+    a new key's host name is written hashed (``HashKnownHosts``)."""
     # One parsed HostKeys for every connection of the run: parsing known_hosts once per host
     # costs controller CPU, and paramiko offers no public setter for it.
     setattr(client, "_host_keys", known.keys)  # noqa: B010
-    client.set_missing_host_key_policy(Policy(known, accept_new))
+    client.set_missing_host_key_policy(Policy(known, accept_new, hashed))
 
 
 def apply_given(client: paramiko.SSHClient, known: KnownHosts, accept_new: bool) -> None:

@@ -113,6 +113,28 @@ def test_unknown_host_key_refused_then_accepted_and_recorded(
     assert again.code == 0
 
 
+def test_hash_known_hosts_writes_accepted_keys_hashed_and_reads_them_back(
+    sim_fleet_factory, cli: Cli, tmp_path: Path
+) -> None:
+    # HashKnownHosts yes (Debian's and Ubuntu's /etc/ssh/ssh_config): ssh writes a new
+    # host hashed; fleetclean wrote every node's address in the clear.
+    fleet = sim_fleet_factory(2)
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    inventory = tmp_path / "inv.yaml"
+    data = yaml.safe_load(fleet.inventory_path.read_text())
+    data["all"]["vars"]["ansible_ssh_common_args"] = (
+        f"-o UserKnownHostsFile={known} -o HashKnownHosts=yes")
+    inventory.write_text(yaml.safe_dump(data))
+    accepted = cli("status", "-i", inventory, "--accept-new-host-keys", "--json")
+    assert accepted.code == 0, accepted.out
+    lines = known.read_text().splitlines()
+    assert len(lines) == 2 and all(line.startswith("|1|") for line in lines)
+    assert not any(n.address in known.read_text() for n in fleet.nodes)
+    again = cli("status", "-i", inventory, "--json")  # the hashed names match
+    assert again.code == 0, again.out
+
+
 def started(fleet, before: int, proc: subprocess.Popen[str], logins: int = 0) -> None:
     """Until every node's sshd (or ``logins`` of them) has let the run in: its hosts are
     then in flight, in their first stage's grace (3 s and 120 s long)."""

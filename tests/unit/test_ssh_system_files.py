@@ -108,3 +108,22 @@ def test_system_known_hosts_are_read_after_the_users_and_never_written(
     chosen = KnownHostsCache(()).get(None, str(other)).keys
     assert chosen.lookup("node05") is not None and chosen.lookup("node01") is None
     assert KnownHostsCache(()).get(None, "none").keys.lookup("node01") is None
+
+
+def test_hash_known_hosts_from_the_system_config_hashes_a_new_keys_name(
+    dirs: tuple[Path, Path], tmp_path: Path,
+) -> None:
+    # Debian's and Ubuntu's /etc/ssh/ssh_config say HashKnownHosts yes: ssh then writes
+    # a new host's name hashed, and the user's known_hosts does not list the fleet.
+    user, system = dirs
+    (system / "ssh_config").write_text("Host *\n  HashKnownHosts yes\n")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("gpu01 ansible_host=10.0.0.7\n")
+    host = load_inventory(inventory).hosts["gpu01"]
+    assert host.ssh_options.get("hashknownhosts") == "yes"
+    key = paramiko.RSAKey.generate(1024)
+    KnownHostsCache(()).get(None).record("10.0.0.7", key, hashed=True)
+    written = (user / "known_hosts").read_text()
+    assert written.startswith("|1|") and "10.0.0.7" not in written
+    found = KnownHostsCache(()).get(None).keys.lookup("10.0.0.7")  # a later run reads it
+    assert found is not None and found["ssh-rsa"].get_base64() == key.get_base64()
