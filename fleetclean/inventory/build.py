@@ -39,6 +39,7 @@ from fleetclean.errors import InventoryError
 from fleetclean.inventory import ssh_settings
 from fleetclean.inventory.builder import Builder, Value, canonical, port_number, show
 from fleetclean.inventory.limit import select_names
+from fleetclean.inventory.templates import Unrendered, is_template, render
 from fleetclean.inventory.vars_dirs import DirVars, VarsDirs
 from fleetclean.models import Connection, Host, Secret
 
@@ -310,26 +311,33 @@ class _HostMaker:
             self.configs[path] = ssh_settings.load_config(path)
         return self.configs[path], path
 
-    def untemplated(self, values: dict[str, Value]) -> dict[str, Value]:
-        """``values`` less the connection variables that are Jinja templates
-        (``ansible_host: "{{ inventory_hostname }}.ib"``, common in group_vars/), each said
-        once: fleetclean evaluates no templates, and the text itself would be a host name
-        or user that exists nowhere. Left unset, ~/.ssh/config or the default decides (not
-        a lower-precedence value of the same variable, which the template overrode)."""
+    def untemplated(self, name: str, values: dict[str, Value]) -> dict[str, Value]:
+        """``values`` with their connection variables' Jinja templates rendered where they
+        are variables alone (``ansible_host: "{{ inventory_hostname }}.ib"``, common in
+        group_vars/; see :mod:`.templates`), and left out where they are more, each of those
+        said once: their text would be a host name or user that exists nowhere. Left
+        unset, ~/.ssh/config or the default decides (not a lower-precedence value of the
+        same variable, which the template overrode)."""
         kept = dict(values)
+        plain: dict[str, object] | None = None
         for key, given in values.items():
             text = given.value
-            if key in CONNECTION_VARS and isinstance(text, str) and (
-                    "{{" in text or "{%" in text):
+            if key not in CONNECTION_VARS or not isinstance(text, str) or not is_template(text):
+                continue
+            if plain is None:
+                plain = {k: v.value for k, v in values.items()}
+            try:
+                kept[key] = dataclasses.replace(given, value=render(text, name, plain))
+            except Unrendered as err:
                 del kept[key]
                 where = f"{given.path or self.path}" + (f":{given.line}" if given.line else "")
                 self.warnings[f"{where}:{key}"] = (
-                    f"{where}: {key} is a Jinja template ({text!r}), which fleetclean does "
-                    "not evaluate: left unset (write the value itself to use it)")
+                    f"{where}: {key} is a Jinja template ({text!r}) that fleetclean does "
+                    f"not render ({err}): left unset (write the value itself to use it)")
         return kept
 
     def make(self, name: str, values: dict[str, Value], groups: set[str]) -> Host:
-        values = self.untemplated(values)
+        values = self.untemplated(name, values)
         connection = self.connection(values)
         args = self.ssh_args(values)
         key = self.text("ansible_ssh_private_key_file", values)

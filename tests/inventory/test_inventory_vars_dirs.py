@@ -286,18 +286,30 @@ def test_inventory_json_shows_what_group_vars_set(put: Put) -> None:
     assert (code, err, host["user"], host["vars"]) == (0, "", "root", {"max_used_mib": 256})
 
 
-def test_a_jinja_template_in_a_connection_variable_is_left_unset_and_said(put: Put) -> None:
-    # group_vars/ is where templates live; their text is no host or user. Left unset, the
-    # inventory's other values or the defaults decide, as before group_vars/ was read.
-    inv = put("hosts.yml", "all:\n  hosts:\n    gpu01: {ansible_host: 10.0.0.1}\n    gpu02:\n")
-    put("group_vars/all.yml", 'ansible_user: "{{ admin_user }}"\n'
+def test_a_template_of_variables_is_rendered_and_any_other_left_unset_and_said(
+    put: Put,
+) -> None:
+    # group_vars/ is where templates live. `{{ inventory_hostname }}.ib` (every node's
+    # InfiniBand name) and `{{ admin_user }}` with admin_user set are what Ansible renders
+    # from the host's variables; fleetclean left them unset, and reached gpu02 by its
+    # inventory name and as the local user. A filter, or a variable the host lacks, is
+    # still left unset and said: its text is no host or user.
+    inv = put("hosts.yml", "all:\n  hosts:\n    gpu01: {ansible_host: 10.0.0.1}\n"
+              "    gpu02:\n    gpu03: {admin_user: null}\n")
+    put("group_vars/all.yml", 'ansible_user: "{{ admin_user }}"\nadmin_user: ops\n'
         'ansible_host: "{{ inventory_hostname }}.ib"\n'
+        'ansible_port: "{{ ib_port | int }}"\n'
         'ansible_python_interpreter: "{{ ansible_playbook_python }}"\n')
     inventory = load_inventory(str(inv))
     hosts = inventory.hosts
-    assert [(h.address, h.user) for h in hosts.values()] == [("10.0.0.1", None), ("gpu02", None)]
+    assert [(h.address, h.user, h.port) for h in hosts.values()] == [
+        ("10.0.0.1", "ops", 22), ("gpu02.ib", "ops", 22), ("gpu03.ib", None, 22)]
     said = [w for w in inventory.warnings if "Jinja template" in w]
     assert len(said) == 2 and all("group_vars/all.yml:" in w for w in said)
+    (port,) = (w for w in said if "ansible_port" in w)
+    (user,) = (w for w in said if "ansible_user" in w)
+    assert "ib_port | int" in port and "more than a variable" in port
+    assert "admin_user is not set" in user
 
 
 def test_a_name_no_variable_can_have_is_left_out_of_a_vars_file(put: Put) -> None:
