@@ -60,6 +60,8 @@ BUSY = frozenset({
     "fc_owner_path", "fc_owner_records", "fc_owner_roots", "fc_proc_fill", "fc_proc_load",
     "fc_protected", "fc_user_name", "fc_user_name_local", "fc_verify_all_kept",
     "fc_verify_all_stuck", "fc_still_stuck",
+    # A process whose main thread ended while another lives on is read by that thread.
+    "fc_live_thread",
     # Who the script is (its ancestors, its session), read at the first fc_protected.
     "fc_self", "fc_self_init", "fc_read_stat",
     "fc_verify_apps", "fc_apps_trusted", "fc_apps_pairs", "fc_verify_apps_named",

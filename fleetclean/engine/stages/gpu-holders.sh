@@ -44,7 +44,7 @@ fc_gpu_holders() {
             # run that is not root, which cannot signal it either), no device file on the
             # node. A GPU whose memory is then left unexplained is looked for by its
             # device files, as always.
-            if [[ -e ${files[0]} && -r /proc/$pid/fd ]]; then
+            if [[ -e ${files[0]} && -r /proc/${FC_LIVE_DIR[$pid]:-$pid}/fd ]]; then
                 fc_uses_gpu "$pid" "${dev_of[$uuid]:-}" || continue
             fi
             FC_HOLDERS+=("$pid")

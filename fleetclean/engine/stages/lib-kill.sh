@@ -182,10 +182,11 @@ fc_respawned() {
     fc_owner_respawned
 }
 
-# True when PID has a /dev/nvidiaN open: that N where $2 gives it, else any.
+# True when PID has a /dev/nvidiaN open: that N where $2 gives it, else any. (A process
+# whose main thread has ended holds its files in its living threads: FC_LIVE_DIR.)
 fc_holds_gpu() {
     # One match over the whole listing, read in blocks and escaped (fc_open_fds says why).
-    fc_output fc_ls "/proc/$1/fd"
+    fc_output fc_ls "/proc/${FC_LIVE_DIR[$1]:-$1}/fd"
     if [[ -n ${2:-} ]]; then
         [[ $REPLY == *" -> /dev/nvidia$2"$'\n'* ]]
     else

@@ -11,7 +11,7 @@
 # are skipped unread (fc_kthreads), and one started since is left out by its stat's flags.
 fc_scan() {
     FC_PPID=() FC_PGRP=() FC_SID=() FC_START=() FC_STATE=() FC_COMM=() FC_ARGV0=() FC_CMD=()
-    FC_PIDS=()
+    FC_PIDS=() FC_LIVE_DIR=()
     local d pid
     fc_kthreads
     for d in /proc/[0-9]*; do

@@ -181,8 +181,17 @@ declare -ga FC_PIDS=()
 # A kernel thread's bit in the flags of its stat (the seventh of FC_F), since Linux 2.6.27.
 FC_PF_KTHREAD=0x200000
 # A process in its exit (its memory released, or about to be: its command line may read
-# empty), the same field.
-FC_PF_EXITING=0x4
+# empty), the same field; a thread dumping its process's core, which the other threads'
+# SIGKILL ends with it.
+FC_PF_EXITING=0x4 FC_PF_DUMPCORE=0x200
+# SIGKILL's bit in a mask of signals: stat's field 31 (the thread's own pending signals,
+# SigPnd's first 31), status's ShdPnd (the process's). A kill, even of one thread, puts it
+# in every thread's own mask; each takes it out only as it begins its exit.
+FC_SIGKILL=0x100
+# Where a process whose main thread ended while others live on (fc_live_thread) is read:
+# PID -> "PID/task/TID", a living thread's directory under /proc. Its command line,
+# descriptors and environment are that thread's; the leader's read empty.
+declare -gA FC_LIVE_DIR=()
 
 # Read one /proc/PID/stat; sets FC_F (fields from 3 on) and REPLY (comm). Fails if gone.
 fc_read_stat() {
@@ -205,8 +214,9 @@ fc_read_stat() {
     FC_F=($rest)
 }
 
-# Full command line of PID (NULs as spaces, trailing blanks dropped); empty for kernel
-# threads, the exiting and the gone. setproctitle leaves its title followed by hundreds of
+# Full command line of PID (NULs as spaces, trailing blanks dropped), a living thread's
+# where its main thread has ended (FC_LIVE_DIR); empty for kernel threads, the exiting and
+# the gone. setproctitle leaves its title followed by hundreds of
 # NULs, i.e. hundreds of empty elements: the first of the empty tail is found by bisection
 # ("every element from k on is empty" holds for every k past it), not by one unset per NUL
 # (13 ms per titled process, most of a busy node's status). With COMM given and
@@ -214,7 +224,7 @@ fc_read_stat() {
 # words (fc_identity): no second read.
 fc_cmdline() {
     local -a argv=()
-    { mapfile -d '' -t argv <"/proc/$1/cmdline"; } 2>/dev/null || :
+    { mapfile -d '' -t argv <"/proc/${FC_LIVE_DIR[$1]:-$1}/cmdline"; } 2>/dev/null || :
     local lo=0 hi=${#argv[@]} mid IFS= n=${#argv[@]}
     if ((hi)) && [[ -n ${argv[-1]} ]]; then
         lo=$hi  # no padding: most processes
@@ -261,10 +271,17 @@ fc_proc_fill() {
     FC_SID[$pid]=${FC_F[3]}
     # Field 22 of stat: with the PID it names one process for its whole life.
     FC_START[$pid]=${FC_F[19]}
+    unset "FC_LIVE_DIR[$pid]"
     # A kernel thread has no command line: its read and identity were two thirds of its cost.
     if ((FC_F[6] & FC_PF_KTHREAD)); then
         FC_CMD[$pid]="" FC_ARGV0[$pid]=""
         return 0
+    fi
+    # A zombie main thread whose process lives on in another (fc_live_thread): alive, in
+    # that thread's state, named and read by it.
+    if [[ ${FC_F[0]} == Z ]] && fc_live_thread "$pid"; then
+        FC_STATE[$pid]=$FC_LIVE_STATE
+        FC_LIVE_DIR[$pid]=$FC_LIVE_TASK
     fi
     fc_cmdline "$pid" "${FC_COMM[$pid]}"
     FC_CMD[$pid]=$REPLY
@@ -482,18 +499,55 @@ fc_user_name_local() {
 # wait() removes it), or a process in its exit: its address space is released (its
 # command line, which it had, reads empty) and what is left is the kernel closing its
 # files. Waiting for those is the verification's job (it reads the GPUs), not a reason to
-# say it survived SIGKILL: under load that took 19 of 256 hosts to "error". (A zombie
-# whose other threads live on still holds its files: fc_exit_waits.)
+# say it survived SIGKILL: under load that took 19 of 256 hosts to "error". (A killed
+# zombie whose other threads live on still holds its files: fc_exit_waits. One whose main
+# thread alone ended, its others not killed, is alive: fc_live_thread, its command line
+# its living thread's.)
 fc_alive() {
-    fc_read_stat "$1" || return 1
-    [[ ${FC_F[19]} == "$2" && ${FC_F[0]} != [ZX] ]] || return 1
-    [[ -z ${3:-} ]] || fc_has_cmdline "$1"
+    local dir=$1
+    fc_read_stat "$1" && [[ ${FC_F[19]} == "$2" ]] || return 1
+    if [[ ${FC_F[0]} == [ZX] ]]; then
+        # Its main thread ended, another lives on, not killed: alive (fc_live_thread).
+        [[ ${FC_F[0]} == Z ]] && fc_live_thread "$1" || return 1
+        dir=$FC_LIVE_TASK
+    fi
+    [[ -z ${3:-} ]] || fc_has_cmdline "$dir"
+}
+
+# True when the process PID, whose main thread is a zombie (its stat in FC_F: state Z),
+# lives on in another thread: its main thread called pthread_exit (ps reads "Zl": no
+# command line, an empty /proc/PID/fd) while the others work on, holding its files, its
+# GPU's memory, and nvidia-smi listing the PID. Such a process is alive. A killed one
+# looks the same from its leader (item 58: a thread waiting in the driver outlives the
+# kill), and differs in its threads: each is in its exit (PF_EXITING, or dumping the core)
+# or has SIGKILL pending (its own, stat's field 31; the process's, status's ShdPnd, read
+# once a thread looked alive). Read from stat and status files alone, which never wait on
+# a stuck process. Sets FC_LIVE_TASK ("PID/task/TID", the first living thread's) and
+# FC_LIVE_STATE (its state); FC_F is left holding some thread's stat.
+fc_live_thread() {
+    local t key="" mask=""
+    ((FC_F[17] > 1)) || return 1
+    for t in "/proc/$1/task/"*; do
+        t=${t##*/}
+        [[ $t != "$1" ]] || continue
+        fc_read_stat "$1/task/$t" && [[ ${FC_F[0]} != [ZX] ]] || continue
+        ((!(FC_F[6] & (FC_PF_EXITING | FC_PF_DUMPCORE) || FC_F[28] & FC_SIGKILL))) || continue
+        while read -r key mask; do
+            [[ $key == ShdPnd: ]] && break
+        done 2>/dev/null <"/proc/$1/status"
+        [[ $key == ShdPnd: && $mask == +([0-9a-fA-F]) ]] && ((16#$mask & FC_SIGKILL)) &&
+            return 1
+        FC_LIVE_TASK=$1/task/$t FC_LIVE_STATE=${FC_F[0]}
+        return 0
+    done
+    return 1
 }
 
 # True when the process (pid, starttime; any start where empty) is in its exit and a
 # thread of it waits in the kernel (state D): its main thread a zombie while another thread
 # lives on (ps reads "Zl"; a CUDA process makes its driver calls from several threads), or
-# the whole process in its exit (FC_PF_EXITING). Its device files close, and the driver
+# the whole process in its exit (FC_PF_EXITING); not one whose main thread alone ended and
+# whose others live, not killed (fc_live_thread). Its device files close, and the driver
 # frees its GPU's memory, only when the last thread ends, and nvidia-smi goes on listing
 # the PID. Sets FC_EXIT_START (its start time) and FC_EXIT_RUN ("TID:NS " for each thread
 # in D: the CPU time it has had, the first field of its schedstat where the kernel keeps
@@ -508,6 +562,7 @@ fc_exit_waits() {
         D) ((FC_F[6] & FC_PF_EXITING)) || return 1 ;;
         *) return 1 ;;
     esac
+    ! fc_live_thread "$1" || return 1
     for t in "/proc/$1/task/"*; do
         fc_read_stat "$1/task/${t##*/}" && [[ ${FC_F[0]} == D ]] || continue
         waits=0 run=""
@@ -613,13 +668,16 @@ FC_DENIED_ANY=0
 # listing is in ls's escape quoting (fc_ls), so that every descriptor is one line: a name
 # holding a newline and "/proc/N/fd:" would otherwise make the descriptors listed after it
 # look like process N's, and one holding " -> /dev/nvidia0" like a GPU's. TARGET is
-# printed as ls escapes it.
+# printed as ls escapes it. A process the table knows whose main thread has ended (its
+# /proc/PID/fd empty) is listed by its living thread's (FC_LIVE_DIR), as PID.
 fc_ls() {
     # Dates as numbers: a caller's TIME_STYLE could write " -> /dev/nvidia0" in each line.
     LC_ALL=C QUOTING_STYLE=escape TIME_STYLE=+%s ls -l "$@"
 }
 fc_open_fds() {
-    local prefix line pid="" left fd target
+    local prefix line pid="" left fd target d
+    local -a live=()
+    for d in "${FC_LIVE_DIR[@]}"; do live+=("/proc/$d/fd"); done
     fc_ls_escape "$1"
     prefix=$REPLY REPLY=""
     # ls's output is read in blocks and split in memory: read(2) a byte at a time, as bash
@@ -628,15 +686,15 @@ fc_open_fds() {
     # there is one, passes on only the directories' lines and the wanted targets'; where
     # it passed on no directory at all (it failed), the listing is read whole.
     if command -v grep >/dev/null 2>&1; then
-        fc_output fc_ls_narrowed "$prefix"
+        fc_output fc_ls_narrowed "$prefix" "${live[@]}"
     fi
-    [[ $REPLY == *"/fd:"* ]] || fc_output fc_ls /proc/[0-9]*/fd
+    [[ $REPLY == *"/fd:"* ]] || fc_output fc_ls /proc/[0-9]*/fd "${live[@]}"
     fc_lines "$REPLY"
     for line in "${FC_LINES[@]}"; do
         case $line in
             /proc/*/fd:)
                 pid=${line#/proc/}
-                pid=${pid%/fd:}
+                pid=${pid%%/*}
                 ;;
             # Only the lines of wanted targets are split: a node has thousands of fds.
             l*" -> $prefix"*)
@@ -649,10 +707,11 @@ fc_open_fds() {
     done
 }
 
-# fc_ls of every process's descriptors, only the directories' lines and those whose
-# target starts with $1 (escaped): grep's C locale, whatever GREP_OPTIONS a login sets.
+# fc_ls of every process's descriptors (and of the directories after $1), only the
+# directories' lines and those whose target starts with $1 (escaped): grep's C locale,
+# whatever GREP_OPTIONS a login sets.
 fc_ls_narrowed() {
-    fc_ls /proc/[0-9]*/fd | LC_ALL=C GREP_OPTIONS='' grep -F -e /fd: -e " -> $1"
+    fc_ls /proc/[0-9]*/fd "${@:2}" | LC_ALL=C GREP_OPTIONS='' grep -F -e /fd: -e " -> $1"
 }
 
 # $1 as GNU ls writes a name in escape quoting in the C locale (REPLY): a backslash and a

@@ -205,7 +205,8 @@ fc_owner_env() {
     local -a env=()
     local e
     REPLY=""
-    { mapfile -d '' -t env <"${FC_PROC:-/proc}/$1/environ"; } 2>/dev/null || return 0
+    { mapfile -d '' -t env <"${FC_PROC:-/proc}/${FC_LIVE_DIR[$1]:-$1}/environ"; } 2>/dev/null ||
+        return 0
     for e in "${env[@]}"; do
         if [[ $e == "$2="* ]]; then
             REPLY=${e#*=}

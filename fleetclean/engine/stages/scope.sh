@@ -155,7 +155,7 @@ fc_holds_only_other_gpus() {
     else
         # The listing read in blocks and escaped (lib.sh: fc_open_fds says why), its lines
         # looked at only where it names a GPU at all.
-        fc_output fc_ls "/proc/$1/fd"
+        fc_output fc_ls "/proc/${FC_LIVE_DIR[$1]:-$1}/fd"
         if [[ $REPLY == *" -> /dev/nvidia"[0-9]* ]]; then
             fc_lines "$REPLY"
             for line in "${FC_LINES[@]}"; do
@@ -257,7 +257,7 @@ fc_job_of() {
         p=${FC_PPID[$p]:-}
     done
     if [[ -z $REPLY ]]; then
-        { mapfile -d '' -t env <"/proc/$pid/environ"; } 2>/dev/null || :
+        { mapfile -d '' -t env <"/proc/${FC_LIVE_DIR[$pid]:-$pid}/environ"; } 2>/dev/null || :
         for line in "${env[@]}"; do
             if [[ $line == SLURM_JOB_ID=* ]]; then
                 REPLY=${line#SLURM_JOB_ID=}

@@ -1055,7 +1055,7 @@ fc_verify_prep_check() {
     fi
     unset "FC_VREAD[$1]" "FC_VUID[$1]" "FC_VWHY[$1]" "FC_OWNER_PREP[$1]" "FC_START[$1]" \
         "FC_CMD[$1]" "FC_ARGV0[$1]" "FC_COMM[$1]" "FC_STATE[$1]" "FC_PPID[$1]" "FC_PGRP[$1]" \
-        "FC_SID[$1]"
+        "FC_SID[$1]" "FC_LIVE_DIR[$1]"
 }
 
 # The kernel log dmesg printed on FC_VXIDFD (its first line and Xid lines: FC_VKLOG_SED;
