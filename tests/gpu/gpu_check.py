@@ -136,8 +136,8 @@ DETACH = ("import subprocess, sys; p = subprocess.Popen(sys.argv[1:], start_new_
           "stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL); print(p.pid)")
 
 
-def start_holder(run: Run, gib: float, child_gib: float, *,
-                 detached: bool = False) -> tuple[subprocess.Popen[bytes], Path]:
+def start_holder(run: Run, gib: float, child_gib: float, *, detached: bool = False,
+                 main_exit: bool = False) -> tuple[subprocess.Popen[bytes], Path]:
     """The marked fake server (and its child), started in their own session (``detached``:
     by a launcher that exits at once); waits until both hold their memory."""
     tmp = run.out / "run"
@@ -148,7 +148,7 @@ def start_holder(run: Run, gib: float, child_gib: float, *,
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(run.gpu))
     argv = [sys.executable, str(HERE / "holder.py"), "sglang.launch_server", "--marker",
             run.marker, "--gib", str(gib), "--child-gib", str(child_gib), "--ready", str(ready),
-            "--signal-log", str(siglog)]
+            "--signal-log", str(siglog), *(["--main-exit"] if main_exit else [])]
     if detached:
         server = subprocess.Popen([sys.executable, "-c", DETACH, *argv], env=env,
                                   stdout=subprocess.PIPE)
@@ -313,6 +313,9 @@ def main() -> int:
     ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--detached", action="store_true",
                     help="the server's launcher exits at once (no parent lives on)")
+    ap.add_argument("--main-exit", action="store_true",
+                    help="the server's main thread calls pthread_exit once it holds its "
+                    "memory, another thread holding it on (use with --child-gib 0)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     run = Run(args.out, args.gpu)
@@ -324,9 +327,11 @@ def main() -> int:
     server = None
     poller = Poller(args.gpu)  # its idle reading: before anything holds memory
     run.summary["detached"] = args.detached
+    run.summary["main_exit"] = args.main_exit
     try:
         seed_hint(run)
-        server, siglog = start_holder(run, args.gib, args.child_gib, detached=args.detached)
+        server, siglog = start_holder(run, args.gib, args.child_gib, detached=args.detached,
+                                      main_exit=args.main_exit)
         check_before(run, args.gib)
         check_as_over_ssh(run)
         teardown(run, siglog, poller)
@@ -347,11 +352,20 @@ def main() -> int:
 
 
 def _alive(pid: int) -> bool:
+    """Any of its threads not a zombie: a process whose main thread called pthread_exit
+    lives on in another thread, its leader a zombie."""
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+        threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return False
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 if __name__ == "__main__":

@@ -10,10 +10,12 @@ run's unique marker in its command line, so the teardown can be told to match no
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from types import FrameType
 
@@ -26,6 +28,9 @@ def main() -> int:
     ap.add_argument("--child-gib", type=float, default=0.0)
     ap.add_argument("--ready", required=True)
     ap.add_argument("--signal-log", required=True)
+    ap.add_argument("--main-exit", action="store_true",
+                    help="once ready, the main thread calls pthread_exit and a second one "
+                    "holds the memory on (the leader a zombie, the process alive)")
     args = ap.parse_args()
 
     def on_term(signum: int, _frame: FrameType | None) -> None:
@@ -51,7 +56,19 @@ def main() -> int:
             time.sleep(0.05)
     with open(args.ready, "w") as fh:
         fh.write(str(os.getpid()))
-    while True:
+    if args.main_exit:
+        # Python runs signal handlers in its main thread only: with it gone, SIGTERM must
+        # be the kernel's default (the process ends), or nothing would ever end it but KILL.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        threading.Thread(target=hold, args=(block,)).start()
+        ctypes.CDLL(None).pthread_exit(None)  # ctypes lets go of the GIL around the call
+    hold(block)
+    return 0
+
+
+def hold(block: object) -> None:
+    """Keep ``block`` (the GPU memory) referenced, asleep."""
+    while block is not None:
         time.sleep(3600)
 
 
