@@ -152,6 +152,10 @@ CONNECTION_VARS = frozenset({
 })
 
 
+# Stands for a variable a password's template read (see _HostMaker.untemplated).
+_SECRET = object()
+
+
 class _HostMaker:
     """Turns one host's effective variables into a Host, reading ssh configs once each."""
 
@@ -317,7 +321,10 @@ class _HostMaker:
         group_vars/; see :mod:`.templates`), and left out where they are more, each of those
         said once: their text would be a host name or user that exists nowhere. Left
         unset, ~/.ssh/config or the default decides (not a lower-precedence value of the
-        same variable, which the template overrode)."""
+        same variable, which the template overrode). A password's template (``{{ sudo_pw
+        }}``) makes every variable it reads a secret: each is dropped from the playbook's
+        variables (never printed, never in a script), its file checked as the password's
+        own, and a template that does not render is said without its text."""
         kept = dict(values)
         plain: dict[str, object] | None = None
         for key, given in values.items():
@@ -326,14 +333,24 @@ class _HostMaker:
                 continue
             if plain is None:
                 plain = {k: v.value for k, v in values.items()}
+            secret = key == "ansible_become_password"
+            used: set[str] = set()
             try:
-                kept[key] = dataclasses.replace(given, value=render(text, name, plain))
+                kept[key] = dataclasses.replace(given, value=render(text, name, plain,
+                                                                    used=used))
             except Unrendered as err:
                 del kept[key]
                 where = f"{given.path or self.path}" + (f":{given.line}" if given.line else "")
+                what = "" if secret else f" ({text!r})"
+                why = "" if secret else f" ({err})"
                 self.warnings[f"{where}:{key}"] = (
-                    f"{where}: {key} is a Jinja template ({text!r}) that fleetclean does "
-                    f"not render ({err}): left unset (write the value itself to use it)")
+                    f"{where}: {key} is a Jinja template{what} that fleetclean does "
+                    f"not render{why}: left unset (write the value itself to use it)")
+            if secret:
+                for source in used & values.keys():
+                    self.check_private(values[source].path or self.path)
+                    if not source.startswith("ansible_"):
+                        kept[source] = dataclasses.replace(values[source], value=_SECRET)
         return kept
 
     def make(self, name: str, values: dict[str, Value], groups: set[str]) -> Host:
@@ -371,8 +388,10 @@ class _HostMaker:
             groups=tuple(sorted(groups - {"all"})),
             vars={
                 # Every ansible_* name is Ansible's (passwords among them): never a
-                # playbook variable, never printed by `inventory --json` or in a script.
-                k: v.value for k, v in values.items() if not k.startswith("ansible_")
+                # playbook variable, never printed by `inventory --json` or in a script;
+                # nor what a password's template read (untemplated).
+                k: v.value for k, v in values.items()
+                if not k.startswith("ansible_") and v.value is not _SECRET
             },
             proxy_jump=settings.proxy_jump,
             ssh_options=settings.options,

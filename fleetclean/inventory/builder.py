@@ -32,21 +32,25 @@ ALIASES = {
     "ansible_ssh_user": "ansible_user",
     "ansible_private_key_file": "ansible_ssh_private_key_file",
     "ansible_become_pass": "ansible_become_password",
+    "ansible_sudo_pass": "ansible_become_password",  # after become_pass: it wins over both
 }
 # Which of the two names Ansible takes where both are set, at any level: its plugins list
 # each setting's variables in order and the last one set wins (the config manager's
 # _loop_entries). ssh's host, port and user list the ansible_ssh_* name last, the key
 # file ansible_ssh_private_key_file, sudo's password ansible_become_pass (after
-# ansible_become_password). So group_vars/all's `ansible_ssh_user: deploy` beats a host's
-# own `ansible_user: root` in Ansible, and here: "A connection-specific version of a
-# variable takes precedence over more generic versions" (Ansible's user guide, Using
-# variables; https://github.com/ansible/ansible/pull/69124 keeps that example).
+# ansible_become_password, and ansible_sudo_pass after both). A name set to null counts as
+# unset there (a null ansible_ssh_user leaves ansible_user as it is). So group_vars/all's
+# `ansible_ssh_user: deploy` beats a host's own `ansible_user: root` in Ansible, and here:
+# "A connection-specific version of a variable takes precedence over more generic
+# versions" (Ansible's user guide, Using variables; ansible/ansible#69124 keeps that
+# example; ansible-core 2.21's _loop_entries still takes the last one set).
 ALIAS_WINS = {
     "ansible_ssh_host": True,
     "ansible_ssh_port": True,
     "ansible_ssh_user": True,
     "ansible_private_key_file": False,
     "ansible_become_pass": True,
+    "ansible_sudo_pass": True,
 }
 # Two declarations of one host that disagree on where to connect is a mistake worth stopping
 # for; disagreeing playbook variables follow Ansible (the later one wins).
@@ -268,8 +272,12 @@ def canonical(variables: dict[str, Value]) -> dict[str, Value]:
     """
     out = {k: v for k, v in variables.items() if k not in ALIASES}
     for alias, main in ALIASES.items():
-        if alias in variables and (ALIAS_WINS[alias] or main not in out):
-            out[main] = variables[alias]
+        given = variables.get(alias)
+        if given is None or (given.value is None and main in out):
+            continue  # Ansible skips a null: the other name decides
+        mine = out.get(main)
+        if ALIAS_WINS[alias] or mine is None or mine.value is None:
+            out[main] = given
     return out
 
 

@@ -45,9 +45,11 @@ def is_template(text: str) -> bool:
     return "{{" in text or "{%" in text or "{#" in text
 
 
-def render(text: str, host: str, variables: Mapping[str, object], depth: int = 0) -> str:
+def render(text: str, host: str, variables: Mapping[str, object], depth: int = 0,
+           used: set[str] | None = None) -> str:
     """``text`` with each ``{{ NAME }}`` replaced for ``host`` (see the module); raises
-    ``Unrendered``."""
+    ``Unrendered``. ``used``: gets the name of every variable the text read (a password's
+    template makes them secrets too)."""
     if depth > MAX_DEPTH:
         raise Unrendered(f"{text!r} refers to itself (through {MAX_DEPTH} variables)")
     if "{%" in text or "{#" in text:
@@ -58,7 +60,9 @@ def render(text: str, host: str, variables: Mapping[str, object], depth: int = 0
         name = _NAME.fullmatch(part.group(1))
         if name is None:
             raise Unrendered(f"{part.group(0)!r} is more than a variable")
-        out += [text[end:part.start()], _value(name.group(1), host, variables, depth)]
+        if used is not None:
+            used.add(name.group(1))
+        out += [text[end:part.start()], _value(name.group(1), host, variables, depth, used)]
         end = part.end()
     rest = text[end:]
     if "{{" in rest or "}}" in rest:
@@ -66,7 +70,8 @@ def render(text: str, host: str, variables: Mapping[str, object], depth: int = 0
     return "".join(out) + rest
 
 
-def _value(name: str, host: str, variables: Mapping[str, object], depth: int) -> str:
+def _value(name: str, host: str, variables: Mapping[str, object], depth: int,
+           used: set[str] | None) -> str:
     if name == "inventory_hostname":
         return host
     if name == "inventory_hostname_short":
@@ -77,4 +82,4 @@ def _value(name: str, host: str, variables: Mapping[str, object], depth: int) ->
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise Unrendered(f"{name} is not a text or a number")
     text = str(value)
-    return render(text, host, variables, depth + 1) if is_template(text) else text
+    return render(text, host, variables, depth + 1, used) if is_template(text) else text

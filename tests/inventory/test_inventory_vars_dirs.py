@@ -345,3 +345,36 @@ def test_the_connection_specific_name_wins_across_levels_as_in_ansible(put: Put)
     hosts = load_inventory(inventory).hosts
     assert (hosts["gpu01"].user, hosts["gpu01"].key) == ("deploy", "/keys/site")
     assert hosts["gpu02"].port == 2202
+
+
+def test_a_null_alias_leaves_the_other_name_and_sudo_pass_is_read(put: Put) -> None:
+    # Ansible skips a null (its config manager takes the last name whose value is set):
+    # a null ansible_ssh_user wiped the host's ansible_user. ansible_sudo_pass, which
+    # Ansible's sudo plugin ranks above both other names, was never read.
+    inventory = put("hosts.ini", "gpu01 ansible_user=root\n")
+    put("group_vars/all.yml", "ansible_ssh_user: null\nansible_become_password: old\n"
+        "ansible_sudo_pass: newer\n")
+    (inventory.parent / "group_vars" / "all.yml").chmod(0o600)
+    host = load_inventory(inventory).hosts["gpu01"]
+    assert host.user == "root"
+    assert host.become_password is not None and host.become_password.reveal() == "newer"
+
+
+def test_what_a_password_template_reads_is_a_secret_and_never_shown(put: Put) -> None:
+    # ansible_become_password: "{{ sudo_pw }}" renders now; sudo_pw was then a playbook
+    # variable that `inventory --json` printed, and a template that did not render was
+    # said with its text (a password with "{#" in it, in the warning).
+    inv = put("hosts.ini", "[gpus]\ngpu01\ngpu02\n")
+    put("group_vars/all.yml", 'ansible_become_password: "{{ sudo_pw }}"\n'
+        "sudo_pw: 'S3cret!'\nmax_used_mib: 64\n")
+    put("host_vars/gpu02.yml", "sudo_pw: 'Xk{#9!p'\n")
+    inventory = load_inventory(str(inv))
+    gpu01, gpu02 = inventory.hosts["gpu01"], inventory.hosts["gpu02"]
+    assert gpu01.become_password is not None and gpu01.become_password.reveal() == "S3cret!"
+    assert gpu02.become_password is None  # "{#" reads as Jinja: not rendered, left unset
+    assert gpu01.vars == gpu02.vars == {"max_used_mib": 64}
+    said = "\n".join(inventory.warnings)
+    assert "S3cret" not in said and "Xk{#9" not in said
+    assert "group_vars/all.yml holds ansible_become_password and is readable" in said
+    code, out, _ = run_cli("inventory", "-i", str(inv), "--json")
+    assert code == 0 and "S3cret" not in out and "sudo_pw" not in out
