@@ -64,8 +64,10 @@ class Host:
     # `-o Key=Value` options from ansible_ssh_common_args / ansible_ssh_extra_args,
     # keys lower-cased (userknownhostsfile, stricthostkeychecking, connecttimeout, ...).
     ssh_options: dict[str, str] = field(default_factory=dict)
-    # The ssh config file these settings came from: jump hosts are looked up in it too.
+    # The ssh config file these settings came from: jump hosts are looked up in it too;
+    # with ssh's system-wide one after it where the run named none (no -F), as ssh reads.
     ssh_config: str | None = None
+    ssh_config_system: bool = False
     # Every identity file in the order ssh tries them: the inventory's key, then -i and
     # -o IdentityFile of its ssh arguments, then the config's IdentityFile lines. ``key`` is
     # the first; () where there is at most that one.

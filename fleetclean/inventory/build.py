@@ -159,10 +159,11 @@ _SECRET = object()
 class _HostMaker:
     """Turns one host's effective variables into a Host, reading ssh configs once each."""
 
-    def __init__(self, path: str, ssh_config: str | None) -> None:
+    def __init__(self, path: str, ssh_config: str | None, system_after: bool) -> None:
         self.path = path
         self.default_config = ssh_config
-        self.configs: dict[str, paramiko.SSHConfig] = {}
+        self.system_after = system_after  # the run named no config: ssh's system one too
+        self.configs: dict[tuple[str, bool], paramiko.SSHConfig] = {}
         # Each distinct ansible_ssh_*_args text split once: a fleet's hosts share theirs
         # (group vars), and shlex costs 56 us a host (never changed after: merge copies).
         self.parsed: dict[str, ssh_settings.SshArgs] = {}
@@ -289,9 +290,13 @@ class _HostMaker:
 
     def config(
         self, values: dict[str, Value], args: ssh_settings.SshArgs
-    ) -> tuple[paramiko.SSHConfig | None, str | None]:
+    ) -> tuple[paramiko.SSHConfig | None, str | None, bool]:
+        """The host's ssh config, its path, and whether ssh's system-wide one is read
+        after it: not where -F names the file (ssh reads that one alone)."""
         path = self.default_config
+        system_after = self.system_after
         if args.config_file is not None:
+            system_after = False
             key = next(
                 k
                 for k in ("ansible_ssh_extra_args", "ansible_ssh_common_args")
@@ -310,10 +315,13 @@ class _HostMaker:
                     "fix the -F path or remove it",
                 )
         if path is None:
-            return None, None
-        if path not in self.configs:
-            self.configs[path] = ssh_settings.load_config(path)
-        return self.configs[path], path
+            return None, None, False
+        if (path, system_after) not in self.configs:
+            said: list[str] = []
+            self.configs[path, system_after] = ssh_settings.load_config(
+                path, system_after=system_after, said=said)
+            self.warnings.update({line: line for line in said})
+        return self.configs[path, system_after], path, system_after
 
     def untemplated(self, name: str, values: dict[str, Value]) -> dict[str, Value]:
         """``values`` with their connection variables' Jinja templates rendered where they
@@ -358,7 +366,8 @@ class _HostMaker:
         connection = self.connection(values)
         args = self.ssh_args(values)
         key = self.text("ansible_ssh_private_key_file", values)
-        config, config_path = (None, None) if connection == "local" else self.config(values, args)
+        config, config_path, system_after = (
+            (None, None, False) if connection == "local" else self.config(values, args))
         self.become_method(values)
         settings = ssh_settings.merge(
             name,
@@ -396,6 +405,7 @@ class _HostMaker:
             proxy_jump=settings.proxy_jump,
             ssh_options=settings.options,
             ssh_config=config_path,
+            ssh_config_system=system_after,
             identities=settings.identities,
         )
 
@@ -428,13 +438,15 @@ def resolve(
     ssh_config: str | None,
     defaults: Mapping[str, Any] | None = None,
     dirs: VarsDirs | None = None,
+    *,
+    system_after: bool = False,
 ) -> Inventory:
     """Every host of ``builder`` with its effective variables; ``ssh_config`` a path or None;
     ``defaults``: connection variables from the command line, below every group's; ``dirs``:
     what the group_vars/ and host_vars/ beside the inventory files give."""
     depths = _depths(builder)
     memberships = _memberships(builder)
-    maker = _HostMaker(builder.path, ssh_config)
+    maker = _HostMaker(builder.path, ssh_config, system_after)
     low = {k: Value(v, path="the command line") for k, v in (defaults or {}).items()}
     sources = dirs.sources if dirs is not None else []
     hosts = {

@@ -93,7 +93,8 @@ def load_inventory(
     if config is not None and not os.path.isfile(config):
         ssh_settings.load_config(config)  # raises the missing-file error with its path
     dirs = vars_dirs.read_vars_dirs(files, builder.groups, builder.hosts)
-    return resolve(builder, config, defaults, dirs)
+    # ssh reads its system-wide config after the user's unless it is given one (-F).
+    return resolve(builder, config, defaults, dirs, system_after=ssh_config is None)
 
 
 def local_inventory(defaults: Mapping[str, Any] | None = None) -> Inventory:

@@ -208,8 +208,12 @@ def default_config_path() -> str | None:
     return path if os.path.isfile(path) else system.config_file()
 
 
-def load_config(path: str, *, given_by: str = "ssh config") -> paramiko.SSHConfig:
-    """Parse one ssh config file; a missing or unreadable one is an ``InventoryError``."""
+def load_config(path: str, *, given_by: str = "ssh config", system_after: bool = False,
+                said: list[str] | None = None) -> paramiko.SSHConfig:
+    """Parse one ssh config file (``system_after``: with ssh's system-wide one after it,
+    where the run named none); a missing or unreadable one is an ``InventoryError``. A
+    system-wide one that paramiko cannot parse is left out, and said (into ``said``):
+    ssh may read it well, and it is not the user's to fix."""
     # The transport owns paramiko and its ssh_config reader (Include expanded), which its
     # connections follow, so hosts are resolved as they will be reached. Imported here, not
     # at the top: reading an inventory without an ssh config never loads paramiko.
@@ -225,13 +229,13 @@ def load_config(path: str, *, given_by: str = "ssh config") -> paramiko.SSHConfi
             f"{given_by} file is a directory", path=path, hint="give the config file itself"
         )
     try:
-        return load_with_includes(path)
+        return load_with_includes(path, system_after)
     except SystemConfigError as err:
-        raise InventoryError(
-            f"cannot read ssh's system-wide config file: {err}", path=err.path,
-            hint="fix it (ssh reads it too), or run with FLEETCLEAN_SSH_SYSTEM_DIR= (empty) "
-            "to leave ssh's system-wide files unread",
-        ) from None
+        if said is not None:
+            said.append(f"{err.path}: ssh's system-wide config cannot be read here ({err}): "
+                        "left out; set what it says for these hosts in ~/.ssh/config, or "
+                        "FLEETCLEAN_SSH_SYSTEM_DIR= (empty) to leave it unread and unsaid")
+        return load_config(path, given_by=given_by)
     except (OSError, UnicodeDecodeError) as err:
         raise InventoryError(
             f"cannot read {given_by} file: {err}", path=path, hint="check its permissions"

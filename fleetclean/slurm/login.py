@@ -67,6 +67,7 @@ def parse_source(source: str) -> LoginSpec:
 def login_host(spec: LoginSpec, ssh_config: str | None) -> Host:
     """The login node as a host, its settings filled from ssh_config as for ``ssh HOST``
     (``ssh_config`` None: ``~/.ssh/config``; empty: none), as the nodes' are."""
+    system_after = ssh_config is None  # as ssh: its system-wide config unless given one
     if ssh_config is None:
         ssh_config = ssh_settings.default_config_path()
     builder = Builder(f"{SCHEME}{spec.host}")
@@ -76,7 +77,7 @@ def login_host(spec: LoginSpec, ssh_config: str | None) -> Host:
     if spec.port:
         values["ansible_port"] = Value(spec.port)
     builder.add_hosts("ungrouped", spec.host, values, None, None)
-    return resolve(builder, ssh_config or None).hosts[spec.host]
+    return resolve(builder, ssh_config or None, system_after=system_after).hosts[spec.host]
 
 
 def remote_command(argv: Sequence[str]) -> str:

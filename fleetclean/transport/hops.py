@@ -83,18 +83,17 @@ def parse_config(text: str) -> paramiko.SSHConfig:
     return config
 
 
-def load_config(path: str) -> paramiko.SSHConfig:
-    """One ssh config file with its Includes; the inventory already checked it exists. The
-    user's own (~/.ssh/config) is read with ssh's system-wide one after it, as ssh reads
-    them unless given -F (see ``system``); the system-wide one alone, where it is the only
-    one, with its Includes under its own directory. A system-wide file that cannot be read
-    raises ``SystemConfigError``, which names it."""
-    own = os.path.realpath(path)
-    wide = system.config_file()
-    if wide is not None and own == os.path.realpath(wide):
+def load_config(path: str, system_after: bool = False) -> paramiko.SSHConfig:
+    """One ssh config file with its Includes; the inventory already checked it exists.
+    ``system_after``: the run named no config (ssh's ``-F``), so ssh's system-wide one is
+    read after it, as ssh reads them (see ``system``); where that is ``path`` itself (the
+    user has none), it alone, its Includes under its own directory. A system-wide file that
+    cannot be read raises ``SystemConfigError``, which names it."""
+    wide = system.config_file() if system_after else None
+    if wide is not None and os.path.realpath(path) == os.path.realpath(wide):
         return parse_config(_system_text(wide))
     text = expand_file(path)
-    if wide is not None and own == os.path.realpath(os.path.expanduser("~/.ssh/config")):
+    if wide is not None:
         # The user's file may end inside a Host or Match block: the system file's lines
         # before its own first block apply to every host, as they do in ssh.
         text += "\nHost *\n" + _system_text(wide)
@@ -121,20 +120,30 @@ def _system_text(path: str) -> str:
 class Configs:
     """Each ssh config file parsed once per run."""
 
+    @staticmethod
+    def _without(path: str) -> paramiko.SSHConfig:
+        try:
+            return load_config(path)
+        except (OSError, paramiko.ssh_exception.ConfigParseError):
+            return paramiko.SSHConfig()
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._cache: dict[str, paramiko.SSHConfig] = {}
+        self._cache: dict[tuple[str, bool], paramiko.SSHConfig] = {}
 
-    def get(self, path: str | None) -> paramiko.SSHConfig | None:
+    def get(self, path: str | None, system_after: bool = False) -> paramiko.SSHConfig | None:
         if not path:
             return None
+        key = (path, system_after)
         with self._lock:
-            if path not in self._cache:
+            if key not in self._cache:
                 try:
-                    self._cache[path] = load_config(path)
+                    self._cache[key] = load_config(path, system_after)
+                except SystemConfigError:  # said by the inventory, which read it without
+                    self._cache[key] = self._without(path)
                 except (OSError, paramiko.ssh_exception.ConfigParseError):
-                    self._cache[path] = paramiko.SSHConfig()
-            return self._cache[path]
+                    self._cache[key] = paramiko.SSHConfig()
+            return self._cache[key]
 
 
 def _split_spec(spec: str) -> tuple[str | None, str, int | None]:

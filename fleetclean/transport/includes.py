@@ -89,7 +89,12 @@ def expand_text(
             criteria = _criteria(keyword, value)
             if within is not None:
                 criteria = [*within, *(criteria or [])]
-            header = _match_line(criteria) if within is not None else line
+            # A top-level Match is written again only where it holds "all" beside another
+            # criterion (`Match final all`, which Red Hat's ssh_config.d/50-redhat.conf
+            # opens with): ssh reads it as `Match final`, paramiko refuses it.
+            keep = within is None and not (keyword == "match" and "all" in _keywords(
+                _words(value)) and len(_words(value)) > 1)
+            header = line if keep else _match_line(criteria)
             out.append(header)
         elif keyword == "include":
             if depth >= MAX_DEPTH:

@@ -121,7 +121,8 @@ class Session:
         if given is not None:
             return open_given(given, self._ctx)
         target = target_of(host)
-        route = resolve(target, host.proxy_jump, self._configs.get(host.ssh_config))
+        route = resolve(target, host.proxy_jump,
+                        self._configs.get(host.ssh_config, host.ssh_config_system))
         make_sock = self._pool.sock_maker(route, target)
         # Every host behind one ProxyCommand reaches the same sshd first (its bastion):
         # their new connections are paced together.

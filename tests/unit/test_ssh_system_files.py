@@ -8,7 +8,6 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from fleetclean.errors import InventoryError
 from fleetclean.inventory import load_inventory
 from fleetclean.inventory.ssh_settings import default_config_path
 from fleetclean.transport.hops import load_config
@@ -41,7 +40,7 @@ def test_the_system_config_comes_after_the_users_and_fills_what_it_leaves(
 
     path = default_config_path()
     assert path == str(user / "config")
-    config = load_config(path)
+    config = load_config(path, system_after=True)
     first, second = config.lookup("node01"), config.lookup("node02")
     assert (first["user"], first["port"]) == ("alice", "2201")  # the user's own win
     assert second["user"] == "ops" and second["proxyjump"] == "bastion"
@@ -51,30 +50,47 @@ def test_the_system_config_comes_after_the_users_and_fills_what_it_leaves(
 def test_the_system_config_alone_where_the_user_has_none_and_never_with_F(
     dirs: tuple[Path, Path], tmp_path: Path,
 ) -> None:
-    _user, system = dirs
+    user, system = dirs
     (system / "ssh_config").write_text("Host node*\n  User ops\n")
     path = default_config_path()
     assert path == str(system / "ssh_config")
-    assert load_config(path).lookup("node07")["user"] == "ops"
-    # -F (an inventory's ansible_ssh_common_args, the CLI's -F): ssh reads that file alone.
+    assert load_config(path, system_after=True).lookup("node07")["user"] == "ops"
+    # -F (an inventory's ansible_ssh_common_args, the CLI's -F): ssh reads that file alone,
+    # ~/.ssh/config itself too when it is named so.
     given = tmp_path / "given_config"
     given.write_text("Host other\n  User x\n")
     assert "user" not in load_config(str(given)).lookup("node07")
+    (user / "config").write_text("Host other\n  User x\n")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("node07\n")
+    assert load_inventory(inventory).hosts["node07"].user == "ops"
+    named = load_inventory(inventory, ssh_config=str(user / "config"))
+    assert named.hosts["node07"].user is None
 
 
-def test_a_system_config_paramiko_cannot_parse_is_named_with_the_way_out(
+def test_red_hats_match_final_all_is_read_and_a_file_paramiko_refuses_is_left_out_said(
     dirs: tuple[Path, Path], tmp_path: Path,
 ) -> None:
     user, system = dirs
     (user / "config").write_text("Host node01\n  User alice\n")
-    (system / "ssh_config").write_text("Host node*\n  Port\n")
+    # Red Hat's ssh_config.d/50-redhat.conf opens with `Match final all`, which ssh reads
+    # as `Match final` and paramiko refused: every run on such a login node stopped.
+    (system / "ssh_config").write_text("Include ssh_config.d/*.conf\n")
+    (system / "ssh_config.d").mkdir()
+    (system / "ssh_config.d" / "50-redhat.conf").write_text(
+        "Match final all\n  GSSAPIAuthentication yes\nHost node*\n  Port 2222\n")
     inventory = tmp_path / "hosts.ini"
-    inventory.write_text("node01\n")
-    with pytest.raises(InventoryError) as caught:
-        load_inventory(inventory)
-    err = caught.value
-    assert err.path == str(system / "ssh_config")
-    assert "FLEETCLEAN_SSH_SYSTEM_DIR" in (err.hint or "")
+    inventory.write_text("node01\nnode02\n")
+    loaded = load_inventory(inventory)
+    assert [(h.user, h.port) for h in loaded.hosts.values()] == [("alice", 2222), (None, 2222)]
+    assert loaded.warnings == ()
+    # What paramiko cannot parse at all is left out, said, and the run goes on.
+    (system / "ssh_config.d" / "50-redhat.conf").write_text("Host node*\n  Port\n")
+    loaded = load_inventory(inventory)
+    assert [(h.user, h.port) for h in loaded.hosts.values()] == [("alice", 22), (None, 22)]
+    (said,) = loaded.warnings
+    assert said.startswith(f"{system / 'ssh_config'}: ssh's system-wide config cannot be read")
+    assert "FLEETCLEAN_SSH_SYSTEM_DIR" in said
 
 
 def _line(name: str, key: paramiko.PKey) -> str:
