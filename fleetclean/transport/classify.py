@@ -26,7 +26,7 @@ import socket
 from dataclasses import dataclass
 
 from fleetclean.transport.base import TransportFailure
-from fleetclean.transport.hostkeys import UnknownHostKey, fingerprint
+from fleetclean.transport.hostkeys import HostKeyRefused, UnknownHostKey, fingerprint
 from fleetclean.transport.sshlib import paramiko
 
 
@@ -105,6 +105,11 @@ def _key_failure(exc: BaseException, where: Where) -> TransportFailure | None:
             f"unknown host key for {exc.hostname} ({exc.key.get_name()} "
             f"{fingerprint(exc.key)}); check it, then rerun with --accept-new-host-keys "
             "or add it to known_hosts",
+        )
+    if isinstance(exc, HostKeyRefused):
+        return TransportFailure(
+            "host_key_mismatch",
+            f"{where}: {exc.reason}; nothing was run",
         )
     if isinstance(exc, paramiko.BadHostKeyException):
         return TransportFailure(

@@ -23,7 +23,7 @@ from fleetclean.transport import dialing
 from fleetclean.transport.base import Failed, TransportFailure
 from fleetclean.transport.classify import Phase, Where, classify, phase_of
 from fleetclean.transport.hops import Target
-from fleetclean.transport.hostkeys import KnownHostsCache, apply, apply_given
+from fleetclean.transport.hostkeys import KnownHostsCache, apply, apply_given, host_key_name
 from fleetclean.transport.pace import Startups, backoff
 from fleetclean.transport.sshlib import paramiko
 from fleetclean.transport.upstream import (
@@ -100,6 +100,8 @@ def _usable(target: Target) -> tuple[str, ...]:
 
 def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
     keys = _usable(target)
+    known = ctx.known.get(target.options.get("userknownhostsfile"),
+                          target.options.get("globalknownhostsfile"))
     kwargs: dict[str, Any] = {
         "sock": sock,
         # As ssh: the default key files only where no identity file is given; the agent's
@@ -113,7 +115,10 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
         # paramiko gives the key exchange 15 s of its own (handshake_timeout), whatever the
         # connect timeout: a longer --connect-timeout was cut to 15 s there and read as a
         # closed connection, not a timeout.
-        "transport_factory": functools.partial(transport, handshake_timeout=limit),
+        # A host that an @cert-authority line names is asked for its certificate first.
+        "transport_factory": functools.partial(
+            transport, handshake_timeout=limit,
+            certs_first=known.vouched(host_key_name(target.address, target.port))),
     }
     if keys:
         # The first key parsed once per run; every other one (or the first, where it needs
@@ -142,8 +147,6 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
     socket_path = agent_for(target.options.get("identityagent")) if target.agent else None
     if socket_path is not None:
         conn.client._agent = SocketAgent(socket_path)  # see upstream: IdentityAgent
-    known = ctx.known.get(target.options.get("userknownhostsfile"),
-                          target.options.get("globalknownhostsfile"))
     hashed = target.options.get("hashknownhosts", "no").lower() in ("yes", "true")
     apply(conn.client, known, accept_new, hashed)
     return conn
@@ -177,8 +180,15 @@ def open_given(conn: Any, ctx: Context) -> Any:
     for name in ("banner_timeout", "auth_timeout", "channel_timeout"):
         conn.connect_kwargs.setdefault(name, limit)
     hop: Any = conn
+    known = ctx.known.get(None)
     while hop is not None and not isinstance(hop, str):
-        apply_given(hop.client, ctx.known.get(None), ctx.accept_new)
+        apply_given(hop.client, known, ctx.accept_new)
+        if (known.vouched(host_key_name(str(hop.host), int(hop.port)))
+                and "transport_factory" not in hop.connect_kwargs):
+            # A host that a CA vouches for is asked for its certificate first; a copy,
+            # since fabric may share one dict between connections.
+            hop.connect_kwargs = {**hop.connect_kwargs, "transport_factory":
+                                  functools.partial(transport, certs_first=True)}
         hop = hop.gateway
     spot = Where(str(conn.host), int(conn.port), conn.user)
     return _retrying(ctx, (spot.address, spot.port), limit, str(spot),

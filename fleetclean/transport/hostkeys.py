@@ -6,6 +6,17 @@ unless the run accepts new keys (``--accept-new-host-keys`` or ``StrictHostKeyCh
 accept-new``), and a changed key is always refused (paramiko raises ``BadHostKeyException``
 before any policy is asked).
 
+Host certificates as ssh takes them (paramiko checks none, see ``upstream``): known_hosts'
+``@cert-authority PATTERNS KEY`` lines name the CA keys trusted to sign the host keys of
+the hosts the patterns match, and ``@revoked PATTERNS KEY`` lines keys never to take (a
+host's key, or a CA's). A host that such a line names is judged here in full (``judge``),
+whatever key it shows: a certificate only where a CA listed for that host signed it and it
+is valid for the host now (``hostcerts.problem``); a plain key only where known_hosts lists
+that very key for the host. Neither is ever taken as new, by ``--accept-new-host-keys`` or
+``StrictHostKeyChecking accept-new``: where a CA vouches for a host, a key it did not
+certify is no new host's key. The connection to such a host asks for certificates first
+(``vouched``; ``upstream.transport``), as ssh does.
+
 >>> key = paramiko.Ed25519Key(data=bytes.fromhex(
 ...     "0000000b7373682d656432353531390000002000000000000000000000000000000000"
 ...     "00000000000000000000000000000000"))
@@ -16,16 +27,24 @@ before any policy is asked).
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import hashlib
+import re
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from fleetclean.transport import system
+from fleetclean.transport import hostcerts, system
 from fleetclean.transport.sshlib import paramiko
 from fleetclean.transport.upstream import IndexedHostKeys
 
 DEFAULT_FILE = "~/.ssh/known_hosts"
+CA_MARKER, REVOKED_MARKER = "@cert-authority", "@revoked"
+MAX_SUBPATTERN = 1023  # a longer one matches nothing (OpenSSH's match_pattern_list)
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_PORTED = re.compile(r"\[(.+)\]:([0-9]+)")
 
 
 class UnknownHostKey(Exception):
@@ -35,6 +54,120 @@ class UnknownHostKey(Exception):
         super().__init__(hostname)
         self.hostname = hostname
         self.key = key
+
+
+class HostKeyRefused(Exception):
+    """A host key that known_hosts' CA or revocation lines refuse; ``reason`` says why."""
+
+    def __init__(self, hostname: str, key: paramiko.PKey, reason: str) -> None:
+        super().__init__(f"{hostname}: {reason}")
+        self.hostname = hostname
+        self.key = key
+        self.reason = reason
+
+
+def host_key_name(address: str, port: int) -> str:
+    """The name known_hosts is searched for, as ssh and paramiko write it.
+
+    >>> host_key_name("10.0.0.7", 22), host_key_name("10.0.0.7", 2222)
+    ('10.0.0.7', '[10.0.0.7]:2222')
+    """
+    return address if port == 22 else f"[{address}]:{port}"
+
+
+def _lower(text: str) -> str:
+    return text.translate(_ASCII_LOWER)
+
+
+def _forms(hostname: str) -> tuple[str, tuple[str, ...]]:
+    """(the host name ssh connected to, lower case; the names its known_hosts lines are
+    matched against): ``[addr]:port``, then ``addr`` alone, as ssh looks a host on another
+    port up again without the port where it found nothing (``check_host_key``).
+
+    >>> _forms("[Node07]:2222")
+    ('node07', ('[node07]:2222', 'node07'))
+    """
+    lowered = _lower(hostname)
+    ported = _PORTED.fullmatch(lowered)
+    if ported is None:
+        return lowered, (lowered,)
+    return ported.group(1), (lowered, ported.group(1))
+
+
+def match_list(name: str, patterns: str) -> int:
+    """OpenSSH's ``match_pattern_list`` of a lower-case name: 1 where a pattern of the
+    comma list matches it and no ``!pattern`` does, -1 where a negated one does, else 0.
+
+    >>> match_list("node07.lab", "*.lab,!node07.lab"), match_list("gpu1", "GPU?,x")
+    (-1, 1)
+    """
+    found = 0
+    for word in patterns.split(","):
+        negated = word.startswith("!")
+        sub = _lower(word[1:] if negated else word)
+        if len(sub) >= MAX_SUBPATTERN:
+            return 0
+        if hostcerts.match_pattern(name, sub):
+            if negated:
+                return -1
+            found = 1
+    return found
+
+
+def match_hosts(names: tuple[str, ...], field: str) -> bool:
+    """Whether a known_hosts host field (patterns, or one hashed ``|1|salt|hash`` name)
+    names any of ``names``, as ssh's ``match_maybe_hashed``."""
+    for name in names:
+        if field.startswith("|"):
+            try:
+                if paramiko.HostKeys.hash_host(name, field) == field:
+                    return True
+            except Exception:  # a damaged hash names no host, as in ssh
+                return False
+        elif match_list(name, field) == 1:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Marked:
+    """One ``@cert-authority`` or ``@revoked`` line: its host field, its key, where."""
+
+    hosts: str
+    key_type: str
+    blob: bytes
+    where: str  # file:line
+
+    def names(self, names: tuple[str, ...]) -> bool:
+        return match_hosts(names, self.hosts)
+
+
+def _marked(text: str, where: str) -> tuple[str, Marked] | None:
+    """(marker, line) of a known_hosts line with a marker; None where ssh would skip it."""
+    fields = text.split()
+    if len(fields) < 4 or fields[0] not in (CA_MARKER, REVOKED_MARKER):
+        return None  # an unknown marker, two markers, a truncated line: ssh skips them
+    marker, hosts, kind, text64 = fields[:4]
+    try:
+        blob = base64.b64decode(text64, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if marker == CA_MARKER:
+        try:
+            if hostcerts.plain_key(blob)[0] != kind:
+                return None
+        except hostcerts.CertError:
+            return None  # a CA key that no certificate can name (ssh: an unreadable line)
+    return marker, Marked(hosts, kind, blob, where)
+
+
+def _revoked_blobs(line: Marked) -> tuple[bytes, ...]:
+    """The key blobs a ``@revoked`` line revokes: its key, and where that key is a
+    certificate, the key it certifies too (ssh compares public parts)."""
+    try:
+        return line.blob, hostcerts.parse(line.blob).key_blob
+    except hostcerts.CertError:
+        return (line.blob,)
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -52,20 +185,29 @@ class KnownHosts:
         self._write = write
         self._lock = threading.Lock()
         self._keys = IndexedHostKeys()  # paramiko's scans every entry per lookup
+        self._cas: list[Marked] = []
+        self._revoked: list[Marked] = []
         for f in files:
             self._load(Path(f).expanduser())
+        self._store = _Store(self)
 
     def _load(self, path: Path) -> None:
         # Line by line: paramiko's own loader gives up on the whole file at the first line
-        # it cannot read (@cert-authority and @revoked markers, which it does not support,
-        # or a damaged entry), and one such line must not cost every other host its key.
+        # it cannot read (@cert-authority and @revoked markers, which it does not support
+        # and which are kept here, or a damaged entry), and one such line must not cost
+        # every other host its key.
         try:
             lines = path.read_text(errors="replace").splitlines()
         except OSError:
             return
-        for line in lines:
+        for number, line in enumerate(lines, 1):
             text = line.strip()
-            if not text or text.startswith(("#", "@")):
+            if not text or text.startswith("#"):
+                continue
+            if text.startswith("@"):
+                found = _marked(text, f"{path}:{number}")
+                if found is not None:
+                    (self._cas if found[0] == CA_MARKER else self._revoked).append(found[1])
                 continue
             try:
                 entry = paramiko.hostkeys.HostKeyEntry.from_line(text)
@@ -77,7 +219,94 @@ class KnownHosts:
 
     @property
     def keys(self) -> IndexedHostKeys:
+        """The plain keys, by host name."""
         return self._keys
+
+    @property
+    def store(self) -> _Store:
+        """What a paramiko client is given as its host keys (see ``_Store``)."""
+        return self._store
+
+    def marked(self, hostname: str) -> bool:
+        """Whether an ``@cert-authority`` or ``@revoked`` line names ``hostname`` (as
+        paramiko names a host: ``addr`` or ``[addr]:port``)."""
+        if not self._cas and not self._revoked:
+            return False
+        forms = _forms(hostname)[1]
+        return any(line.names(forms) for line in (*self._cas, *self._revoked))
+
+    def vouched(self, hostname: str) -> bool:
+        """Whether an ``@cert-authority`` line names ``hostname``: its connection asks for a
+        certificate first, and takes no key as new."""
+        if not self._cas:
+            return False
+        forms = _forms(hostname)[1]
+        return any(line.names(forms) for line in self._cas)
+
+    def judge(self, hostname: str, key: paramiko.PKey, now: float | None = None) -> bool:
+        """OpenSSH's ``check_host_key`` for the key a host showed: True where known_hosts
+        vouches for it (a valid certificate of a CA listed for the host, or that very key
+        listed for it), False where it knows no key for the host (new: the caller decides);
+        raises ``HostKeyRefused`` (revoked, a certificate that fails, a plain key where only
+        a CA vouches) or ``paramiko.BadHostKeyException`` (another key listed)."""
+        name, forms = _forms(hostname)
+        plain = key.asbytes()
+        shown = getattr(key, "public_blob", None)
+        cert = None
+        if shown is not None and shown.key_type.endswith(hostcerts.CERT_SUFFIX):
+            try:
+                cert = hostcerts.parse(shown.key_blob)
+            except hostcerts.CertError as exc:
+                raise HostKeyRefused(hostname, key, "host certificate refused: it cannot be "
+                                     f"read ({exc})") from None
+            if cert.key_blob != plain:  # paramiko's key is the one the host signed with
+                raise HostKeyRefused(hostname, key, "host certificate refused: it holds "
+                                     "another key than the one the host signed with")
+        for line in self._revoked:
+            if line.names(forms):
+                revoked = _revoked_blobs(line)
+                if plain in revoked:
+                    raise HostKeyRefused(hostname, key, f"host key {key.get_name()} "
+                                         f"{fingerprint(key)} is @revoked ({line.where})")
+                if cert is not None and cert.ca_blob in revoked:
+                    raise HostKeyRefused(hostname, key, "host certificate refused: its CA "
+                                         f"{cert.ca_type} {hostcerts.fingerprint(cert.ca_blob)}"
+                                         f" is @revoked ({line.where})")
+        cas = [line for line in self._cas if line.names(forms)]
+        pinned = self._keys.lookup(hostname)
+        if cert is not None:
+            why = self._cert_problem(cert, cas, name, hostname, now)
+            if why is None:
+                return True
+            # As ssh: a certificate that fails is judged again as the plain key it
+            # certifies, which only a line for that very key vouches for; never as new.
+            if pinned is not None and pinned.get(key.get_name()) == key:
+                return True
+            raise HostKeyRefused(hostname, key, f"host certificate refused: {why}")
+        if pinned is not None:
+            ours = pinned.get(key.get_name())
+            if ours == key:
+                return True
+            raise paramiko.BadHostKeyException(hostname, key,
+                                               ours or next(iter(pinned.values())))
+        if cas:
+            raise HostKeyRefused(hostname, key, (
+                f"plain host key {key.get_name()} {fingerprint(key)} refused: no "
+                f"certificate, where known_hosts vouches for this host only through a CA "
+                f"({cas[0].where}), and a key no CA certified is never taken as new. Give "
+                "its sshd a HostCertificate, or list this key in known_hosts"))
+        return False
+
+    @staticmethod
+    def _cert_problem(cert: hostcerts.Cert, cas: list[Marked], name: str, hostname: str,
+                      now: float | None) -> str | None:
+        signers = [line for line in cas if line.blob == cert.ca_blob]
+        if not signers:
+            ca = f"{cert.ca_type} {hostcerts.fingerprint(cert.ca_blob)}"
+            listed = (f"the @cert-authority lines for it ({cas[0].where}) name other CAs"
+                      if cas else "no @cert-authority line names it")
+            return f"it is signed by a CA not trusted for {hostname} ({ca}; {listed})"
+        return hostcerts.problem(cert, name, time.time() if now is None else now)
 
     def record(self, hostname: str, key: paramiko.PKey, hashed: bool = False) -> None:
         """Append a newly accepted key to the first file, like OpenSSH's accept-new;
@@ -108,9 +337,29 @@ class Policy(paramiko.MissingHostKeyPolicy):
     def missing_host_key(
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
+        # paramiko asks here where its lookup found no key: every key of a host that a CA
+        # or revocation line names (``_Store``), and a new host's.
+        if self._known.judge(hostname, key):
+            return
         if not self._accept_new:
             raise UnknownHostKey(hostname, key)
         self._known.record(hostname, key, self._hashed)
+
+
+class _Store:
+    """What paramiko's ``SSHClient`` asks of its host keys (``get``): the run's plain keys,
+    except for a host that an ``@cert-authority`` or ``@revoked`` line names, which has
+    none, so that paramiko gives every key that host shows to ``Policy`` (paramiko's own
+    check compares plain keys only, and would take a revoked one, or refuse a valid
+    certificate beside an old key)."""
+
+    def __init__(self, known: KnownHosts) -> None:
+        self._known = known
+
+    def get(self, hostname: str, default: object = None) -> object:
+        if self._known.marked(hostname):
+            return default
+        return self._known.keys.get(hostname) or default
 
 
 def apply(client: paramiko.SSHClient, known: KnownHosts, accept_new: bool,
@@ -119,7 +368,7 @@ def apply(client: paramiko.SSHClient, known: KnownHosts, accept_new: bool,
     a new key's host name is written hashed (``HashKnownHosts``)."""
     # One parsed HostKeys for every connection of the run: parsing known_hosts once per host
     # costs controller CPU, and paramiko offers no public setter for it.
-    setattr(client, "_host_keys", known.keys)  # noqa: B010
+    setattr(client, "_host_keys", known.store)  # noqa: B010
     client.set_missing_host_key_policy(Policy(known, accept_new, hashed))
 
 
@@ -129,7 +378,7 @@ def apply_given(client: paramiko.SSHClient, known: KnownHosts, accept_new: bool)
     itself stay."""
     own = vars(client).get("_system_host_keys")
     if own is None or not own.keys():
-        setattr(client, "_system_host_keys", known.keys)  # noqa: B010
+        setattr(client, "_system_host_keys", known.store)  # noqa: B010
     client.set_missing_host_key_policy(Policy(known, accept_new))
 
 

@@ -107,6 +107,19 @@ the fix belongs to another module's job, at the place named:
   it authenticates (``SSHClient`` makes its own only where ``_agent`` is None).
 - ``Connection`` trusts unknown host keys (``AutoAddPolicy``): ``hostkeys.apply`` puts
   fleetclean's policy on every connection and hop.
+- paramiko does not verify host certificates (https://github.com/paramiko/paramiko/issues/771,
+  https://github.com/paramiko/paramiko/issues/2277): its ``HostKeys`` reads no
+  ``@cert-authority`` or ``@revoked`` line of known_hosts; it negotiates
+  ``*-cert-v01@openssh.com`` host keys, but after the plain ones (``preferred_keys``), so
+  an sshd with a ``HostCertificate`` shows its plain key; and where a server shows a
+  certificate, paramiko takes the key out of it (``PKey._check_type_and_load_cert``)
+  and checks neither its CA, nor its host names, nor its dates. A site whose known_hosts
+  vouches for its nodes by one CA line (HPC centres; Vault, step-ca, Teleport) had every
+  node an "unknown host key" where ``ssh node07`` works. ``hostkeys.KnownHosts`` keeps
+  those lines and judges every key of a host they name, as ssh's ``check_host_key``
+  (``hostcerts``: the certificate read and checked as OpenSSH's ``cert_parse`` and
+  ``sshkey_cert_check_host``); ``transport(certs_first=True)``, for such a host, asks for
+  certificate algorithms first, as ssh's ``order_hostkeyalgs``.
 - ``Connection`` keeps ``connect_timeout`` as an int (1.5 s would be 1 s, 0.5 s none at all):
   ``connect`` sets the real figure.
 - ``Connection.run`` starts up to three IO threads per command, each polling every 10 ms:
@@ -234,6 +247,7 @@ def _poll(conn: Any, seconds: float) -> None:
 
 
 AEAD = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+CERT_SUFFIX = "-cert-v01@openssh.com"
 
 
 class _Transport(paramiko.Transport):
@@ -245,6 +259,15 @@ class _Transport(paramiko.Transport):
     # Ed25519 in turn and raises the last error it met: a refused RSA key ends as "Invalid
     # key" (the Ed25519 parser's), which reads as a broken file, not a refusal.
     refused = 0
+    # Host certificate algorithms before plain host keys (see the module's list).
+    certs_first = False
+
+    @property
+    def preferred_keys(self) -> tuple[str, ...]:
+        keys = tuple(super().preferred_keys)
+        if not self.certs_first:
+            return keys
+        return tuple(sorted(keys, key=lambda name: not name.endswith(CERT_SUFFIX)))
 
     def auth_publickey(self, username: str, key: paramiko.PKey,
                        event: Any = None) -> list[str]:
@@ -293,12 +316,15 @@ def unlink(transport: paramiko.Transport) -> None:
 
 
 def transport(sock: Any, disabled_algorithms: Any = None,
-              handshake_timeout: float | None = None) -> paramiko.Transport:
+              handshake_timeout: float | None = None,
+              certs_first: bool = False) -> paramiko.Transport:
     """paramiko's ``Transport`` with AES-GCM first, the rest in paramiko's own order, that
     formats debug messages only for a log that takes them (the ``transport_factory`` of
     ``SSHClient.connect``); ``handshake_timeout``: the key exchange's limit (paramiko's
-    own is 15 s)."""
+    own is 15 s); ``certs_first``: host certificates asked for before plain host keys
+    (a host that a CA vouches for, see the module's list)."""
     made = _Transport(sock, disabled_algorithms=disabled_algorithms)
+    made.certs_first = certs_first
     if handshake_timeout is not None:
         made.handshake_timeout = handshake_timeout
     security = made.get_security_options()
