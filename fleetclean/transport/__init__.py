@@ -7,7 +7,8 @@ per job:
   ``--help`` and a local-only run never load paramiko);
 - ``sshlib``: the one import of fabric and paramiko (without what invoke loads for its test
   double);
-- ``hostkeys``: the known_hosts policy on every connection and hop;
+- ``hostkeys``: the known_hosts policy on every connection and hop (``hostcerts``: host
+  certificates, for its ``@cert-authority`` lines);
 - ``hops``: jump hosts and ProxyCommand resolved through ssh_config (``includes``: its
   Include; ``system``: ssh's system-wide ssh_config and known_hosts, after the user's);
 - ``pool``: one connection per hop chain, and fabric's gateway weak spots worked around;
