@@ -125,6 +125,13 @@ def _add_up(sub: Subparsers) -> None:
         "(default: lifted to 512, so that big runs measure fleetclean, not sshd's throttle)",
     )
     up.add_argument(
+        "--host-ca",
+        action="store_true",
+        help="a site with an SSH certificate authority: every node's host key signed by "
+        "the fleet's CA key (STATE/host_ca), its sshd showing that HostCertificate, and "
+        "known_hosts one @cert-authority line instead of every node's key",
+    )
+    up.add_argument(
         "--cgroup",
         choices=("auto", "v2", "v1", "none"),
         default="auto",
@@ -293,7 +300,8 @@ def _up(args: argparse.Namespace) -> int:
     fleet = SimFleet.up(args.nodes, args.state_dir, subnet=args.subnet,
                         persistenced=args.persistenced, slurm=args.slurm,
                         sshd_defaults=args.sshd_defaults, cgroup=args.cgroup,
-                        gpu_minors=args.gpu_minors, slurm_epilog=args.epilog)
+                        gpu_minors=args.gpu_minors, slurm_epilog=args.epilog,
+                        host_ca=args.host_ca)
     for kind in args.workload:
         for sim_node in fleet.nodes:
             fleet.spawn(sim_node, kind)

@@ -90,6 +90,12 @@ class SimFleet:
         return self.layout.client_key
 
     @property
+    def host_ca_path(self) -> Path | None:
+        """The CA key that signs the nodes' host keys; None for a fleet made without
+        ``host_ca``."""
+        return self.layout.host_ca if self.layout.host_ca.exists() else None
+
+    @property
     def sudo_password(self) -> str:
         """The password of the nodes' login accounts (``users``): what sudo asks alice
         (and bob, before it tells him he may not)."""
@@ -127,6 +133,7 @@ class SimFleet:
         cgroup: str = "auto",
         gpu_minors: Sequence[int] | None = None,
         slurm_epilog: Path | None = None,
+        host_ca: bool = False,
     ) -> SimFleet:
         """Start ``nodes`` nodes in parallel and return once every sshd listens.
 
@@ -139,7 +146,11 @@ class SimFleet:
         ``auto``, ``v2``, ``v1`` or ``none`` (see ``sim/cgroups.py``); ``gpu_minors``: GPU
         index i's device file is ``/dev/nvidia{gpu_minors[i]}`` on every node (default: i),
         as when a driver's probe order differs from the bus order; ``slurm_epilog``:
-        slurm.conf's ``Epilog=``, relative to the fleet's shared dir (``shared_dir``). Raises
+        slurm.conf's ``Epilog=``, relative to the fleet's shared dir (``shared_dir``);
+        ``host_ca``: a site with an SSH CA, every node's host key signed by the fleet's CA
+        key (``host_ca_path``) and shown by its sshd as a ``HostCertificate``, and
+        ``known_hosts`` one ``@cert-authority`` line for the fleet's addresses (see
+        ``sshfiles``; ``certify_host_key`` signs one again). Raises
         SimError if the host cannot run a fleet (or Slurm, or that cgroup mode), a fleet is
         already up in ``state_dir``, or an address is taken.
         """
@@ -169,7 +180,7 @@ class SimFleet:
             if slurm:
                 slurm_mod.prepare(layout.root)
             fleet._start(names, addresses, subnet, sshd_defaults=sshd_defaults, cgroup=cgroup,
-                         minors=gpu_minors, persistenced=persistenced)
+                         minors=gpu_minors, persistenced=persistenced, host_ca=host_ca)
             if slurm:
                 slurm_mod.start(layout.root, fleet.nodes, subnet, fleet.cgroup_mode,
                                 slurm_epilog)
@@ -193,11 +204,13 @@ class SimFleet:
 
     def _start(
         self, names: list[str], addresses: list[str], subnet: int, *, sshd_defaults: bool,
-        cgroup: str, minors: Sequence[int] | None, persistenced: bool,
+        cgroup: str, minors: Sequence[int] | None, persistenced: bool, host_ca: bool = False,
     ) -> None:
         layout = self.layout
         fleet_id = secrets.token_hex(8)
         sshfiles.keygen(layout.client_key, "fleetclean-sim-client")
+        if host_ca:
+            sshfiles.keygen(layout.host_ca, "fleetclean-sim-host-ca")
         client_pub = sshfiles.public_key(layout.client_key)
         password = accounts.new_password()
         fd = os.open(layout.sudo_password, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -209,7 +222,7 @@ class SimFleet:
         def prepare(index: int) -> None:
             nodes_mod.prepare(dirs[index], names[index], addresses[index], fleet_id, client_pub,
                               password_hash=password_hash, sshd_defaults=sshd_defaults,
-                              minors=minors)
+                              minors=minors, host_ca=layout.host_ca if host_ca else None)
 
         # Files (about twenty a node) and a host key each: a few nodes at a time overlap
         # their file system waits.
@@ -224,7 +237,10 @@ class SimFleet:
             self.nodes.append(SimNode(name, address, started[name], node_dir))
         for sim_node in self.nodes:
             nodes_mod.wait_listener(sim_node, 1)
-        sshfiles.write_known_hosts(layout.known_hosts, self.nodes)
+        if host_ca:
+            sshfiles.write_cert_authority(layout.known_hosts, layout.host_ca, f"127.{subnet}.*")
+        else:
+            sshfiles.write_known_hosts(layout.known_hosts, self.nodes)
         sshfiles.write_ssh_config(
             layout.ssh_config, self.nodes, layout.client_key, layout.known_hosts
         )
@@ -479,10 +495,30 @@ class SimFleet:
 
     def rotate_host_key(self, ref: NodeRef) -> None:
         """New host key and sshd restarted; known_hosts keeps the old key, so clients
-        that check host keys now see a mismatch."""
+        that check host keys now see a mismatch. A certificate of the old key goes with it
+        (a reinstalled node that its CA has not signed yet)."""
         sim_node = self.node(ref)
         sshfiles.keygen(sim_node.dir / sshfiles.HOST_KEY, f"root@{sim_node.name}")
+        (sim_node.dir / sshfiles.HOST_CERT).unlink(missing_ok=True)
+        nodes_mod.show_certificate(sim_node.dir)
         self._listen(sim_node, "sshd")
+
+    def certify_host_key(self, ref: NodeRef, *, principals: Sequence[str] | None = None,
+                         validity: str | None = None, ca: Path | None = None) -> Path:
+        """Sign the node's host key again (real ``ssh-keygen -s -h``) and restart its sshd
+        showing that certificate: ``principals`` (default: its name and address; () none),
+        ``validity`` as ``ssh-keygen -V`` takes it (default forever), ``ca`` the CA's
+        private key (default the fleet's, ``host_ca_path``). Returns the certificate."""
+        sim_node = self.node(ref)
+        signer = ca or self.host_ca_path
+        if signer is None:
+            raise SimError("this fleet has no host CA: give ca=, or start it with host_ca")
+        names = (sim_node.name, sim_node.address) if principals is None else principals
+        cert = sshfiles.sign_host_key(signer, sim_node.dir, f"{sim_node.name} host key",
+                                      names, validity)
+        nodes_mod.show_certificate(sim_node.dir)
+        self._listen(sim_node, "sshd")
+        return cert
 
     def _listen(self, ref: NodeRef, mode: str, seconds: float = 0) -> None:
         sim_node = self.node(ref)

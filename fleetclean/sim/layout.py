@@ -69,6 +69,11 @@ class StateLayout:
         return self.root / "id_ed25519"
 
     @property
+    def host_ca(self) -> Path:
+        """The CA key that signs the nodes' host keys (a fleet made with ``host_ca``)."""
+        return self.root / "host_ca"
+
+    @property
     def sudo_password(self) -> Path:
         return self.root / "sudo_password"
 

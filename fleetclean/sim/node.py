@@ -66,6 +66,7 @@ def gpu_uuid(fleet_id: str, node: str, index: int) -> str:
 def prepare(
     node_dir: Path, name: str, address: str, fleet_id: str, client_pub: str, *,
     password_hash: str, sshd_defaults: bool = False, minors: Sequence[int] | None = None,
+    host_ca: Path | None = None,
 ) -> None:
     """Write everything a node needs before its init starts: host key, sshd_config,
     authorized_keys, accounts and sudo (``accounts``), GPU facts, the nvidia-smi wrapper,
@@ -73,13 +74,16 @@ def prepare(
 
     nvidia-smi numbers GPUs in PCI bus order; the driver names each one's device file by
     its minor number, in the order it probed them, which need not be the same. ``minors``
-    gives GPU index i the file ``/dev/nvidia{minors[i]}`` (default: the index itself)."""
+    gives GPU index i the file ``/dev/nvidia{minors[i]}`` (default: the index itself).
+    ``host_ca``: the host key is signed by that CA key, and sshd shows the certificate."""
     (node_dir / "bin").mkdir(parents=True, exist_ok=True)
     # Seen inside the node as /run/fleetclean: sshd's StrictModes checks it for root's
     # keys, and the login accounts' nvidia-smi reads the GPU facts in it.
     node_dir.chmod(0o755)
     accounts.write_etc(node_dir, name, address, password_hash)
     sshfiles.keygen(node_dir / sshfiles.HOST_KEY, f"root@{name}")
+    if host_ca is not None:
+        sshfiles.sign_host_key(host_ca, node_dir, f"{name} host key", (name, address))
     write_sshd_configs(node_dir, address, *((None, None) if sshd_defaults else LIFTED))
     (node_dir / "authorized_keys").write_text(client_pub + " fleetclean-sim\n")
     order = list(minors) if minors is not None else list(range(GPU_COUNT))
@@ -101,10 +105,28 @@ def prepare(
 def write_sshd_configs(node_dir: Path, address: str, max_startups: str | None = LIFTED[0],
                        max_sessions: int | None = LIFTED[1]) -> None:
     """The node's sshd_config, and the one for sshd behind the slow/stalling proxy (an
-    inner port of the same address); read when the listener (re)starts."""
+    inner port of the same address); read when the listener (re)starts. Where the node's
+    host key has a certificate, sshd shows it."""
+    certificate = (node_dir / sshfiles.HOST_CERT).exists()
     for name, port in (("sshd_config", 22), ("sshd_config.inner", sshfiles.INNER_PORT)):
         (node_dir / name).write_text(sshfiles.sshd_config(
-            address, IN_NODE_DIR, port, max_startups=max_startups, max_sessions=max_sessions))
+            address, IN_NODE_DIR, port, max_startups=max_startups, max_sessions=max_sessions,
+            certificate=certificate))
+
+
+def show_certificate(node_dir: Path) -> None:
+    """The node's sshd configs made to show its host key's certificate where it has one,
+    and none where it has none (read when sshd restarts); its limits stay as they are."""
+    wanted = f"HostCertificate {IN_NODE_DIR}/{sshfiles.HOST_CERT}"
+    has = (node_dir / sshfiles.HOST_CERT).exists()
+    for name in ("sshd_config", "sshd_config.inner"):
+        path = node_dir / name
+        lines = [ln for ln in path.read_text().splitlines()
+                 if not ln.startswith("HostCertificate ")]
+        if has:
+            at = next(i for i, ln in enumerate(lines) if ln.startswith("HostKey ")) + 1
+            lines.insert(at, wanted)
+        path.write_text("\n".join(lines) + "\n")
 
 
 def install_nvidia_smi(node_dir: Path) -> None:

@@ -4,11 +4,18 @@ One ed25519 client key per fleet, one ed25519 host key per node, an sshd_config 
 and for clients: ``known_hosts`` (plain entries: the node name and its address),
 ``ssh_config`` (``ssh -F ssh_config node01``) and an Ansible YAML inventory, which is what
 ``fleetclean -i`` reads.
+
+A fleet with a host CA (``SimFleet.up(host_ca=True)``, ``sim up --host-ca``) is a site with
+an SSH certificate authority: each node's host key is signed by the fleet's CA key
+(``ssh-keygen -s CA -h``, the node's name and address its principals), its sshd shows that
+``HostCertificate``, and ``known_hosts`` holds one ``@cert-authority`` line instead of
+every node's key.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -30,6 +37,7 @@ class NodeLike(Protocol):
 
 
 HOST_KEY = "ssh_host_ed25519_key"
+HOST_CERT = HOST_KEY + "-cert.pub"  # where ssh-keygen -s writes the key's certificate
 # Where sshd listens when a slow/stalling proxy (sshproxy.py) holds port 22.
 INNER_PORT = 2222
 USER_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/games:/usr/local/sbin"
@@ -79,9 +87,10 @@ LIFTED = ("512", 512)
 
 def sshd_config(address: str, in_node_dir: str, port: int = 22, *,
                 max_startups: str | None = LIFTED[0],
-                max_sessions: int | None = LIFTED[1]) -> str:
+                max_sessions: int | None = LIFTED[1], certificate: bool = False) -> str:
     """sshd_config for one node; paths are as seen inside the node; a limit of None is
-    left to OpenSSH's default. The login accounts (``sim/accounts.py``) use
+    left to OpenSSH's default; ``certificate``: sshd shows its host key's certificate
+    (``HOST_CERT``) too. The login accounts (``sim/accounts.py``) use
     ``~/.ssh/authorized_keys`` in their node-private homes under sshd's default
     StrictModes; root's keys stay in the node's state dir.
 
@@ -90,11 +99,12 @@ def sshd_config(address: str, in_node_dir: str, port: int = 22, *,
     """
     limits = "".join(f"{word} {value}\n" for word, value in (
         ("MaxStartups", max_startups), ("MaxSessions", max_sessions)) if value is not None)
+    cert = f"HostCertificate {in_node_dir}/{HOST_CERT}\n" if certificate else ""
     return f"""\
 # Written by fleetclean.sim for one simulated node.
 ListenAddress {address}:{port}
 HostKey {in_node_dir}/{HOST_KEY}
-PidFile none
+{cert}PidFile none
 AuthorizedKeysFile .ssh/authorized_keys
 PermitRootLogin prohibit-password
 PubkeyAuthentication yes
@@ -119,6 +129,34 @@ Match User *,!root
 def write_known_hosts(path: Path, nodes: Sequence[NodeLike]) -> None:
     lines = [f"{node.name},{node.address} {public_key(node.dir / HOST_KEY)}\n" for node in nodes]
     path.write_text("".join(lines))
+
+
+def write_cert_authority(path: Path, ca: Path, patterns: str) -> None:
+    """known_hosts for a fleet whose host keys ``ca`` signs: one ``@cert-authority`` line
+    for the hosts ``patterns`` match, no node's own key."""
+    path.write_text(f"@cert-authority {patterns} {public_key(ca)}\n")
+
+
+def sign_host_key(ca: Path, node_dir: Path, identity: str, principals: Sequence[str],
+                  validity: str | None = None) -> Path:
+    """The node's host key signed by the CA key ``ca`` as a host certificate, with real
+    ``ssh-keygen -s`` (``-n`` the principals, none where empty; ``-V`` the validity as
+    ssh-keygen takes it, e.g. ``-1d:+1d``, ``20200101:20200102``; default forever):
+    ``HOST_CERT`` in ``node_dir``, replacing any old one."""
+    key = node_dir / f"{HOST_KEY}.pub"
+    cmd = ["ssh-keygen", "-q", "-s", str(ca), "-I", identity, "-h"]
+    if principals:
+        cmd += ["-n", ",".join(principals)]
+    if validity is not None:
+        cmd += ["-V", validity]
+    try:
+        done = subprocess.run([*cmd, str(key)], capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise SimError(f"cannot run ssh-keygen: {exc}",
+                       hint="install it: apt-get install openssh-client") from exc
+    if done.returncode != 0:
+        raise SimError(f"ssh-keygen could not sign {key}: {done.stderr.strip()}")
+    return node_dir / HOST_CERT
 
 
 def write_ssh_config(path: Path, nodes: Sequence[NodeLike], key: Path, known: Path) -> None:
