@@ -22,7 +22,7 @@ import pytest
 from simhelp import down_checked, module_subnet, up_claimed, user_namespace_refusal
 
 from fleetclean.errors import SimError
-from fleetclean.sim import SimFleet, accounts
+from fleetclean.sim import SimFleet, accounts, launcher
 from fleetclean.sim import cgroups as sim_cgroups
 from fleetclean.sim import node as sim_node
 
@@ -198,6 +198,48 @@ def test_docker_exec_runs_beside_the_main_process_as_the_real_one(fleet: SimFlee
     stopped = fleet.run_in("node01", ["docker", "exec", "dev", "true"])
     assert (stopped.returncode, stopped.stderr.strip()) == (
         1, f"Error response from daemon: Container {cid} is not running")
+
+
+def test_a_shell_docker_exec_ran_loops_its_gpu_job_as_on_a_real_node(fleet: SimFleet) -> None:
+    # `docker exec -d CTR sh -c 'while :; do python3 -m sglang.launch_server ...; sleep 1;
+    # done'` (RELIABILITY item 61): the shell is the shim's child and leads a session of its
+    # own (runc's setsid); the server's worker holds the GPU and nvidia-smi lists it by its
+    # node PID. Killed, the server is run again by the shell; the shell killed, what it ran
+    # is adopted by the container's init, its main process (the kernel reparents within the
+    # PID namespace; the shim, a subreaper outside it, is skipped), still in its session.
+    (main,) = fleet.spawn("node01", "container", container="loop", run="holder", gpus="",
+                          name="sleep infinity")
+    try:
+        shim = int(proc_status(fleet, main, "PPid")[0])
+        env = (f"-e PYTHONPATH={launcher.FAKEPKGS} -e FLEETCLEAN_SIM_PROGRAMS={launcher.PROGRAMS}"
+               " -e FLEETCLEAN_SIM_GPUS=7 -e FLEETCLEAN_SIM_GPU_MIB=1024")
+        sh(fleet, f"docker exec -d {env} loop sh -c "
+                  "'while :; do python3 -m sglang.launch_server --tp 1; sleep 1; done'")
+        assert wait_for(lambda: len(holders(fleet, 7)) == 1)
+        (worker,) = holders(fleet, 7)
+        server = int(proc_status(fleet, worker, "PPid")[0])
+        shell = int(proc_status(fleet, server, "PPid")[0])
+        assert int(proc_status(fleet, shell, "PPid")[0]) == shim
+        rows = sh(fleet, f"ps -o sid=,args= -p {shell},{server},{worker}").splitlines()
+        assert [row.strip() for row in rows] == [
+            f"{shell} sh -c while :; do python3 -m sglang.launch_server --tp 1; sleep 1; done",
+            f"{shell} python3 -m sglang.launch_server --tp 1",
+            f"{shell} sglang::scheduler_TP0"]
+        assert f"{worker}, sglang::scheduler_TP0, 1024 MiB" in sh(
+            fleet, "nvidia-smi --query-compute-apps=pid,process_name,used_memory "
+                   "--format=csv,noheader").splitlines()
+        sh(fleet, f"kill -TERM {server}")
+        assert wait_for(lambda: len(holders(fleet, 7) - {worker}) == 1, timeout=15)
+        (again,) = holders(fleet, 7)
+        server = int(proc_status(fleet, again, "PPid")[0])
+        assert int(proc_status(fleet, server, "PPid")[0]) == shell
+        sh(fleet, f"kill -KILL {shell}")
+        assert wait_for(lambda: int(proc_status(fleet, server, "PPid")[0]) == main)
+        assert sh(fleet, f"ps -o sid= -p {server}") == str(shell)
+        assert holders(fleet, 7) == {again}
+    finally:
+        sh(fleet, "docker stop -t 0 loop")
+    assert holders(fleet, 7) == set()
 
 
 def test_a_rootless_container_runs_under_its_users_own_daemon_as_the_real_one(
