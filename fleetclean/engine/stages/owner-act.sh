@@ -12,15 +12,20 @@
 #           is its main process or under it (not only processes `docker exec` started),
 #           through the daemon that runs it: a rootless one's (its cgroup under
 #           user@UID.service) is its user's, `docker -H unix:///run/user/UID/docker.sock`.
+#           Targets `docker exec` started are signalled with their exec session, its root
+#           (the shell docker exec ran, which may run them in a loop) first
+#           (fc_exec_sessions); the container is left running.
 #           Whatever of it is left after the stage's grace gets SIGKILL; a stop that failed
 #           leaves the container watched for a respawn. Without systemctl or docker, a
 #           daemon that does not answer (in 10 s; a rootless one's socket that is not its
 #           user's, or whose answer is not of that container): signals, and a warning that
 #           the owner may start it again (and what to run).
-#   refuse  never signalled: a "refused" record naming the owner and what to do; the
-#           verification does not wait for GPUs only such processes hold; the host is
-#           dirty.
-#   signal  left to the caller's signals, as any process.
+#   refuse  never signalled: a "refused" record naming the owner and what to do (for a
+#           target `docker exec` started, its exec session's processes to kill, not
+#           `docker stop`); the verification does not wait for GPUs only such processes
+#           hold; the host is dirty.
+#   signal  left to the caller's signals, as any process (one `docker exec` started
+#           watched for a respawn as one is under stop: fc_owner_may_restart).
 # A unit or container that also runs a protected process, or the teardown itself, is never
 # stopped: its targets are signalled one by one.
 
@@ -28,6 +33,13 @@ declare -gA FC_OWNER_ACT=() FC_REFUSED=() FC_OWNER_WHO=() FC_OWNER_FIX=()
 # FC_OWNER_EXEC[pid]: "MAIN SHIM" for a target `docker exec` started in its container
 # (fc_docker_exec_only): the container's main process and the containerd-shim above both.
 declare -gA FC_OWNER_EXEC=()
+# FC_EXEC_FIRST: the roots of the exec sessions this stage ends (fc_exec_sessions), first
+# in FC_TARGETS, so first to get the stage's signal (or SIGKILL at once where they ignore
+# it: fc_exec_kill_roots); FC_EXEC_MORE: the rest of those sessions.
+# FC_EXEC_ASKED[container id]: docker was asked this stage which of its targets docker
+# exec started (fc_owner_exec_asked).
+declare -ga FC_EXEC_FIRST=() FC_EXEC_MORE=()
+declare -gA FC_EXEC_ASKED=()
 declare -ga FC_NEVER_STOP=() FC_OWNER_LEFT=() FC_DOCKER=()
 FC_OWNER_SAID="" FC_OWNER_KEPT=0 FC_OWNER_SENT=0 FC_DOCKER_DOWN=""
 
@@ -55,9 +67,10 @@ fc_slurm_job_running() {
 # FC_OWNER_SENT (stops and signals sent) and FC_OWNER_LEFT (what outlived SIGKILL).
 fc_owner_act() {
     local grace_ms=$2 kill_ms=$3 p kind id owner
-    local -A owned=()
+    local -A owned=() to_refuse=()
     local -a keep=() stop=() pids=()
     FC_OWNER_SAID="" FC_OWNER_KEPT=0 FC_OWNER_SENT=0 FC_OWNER_LEFT=()
+    FC_EXEC_FIRST=() FC_EXEC_MORE=() FC_EXEC_ASKED=()
     for p in "${FC_TARGETS[@]}"; do
         kind=${FC_OK[$p]:-plain} id=${FC_OI[$p]:-}
         case ${FC_OWNER_ACT[$kind]:-signal}:$kind in
@@ -68,10 +81,20 @@ fc_owner_act() {
                     keep+=("$p")
                 fi
                 ;;
+            refuse:docker) to_refuse[$id]+=" $p" ;;
             refuse:*) fc_owner_refuse "$p" ;;
             stop:systemd | stop:docker) owned[$kind $id]+=" $p" ;;
             *) keep+=("$p") ;;
         esac
+    done
+    for id in "${!to_refuse[@]}"; do
+        read -r -a pids <<<"${to_refuse[$id]}"
+        # Which docker exec started: their refusal names the exec session, not the
+        # container (fc_owner_refusal).
+        command -v docker >/dev/null 2>&1 && fc_docker_exec_only "$id" "${pids[@]}"
+        for p in "${pids[@]}"; do
+            fc_owner_refuse "$p"
+        done
     done
     for owner in "${!owned[@]}"; do
         read -r -a pids <<<"${owned[$owner]}"
@@ -82,15 +105,17 @@ fc_owner_act() {
         fi
     done
     FC_TARGETS=("${keep[@]}")
-    ((${#stop[@]})) || return 0
-    if ((FC_CHECK)); then
+    ((${#FC_EXEC_FIRST[@]})) && fc_exec_targets
+    if ((${#stop[@]})) && ((FC_CHECK)); then
         for p in "${stop[@]}"; do
             fc_owner_stop_words "$p"
             fc_rec change "$FC_IDX" "would stop $REPLY: $p (${FC_CMD[$p]})"
         done
-        return 0
+    elif ((${#stop[@]})); then
+        fc_owner_stop "$grace_ms" "$kill_ms" "${stop[@]}"
     fi
-    fc_owner_stop "$grace_ms" "$kill_ms" "${stop[@]}"
+    ((${#FC_EXEC_FIRST[@]})) && fc_exec_kill_roots "$1" "$kill_ms"
+    return 0
 }
 
 # fc_owner_stoppable KIND ID PID...: true when the unit or container ID may be stopped for
@@ -123,7 +148,10 @@ fc_owner_stoppable() {
         return 1
     elif fc_docker_exec_only "$id" "$@"; then
         # As for a unit's forked job: `docker stop` would take down the user's whole
-        # container (its main process and all else in it) for them.
+        # container (its main process and all else in it) for them. Their exec session
+        # goes with them (a shell that docker exec ran would start them again).
+        fc_exec_sessions "$id" "$@"
+        FC_OWNER_SAID+="not stopped: docker ${id:0:12} (pid $* started by docker exec, not by its main process ${FC_OWNER_EXEC[$1]%% *}$REPLY); "
         return 1
     elif [[ -n $FC_DOCKER_DOWN ]]; then
         # Its daemon did not answer for it (a rootless container's user's, or any in 10
@@ -144,7 +172,7 @@ fc_owner_stoppable() {
 # main process (docker inspect's State.Pid) or under it: `docker exec` started each, beside
 # the main process (their parent is the containerd-shim, as the main process's is, and they
 # live in its cgroup and PID namespace). Docker's restart policy never starts them again.
-# Sets FC_OWNER_EXEC for each and says so in FC_OWNER_SAID. False where docker cannot name a
+# Sets FC_OWNER_EXEC for each. False where docker cannot name a
 # main process (the container not running): as before, the container is stopped; but where
 # its daemon did not answer (a rootless one's, or any in 10 s), FC_DOCKER_DOWN says what it
 # said. Asked at each stage: a container restarted since has another main process.
@@ -208,7 +236,211 @@ fc_docker_exec_only() {
     for p in "$@"; do
         FC_OWNER_EXEC[$p]="$main ${FC_PPID[$main]:-0}"
     done
-    FC_OWNER_SAID+="not stopped: docker ${id:0:12} (pid $* started by docker exec, not by its main process $main); "
+}
+
+# fc_exec_root PID: REPLY = the root of the exec session of PID, a target `docker exec`
+# started (FC_OWNER_EXEC): its ancestor (or itself) whose parent is the containerd-shim,
+# the process docker exec ran (the shell of `docker exec CTR sh -c 'while :; do ...;
+# done'` or of `docker exec -it CTR bash`, or the job itself). Fails where the ancestry
+# does not reach the shim (a process the container's init adopted) or that root is dead.
+fc_exec_root() {
+    local q=$1 n=0 shim=${FC_OWNER_EXEC[$1]#* }
+    [[ $shim =~ ^[1-9][0-9]*$ && $shim != 1 ]] || return 1
+    while [[ ${FC_PPID[$q]:-0} != "$shim" ]]; do
+        q=${FC_PPID[$q]:-0}
+        [[ $q != 0 && $q != 1 ]] && ((++n <= 64)) || return 1
+        [[ -n ${FC_START[$q]:-} ]] || fc_proc_load "$q" || return 1
+    done
+    [[ ${FC_STATE[$q]:-} != [ZX] && -n ${FC_CMD[$q]:-} ]] || return 1
+    REPLY=$q
+}
+
+# fc_exec_tree ROOT [TARGET...]: FC_TREE = the live processes of the exec session ROOT
+# leads: ROOT, its descendants and the members of the process groups and sessions they
+# lead (fc_expand's tree; runc makes what it execs a session leader). False (REPLY says
+# why) where one of them is protected (or out of the scope, or the teardown itself), or
+# this login may not signal ROOT: ending the session would reach what must not be. The
+# stage's own TARGETs are not asked again.
+fc_exec_tree() {
+    local p q
+    local -A seen=([$1]=1) targets=()
+    local -a queue=("$1")
+    for p in "${@:2}"; do
+        targets[$p]=1
+    done
+    FC_TREE=()
+    while ((${#queue[@]})); do
+        p=${queue[0]}
+        queue=("${queue[@]:1}")
+        if [[ -n ${FC_START[$p]:-} && ${FC_STATE[$p]:-} != [ZX] && -n ${FC_CMD[$p]:-} ]]; then
+            if [[ -z ${targets[$p]:-} ]] && fc_protected "$p"; then
+                REPLY="runs protected pid $p (${FC_CMD[$p]}: $REPLY)"
+                return 1
+            fi
+            FC_TREE+=("$p")
+        fi
+        for q in "${FC_PIDS[@]}"; do
+            [[ -n ${seen[$q]:-} ]] && continue
+            if [[ ${FC_PPID[$q]} == "$p" ]] ||
+                [[ ${FC_PGRP[$p]} == "$p" && ${FC_PGRP[$q]} == "$p" ]] ||
+                [[ ${FC_SID[$p]} == "$p" && ${FC_SID[$q]} == "$p" ]]; then
+                seen[$q]=1
+                queue+=("$q")
+            fi
+        done
+    done
+    if ! fc_may_signal "$1"; then
+        fc_proc_user "$1"
+        REPLY="is $REPLY's, which this login may not signal"
+        return 1
+    fi
+    REPLY=""
+}
+
+# fc_exec_sessions ID PID...: these targets of container ID `docker exec` started are
+# stopped with their exec sessions: each session's root (fc_exec_root) goes to
+# FC_EXEC_FIRST, signalled before the rest (a loop it runs cannot start the job again),
+# and the rest of its tree (fc_exec_tree) to FC_EXEC_MORE; nothing else of the container
+# is touched. REPLY: ": its exec session 20 (sh) signalled first" for the roots that are
+# no targets themselves, else "". A session that cannot be ended whole (a protected process
+# in it, a root this login may not signal) is left with a warning: its targets are
+# signalled alone, their parent watched for a respawn (fc_owner_may_restart).
+fc_exec_sessions() {
+    local id=$1 p root listed_roots=""
+    local -A roots=() targets=()
+    shift
+    for p in "$@"; do
+        targets[$p]=1
+        fc_exec_root "$p" && roots[$REPLY]=1
+    done
+    for root in "${!roots[@]}"; do
+        if ! fc_exec_tree "$root" "$@"; then
+            fc_owner_warn "docker ${id:0:12}: exec session $root (${FC_CMD[$root]}) $REPLY: not ended, only its targets were signalled; it may start them again"
+            continue
+        fi
+        FC_EXEC_FIRST+=("$root")
+        FC_EXEC_MORE+=("${FC_TREE[@]}")
+        for p in "${FC_TREE[@]}"; do
+            FC_OWNER_EXEC[$p]=${FC_OWNER_EXEC[$1]}
+            [[ -n ${targets[$p]:-} ]] || FC_RELWHY[$p]="docker exec session $root"
+        done
+        [[ -n ${targets[$root]:-} ]] || listed_roots+="${listed_roots:+, }$root (${FC_COMM[$root]:-?})"
+    done
+    REPLY=""
+    if [[ $listed_roots == *,* ]]; then
+        REPLY=": its exec sessions $listed_roots signalled first"
+    elif [[ -n $listed_roots ]]; then
+        REPLY=": its exec session $listed_roots signalled first"
+    fi
+}
+
+# What is left to signal (FC_TARGETS) with the exec sessions fc_exec_sessions ends: their
+# roots first, then the rest, numerically. What joins the targets gets the records a
+# target has (owner, match) and counts as matched; under --check, only what no earlier
+# stage would have signalled joins (FC_CLAIMED).
+fc_exec_targets() {
+    local p
+    local -A have=() first=()
+    local -a added=() rest=() leads=()
+    for p in "${FC_TARGETS[@]}"; do
+        have[$p]=1
+    done
+    for p in "${FC_EXEC_FIRST[@]}" "${FC_EXEC_MORE[@]}"; do
+        [[ -n ${have[$p]:-} ]] && continue
+        have[$p]=1
+        if ((FC_CHECK)); then
+            [[ -n ${FC_CLAIMED[$p]:-} ]] && continue
+            FC_CLAIMED[$p]=1
+        fi
+        added+=("$p")
+    done
+    for p in "${FC_EXEC_FIRST[@]}"; do
+        [[ " ${FC_TARGETS[*]} ${added[*]} " == *" $p "* ]] || continue
+        first[$p]=1
+        leads+=("$p")
+    done
+    for p in "${FC_TARGETS[@]}" "${added[@]}"; do
+        [[ -n ${first[$p]:-} ]] || rest+=("$p")
+    done
+    if ((${#rest[@]})); then
+        mapfile -t rest < <(printf '%s\n' "${rest[@]}" | sort -n -u)
+    fi
+    FC_TARGETS=("${leads[@]}" "${rest[@]}")
+    FC_EXEC_FIRST=("${leads[@]}")
+    ((${#added[@]})) || return 0
+    fc_owner_records "${added[@]}"
+    fc_note_related "${added[@]}"
+    for p in "${added[@]}"; do
+        fc_rec match "$FC_IDX" "$p" "${FC_CMD[$p]}" tree "${FC_IDENT[$p]:-}"
+    done
+    FC_MATCHED=$((FC_MATCHED + ${#added[@]}))
+}
+
+# fc_exec_kill_roots SIGNAL KILL_MS: an exec session's root that ignores the stage's
+# SIGNAL (the interactive bash of `docker exec -it CTR bash` ignores TERM) would outlive
+# the grace and run its job anew meanwhile: it gets SIGKILL now, before the stage's
+# signals reach the rest (FC_TARGETS keeps them), as a stop's signals (FC_OWNER_SENT,
+# FC_OWNER_LEFT); --check says so.
+fc_exec_kill_roots() {
+    local sig=$1 kill_ms=$2 p owner
+    local -a kill=() keep=()
+    local -A start=() cmd=()
+    [[ $sig == KILL ]] && return 0
+    for p in "${FC_EXEC_FIRST[@]}"; do
+        fc_ignores "$p" "$sig" && kill+=("$p")
+    done
+    ((${#kill[@]})) || return 0
+    for p in "${FC_TARGETS[@]}"; do
+        [[ " ${kill[*]} " == *" $p "* ]] || keep+=("$p")
+    done
+    FC_TARGETS=("${keep[@]}")
+    if ((FC_CHECK)); then
+        for p in "${kill[@]}"; do
+            fc_owner_words "$p"
+            owner=$REPLY
+            fc_why_text "$p"
+            fc_rec change "$FC_IDX" "would send KILL to $p (${FC_CMD[$p]})$owner [$REPLY]"
+        done
+        return 0
+    fi
+    for p in "${kill[@]}"; do
+        start[$p]=${FC_START[$p]} cmd[$p]=${FC_CMD[$p]}
+    done
+    FC_SIGNALLED=0
+    fc_send KILL "${kill[@]}"
+    fc_wait_gone "$kill_ms" "${kill[@]}"
+    FC_OWNER_SENT=$((FC_OWNER_SENT + FC_SIGNALLED))
+    FC_OWNER_LEFT+=("${FC_LEFT[@]}")
+}
+
+# True when PID ignores signal $2 (a name: TERM), as its SigIgn mask says.
+fc_ignores() {
+    local key="" mask="" n
+    n=$(kill -l "$2" 2>/dev/null) && [[ $n =~ ^[0-9]+$ ]] || return 1
+    while read -r key mask; do
+        [[ $key == SigIgn: ]] && break
+    done 2>/dev/null <"/proc/$1/status"
+    [[ $key == SigIgn: && $mask =~ ^[0-9a-fA-F]+$ ]] || return 1
+    (((16#$mask >> (n - 1)) & 1))
+}
+
+# fc_owner_exec_asked PID: under `owner_docker: signal`, whether docker exec started the
+# targets of PID's container is asked once a stage, where the respawn watch needs it
+# (fc_owner_may_restart): FC_OWNER_EXEC as under stop. Nothing asked without a docker CLI,
+# or where the answer is known.
+fc_owner_exec_asked() {
+    local id=${FC_OI[$1]:-} p
+    local -a mine=()
+    [[ ${FC_OWNER_ACT[docker]:-signal} == signal && -z ${FC_OWNER_EXEC[$1]:-} && -n $id &&
+        -z ${FC_EXEC_ASKED[$id]:-} ]] || return 0
+    FC_EXEC_ASKED[$id]=1
+    command -v docker >/dev/null 2>&1 || return 0
+    for p in "${FC_TARGETS[@]}"; do
+        [[ ${FC_OK[$p]:-} == docker && ${FC_OI[$p]:-} == "$id" ]] && mine+=("$p")
+    done
+    ((${#mine[@]})) || mine=("$1")
+    fc_docker_exec_only "$id" "${mine[@]}"
+    return 0
 }
 
 # True when /run/user/UID/docker.sock, where a rootless daemon of user UID listens, is a
@@ -414,6 +646,8 @@ fc_owner_stop() {
 # --check, a change line instead.
 fc_owner_refuse() {
     local p=$1 key=${FC_OK[$1]:-}:${FC_OI[$1]:-}:${FC_ON[$1]:-}
+    # One docker exec session's targets share what to do: that session's.
+    [[ -n ${FC_OWNER_EXEC[$p]:-} ]] && fc_exec_root "$p" && key+=":$REPLY"
     if [[ -z ${FC_OWNER_WHO[$key]+set} ]]; then
         fc_owner_refusal "$p"
         FC_OWNER_WHO[$key]=${REPLY%%$'\t'*} FC_OWNER_FIX[$key]=${REPLY#*$'\t'}
@@ -458,7 +692,27 @@ fc_owner_refusal() {
         docker)
             fc_owner_docker "$id"
             fc_docker_words "$id"
-            REPLY="${REPLY/#docker/docker container}"$'\t'"${FC_DOCKER[*]} stop ${id:0:12}"
+            REPLY="${REPLY/#docker/docker container}"
+            local ctr=$REPLY root pid
+            # Started by docker exec: its exec session, root first, is what to end (the
+            # container's main process and the rest of it are not the job's).
+            if [[ -n ${FC_OWNER_EXEC[$p]:-} ]] && fc_exec_root "$p" && root=$REPLY &&
+                fc_exec_tree "$root" "$p"; then
+                local -a rest=()
+                for pid in "${FC_TREE[@]}"; do
+                    [[ $pid == "$root" ]] || rest+=("$pid")
+                done
+                ((${#rest[@]})) && mapfile -t rest < <(printf '%s\n' "${rest[@]}" | sort -n)
+                REPLY="docker exec session $root (${FC_COMM[$root]:-?}) in $ctr"$'\t'
+                # A root that ignores TERM (an interactive bash) ends by KILL only.
+                if fc_ignores "$root" TERM; then
+                    REPLY+="kill -KILL $root${rest[*]:+; kill ${rest[*]}}"
+                else
+                    REPLY+="kill $root${rest[*]:+ ${rest[*]}}"
+                fi
+            else
+                REPLY="$ctr"$'\t'"${FC_DOCKER[*]} stop ${id:0:12}"
+            fi
             ;;
         tmux) REPLY="tmux session $name"$'\t'"tmux kill-session -t '$name'" ;;
         screen) REPLY="screen session $name"$'\t'"screen -S $name -X quit" ;;
@@ -513,10 +767,13 @@ fc_owner_warn() {
 # (A unit or container stopped through its owner is not signalled, so never asked about.)
 fc_owner_may_restart() {
     local kind=${FC_OK[$1]:-plain}
+    [[ $kind == docker ]] && fc_owner_exec_asked "$1"
     if [[ -n ${FC_OWNER_EXEC[$1]:-} ]]; then
         # Started by docker exec: neither docker nor the shim, its parent, starts it again
-        # (a shell that docker exec ran, running it in a loop, may: a parent as any other).
-        [[ $2 != 1 && $2 != "${FC_OWNER_EXEC[$1]#* }" ]]
+        # (a shell that docker exec ran, running it in a loop, may: a parent as any other,
+        # unless it is the root of an exec session this stage ends: fc_exec_sessions).
+        [[ $2 != 1 && $2 != "${FC_OWNER_EXEC[$1]#* }" &&
+            " ${FC_EXEC_FIRST[*]} " != *" $2 "* ]]
         return
     fi
     case $kind in
