@@ -202,7 +202,7 @@ def test_docker_exec_runs_beside_the_main_process_as_the_real_one(fleet: SimFlee
 
 def test_a_shell_docker_exec_ran_loops_its_gpu_job_as_on_a_real_node(fleet: SimFleet) -> None:
     # `docker exec -d CTR sh -c 'while :; do python3 -m sglang.launch_server ...; sleep 1;
-    # done'` (RELIABILITY item 61): the shell is the shim's child and leads a session of its
+    # done'` (RELIABILITY item 62): the shell is the shim's child and leads a session of its
     # own (runc's setsid); the server's worker holds the GPU and nvidia-smi lists it by its
     # node PID. Killed, the server is run again by the shell; the shell killed, what it ran
     # is adopted by the container's init, its main process (the kernel reparents within the
