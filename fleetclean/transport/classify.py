@@ -100,11 +100,17 @@ def _is_timeout(exc: BaseException, elapsed: float, limit: float) -> bool:
 
 def _key_failure(exc: BaseException, where: Where) -> TransportFailure | None:
     if isinstance(exc, UnknownHostKey):
+        what = (f"unknown host key for {exc.hostname} ({exc.key.get_name()} "
+                f"{fingerprint(exc.key)})")
+        if exc.read_only:  # as ssh, which records nothing where it has no user file
+            return TransportFailure(
+                "host_key_mismatch", f"{what}; UserKnownHostsFile is none, so no key is "
+                "accepted as new: check it, then add it to a known_hosts file this host's "
+                "config names, or give --known-hosts FILE")
         return TransportFailure(
             "host_key_mismatch",
-            f"unknown host key for {exc.hostname} ({exc.key.get_name()} "
-            f"{fingerprint(exc.key)}); check it, then rerun with --accept-new-host-keys "
-            "or add it to known_hosts",
+            f"{what}; check it, then rerun with --accept-new-host-keys or add it to "
+            "known_hosts",
         )
     if isinstance(exc, HostKeyRefused):
         return TransportFailure(

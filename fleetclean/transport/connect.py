@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import getpass
 import os
 import socket
 import threading
@@ -98,6 +99,15 @@ def _usable(target: Target) -> tuple[str, ...]:
     return there or target.keys
 
 
+def _tokens(target: Target) -> dict[str, str]:
+    """ssh_config's ``%`` tokens for ``target`` (those an ``IdentityAgent`` path uses)."""
+    local = getpass.getuser()
+    host = socket.gethostname()
+    return {"d": os.path.expanduser("~"), "u": local, "i": str(os.getuid()),
+            "h": target.address, "p": str(target.port), "r": target.user or local,
+            "n": target.name, "l": host, "L": host.split(".", 1)[0]}
+
+
 def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
     keys = _usable(target)
     known = ctx.known.get(target.options.get("userknownhostsfile"),
@@ -144,7 +154,8 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
     strict = target.options.get("stricthostkeychecking", "").lower()
     accept_new = ctx.accept_new or strict in ("accept-new", "no", "off")
     # fabric's Connection trusts unknown host keys (AutoAddPolicy): replaced, on every hop.
-    socket_path = agent_for(target.options.get("identityagent")) if target.agent else None
+    agent = target.options.get("identityagent") if target.agent else None
+    socket_path = agent_for(agent, _tokens(target)) if agent else None
     if socket_path is not None:
         conn.client._agent = SocketAgent(socket_path)  # see upstream: IdentityAgent
     hashed = target.options.get("hashknownhosts", "no").lower() in ("yes", "true")
@@ -250,6 +261,8 @@ def _attempt(
         phase = phase_of(transport)
         said = getattr(transport, "said", None)
         refused = getattr(transport, "refused", 0)
+        agent = getattr(conn.client, "_agent", None)  # gone once the client is closed
+        unreached = agent.error if isinstance(agent, SocketAgent) else ""
         if refused and type(exc) is paramiko.SSHException and str(exc) != "No existing session":
             # A refusal that paramiko's last key-file parser error hid (upstream._Transport).
             exc = paramiko.AuthenticationException(
@@ -266,6 +279,8 @@ def _attempt(
         return None, TransportFailure("unreachable", note), None
     if failure is not None and note:
         failure = TransportFailure(failure.kind, f"{failure.message} ({note})")
+    if failure is not None and unreached and failure.kind == "auth_failed":
+        failure = TransportFailure(failure.kind, f"{failure.message} ({unreached})")
     return None, failure, "dropped" if failure is None else None
 
 

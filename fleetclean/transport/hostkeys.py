@@ -38,9 +38,10 @@ from pathlib import Path
 
 from fleetclean.transport import hostcerts, system
 from fleetclean.transport.sshlib import paramiko
-from fleetclean.transport.upstream import IndexedHostKeys
+from fleetclean.transport.upstream import IndexedHostKeys, KeyTypes
 
 DEFAULT_FILE = "~/.ssh/known_hosts"
+DEFAULT_FILES = [DEFAULT_FILE, "~/.ssh/known_hosts2"]  # ssh's UserKnownHostsFile default
 CA_MARKER, REVOKED_MARKER = "@cert-authority", "@revoked"
 MAX_SUBPATTERN = 1023  # a longer one matches nothing (OpenSSH's match_pattern_list)
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -50,10 +51,11 @@ _PORTED = re.compile(r"\[(.+)\]:([0-9]+)")
 class UnknownHostKey(Exception):
     """A host offered a key that no known_hosts file lists, and the run accepts none."""
 
-    def __init__(self, hostname: str, key: paramiko.PKey) -> None:
+    def __init__(self, hostname: str, key: paramiko.PKey, read_only: bool = False) -> None:
         super().__init__(hostname)
         self.hostname = hostname
         self.key = key
+        self.read_only = read_only  # UserKnownHostsFile none: no key can be recorded
 
 
 class HostKeyRefused(Exception):
@@ -180,9 +182,11 @@ class KnownHosts:
     """known_hosts files shared by all connections of one run; thread-safe for accept-new.
     ``write``: the file a newly accepted key goes to (default: the first of ``files``)."""
 
-    def __init__(self, files: tuple[str, ...], write: str | None = None) -> None:
+    def __init__(self, files: tuple[str, ...], write: str | None = None,
+                 read_only: bool = False) -> None:
         self._files = files
         self._write = write
+        self.read_only = read_only  # no file to record a new key in (UserKnownHostsFile none)
         self._lock = threading.Lock()
         self._keys = IndexedHostKeys()  # paramiko's scans every entry per lookup
         self._cas: list[Marked] = []
@@ -273,22 +277,24 @@ class KnownHosts:
                                          f"{cert.ca_type} {hostcerts.fingerprint(cert.ca_blob)}"
                                          f" is @revoked ({line.where})")
         cas = [line for line in self._cas if line.names(forms)]
-        pinned = self._keys.lookup(hostname)
+        # ssh takes the host where any line, of any file, lists the key it shows
+        # (hostfile.c keeps looking for HOST_OK): a stale site entry beside the user's
+        # newer one included.
         if cert is not None:
             why = self._cert_problem(cert, cas, name, hostname, now)
             if why is None:
                 return True
             # As ssh: a certificate that fails is judged again as the plain key it
             # certifies, which only a line for that very key vouches for; never as new.
-            if pinned is not None and pinned.get(key.get_name()) == key:
+            if self._keys.listed(hostname, key):
                 return True
             raise HostKeyRefused(hostname, key, f"host certificate refused: {why}")
-        if pinned is not None:
-            ours = pinned.get(key.get_name())
-            if ours == key:
-                return True
-            raise paramiko.BadHostKeyException(hostname, key,
-                                               ours or next(iter(pinned.values())))
+        if self._keys.listed(hostname, key):
+            return True
+        listed = self._keys.every(hostname)  # not that key: another one, or a new host
+        if listed:
+            expected = listed.get(key.get_name()) or next(iter(listed.values()))
+            raise paramiko.BadHostKeyException(hostname, key, expected[-1])
         if cas:
             raise HostKeyRefused(hostname, key, (
                 f"plain host key {key.get_name()} {fingerprint(key)} refused: no "
@@ -341,25 +347,31 @@ class Policy(paramiko.MissingHostKeyPolicy):
         # or revocation line names (``_Store``), and a new host's.
         if self._known.judge(hostname, key):
             return
-        if not self._accept_new:
-            raise UnknownHostKey(hostname, key)
+        if not self._accept_new or self._known.read_only:
+            raise UnknownHostKey(hostname, key, read_only=self._known.read_only)
         self._known.record(hostname, key, self._hashed)
 
 
 class _Store:
     """What paramiko's ``SSHClient`` asks of its host keys (``get``): the run's plain keys,
-    except for a host that an ``@cert-authority`` or ``@revoked`` line names, which has
-    none, so that paramiko gives every key that host shows to ``Policy`` (paramiko's own
-    check compares plain keys only, and would take a revoked one, or refuse a valid
-    certificate beside an old key)."""
+    except for a host that an ``@cert-authority`` or ``@revoked`` line names, or that has
+    two keys of one type listed, and wherever a name is hashed: there it has none, so that
+    paramiko gives every key that host shows to ``Policy`` (paramiko's own check compares
+    one plain key a type, and would take a revoked one, refuse a valid certificate beside
+    an old key, or refuse the user's key where the site's file lists a stale one; and to
+    find a host's hashed keys is to hash its name with every hashed entry's salt, where
+    ``Policy`` hashes it only for the entries of the key the host shows)."""
 
     def __init__(self, known: KnownHosts) -> None:
         self._known = known
 
     def get(self, hostname: str, default: object = None) -> object:
-        if self._known.marked(hostname):
-            return default
-        return self._known.keys.get(hostname) or default
+        keys = self._known.keys
+        plain = keys.plain(hostname)
+        if (self._known.marked(hostname) or keys.hashed
+                or any(len(listed) > 1 for listed in plain.values())):
+            return default  # Policy judges: paramiko compares one key a type
+        return KeyTypes({kind: listed[-1] for kind, listed in plain.items()}) or default
 
 
 def apply(client: paramiko.SSHClient, known: KnownHosts, accept_new: bool,
@@ -398,17 +410,20 @@ class KnownHostsCache:
         there then read as a new host's, which --accept-new-host-keys accepted. A new key
         goes to ``own``'s first file, else to the first extra one (where the user asked for
         the fleet's keys), else to ~/.ssh/known_hosts."""
-        # The system-wide files are read first so that where a user's file names the same
-        # host and key type, the user's key is the one checked: a site file lags behind a
-        # node reinstalled, and the user's own entry is the newer word.
+        # A key any of them lists for the host is taken (IndexedHostKeys keeps them all):
+        # a site file that lags behind a node reinstalled does not refuse the user's newer
+        # entry. UserKnownHostsFile none: no user file, and (as ssh) nothing is recorded:
+        # a new host is refused, accept-new or not, unless the run named a file of its own.
         shared = [f for f in (wide.split() if wide else system.known_hosts_files())
                   if f.lower() != "none"]
-        mine = [f for f in (own.split() if own else [DEFAULT_FILE]) if f.lower() != "none"]
+        mine = [f for f in (own.split() if own else DEFAULT_FILES) if f.lower() != "none"]
         files = [*shared, *mine, *self._extra]
-        write = mine[0] if own and mine else (self._extra[0] if self._extra else DEFAULT_FILE)
-        key = (*files, "->", write)
+        extra = self._extra[0] if self._extra else None
+        write = (mine[0] if mine else extra) if own else (extra or DEFAULT_FILE)
+        key = (*files, "->", str(write))
         with self._lock:
             known = self._cache.get(key)
             if known is None:
-                known = self._cache[key] = KnownHosts(tuple(files), write)
+                known = self._cache[key] = KnownHosts(tuple(files), write,
+                                                      read_only=write is None)
             return known

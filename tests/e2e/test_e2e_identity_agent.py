@@ -59,10 +59,17 @@ def test_the_agent_identityagent_names_is_the_one_asked(
         res = cli("status", "-i", inventory, "-F", config, "--connect-timeout", "5", "--json")
         return res.host("node01")
 
-    # The socket itself, the "$VAR" form and the "${VAR}" form all reach it.
-    for form in (str(agent), "$VAULT_AGENT", "${VAULT_AGENT}"):
+    # The socket itself, the "$VAR" and "${VAR}" forms, "~" and the "%d" token (the home
+    # directory, as 1Password's and gpg-agent's documented lines have it) all reach it.
+    (home / "vault").symlink_to(agent.parent)
+    for form in (str(agent), "$VAULT_AGENT", "${VAULT_AGENT}", "~/vault/agent.sock",
+                 "%d/vault/agent.sock"):
         host = status(form)
         assert host["status"] == "clean", (form, host)
+    # An agent that is not there: the login fails saying so, not as a refused key.
+    host = status(str(tmp_path / "gone.sock"))
+    assert host["status"] == "auth_failed"
+    assert "gone.sock cannot be reached" in str(host["error"]), host
     # SSH_AUTH_SOCK (the default), which names no agent here, and "none": no key to offer.
     for form in ("SSH_AUTH_SOCK", "none"):
         host = status(form)

@@ -3,9 +3,13 @@ bare node names reach the nodes, and their host keys are known, as ``ssh node01`
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
+import paramiko
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from simhelp import Cli
 
 pytestmark = pytest.mark.sim
@@ -45,3 +49,58 @@ def test_site_config_and_host_keys_in_etc_ssh_reach_the_nodes(
     for name in ("node01", "node02"):
         assert res.host(name)["status"] == "host_key_mismatch"
         assert "unknown host key" in res.host(name)["error"]
+
+
+def test_any_listed_key_is_taken_and_with_no_user_file_nothing_is_new(
+    sim_fleet_factory, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet = sim_fleet_factory(2)
+    home, system = tmp_path / "home", tmp_path / "etc-ssh"
+    (home / ".ssh").mkdir(parents=True)
+    system.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("FLEETCLEAN_SSH_SYSTEM_DIR", str(system))
+    # The site's file lags behind a reinstall (another key listed for node01); the user's
+    # own file has the node's key, hashed (HashKnownHosts yes, Debian's default). ssh
+    # takes the host, as a line lists the key it shows; fleetclean compared one key a
+    # host and type, the site's, and called the key changed.
+    address = fleet.node("node01").address
+    site, mine = [], []
+    for line in fleet.known_hosts_path.read_text().splitlines():
+        names, kind, key = line.split()[:3]
+        if address in names.split(","):
+            site.append(f"{names} {kind} {stale_ed25519()}")
+            mine.append(f"{paramiko.HostKeys.hash_host(address)} {kind} {key}")
+        else:
+            site.append(line)
+    assert mine, "node01's key"
+    (system / "ssh_known_hosts").write_text("\n".join(site) + "\n")
+    (home / ".ssh" / "known_hosts").write_text("\n".join(mine) + "\n")
+    inventory = tmp_path / "inv.yaml"
+    common = f"-o UserKnownHostsFile={fleet.known_hosts_path}"
+    inventory.write_text(fleet.inventory_path.read_text().replace(common, ""))
+    res = cli("status", "-i", inventory, "--json")
+    assert res.code == 0, res.out
+    assert {h["status"] for h in res.json()["hosts"]} == {"clean"}
+
+    # UserKnownHostsFile none: ssh records nothing, and so takes no key as new.
+    (system / "ssh_known_hosts").unlink()
+    before = (home / ".ssh" / "known_hosts").read_text()
+    inventory.write_text(fleet.inventory_path.read_text().replace(
+        common, "-o UserKnownHostsFile=none"))
+    res = cli("status", "-i", inventory, "--accept-new-host-keys", "--json")
+    assert res.code == 2, res.out
+    for host in res.json()["hosts"]:
+        assert host["status"] == "host_key_mismatch"
+        assert "UserKnownHostsFile is none" in host["error"]
+    assert (home / ".ssh" / "known_hosts").read_text() == before
+
+
+def stale_ed25519() -> str:
+    """A fresh Ed25519 public key in known_hosts' base64: the one a site file still lists."""
+    raw = Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    msg = paramiko.Message()
+    msg.add_string("ssh-ed25519")
+    msg.add_string(raw)
+    return base64.b64encode(msg.asbytes()).decode()
