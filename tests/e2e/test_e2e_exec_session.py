@@ -113,9 +113,10 @@ def test_a_looped_exec_job_is_stopped_with_its_shell_and_the_container_left_runn
     (other,) = pids_of(fleet, "^t-other-session")
     (guard,) = pids_of(fleet, "^nv-hostengine")
     checked = cli("run", "post-extraction", "-i", fleet.inventory_path, "--check")
+    # The loop is matched as the server it runs (its identity: each command it runs).
     assert (f"would send TERM to {shell} (sh -c {LOOP}), owner docker {cid[:12]} (started "
-            f"by docker exec, not its main process {main}) [tree; docker exec session "
-            f"{shell}]") in checked.out, checked.out
+            f"by docker exec, not its main process {main}) [code: sh -c :; python3 -m "
+            "sglang.launch_server; sleep]") in checked.out, checked.out
     assert "would stop docker" not in checked.out
     code, host = run(cli, fleet)
     assert (code, host["status"], host["verify"]["rule"]) == (0, "clean", "clean"), host

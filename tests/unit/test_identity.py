@@ -81,6 +81,14 @@ CASES: list[tuple[str, str, str, str]] = [
     ("sh", "sh\0-c\0cd /opt && exec python3 -m sglang.launch_server --tp 8\0", "code",
      "sh -c cd; python3 -m sglang.launch_server"),
     ("sh", "sh\0-c\0grep -c sglang /root/logs/x.log | tail -1\0", "code", "sh -c grep; tail"),
+    # A loop that runs the server again (in tmux, or docker exec'd) is matched as it, also
+    # while it sleeps between two runs: `do python3` read as a command "do" hid it.
+    ("sh", "sh\0-c\0while :; do python3 -m sglang.launch_server --tp 8; sleep 1; done\0",
+     "code", "sh -c :; python3 -m sglang.launch_server; sleep"),
+    ("bash", "bash\0-c\0until false; do\n  if [ -f /tmp/stop ]; then break; fi\n"
+     "  time CUDA_VISIBLE_DEVICES=0 python3 -m vllm.entrypoints.openai.api_server\ndone\0",
+     "code", "bash -c false; [; break; python3 -m vllm.entrypoints.openai.api_server"),
+    ("sh", "sh\0-c\0for i in sglang vllm; do echo $i; done\0", "code", "sh -c echo"),
     ("python3", "python3\0-c\0import json; print(open('/root/sglang.json').read())\0", "code",
      "python3 -c import json"),
     ("java", "java\0-Xmx4g\0-Dname=sglang\0-jar\0/opt/proxy/gateway.jar\0--port\0001\0",

@@ -208,8 +208,12 @@ fc_ident_module() {
 
 # -c/-e code (FLAG as given): for a shell, the identities of the commands it runs
 # (sh -c "cd /opt && exec python3 -m sglang.launch_server" is "sh -c cd; python3 -m
-# sglang.launch_server"; sh -c "tail -f sglang.log | grep x" is "sh -c tail; grep"); for
-# another interpreter, the code's first statement.
+# sglang.launch_server"; sh -c "tail -f sglang.log | grep x" is "sh -c tail; grep"); a
+# reserved word before a command is not one (sh -c "while :; do python3 -m
+# sglang.launch_server; sleep 1; done" is "sh -c :; python3 -m sglang.launch_server;
+# sleep": the loop that runs a server again is matched as it, between two runs too), and
+# a for or case clause's words are none. For another interpreter, the code's first
+# statement.
 fc_ident_code() {
     local code=$1 flag=$2 exe=$REPLY part out=""
     FC_PART=code
@@ -233,7 +237,18 @@ fc_ident_code() {
     for part in "${parts[@]}"; do
         # shellcheck disable=SC2086
         set -- $part
-        (($#)) || continue  # between the two & of a &&
+        # Reserved words lead to the command they govern; done, fi, esac, } end nothing.
+        while (($#)); do
+            case $1 in
+                while | until | if | then | else | elif | do | '!' | '{' | time) shift ;;
+                for | case | select | done | fi | 'esac' | '}')
+                    set --
+                    break
+                    ;;
+                *) break ;;
+            esac
+        done
+        (($#)) || continue  # between the two & of a &&, or a reserved word alone
         # Most commands run a program as their first word that is neither a wrapper nor an
         # interpreter: itself (fc_ident_command's answer, without its call and word loop).
         base=${1##*/}
@@ -243,7 +258,7 @@ fc_ident_code() {
             out+="${out:+; }$1"
             continue
         fi
-        fc_ident_command "$part" || continue
+        fc_ident_command "$*" || continue
         out+="${out:+; }$REPLY"
     done
     REPLY="$exe $flag${out:+ $out}"
