@@ -10,30 +10,18 @@ One node serves the module; each test leaves it idle.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from simhelp import Cli, alive, live, reset_node
+from simhelp import Cli, alive, live
 
 from fleetclean.sim import SimFleet
 
 pytestmark = pytest.mark.sim
-Factory = Callable[..., SimFleet]
 LOG = "/root/logs/sglang_server.log"
 SCRIPT = "/root/analyze_sglang_results.py"
 
-
-@pytest.fixture(scope="module")
-def shared(module_fleet_factory: Factory) -> SimFleet:
-    return module_fleet_factory(1)
-
-
-@pytest.fixture
-def fleet(shared: SimFleet) -> Iterator[SimFleet]:
-    yield shared
-    reset_node(shared)
 
 
 def bystanders(fleet: SimFleet) -> dict[str, int]:

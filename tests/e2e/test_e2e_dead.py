@@ -11,28 +11,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from simhelp import Cli, alive, reset_node
+from simhelp import Cli, alive
 
 from fleetclean.sim import SimFleet
 
 pytestmark = pytest.mark.sim
-Factory = Callable[..., SimFleet]
 STAGES = Path(__file__).resolve().parents[2] / "fleetclean" / "engine" / "stages"
 
 
-@pytest.fixture(scope="module")
-def shared(module_fleet_factory: Factory) -> SimFleet:
-    return module_fleet_factory(1)
-
-
-@pytest.fixture
-def fleet(shared: SimFleet) -> Iterator[SimFleet]:
-    yield shared
-    reset_node(shared)  # the next test finds the node idle, whatever this one left
 
 
 def state(fleet: SimFleet, pid: int) -> str:

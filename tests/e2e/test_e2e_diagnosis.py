@@ -12,28 +12,17 @@ import io
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from simhelp import Cli, alive, edit_inventory, reset_node
+from simhelp import Cli, alive, edit_inventory
 
 from fleetclean.cli import Env, main
 from fleetclean.sim import SimFleet
 
 pytestmark = pytest.mark.sim
-Factory = Callable[..., SimFleet]
 
 
-@pytest.fixture(scope="module")
-def shared(module_fleet_factory: Factory) -> SimFleet:
-    return module_fleet_factory(1)
-
-
-@pytest.fixture
-def fleet(shared: SimFleet) -> Iterator[SimFleet]:
-    yield shared
-    reset_node(shared)  # the next test finds the node idle, whatever this one left
 
 
 def daemon(fleet: SimFleet) -> int:

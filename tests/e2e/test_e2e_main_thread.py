@@ -11,27 +11,16 @@ idle.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from simhelp import Cli, alive, reset_node
+from simhelp import Cli, alive
 
 from fleetclean.sim import SimFleet
 
 pytestmark = pytest.mark.sim
-Factory = Callable[..., SimFleet]
 
 
-@pytest.fixture(scope="module")
-def shared(module_fleet_factory: Factory) -> SimFleet:
-    return module_fleet_factory(1)
-
-
-@pytest.fixture
-def fleet(shared: SimFleet) -> Iterator[SimFleet]:
-    yield shared
-    reset_node(shared)  # the next test finds the node idle, whatever this one left
 
 
 def stage(host: dict[str, Any], name: str) -> dict[str, Any]:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from simhelp import Cli, is_script, reset_node, spawn_cli
+from simhelp import Cli, is_script, spawn_cli
 
 from fleetclean.sim import SimFleet
 
@@ -21,15 +21,6 @@ Factory = Callable[..., SimFleet]
 MODES = ["nvidia-smi", "--query-gpu=persistence_mode", "--format=csv,noheader"]
 
 
-@pytest.fixture(scope="module")
-def shared(module_fleet_factory: Factory) -> SimFleet:
-    return module_fleet_factory(1)
-
-
-@pytest.fixture
-def fleet(shared: SimFleet) -> Iterator[SimFleet]:
-    yield shared
-    reset_node(shared)  # the next test finds the node idle, whatever this one left
 
 
 def modes(fleet: SimFleet) -> list[str]:
