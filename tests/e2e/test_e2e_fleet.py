@@ -85,16 +85,23 @@ def test_mixed_outcomes_in_one_run(sim_fleet_factory, cli: Cli, tmp_path: Path) 
     assert fleet.gpu_used_mib("node03")[0] > 0
 
 
-def test_unknown_host_key_refused_then_accepted_and_recorded(
-    sim_fleet_factory, cli: Cli, tmp_path: Path
-) -> None:
-    fleet = sim_fleet_factory(2)
+def with_empty_known_hosts(fleet, tmp_path: Path, more: str = "") -> tuple[Path, Path]:
+    """The fleet's inventory with an empty known_hosts file of its own (and ``more`` ssh
+    arguments): (inventory, known_hosts)."""
     known = tmp_path / "known_hosts"
     known.write_text("")
     inventory = tmp_path / "inv.yaml"
     data = yaml.safe_load(fleet.inventory_path.read_text())
-    data["all"]["vars"]["ansible_ssh_common_args"] = f"-o UserKnownHostsFile={known}"
+    data["all"]["vars"]["ansible_ssh_common_args"] = f"-o UserKnownHostsFile={known} {more}"
     inventory.write_text(yaml.safe_dump(data))
+    return inventory, known
+
+
+def test_unknown_host_key_refused_then_accepted_and_recorded(
+    sim_fleet_factory, cli: Cli, tmp_path: Path
+) -> None:
+    fleet = sim_fleet_factory(2)
+    inventory, known = with_empty_known_hosts(fleet, tmp_path)
 
     refused = cli("status", "-i", inventory, "--json")
     assert refused.code == 2
@@ -119,13 +126,7 @@ def test_hash_known_hosts_writes_accepted_keys_hashed_and_reads_them_back(
     # HashKnownHosts yes (Debian's and Ubuntu's /etc/ssh/ssh_config): ssh writes a new
     # host hashed; fleetclean wrote every node's address in the clear.
     fleet = sim_fleet_factory(2)
-    known = tmp_path / "known_hosts"
-    known.write_text("")
-    inventory = tmp_path / "inv.yaml"
-    data = yaml.safe_load(fleet.inventory_path.read_text())
-    data["all"]["vars"]["ansible_ssh_common_args"] = (
-        f"-o UserKnownHostsFile={known} -o HashKnownHosts=yes")
-    inventory.write_text(yaml.safe_dump(data))
+    inventory, known = with_empty_known_hosts(fleet, tmp_path, "-o HashKnownHosts=yes")
     accepted = cli("status", "-i", inventory, "--accept-new-host-keys", "--json")
     assert accepted.code == 0, accepted.out
     lines = known.read_text().splitlines()

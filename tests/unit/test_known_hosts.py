@@ -10,13 +10,18 @@ import pytest
 from fleetclean.transport.hostkeys import KnownHostsCache
 
 
-def test_an_extra_file_adds_to_the_users_own_and_takes_the_new_keys(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # --known-hosts FILE replaced ~/.ssh/known_hosts: a host whose key changed there read
-    # as a new host, and --accept-new-host-keys accepted its new key and ran the script.
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """$HOME, with an empty ~/.ssh: the test's own."""
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / ".ssh").mkdir()
+    return tmp_path
+
+
+def test_an_extra_file_adds_to_the_users_own_and_takes_the_new_keys(home: Path) -> None:
+    # --known-hosts FILE replaced ~/.ssh/known_hosts: a host whose key changed there read
+    # as a new host, and --accept-new-host-keys accepted its new key and ran the script.
+    tmp_path = home
     known_key, new_key = paramiko.RSAKey.generate(1024), paramiko.RSAKey.generate(1024)
     own = tmp_path / ".ssh" / "known_hosts"
     own.write_text(f"gpu01 ssh-rsa {known_key.get_base64()}\n")
@@ -33,16 +38,13 @@ def test_an_extra_file_adds_to_the_users_own_and_takes_the_new_keys(
     assert KnownHostsCache(()).get(str(config_file)).keys.lookup("gpu01") is None
 
 
-def test_a_hashed_entry_is_judged_by_the_key_shown_changed_or_listed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_hashed_entry_is_judged_by_the_key_shown_changed_or_listed(home: Path) -> None:
     # Hashed names (HashKnownHosts yes) were hashed again for every entry at every lookup:
     # 7 s of controller CPU for 1,024 hosts. The policy now hashes a name only against the
     # entries of the key the host shows; a changed key is still told from a new host.
     from fleetclean.transport.hostkeys import Policy, UnknownHostKey
 
-    monkeypatch.setenv("HOME", str(tmp_path))
-    (tmp_path / ".ssh").mkdir()
+    tmp_path = home
     listed, changed = paramiko.RSAKey.generate(1024), paramiko.RSAKey.generate(1024)
     (tmp_path / ".ssh" / "known_hosts").write_text(
         f"{paramiko.HostKeys.hash_host('10.0.0.7')} ssh-rsa {listed.get_base64()}\n")
