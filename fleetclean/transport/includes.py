@@ -35,6 +35,7 @@ import os
 import shlex
 from collections.abc import Callable
 
+from fleetclean.transport import localnet
 from fleetclean.transport.sshlib import paramiko
 
 MAX_DEPTH = 16  # OpenSSH's READCONF_MAX_DEPTH: deeper is an error there too
@@ -91,9 +92,12 @@ def expand_text(
                 criteria = [*within, *(criteria or [])]
             # A top-level Match is written again only where it holds "all" beside another
             # criterion (`Match final all`, which Red Hat's ssh_config.d/50-redhat.conf
-            # opens with): ssh reads it as `Match final`, paramiko refuses it.
-            keep = within is None and not (keyword == "match" and "all" in _keywords(
-                _words(value)) and len(_words(value)) > 1)
+            # opens with): ssh reads it as `Match final`, paramiko refuses it
+            # (https://github.com/paramiko/paramiko/issues/2361).
+            # So is one with a criterion paramiko does not know (_judged).
+            keep = within is None and not (keyword == "match" and (
+                ("all" in _keywords(_words(value)) and len(_words(value)) > 1)
+                or criteria != _words(value)))
             header = line if keep else _match_line(criteria)
             out.append(header)
         elif keyword == "include":
@@ -127,11 +131,48 @@ def _criteria(keyword: str, value: str) -> list[str] | None:
     words = _words(value)
     if keyword == "host":
         return None if words == ["*"] else ["originalhost", ",".join(words)]
+    words = _judged(words)
     keywords = _keywords(words)
     if "all" in keywords:  # "Match all", "Match canonical all": every host (of that pass)
         rest = [w for i, w in enumerate(words) if i not in keywords["all"]]
         return rest or None
     return words
+
+
+# The Match criteria paramiko judges; any other it takes as matching, negated or not
+# (https://github.com/paramiko/paramiko/issues/2632): `Match !localnetwork 10.0.0.0/8`
+# with an off-site ProxyJump sent every host through it, on site too.
+_PARAMIKO_KNOWS = {"all", "canonical", "final", "host", "originalhost", "user", "localuser",
+                   "exec"}
+_TRUE, _FALSE = "*", "!*"  # `host *` matches every name, `host !*` none
+
+
+def _judged(words: list[str]) -> list[str]:
+    """Match criteria with each one paramiko does not know judged here, as a `host`
+    criterion that is true or false: `localnetwork` by this machine's addresses (as ssh);
+    `tagged` false (fleetclean sets no Tag); any other (`sessiontype`, `command`,
+    `version`, ...) false, so that a block fleetclean cannot judge is never applied.
+
+    >>> _judged(["!localnetwork", "203.0.113.0/24", "user", "ops", "tagged", "x"])
+    ['!host', '!*', 'user', 'ops', 'host', '!*']
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        keyword = word.lstrip("!").lower()
+        if keyword in ("all", "canonical", "final"):
+            out.append(word)
+            i += 1
+            continue
+        argument = words[i + 1] if i + 1 < len(words) else ""
+        if keyword in _PARAMIKO_KNOWS:
+            out += [word, argument] if argument else [word]
+        else:
+            holds = keyword == "localnetwork" and localnet.in_networks(argument)
+            out += ["!host" if word.startswith("!") else "host", _TRUE if holds else _FALSE]
+        i += 2
+    return out
 
 
 def _keywords(words: list[str]) -> dict[str, list[int]]:

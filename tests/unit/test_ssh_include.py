@@ -117,3 +117,23 @@ def test_a_file_that_includes_itself_is_refused(tmp_path: Path) -> None:
     main.write_text(f"Include {main}\n")
     with pytest.raises(Exception, match="nested more than 16 deep"):
         load_config(str(main))
+
+
+def test_match_criteria_paramiko_does_not_know_are_judged_not_taken_as_matching() -> None:
+    # paramiko took `Match !localnetwork ...` (and any criterion it does not know) as
+    # matching: the off-site bastion was used on site too (paramiko#2632). localnetwork is
+    # judged by this machine's addresses, as by ssh (every machine has 127.0.0.1); what
+    # fleetclean cannot judge (tagged: it sets no Tag; sessiontype...) is never applied.
+    from fleetclean.transport.hops import parse_config
+    from fleetclean.transport.includes import expand_text
+
+    text = ("Match !localnetwork 127.0.0.0/8\n  ProxyJump offsite\n"
+            "Match localnetwork 127.0.0.0/8 host node*\n  User onsite\n"
+            "Match !localnetwork 203.0.113.0/24\n  Port 2222\n"
+            "Match tagged gpu\n  IdentityFile /tagged\n"
+            "Match sessiontype shell\n  RequestTTY yes\n")
+    config = parse_config(expand_text(text, read=lambda p: "", found=lambda w: []))
+    found = dict(config.lookup("node07"))
+    assert found.get("user") == "onsite" and found.get("port") == "2222"
+    assert "proxyjump" not in found and "identityfile" not in found
+    assert "requesttty" not in found
