@@ -91,6 +91,9 @@ def _columns(environ: dict[str, str]) -> int:
 
 
 def error_line(env: Env, text: str) -> None:
-    # Plain write, never wrapped: scripts grep this one line.
-    env.stderr.write(" ".join(text.split()) + "\n")
+    # Plain write, never wrapped: scripts grep this one line. Its control characters are
+    # escaped: it can hold what a host sent (a login node's error, a certificate's words).
+    from fleetclean.results.words import printable
+
+    env.stderr.write(printable(" ".join(text.split())) + "\n")
     env.stderr.flush()

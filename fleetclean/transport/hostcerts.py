@@ -10,15 +10,26 @@ it for the host ssh connected to (``hostkeys`` decides which CA keys may have si
   that is no certificate itself, an RSA key of at least 1024 bits. Anything else raises
   ``CertError``;
 - ``problem``: why ssh would refuse it for a host name, or None: not a host certificate,
-  not yet valid or expired, no principals at all or none matching the name (``*`` and
-  ``?`` patterns, as in ssh), a critical option (no host certificate may have one), a
-  signature algorithm OpenSSH no longer takes from a CA (``ssh-rsa``, SHA-1), a signature
-  that does not verify over the certificate's body.
+  not yet valid or expired, no principals at all or none that is the name (compared
+  exactly, as OpenSSH before 10.3 compares them: 10.3 also takes ``*`` and ``?`` patterns
+  there, which fleetclean refuses, and OpenSSH before 10.3 takes a certificate with no
+  principals for any host, which fleetclean refuses too), a critical option (no host
+  certificate may have one), a signature algorithm OpenSSH no longer takes from a CA
+  (``ssh-rsa``, SHA-1), a signature that does not verify over the certificate's body;
+- ``certified_key``: the key a certificate certifies, read as little as that takes (an
+  ``@revoked`` certificate revokes its key, whatever else it holds).
+
+What a certificate says is shown (``shown``) with its control characters escaped: a server
+chooses it, and it must not write to the terminal.
 
 >>> match_pattern("node07.cluster.example", "*.cluster.example")
 True
 >>> match_pattern("node7", "node??")
 False
+>>> match_pattern("nodé", "nod?")  # bytes, as ssh: é is two of them
+False
+>>> print(shown("id" + chr(27) + "[2J" + chr(7)))
+'id\\x1b[2J\\x07'
 """
 
 from __future__ import annotations
@@ -232,6 +243,22 @@ def parse(blob: bytes) -> Cert:
                 ca_blob, signature, signed)
 
 
+def certified_key(blob: bytes) -> bytes | None:
+    """The plain key blob a certificate certifies, read as little as that takes (its
+    type, nonce and key fields; nothing after them is checked); None where even that
+    cannot be read."""
+    wire = _Wire(blob)
+    try:
+        cert_type = wire.string().decode("ascii")
+        plain = cert_type[: -len(CERT_SUFFIX)] if cert_type.endswith(CERT_SUFFIX) else ""
+        if plain not in PLAIN_TYPES:
+            return None
+        wire.string()  # nonce
+        return _string(plain.encode()) + _key_fields(wire, plain)
+    except (CertError, UnicodeDecodeError):
+        return None
+
+
 def signature_verifies(cert: Cert) -> bool:
     """The CA's signature over the certificate's body, by an algorithm OpenSSH accepts
     from a CA for that CA key (``CA_SIGNATURES``)."""
@@ -250,7 +277,7 @@ def problem(cert: Cert, name: str, now: float) -> str | None:
     """
     # The signature first: what an unverified certificate says is no fact to report.
     if cert.signature_type not in CA_SIGNATURES[cert.ca_type]:
-        return (f"its CA signed it with {cert.signature_type}, which ssh does not take "
+        return (f"its CA signed it with {shown(cert.signature_type)}, which ssh does not take "
                 "from a CA")
     if not signature_verifies(cert):
         return "its signature does not verify (a forged or damaged certificate)"
@@ -267,25 +294,32 @@ def _claims_problem(cert: Cert, name: str, now: float) -> str | None:
         return f"it expired (valid {cert.validity()})"
     if not cert.principals:
         return "it lists no principals (ssh takes no such host certificate)"
-    if not any(match_pattern(name, p) for p in cert.principals):
-        shown = ", ".join(cert.principals[:6]) + (", ..." if len(cert.principals) > 6 else "")
-        return f"{name} is not among its principals ({shown})"
+    if name not in cert.principals:
+        listed = ", ".join(shown(p) for p in cert.principals[:6])
+        more = ", ..." if len(cert.principals) > 6 else ""
+        return f"{name} is not among its principals ({listed}{more}; compared exactly)"
     if cert.critical:
-        names = ", ".join(n for n, _ in cert.critical)
+        names = ", ".join(shown(n) for n, _ in cert.critical)
         return f"it has critical options ({names}), which no host certificate may have"
     return None
 
 
+def shown(text: str) -> str:
+    """``text`` from a certificate, fit to print: quoted, its control characters escaped."""
+    return repr(text) if any(c < " " or "\x7f" <= c < "\xa0" for c in text) else text
+
+
 @functools.lru_cache(maxsize=1024)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    parts = (".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-    return re.compile("".join(parts), re.DOTALL)
+def _compiled(pattern: str) -> re.Pattern[bytes]:
+    parts = (b".*" if c == 42 else b"." if c == 63 else re.escape(bytes([c]))
+             for c in pattern.encode())
+    return re.compile(b"".join(parts), re.DOTALL)
 
 
 def match_pattern(text: str, pattern: str) -> bool:
-    """OpenSSH's ``match_pattern``: ``*`` any run of characters, ``?`` one, the rest
-    itself (case as given)."""
-    return _compiled(pattern).fullmatch(text) is not None
+    """OpenSSH's ``match_pattern``: ``*`` any run of bytes, ``?`` one, the rest itself
+    (case as given), on the UTF-8 bytes as ssh compares them."""
+    return _compiled(pattern).fullmatch(text.encode()) is not None
 
 
 def fingerprint(blob: bytes) -> str:

@@ -163,13 +163,15 @@ def _marked(text: str, where: str) -> tuple[str, Marked] | None:
     return marker, Marked(hosts, kind, blob, where)
 
 
-def _revoked_blobs(line: Marked) -> tuple[bytes, ...]:
+def _revoked_blobs(line: Marked) -> tuple[bytes, ...] | None:
     """The key blobs a ``@revoked`` line revokes: its key, and where that key is a
-    certificate, the key it certifies too (ssh compares public parts)."""
-    try:
-        return line.blob, hostcerts.parse(line.blob).key_blob
-    except hostcerts.CertError:
+    certificate, the key it certifies too (ssh compares public parts, whatever else the
+    certificate holds); None for a certificate whose key cannot be read: the hosts the
+    line names are refused (what it revokes cannot be told)."""
+    if not line.key_type.endswith(hostcerts.CERT_SUFFIX):
         return (line.blob,)
+    certified = hostcerts.certified_key(line.blob)
+    return None if certified is None else (line.blob, certified)
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -269,6 +271,11 @@ class KnownHosts:
         for line in self._revoked:
             if line.names(forms):
                 revoked = _revoked_blobs(line)
+                if revoked is None:
+                    raise HostKeyRefused(hostname, key, "an @revoked line names this host "
+                                         f"({line.where}) whose certificate's key cannot be "
+                                         "read: refused, since what it revokes cannot be "
+                                         "told")
                 if plain in revoked:
                     raise HostKeyRefused(hostname, key, f"host key {key.get_name()} "
                                          f"{fingerprint(key)} is @revoked ({line.where})")

@@ -115,3 +115,13 @@ def test_every_commands_help_has_examples() -> None:
                if name != "__complete" and "examples:" not in (parser.epilog or "")
                and "install:" not in (parser.epilog or "")]
     assert not missing, f"--help without examples: {missing}"
+
+
+def test_an_error_line_writes_no_control_character_raw() -> None:
+    # A login node's error or a certificate's words reach this line: an escape sequence
+    # in them cleared the terminal of whoever ran fleetclean.
+    from fleetclean.commands.env import error_line
+
+    err = io.StringIO()
+    error_line(Env(stdout=io.StringIO(), stderr=err), "fleetclean: x \x1b[2J\x1b]0;pwned\x07 y")
+    assert err.getvalue() == "fleetclean: x \\x1b[2J\\x1b]0;pwned\\x07 y\n"
