@@ -301,7 +301,7 @@ def merge(
     command = found.get("proxycommand")
     if proxy_jump is None and "proxycommand" not in merged and isinstance(command, str):
         merged["proxycommand"] = command
-    for option in ("userknownhostsfile", "globalknownhostsfile"):
+    for option in ("userknownhostsfile", "globalknownhostsfile", "revokedhostkeys"):
         known_hosts = found.get(option)
         if option not in merged and isinstance(known_hosts, str):
             merged[option] = " ".join(os.path.expanduser(f) for f in known_hosts.split())

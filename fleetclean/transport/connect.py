@@ -111,7 +111,8 @@ def _tokens(target: Target) -> dict[str, str]:
 def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
     keys = _usable(target)
     known = ctx.known.get(target.options.get("userknownhostsfile"),
-                          target.options.get("globalknownhostsfile"))
+                          target.options.get("globalknownhostsfile"),
+                          target.options.get("revokedhostkeys"))
     kwargs: dict[str, Any] = {
         "sock": sock,
         # As ssh: the default key files only where no identity file is given; the agent's

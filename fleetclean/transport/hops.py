@@ -175,7 +175,7 @@ def _hop(spec: str, config: paramiko.SSHConfig | None, lender: Target) -> tuple[
         # How ssh reaches this hop when it is the first (ssh -W runs with its config): the
         # pool uses it there only; a later hop is reached through the one before it.
         options["proxycommand"] = command
-    for option in ("userknownhostsfile", "globalknownhostsfile"):
+    for option in ("userknownhostsfile", "globalknownhostsfile", "revokedhostkeys"):
         known = found.get(option)
         options[option] = (
             os.path.expanduser(str(known)) if known else lender.options.get(option, "")

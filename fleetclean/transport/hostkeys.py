@@ -31,6 +31,8 @@ import binascii
 import contextlib
 import hashlib
 import re
+import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -185,7 +187,7 @@ class KnownHosts:
     ``write``: the file a newly accepted key goes to (default: the first of ``files``)."""
 
     def __init__(self, files: tuple[str, ...], write: str | None = None,
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, revoked: str | None = None) -> None:
         self._files = files
         self._write = write
         self.read_only = read_only  # no file to record a new key in (UserKnownHostsFile none)
@@ -193,9 +195,57 @@ class KnownHosts:
         self._keys = IndexedHostKeys()  # paramiko's scans every entry per lookup
         self._cas: list[Marked] = []
         self._revoked: list[Marked] = []
+        self._krl = ""  # RevokedHostKeys as a KRL: asked of ssh-keygen -Q, key by key
+        self._unreadable = ""  # a RevokedHostKeys file that cannot be read: why
         for f in files:
             self._load(Path(f).expanduser())
+        if revoked and revoked.lower() != "none":
+            self._load_revoked(Path(revoked).expanduser())
         self._store = _Store(self)
+
+    def _load_revoked(self, path: Path) -> None:
+        """ssh_config's ``RevokedHostKeys``: a file of public keys, one a line, each
+        revoked for every host, or a KRL (ssh-keygen -k). As ssh, a file that cannot be
+        read refuses every host: what it revokes cannot be told."""
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            self._unreadable = f"RevokedHostKeys {path} cannot be read ({exc.strerror})"
+            return
+        if data.startswith(b"SSHKRL\n\0"):
+            self._krl = str(path)
+            return
+        for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
+            fields = line.split()
+            if len(fields) < 2 or fields[0].startswith("#"):
+                continue
+            try:
+                blob = base64.b64decode(fields[1], validate=True)
+            except (binascii.Error, ValueError):
+                continue
+            self._revoked.append(Marked("*", fields[0], blob, f"{path}:{number}"))
+
+    def _krl_refuses(self, key: paramiko.PKey) -> str:
+        """Why the RevokedHostKeys KRL refuses ``key`` ("" where it does not): ssh-keygen
+        -Q reads it (a KRL is OpenSSH's own binary format); an answer it cannot give
+        refuses, as ssh refuses what it cannot check."""
+        line = f"{key.get_name()} {key.get_base64()}\n"
+        with tempfile.NamedTemporaryFile("w", suffix=".pub") as fh:
+            fh.write(line)
+            fh.flush()
+            try:
+                done = subprocess.run(["ssh-keygen", "-Q", "-f", self._krl, fh.name],
+                                      capture_output=True, text=True, timeout=30,
+                                      check=False)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                return f"the RevokedHostKeys KRL {self._krl} cannot be checked ({exc})"
+        if done.returncode == 0:
+            return ""
+        if "REVOKED" in done.stdout:
+            return (f"host key {key.get_name()} {fingerprint(key)} is revoked by "
+                    f"RevokedHostKeys {self._krl}")
+        return (f"the RevokedHostKeys KRL {self._krl} cannot be checked (ssh-keygen -Q: "
+                f"{' '.join((done.stderr or done.stdout).split())[:200]})")
 
     def _load(self, path: Path) -> None:
         # Line by line: paramiko's own loader gives up on the whole file at the first line
@@ -236,6 +286,8 @@ class KnownHosts:
     def marked(self, hostname: str) -> bool:
         """Whether an ``@cert-authority`` or ``@revoked`` line names ``hostname`` (as
         paramiko names a host: ``addr`` or ``[addr]:port``)."""
+        if self._krl or self._unreadable:
+            return True  # RevokedHostKeys: every key goes to judge
         if not self._cas and not self._revoked:
             return False
         forms = _forms(hostname)[1]
@@ -268,21 +320,9 @@ class KnownHosts:
             if cert.key_blob != plain:  # paramiko's key is the one the host signed with
                 raise HostKeyRefused(hostname, key, "host certificate refused: it holds "
                                      "another key than the one the host signed with")
-        for line in self._revoked:
-            if line.names(forms):
-                revoked = _revoked_blobs(line)
-                if revoked is None:
-                    raise HostKeyRefused(hostname, key, "an @revoked line names this host "
-                                         f"({line.where}) whose certificate's key cannot be "
-                                         "read: refused, since what it revokes cannot be "
-                                         "told")
-                if plain in revoked:
-                    raise HostKeyRefused(hostname, key, f"host key {key.get_name()} "
-                                         f"{fingerprint(key)} is @revoked ({line.where})")
-                if cert is not None and cert.ca_blob in revoked:
-                    raise HostKeyRefused(hostname, key, "host certificate refused: its CA "
-                                         f"{cert.ca_type} {hostcerts.fingerprint(cert.ca_blob)}"
-                                         f" is @revoked ({line.where})")
+        revoked = self._revocation(forms, key, cert)
+        if revoked:
+            raise HostKeyRefused(hostname, key, revoked)
         cas = [line for line in self._cas if line.names(forms)]
         # ssh takes the host where any line, of any file, lists the key it shows
         # (hostfile.c keeps looking for HOST_OK): a stale site entry beside the user's
@@ -309,6 +349,28 @@ class KnownHosts:
                 f"({cas[0].where}), and a key no CA certified is never taken as new. Give "
                 "its sshd a HostCertificate, or list this key in known_hosts"))
         return False
+
+    def _revocation(self, forms: tuple[str, ...], key: paramiko.PKey,
+                    cert: hostcerts.Cert | None) -> str:
+        """Why a revocation refuses ``key`` (and ``cert``, the certificate it came in) for
+        a host of these names: RevokedHostKeys, an ``@revoked`` line; "" where none does."""
+        if self._unreadable:
+            return f"{self._unreadable}: refused, as by ssh"
+        why = self._krl_refuses(key) if self._krl else ""
+        plain = key.asbytes()
+        for line in self._revoked:
+            if why or not line.names(forms):
+                continue
+            revoked = _revoked_blobs(line)
+            if revoked is None:
+                why = (f"an @revoked line names this host ({line.where}) whose certificate's "
+                       "key cannot be read: refused, since what it revokes cannot be told")
+            elif plain in revoked:
+                why = f"host key {key.get_name()} {fingerprint(key)} is @revoked ({line.where})"
+            elif cert is not None and cert.ca_blob in revoked:
+                why = (f"host certificate refused: its CA {cert.ca_type} "
+                       f"{hostcerts.fingerprint(cert.ca_blob)} is @revoked ({line.where})")
+        return why
 
     @staticmethod
     def _cert_problem(cert: hostcerts.Cert, cas: list[Marked], name: str, hostname: str,
@@ -409,7 +471,8 @@ class KnownHostsCache:
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, ...], KnownHosts] = {}
 
-    def get(self, own: str | None, wide: str | None = None) -> KnownHosts:
+    def get(self, own: str | None, wide: str | None = None,
+            revoked: str | None = None) -> KnownHosts:
         """The files of ``UserKnownHostsFile`` (``own``; else ~/.ssh/known_hosts, as
         OpenSSH), then the run's extra files, over those of ``GlobalKnownHostsFile``
         (``wide``; else ssh's system-wide ones, ``system.known_hosts_files``), which are
@@ -427,10 +490,11 @@ class KnownHostsCache:
         files = [*shared, *mine, *self._extra]
         extra = self._extra[0] if self._extra else None
         write = (mine[0] if mine else extra) if own else (extra or DEFAULT_FILE)
-        key = (*files, "->", str(write))
+        key = (*files, "->", str(write), "revoked", str(revoked))
         with self._lock:
             known = self._cache.get(key)
             if known is None:
                 known = self._cache[key] = KnownHosts(tuple(files), write,
-                                                      read_only=write is None)
+                                                      read_only=write is None,
+                                                      revoked=revoked)
             return known

@@ -104,3 +104,25 @@ def stale_ed25519() -> str:
     msg.add_string("ssh-ed25519")
     msg.add_string(raw)
     return base64.b64encode(msg.asbytes()).decode()
+
+
+def test_revoked_host_keys_refuses_the_key_it_lists(
+    sim_fleet_factory, cli: Cli, tmp_path: Path
+) -> None:
+    # RevokedHostKeys (ssh_config, or -o in the ssh arguments) was not read: a node whose
+    # key the site revoked was logged in to as root, where ssh refuses it.
+    fleet = sim_fleet_factory(2)
+    address = fleet.node("node01").address
+    revoked = tmp_path / "revoked_keys"
+    revoked.write_text("".join(
+        " ".join(line.split()[1:3]) + "\n"
+        for line in fleet.known_hosts_path.read_text().splitlines()
+        if address in line.split()[0].split(",")))
+    inventory = tmp_path / "inv.yaml"
+    strict = "-o StrictHostKeyChecking=yes"
+    inventory.write_text(fleet.inventory_path.read_text().replace(
+        strict, f"{strict} -o RevokedHostKeys={revoked}"))
+    res = cli("status", "-i", inventory, "--json")
+    assert res.host("node02")["status"] == "clean", res.out
+    assert res.host("node01")["status"] == "host_key_mismatch"
+    assert "revoked" in res.host("node01")["error"]

@@ -392,3 +392,27 @@ def test_what_a_certificate_says_reaches_no_terminal_raw(ca: Path, host: Path) -
     said = problem(forged)
     assert said is not None and "\x1b" not in said and "\x07" not in said
     assert "\\x1b]0;pwned" in said
+
+
+def test_revoked_host_keys_a_file_of_keys_or_a_krl(host: Path, tmp_path: Path) -> None:
+    # ssh_config's RevokedHostKeys was not read: a key ssh refuses ("revoked by file") was
+    # taken. A file of keys, a KRL (ssh-keygen -k; asked of ssh-keygen -Q), a file that
+    # cannot be read (ssh refuses then too).
+    kind, blob = pub(host)
+    key = paramiko.PKey.from_type_string(kind, blob)
+    listed = tmp_path / "known_hosts"
+    listed.write_text(f"{HOST} {kind} {base64.b64encode(blob).decode()}\n")
+    other = keygen(tmp_path / "other")
+    for name, revoked in (("keys", host.with_name("host.pub")),
+                          ("krl", tmp_path / "revoked.krl")):
+        if name == "krl":
+            subprocess.run(["ssh-keygen", "-q", "-k", "-f", str(revoked), str(host) + ".pub"],
+                           check=True, capture_output=True)
+        known = KnownHosts((str(listed),), revoked=str(revoked))
+        with pytest.raises(HostKeyRefused, match="revoked"):
+            accept(known, HOST, key)
+        kept = KnownHosts((str(listed),), revoked=str(other) + ".pub")
+        accept(kept, HOST, key)  # another key's revocation: this one is taken
+    gone = KnownHosts((str(listed),), revoked=str(tmp_path / "missing.krl"))
+    with pytest.raises(HostKeyRefused, match="cannot be read"):
+        accept(gone, HOST, key)
