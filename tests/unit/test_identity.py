@@ -89,6 +89,16 @@ CASES: list[tuple[str, str, str, str]] = [
      "  time CUDA_VISIBLE_DEVICES=0 python3 -m vllm.entrypoints.openai.api_server\ndone\0",
      "code", "bash -c false; [; break; python3 -m vllm.entrypoints.openai.api_server"),
     ("sh", "sh\0-c\0for i in sglang vllm; do echo $i; done\0", "code", "sh -c echo"),
+    ("sh", "sh\0-c\0while :; do time -p python3 -m sglang.launch_server; done\0", "code",
+     "sh -c :; python3 -m sglang.launch_server"),
+    # Quoted text and comments are cut by the split, not parsed: their words never count
+    # as commands (a shell driving a server on another node over ssh is no server here).
+    ("bash", "bash\0-c\0echo \"usage: while :; do python3 -m sglang.launch_server; done\"; "
+     "sleep 9\0", "code", "bash -c echo; do; done\"; sleep"),
+    ("bash", "bash\0-c\0# was: while :; do python3 -m sglang.launch_server; done\nsleep 9\0",
+     "code", "bash -c #; do; done; sleep"),
+    ("bash", "bash\0-c\0ssh gpu07 \"while :; do python3 -m sglang.launch_server; done\"\0",
+     "code", "bash -c ssh; do; done\""),
     ("python3", "python3\0-c\0import json; print(open('/root/sglang.json').read())\0", "code",
      "python3 -c import json"),
     ("java", "java\0-Xmx4g\0-Dname=sglang\0-jar\0/opt/proxy/gateway.jar\0--port\0001\0",

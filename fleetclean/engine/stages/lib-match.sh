@@ -233,17 +233,32 @@ fc_ident_code() {
     set -f
     # shellcheck disable=SC2206
     local -a parts=(${code//[$'\t\n&|']/;})
+    local plain=1
+    [[ $code == *[\'\"\\#\`]* ]] && plain=0
     IFS=' '
     for part in "${parts[@]}"; do
         # shellcheck disable=SC2086
         set -- $part
         # Reserved words lead to the command they govern; done, fi, esac, } end nothing.
-        while (($#)); do
+        # Only in code with no quote, backslash or comment: there the split above is the
+        # shell's own, where in `echo "usage: while :; do python3 -m ..."` or `ssh gpu07
+        # "while :; do python3 -m ...; done"` it cuts quoted text, whose words run nothing
+        # here (before, the word after a cut read as the command "do", which matches no
+        # server; so it still does).
+        while ((plain && $#)); do
             case $1 in
-                while | until | if | then | else | elif | do | '!' | '{' | time) shift ;;
+                while | until | if | then | else | elif | do | '!' | '{') shift ;;
+                time)
+                    shift
+                    [[ ${1:-} != -p ]] || shift
+                    ;;
                 for | case | select | done | fi | 'esac' | '}')
                     set --
                     break
+                    ;;
+                '('*)
+                    set -- "${1#(}" "${@:2}"
+                    [[ -n $1 ]] || shift
                     ;;
                 *) break ;;
             esac
