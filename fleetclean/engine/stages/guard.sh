@@ -15,6 +15,12 @@ fc_writers() {
     fc_ls_escape "$real"
     path=$REPLY
     fc_self  # the script's own writers (its ancestors) are not in the way
+    # A process whose main thread called pthread_exit (its leader a zombie, "Zl") writes on
+    # in its other threads: its leader's fd and fdinfo read empty, and such a writer was
+    # never seen. Read by its living thread (fc_live_thread), as a scan reads it; found
+    # anew at each look, in a table of the guard's own (a scan's is left as it was).
+    local -A FC_LIVE_DIR=()
+    fc_guard_live
     # Split by hand, not by read: it would drop the space of a name ending in "\ ".
     while IFS= read -r line; do
         pid=${line%% *} line=${line#* }
@@ -23,7 +29,7 @@ fc_writers() {
         flags=""
         while read -r k v; do
             [[ $k == flags: ]] && flags=$v
-        done 2>/dev/null <"/proc/$pid/fdinfo/$fd"  # (one gone by now is no writer)
+        done 2>/dev/null <"/proc/${FC_LIVE_DIR[$pid]:-$pid}/fdinfo/$fd"  # (gone: no writer)
         # O_WRONLY is 01 and O_RDWR 02 in the octal flags field.
         [[ -n $flags ]] || continue
         (((8#$flags & 3) != 0)) || continue
@@ -34,6 +40,33 @@ fc_writers() {
     local IFS=','
     REPLY=${found[*]}
     REPLY=${REPLY//,/, }
+}
+
+# FC_LIVE_DIR[PID] for each process whose main thread has ended while another thread lives
+# on, not killed (fc_live_thread): its leader is a zombie with more than one thread. Read
+# from stat files alone. grep, where there is one, counts ") Z " in each (one line per
+# stat it read: none at all, it failed, and every stat is read here); a name holding
+# ") Z " is read and let go.
+fc_guard_live() {
+    local line pid read=0
+    local -a stats=()
+    if command -v grep >/dev/null 2>&1; then
+        fc_output env LC_ALL=C GREP_OPTIONS='' grep -c -F ') Z ' /proc/[0-9]*/stat
+        fc_lines "$REPLY"
+        for line in "${FC_LINES[@]}"; do
+            [[ $line == /proc/*/stat:+([0-9]) ]] || continue
+            read=1
+            [[ $line == *:0 ]] || stats+=("${line%:*}")
+        done
+    fi
+    ((read)) || stats=(/proc/[0-9]*/stat)
+    for line in "${stats[@]}"; do
+        pid=${line#/proc/} pid=${pid%/stat}
+        [[ $pid == +([0-9]) ]] || continue
+        fc_read_stat "$pid" && [[ ${FC_F[0]} == Z ]] || continue
+        fc_live_thread "$pid" && FC_LIVE_DIR[$pid]=$FC_LIVE_TASK
+    done
+    return 0
 }
 
 # Does $1 contain a line matching ERE $2? Pure bash: grep is not promised on nodes.

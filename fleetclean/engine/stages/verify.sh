@@ -1030,11 +1030,19 @@ fc_verify_prep() {
 # True when PID is still the process named last time (its start time START: after a reboot,
 # or once it ended, the PID may be another's, which the hint says nothing of) and neither it
 # nor any ancestor of it not read yet is in uninterruptible sleep (stat only: a command line
-# is read only once none is).
+# is read only once none is). A process whose main thread has ended (a zombie leader with
+# more than one thread: fc_live_thread) is read by another thread, and a read of its command
+# line waits on any thread of it that holds its memory map: not one of its threads may be in
+# D.
 fc_verify_prep_awake() {
-    local p n=0
+    local p n=0 t
     fc_read_stat "$1" && [[ ${FC_F[19]} == "$2" && ${FC_F[0]} != D ]] || return 1
     p=${FC_F[1]}
+    if [[ ${FC_F[0]} == Z ]] && ((FC_F[17] > 1)); then
+        for t in "/proc/$1/task/"*; do
+            ! fc_read_stat "$1/task/${t##*/}" || [[ ${FC_F[0]} != D ]] || return 1
+        done
+    fi
     while [[ $p != 0 && $p != 1 && -z ${FC_START[$p]:-} ]] && ((n++ < 64)); do
         fc_read_stat "$p" && [[ ${FC_F[0]} != D ]] || return 1
         p=${FC_F[1]}
