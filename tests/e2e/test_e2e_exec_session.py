@@ -194,3 +194,30 @@ def test_signal_does_not_watch_the_container_of_an_exec_session_it_ended(
     assert running(fleet, [main, job]) == [main]
     assert [s["signal"] for s in host["signalled"]] == ["TERM"]
     assert host["left_running"] == [] and host["warnings"] == []
+
+
+def test_a_cpu_only_sibling_in_the_exec_session_is_left_running(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    # The exec'd shell also started a CPU-only process (a jupyter kernel, an editor,
+    # `tensorboard &`) beside the looped server: the shell and the server (and its tree)
+    # are stopped, the shell first; the kernel, which uses no GPU and starts nothing
+    # again, is left running in the container.
+    main, cid = dev_container(fleet, "t-sib")
+    kernel_loop = ("python3 -c \"import time; time.sleep(600)\" t-sib-kernel & "
+                   + LOOP.replace("--tp 2", "--tp 1"))
+    exec_gpu_job(fleet, "t-sib", "0", f"sh -c '{kernel_loop}'")
+    (shell,) = pids_of(fleet, "^sh -c python3")
+    (server,) = pids_of(fleet, "^python3 -m sglang.launch_server")
+    workers = pids_of(fleet, "^sglang::")
+    (kernel,) = pids_of(fleet, "^python3 -c import time.*t-sib-kernel")
+    code, host = run(cli, fleet)
+    assert (code, host["status"], host["verify"]["rule"]) == (0, "clean", "clean"), host
+    assert host["signalled"][0]["pid"] == shell
+    assert {s["pid"] for s in host["signalled"]} == {shell, server, *workers}
+    assert {s["owner"]["id"] for s in host["signalled"]} == {cid}
+    time.sleep(3)
+    assert running(fleet, [main, shell, server, *workers, kernel]) == [main, kernel]
+    assert pids_of(fleet, "sglang") == [] and fleet.gpu_used_mib("node01") == [0] * 8
+    assert sh(fleet, "docker inspect -f '{{.State.Pid}} {{.State.Status}}' t-sib") == (
+        f"{main} running")

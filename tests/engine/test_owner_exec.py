@@ -49,32 +49,41 @@ fc_rec matched "$FC_MATCHED"
 fc_holds_gpu() { return 0; }  # each a holder: this machine has no /dev/nvidiaN
 fc_note_respawn_risk "${FC_TARGETS[@]}"
 fc_rec watched "$FC_RESPAWN_RISK ${!FC_WATCH_OWNER[*]}|${!FC_WATCH[*]}"
-fc_rec done 0
 """
 
 
 class Session:
     """``shell`` (a session leader) running ``job``; ``main``, beside it."""
 
-    def __init__(self, shell: list[str]) -> None:
+    def __init__(self, shell: list[str], script: str = "sleep 60; :") -> None:
         self.main_proc = subprocess.Popen(["sleep", "60"])
-        self.root_proc = subprocess.Popen([*shell, "sleep 60; :"], start_new_session=True,
+        self.root_proc = subprocess.Popen([*shell, script], start_new_session=True,
                                           stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.main, self.root = self.main_proc.pid, self.root_proc.pid
         children = Path(f"/proc/{self.root}/task/{self.root}/children")
         deadline = time.monotonic() + 10
-        while not (jobs := [int(p) for p in children.read_text().split()
-                            if comm(int(p)) == "sleep"]):
+        want = script.count("sleep")
+        while len(jobs := [int(p) for p in children.read_text().split()
+                           if comm(int(p)) == "sleep"]) < want:
             assert time.monotonic() < deadline, "the shell did not start its job"
             time.sleep(0.01)
-        (self.job,) = jobs
+        # The job sleeps 60; any other child (a CPU-only sibling) another time.
+        (self.job,) = [p for p in jobs if argv(p) == ["sleep", "60"]]
+        self.others = [p for p in jobs if p != self.job]
 
     def close(self) -> None:
-        for pid in (self.job, self.root, self.main):
+        for pid in (*self.others, self.job, self.root, self.main):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         for proc in (self.root_proc, self.main_proc):
             proc.wait()
+
+
+def argv(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().rstrip("\0").split("\0")
+    except OSError:  # gone
+        return []
 
 
 def comm(pid: int) -> str:
@@ -106,11 +115,12 @@ def fake_docker(tmp_path: Path, main: int) -> Path:
 
 
 def act(tmp_path: Path, s: Session, targets: list[int], how: str = "stop", *,
-        check: bool = False, protect: str = "") -> str:
+        check: bool = False, protect: str = "", after: str = "") -> str:
     script = "".join(template(t) for t in ("lib.sh", "lib-match.sh", "lib-kill.sh",
                                            "owner.sh", "owner-act.sh")) + DRIVER
-    pids = " ".join(map(str, (s.main, s.root, s.job)))
-    done = subprocess.run(["bash", "-c", script, "bash", pids, " ".join(map(str, targets)),
+    pids = " ".join(map(str, (s.main, s.root, s.job, *s.others)))
+    done = subprocess.run(["bash", "-c", f"{script}{after}fc_rec done 0\n", "bash", pids,
+                           " ".join(map(str, targets)),
                            CID, how, str(tmp_path), str(int(check)), protect],
                           capture_output=True, text=True, check=False, timeout=30)
     assert done.returncode == 0 and done.stderr == "", done.stderr
@@ -224,3 +234,48 @@ def test_a_root_that_ignores_sigterm_gets_sigkill_first(tmp_path: Path) -> None:
         assert rec(out, "watched") == "0 |"
     finally:
         s.close()
+
+
+def test_a_cpu_only_sibling_in_the_exec_session_is_left_running(tmp_path: Path) -> None:
+    # `docker exec -d CTR python3 jup.py`, which started a CPU-only child (a jupyter
+    # kernel; here `sleep 61`, in the root's session and process group) beside the GPU
+    # job (`sleep 60`): only the chain from the root down to the job is ended, the root
+    # first; the sibling is left running (the root's end reparents it; it restarts
+    # nothing), and is named in neither the targets nor what to kill.
+    s = Session(["sh", "-c"], script="sleep 61 & sleep 60; :")
+    try:
+        (sibling,) = s.others
+        log = fake_docker(tmp_path, s.main)
+        out = act(tmp_path, s, [s.job])
+        assert rec(out, "left-to-signal") == f"{s.root} {s.job}"
+        assert rec(out, "first") == str(s.root)
+        assert rec(out, "matched") == "2"
+        assert f"\tmatch\t1\t{sibling}\t" not in out
+        assert rec(act(tmp_path, s, [s.job], check=True), "left-to-signal") == (
+            f"{s.root} {s.job}")
+        (refusal,) = parse_script_output(act(tmp_path, s, [s.job], "refuse"), "", 0).refused
+        assert refusal.fix == f"kill {s.root} {s.job}"
+        assert not [c for c in log.read_text().splitlines() if not c.startswith("inspect ")]
+        assert comm(sibling) == "sleep"
+    finally:
+        s.close()
+
+
+def test_a_job_its_exec_sessions_end_left_to_the_main_process_is_no_cause_to_stop_it(
+    tmp_path: Path, session: Session
+) -> None:
+    # Its exec session ended by one stage (its root SIGKILLed), a job stuck in D is the
+    # container's main process's child at the next: it was exec'd all the same
+    # (FC_EXEC_SEEN), and the container (its other exec sessions) is not stopped for it.
+    log = fake_docker(tmp_path, session.main)
+    adopted = (f"FC_PPID[{session.job}]={session.main}\n"
+               f"FC_TARGETS=({session.job}) FC_MATCHED=1\n"
+               "fc_owner_act TERM 100 100\n"
+               'fc_rec again "${FC_TARGETS[*]}|${FC_EXEC_FIRST[*]}|$FC_OWNER_SAID"\n')
+    out = act(tmp_path, session, [session.job], after=adopted)
+    assert rec(out, "left-to-signal") == f"{session.root} {session.job}"
+    assert rec(out, "again") == (
+        f"{session.job}||not stopped: docker {CID[:12]} (pid {session.job} started by docker "
+        f"exec, not by its main process {session.main}); ")
+    assert not [c for c in log.read_text().splitlines() if not c.startswith("inspect ")]
+    assert session.main_proc.poll() is None

@@ -33,6 +33,13 @@ declare -gA FC_OWNER_ACT=() FC_REFUSED=() FC_OWNER_WHO=() FC_OWNER_FIX=()
 # FC_OWNER_EXEC[pid]: "MAIN SHIM" for a target `docker exec` started in its container
 # (fc_docker_exec_only): the container's main process and the containerd-shim above both.
 declare -gA FC_OWNER_EXEC=()
+# FC_EXEC_SEEN[pid]: the start time of a process this run found in an exec session
+# (fc_docker_exec_only, fc_exec_sessions: all of an ended session's tree, what it signals
+# and what it leaves), across the script's stages: once its session's root is gone (a
+# SIGKILL), it is the container's main process's child, yet still no job of it; a job
+# stuck in D after SIGKILL, or a sibling left running, must not have a later stage stop
+# the whole container (and its other exec sessions) for it.
+declare -gA FC_EXEC_SEEN=()
 # FC_EXEC_FIRST: the roots of the exec sessions this stage ends (fc_exec_sessions), first
 # in FC_TARGETS, so first to get the stage's signal (or SIGKILL at once where they ignore
 # it: fc_exec_kill_roots); FC_EXEC_MORE: the rest of those sessions.
@@ -225,6 +232,9 @@ fc_docker_exec_only() {
     # "host", or "container:ID" (another's namespace, whose init adopts them), do not.
     [[ -z $mode || $mode == private ]] || return 1
     for p in "$@"; do
+        # Found in an exec session earlier in this run (FC_EXEC_SEEN): still exec'd,
+        # whatever adopted it since.
+        [[ -n ${FC_START[$p]:-} && ${FC_EXEC_SEEN[$p]:-} == "${FC_START[$p]}" ]] && continue
         q=$p n=0
         while [[ -n $q && $q != 0 && $q != 1 ]] && ((n++ < 64)); do
             [[ $q == "$main" ]] && return 1
@@ -235,6 +245,7 @@ fc_docker_exec_only() {
     [[ -n ${FC_START[$main]:-} ]] || fc_proc_load "$main"
     for p in "$@"; do
         FC_OWNER_EXEC[$p]="$main ${FC_PPID[$main]:-0}"
+        FC_EXEC_SEEN[$p]=${FC_START[$p]:-}
     done
 }
 
@@ -242,43 +253,65 @@ fc_docker_exec_only() {
 # started (FC_OWNER_EXEC): its ancestor (or itself) whose parent is the containerd-shim,
 # the process docker exec ran (the shell of `docker exec CTR sh -c 'while :; do ...;
 # done'` or of `docker exec -it CTR bash`, or the job itself). Fails where the ancestry
-# does not reach the shim (a process the container's init adopted) or that root is dead.
+# does not reach the shim (a process the container's init adopted: its root killed earlier
+# in this run, FC_EXEC_SEEN) or that root is dead, or is the container's main process.
 fc_exec_root() {
-    local q=$1 n=0 shim=${FC_OWNER_EXEC[$1]#* }
+    local q=$1 n=0 main=${FC_OWNER_EXEC[$1]%% *} shim=${FC_OWNER_EXEC[$1]#* }
     [[ $shim =~ ^[1-9][0-9]*$ && $shim != 1 ]] || return 1
     while [[ ${FC_PPID[$q]:-0} != "$shim" ]]; do
+        [[ $q != "$main" ]] || return 1
         q=${FC_PPID[$q]:-0}
         [[ $q != 0 && $q != 1 ]] && ((++n <= 64)) || return 1
         [[ -n ${FC_START[$q]:-} ]] || fc_proc_load "$q" || return 1
     done
-    [[ ${FC_STATE[$q]:-} != [ZX] && -n ${FC_CMD[$q]:-} ]] || return 1
+    [[ $q != "$main" && ${FC_STATE[$q]:-} != [ZX] && -n ${FC_CMD[$q]:-} ]] || return 1
     REPLY=$q
 }
 
-# fc_exec_tree ROOT [TARGET...]: FC_TREE = the live processes of the exec session ROOT
-# leads: ROOT, its descendants and the members of the process groups and sessions they
-# lead (fc_expand's tree; runc makes what it execs a session leader). False (REPLY says
-# why) where one of them is protected (or out of the scope, or the teardown itself), or
-# this login may not signal ROOT: ending the session would reach what must not be. The
-# stage's own TARGETs are not asked again.
+# fc_exec_tree ROOT [TARGET...]: FC_TREE = what of the exec session ROOT leads is ended
+# with these TARGETs of it: the chain from ROOT down to each (ROOT, and each ancestor
+# between ROOT and the target: a loop among them would start it again), and each target's
+# own tree (its descendants and the members of the process groups and sessions they lead:
+# fc_expand's tree). The rest of the session (a CPU-only child ROOT also started, a
+# jupyter kernel, an editor, `tensorboard &`, a tmux server) is left running: ROOT's end
+# reparents it, and it starts nothing again. TARGETs not under ROOT are not its. False
+# (REPLY says why) where one of these is protected (or out of the scope, or the teardown
+# itself), or this login may not signal ROOT: ending the session would reach what must
+# not be. The stage's own TARGETs are not asked again.
 fc_exec_tree() {
-    local p q
-    local -A seen=([$1]=1) targets=()
-    local -a queue=("$1")
+    local root=$1 p q n
+    local -A seen=([$1]=1) targets=() in_tree=()
+    local -a queue=() chain=()
     for p in "${@:2}"; do
         targets[$p]=1
     done
     FC_TREE=()
+    # ROOT, then the chain of each target under it, the target last: the chain's
+    # processes alone (what they lead beside it is not the job's).
+    fc_exec_tree_add "$root" || return 1
+    for p in "${@:2}"; do
+        chain=() q=$p n=0
+        while [[ $q != "$root" ]]; do
+            chain=("$q" "${chain[@]}")
+            q=${FC_PPID[$q]:-0}
+            if [[ $q == 0 || $q == 1 ]] || ((++n > 64)); then
+                break
+            fi
+        done
+        [[ $q == "$root" ]] || continue
+        queue+=("$p")
+        seen[$p]=1
+        for q in "${chain[@]}"; do
+            [[ $q == "$p" || -n ${targets[$q]:-} ]] && continue
+            fc_exec_tree_add "$q" || return 1
+            seen[$q]=1
+        done
+    done
+    # Each target's own tree, as before.
     while ((${#queue[@]})); do
         p=${queue[0]}
         queue=("${queue[@]:1}")
-        if [[ -n ${FC_START[$p]:-} && ${FC_STATE[$p]:-} != [ZX] && -n ${FC_CMD[$p]:-} ]]; then
-            if [[ -z ${targets[$p]:-} ]] && fc_protected "$p"; then
-                REPLY="runs protected pid $p (${FC_CMD[$p]}: $REPLY)"
-                return 1
-            fi
-            FC_TREE+=("$p")
-        fi
+        fc_exec_tree_add "$p" || return 1
         for q in "${FC_PIDS[@]}"; do
             [[ -n ${seen[$q]:-} ]] && continue
             if [[ ${FC_PPID[$q]} == "$p" ]] ||
@@ -289,21 +322,37 @@ fc_exec_tree() {
             fi
         done
     done
-    if ! fc_may_signal "$1"; then
-        fc_proc_user "$1"
+    if ! fc_may_signal "$root"; then
+        fc_proc_user "$root"
         REPLY="is $REPLY's, which this login may not signal"
         return 1
     fi
     REPLY=""
 }
 
+# fc_exec_tree_add PID (fc_exec_tree's; its targets and in_tree): PID joins FC_TREE, once,
+# where it lives; false (REPLY says why) where it is protected and no target.
+fc_exec_tree_add() {
+    local p=$1
+    [[ -z ${in_tree[$p]:-} ]] || return 0
+    in_tree[$p]=1
+    [[ -n ${FC_START[$p]:-} && ${FC_STATE[$p]:-} != [ZX] && -n ${FC_CMD[$p]:-} ]] || return 0
+    if [[ -z ${targets[$p]:-} ]] && fc_protected "$p"; then
+        REPLY="runs protected pid $p (${FC_CMD[$p]}: $REPLY)"
+        return 1
+    fi
+    FC_TREE+=("$p")
+}
+
 # fc_exec_sessions ID PID...: these targets of container ID `docker exec` started are
 # stopped with their exec sessions: each session's root (fc_exec_root) goes to
 # FC_EXEC_FIRST, signalled before the rest (a loop it runs cannot start the job again),
-# and the rest of its tree (fc_exec_tree) to FC_EXEC_MORE; nothing else of the container
-# is touched. REPLY: ": its exec session 20 (sh) signalled first" for the roots that are
-# no targets themselves, else "". A session that cannot be ended whole (a protected process
-# in it, a root this login may not signal) is left with a warning: its targets are
+# and the chain from it down to each target and each target's tree (fc_exec_tree) to
+# FC_EXEC_MORE; nothing else of the session or the container is touched (all of the
+# session is remembered as exec'd: FC_EXEC_SEEN). REPLY: ": its exec session 20 (sh)
+# signalled first" for the roots that are no targets themselves, else "". A session that
+# cannot be ended so (a protected process on a target's chain or in its tree, a root this
+# login may not signal) is left with a warning: its targets are
 # signalled alone, their parent watched for a respawn (fc_owner_may_restart).
 fc_exec_sessions() {
     local id=$1 p root listed_roots=""
@@ -320,6 +369,7 @@ fc_exec_sessions() {
         fi
         FC_EXEC_FIRST+=("$root")
         FC_EXEC_MORE+=("${FC_TREE[@]}")
+        fc_exec_seen "$root"
         for p in "${FC_TREE[@]}"; do
             FC_OWNER_EXEC[$p]=${FC_OWNER_EXEC[$1]}
             [[ -n ${targets[$p]:-} ]] || FC_RELWHY[$p]="docker exec session $root"
@@ -332,6 +382,29 @@ fc_exec_sessions() {
     elif [[ -n $listed_roots ]]; then
         REPLY=": its exec session $listed_roots signalled first"
     fi
+}
+
+# fc_exec_seen ROOT: the exec session ROOT leads, all of it (its descendants and the
+# members of the process groups and sessions they lead, what is signalled and what is
+# left), is remembered as exec'd (FC_EXEC_SEEN) for the rest of the run.
+fc_exec_seen() {
+    local p q
+    local -A seen=([$1]=1)
+    local -a queue=("$1")
+    while ((${#queue[@]})); do
+        p=${queue[0]}
+        queue=("${queue[@]:1}")
+        [[ -n ${FC_START[$p]:-} ]] && FC_EXEC_SEEN[$p]=${FC_START[$p]}
+        for q in "${FC_PIDS[@]}"; do
+            [[ -n ${seen[$q]:-} ]] && continue
+            if [[ ${FC_PPID[$q]} == "$p" ]] ||
+                [[ ${FC_PGRP[$p]} == "$p" && ${FC_PGRP[$q]} == "$p" ]] ||
+                [[ ${FC_SID[$p]} == "$p" && ${FC_SID[$q]} == "$p" ]]; then
+                seen[$q]=1
+                queue+=("$q")
+            fi
+        done
+    done
 }
 
 # What is left to signal (FC_TARGETS) with the exec sessions fc_exec_sessions ends: their
