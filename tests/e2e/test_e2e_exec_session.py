@@ -14,6 +14,8 @@ exec'd into them too.
 
 from __future__ import annotations
 
+import json
+import shlex
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -221,3 +223,41 @@ def test_a_cpu_only_sibling_in_the_exec_session_is_left_running(
     assert pids_of(fleet, "sglang") == [] and fleet.gpu_used_mib("node01") == [0] * 8
     assert sh(fleet, "docker inspect -f '{{.State.Pid}} {{.State.Status}}' t-sib") == (
         f"{main} running")
+
+
+def test_a_job_stuck_after_its_exec_sessions_end_does_not_stop_the_container(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    # The looped server waits in the node's stuck driver: stop-server kills its shell and
+    # then it (SIGKILL after the grace), and it stays in state D, adopted by the
+    # container's main process. kill-gpu-holders sees it again: it read as the main
+    # process's job, and the container was docker-stopped (another user's exec session
+    # in it with it). It is still the exec'd job it was: the container is left running.
+    main, _ = dev_container(fleet, "t-stk")
+    sh(fleet, "docker exec -d t-stk bash -c 'exec -a t-stk-other sleep 600'")
+    here = PROGRAMS.rsplit("/", 1)[0]
+    sh(fleet, f"python3 -c 'import sys; sys.path.insert(0, \"{here}\"); import launcher; "
+              "launcher.ensure_stuckfs()'")
+    spec = json.dumps({"role": "holder", "gpus": [1], "ctl": True, "driver_wait": "hang",
+                       "title": "python3 -m sglang.launch_server --tp 1"}).ljust(120)
+    loop = f"while :; do python3 {PROGRAMS} {shlex.quote(spec)}; sleep 1; done"
+    try:
+        exec_gpu_job(fleet, "t-stk", "1", f"sh -c {shlex.quote(loop)}")
+        (shell,) = pids_of(fleet, "^sh -c while")
+        (job,) = pids_of(fleet, "^python3 -m sglang.launch_server")
+        (other,) = pids_of(fleet, "^t-stk-other")
+        code, host = run(cli, fleet, "-e", "grace=0.5", "-e", "verify_timeout=5")
+        assert (code, host["status"]) == (1, "dirty"), host
+        assert host["stuck"] == [{"pid": job, "cmdline":
+                                  "python3 -m sglang.launch_server --tp 1"}], host
+        # Killed, in state D, adopted by the container's main process.
+        ppid, stat = sh(fleet, f"ps -o ppid=,stat= -p {job}").split()
+        assert (int(ppid), stat[0]) == (main, "D")
+        # Never `docker stop` (a "stop" record): only the stages' signals.
+        assert {s["signal"] for s in host["signalled"]} <= {"TERM", "KILL"}, host["signalled"]
+        assert "stopped docker" not in str(host), host
+        assert running(fleet, [main, shell, other]) == [main, other]
+        assert sh(fleet, "docker inspect -f '{{.State.Pid}} {{.State.Status}}' t-stk") == (
+            f"{main} running")
+    finally:
+        fleet.set_fault("node01", "unstick")
