@@ -93,10 +93,19 @@ def tcp(target: Target, limit: float) -> TcpSock:
 def _usable(target: Target) -> tuple[str, ...]:
     """The identity files to offer: ssh skips one that is not there ("no such identity")
     and offers the next, so a missing first file must not stop the login (paramiko stops at
-    it). Where none is there, all are kept: the error names the missing one (ssh would
-    still try the agent's keys; a typo in the key's path is the likelier cause)."""
+    it). Where none is there, ssh goes on with the agent's keys, and so does this (a team's
+    inventory names ~/.ssh/cluster_key, which lives in this laptop's agent, 1Password's);
+    where the agent is off too (IdentitiesOnly), all are kept: the error names the missing
+    one."""
     there = tuple(k for k in target.keys if os.path.exists(os.path.expanduser(k)))
-    return there or target.keys
+    return there or (() if target.agent else target.keys)
+
+
+def _missing_note(target: Target) -> str:
+    """What to add to a refused login where no identity file was there ("" otherwise)."""
+    if not target.keys or _usable(target):
+        return ""
+    return f"identity file {target.key} is not here; the agent's keys were offered instead"
 
 
 def _tokens(target: Target) -> dict[str, str]:
@@ -280,8 +289,10 @@ def _attempt(
         return None, TransportFailure("unreachable", note), None
     if failure is not None and note:
         failure = TransportFailure(failure.kind, f"{failure.message} ({note})")
-    if failure is not None and unreached and failure.kind == "auth_failed":
-        failure = TransportFailure(failure.kind, f"{failure.message} ({unreached})")
+    if failure is not None and failure.kind == "auth_failed":
+        for said in (unreached, _missing_note(target)):
+            if said:
+                failure = TransportFailure(failure.kind, f"{failure.message} ({said})")
     return None, failure, "dropped" if failure is None else None
 
 

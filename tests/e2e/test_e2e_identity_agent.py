@@ -74,3 +74,31 @@ def test_the_agent_identityagent_names_is_the_one_asked(
     for form in ("SSH_AUTH_SOCK", "none"):
         host = status(form)
         assert host["status"] == "auth_failed", (form, host)
+
+
+def test_a_key_file_not_here_leaves_the_agent_to_offer_the_key(
+    sim_fleet_factory, cli: Cli, tmp_path: Path, agent: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A team's inventory names ~/.ssh/cluster_key; on this laptop the key lives in the
+    # agent only. ssh skips the missing file and offers the agent's keys; fleetclean
+    # stopped at "private key ... not found".
+    fleet = sim_fleet_factory(1)
+    added = subprocess.run(["ssh-add", str(fleet.client_key_path)], capture_output=True,
+                           env={**os.environ, "SSH_AUTH_SOCK": str(agent)}, check=False)
+    assert added.returncode == 0, added.stderr
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    missing = home / ".ssh" / "cluster_key"
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text(fleet.inventory_path.read_text().replace(
+        str(fleet.client_key_path), str(missing)))
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(agent))
+    res = cli("status", "-i", inventory, "--connect-timeout", "5", "--json")
+    assert res.host("node01")["status"] == "clean", res.out
+    # No agent either: refused, and the error names the file that is not here.
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "no-agent-here.sock"))
+    host = cli("status", "-i", inventory, "--connect-timeout", "5", "--json").host("node01")
+    assert host["status"] == "auth_failed"
+    assert f"identity file {missing} is not here" in str(host["error"]), host
