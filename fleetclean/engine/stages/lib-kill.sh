@@ -61,13 +61,29 @@ fc_why_text() {
     [[ -n ${FC_RELWHY[$1]:-} ]] && REPLY+="; ${FC_RELWHY[$1]}"
 }
 
+# fc_members PID: what PID's tree takes one step down (FC_MEMBERS): its children, and the
+# members of the process group and the session it leads (SGLang's workers outlive their
+# parent and are reparented, in its group still).
+fc_members() {
+    local p=$1 q
+    FC_MEMBERS=()
+    for q in "${FC_PIDS[@]}"; do
+        [[ $q != "$p" ]] || continue
+        if [[ ${FC_PPID[$q]} == "$p" ]] ||
+            [[ ${FC_PGRP[$p]} == "$p" && ${FC_PGRP[$q]} == "$p" ]] ||
+            [[ ${FC_SID[$p]} == "$p" && ${FC_SID[$q]} == "$p" ]]; then
+            FC_MEMBERS+=("$q")
+        fi
+    done
+}
+
 # Add descendants, and the members of process groups and sessions that a target leads
-# (SGLang's workers outlive their parent and are reparented), to the PIDs given; drop
-# protected ones. Sets FC_TARGETS (sorted numerically, unique).
+# (fc_members), to the PIDs given; drop protected ones. Sets FC_TARGETS (sorted
+# numerically, unique).
 fc_expand() {
     local -A seen=()
     local -a queue=("$@")
-    local p q
+    local p
     while ((${#queue[@]})); do
         p=${queue[0]}
         queue=("${queue[@]:1}")
@@ -76,14 +92,8 @@ fc_expand() {
         # started the teardown has the pattern in its argv, but its children are not ours.
         fc_protected "$p" && continue
         seen[$p]=1
-        for q in "${FC_PIDS[@]}"; do
-            [[ -n ${seen[$q]:-} ]] && continue
-            if [[ ${FC_PPID[$q]} == "$p" ]] ||
-                [[ ${FC_PGRP[$p]} == "$p" && ${FC_PGRP[$q]} == "$p" ]] ||
-                [[ ${FC_SID[$p]} == "$p" && ${FC_SID[$q]} == "$p" ]]; then
-                queue+=("$q")
-            fi
-        done
+        fc_members "$p"
+        queue+=("${FC_MEMBERS[@]}")
     done
     fc_keep_unprotected "${!seen[@]}"
 }

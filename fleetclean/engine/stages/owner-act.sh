@@ -312,14 +312,11 @@ fc_exec_tree() {
         p=${queue[0]}
         queue=("${queue[@]:1}")
         fc_exec_tree_add "$p" || return 1
-        for q in "${FC_PIDS[@]}"; do
-            [[ -n ${seen[$q]:-} ]] && continue
-            if [[ ${FC_PPID[$q]} == "$p" ]] ||
-                [[ ${FC_PGRP[$p]} == "$p" && ${FC_PGRP[$q]} == "$p" ]] ||
-                [[ ${FC_SID[$p]} == "$p" && ${FC_SID[$q]} == "$p" ]]; then
-                seen[$q]=1
-                queue+=("$q")
-            fi
+        fc_members "$p"
+        for q in "${FC_MEMBERS[@]}"; do
+            [[ -z ${seen[$q]:-} ]] || continue
+            seen[$q]=1
+            queue+=("$q")
         done
     done
     if ! fc_may_signal "$root"; then
@@ -395,14 +392,11 @@ fc_exec_seen() {
         p=${queue[0]}
         queue=("${queue[@]:1}")
         [[ -n ${FC_START[$p]:-} ]] && FC_EXEC_SEEN[$p]=${FC_START[$p]}
-        for q in "${FC_PIDS[@]}"; do
-            [[ -n ${seen[$q]:-} ]] && continue
-            if [[ ${FC_PPID[$q]} == "$p" ]] ||
-                [[ ${FC_PGRP[$p]} == "$p" && ${FC_PGRP[$q]} == "$p" ]] ||
-                [[ ${FC_SID[$p]} == "$p" && ${FC_SID[$q]} == "$p" ]]; then
-                seen[$q]=1
-                queue+=("$q")
-            fi
+        fc_members "$p"
+        for q in "${FC_MEMBERS[@]}"; do
+            [[ -z ${seen[$q]:-} ]] || continue
+            seen[$q]=1
+            queue+=("$q")
         done
     done
 }
