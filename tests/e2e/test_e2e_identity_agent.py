@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from simhelp import Cli
 
+from fleetclean.sim import SimFleet
+
 pytestmark = pytest.mark.sim
 
 
@@ -33,17 +35,25 @@ def agent(tmp_path: Path) -> Iterator[Path]:
         proc.wait(timeout=10)
 
 
+def agent_holds_the_key(fleet: SimFleet, agent: Path, tmp_path: Path,
+                        monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fleet's key added to ``agent``, and a $HOME of the test's own with an empty
+    ~/.ssh (no key file of its own to fall back on): that home."""
+    added = subprocess.run(["ssh-add", str(fleet.client_key_path)], capture_output=True,
+                           env={**os.environ, "SSH_AUTH_SOCK": str(agent)}, check=False)
+    assert added.returncode == 0, added.stderr
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
 def test_the_agent_identityagent_names_is_the_one_asked(
     sim_fleet_factory, cli: Cli, tmp_path: Path, agent: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fleet = sim_fleet_factory(1)
-    added = subprocess.run(["ssh-add", str(fleet.client_key_path)], capture_output=True,
-                           env={**os.environ, "SSH_AUTH_SOCK": str(agent)}, check=False)
-    assert added.returncode == 0, added.stderr
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)  # no key file of its own to fall back on
-    monkeypatch.setenv("HOME", str(home))
+    home = agent_holds_the_key(fleet, agent, tmp_path, monkeypatch)
     monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "no-agent-here.sock"))
     monkeypatch.setenv("VAULT_AGENT", str(agent))
     node = fleet.node("node01")
@@ -84,12 +94,7 @@ def test_a_key_file_not_here_leaves_the_agent_to_offer_the_key(
     # agent only. ssh skips the missing file and offers the agent's keys; fleetclean
     # stopped at "private key ... not found".
     fleet = sim_fleet_factory(1)
-    added = subprocess.run(["ssh-add", str(fleet.client_key_path)], capture_output=True,
-                           env={**os.environ, "SSH_AUTH_SOCK": str(agent)}, check=False)
-    assert added.returncode == 0, added.stderr
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
+    home = agent_holds_the_key(fleet, agent, tmp_path, monkeypatch)
     missing = home / ".ssh" / "cluster_key"
     inventory = tmp_path / "inv.yaml"
     inventory.write_text(fleet.inventory_path.read_text().replace(
