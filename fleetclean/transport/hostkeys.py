@@ -40,7 +40,7 @@ from pathlib import Path
 
 from fleetclean.transport import hostcerts, system
 from fleetclean.transport.sshlib import paramiko
-from fleetclean.transport.upstream import IndexedHostKeys, KeyTypes
+from fleetclean.transport.upstream import IndexedHostKeys, KeyTypes, hashes_to, salted
 
 DEFAULT_FILE = "~/.ssh/known_hosts"
 DEFAULT_FILES = [DEFAULT_FILE, "~/.ssh/known_hosts2"]  # ssh's UserKnownHostsFile default
@@ -121,16 +121,10 @@ def match_list(name: str, patterns: str) -> int:
 def match_hosts(names: tuple[str, ...], field: str) -> bool:
     """Whether a known_hosts host field (patterns, or one hashed ``|1|salt|hash`` name)
     names any of ``names``, as ssh's ``match_maybe_hashed``."""
-    for name in names:
-        if field.startswith("|"):
-            try:
-                if paramiko.HostKeys.hash_host(name, field) == field:
-                    return True
-            except Exception:  # a damaged hash names no host, as in ssh
-                return False
-        elif match_list(name, field) == 1:
-            return True
-    return False
+    if field.startswith("|"):
+        pair = salted(field)  # a damaged hash names no host, as in ssh
+        return pair is not None and any(hashes_to(*pair, name.encode()) for name in names)
+    return any(match_list(name, field) == 1 for name in names)
 
 
 @dataclass(frozen=True)

@@ -411,6 +411,29 @@ class KeyTypes(dict[str, paramiko.PKey]):
         return list(super().keys())
 
 
+def salted(field: str) -> tuple[bytes, bytes] | None:
+    """(salt, hash) of a hashed known_hosts name, ``|1|salt|hash`` (HashKnownHosts);
+    None where it is no such name or a damaged one.
+
+    >>> salted("|1|c2FsdA==|aGFzaA==")
+    (b'salt', b'hash')
+    >>> salted("|1|c2FsdA") is None, salted("gpu01") is None  # damaged; no hash at all
+    (True, True)
+    """
+    if not field.startswith("|1|"):
+        return None
+    salt, _, digest = field[3:].partition("|")
+    try:
+        return base64.b64decode(salt), base64.b64decode(digest)
+    except ValueError:
+        return None
+
+
+def hashes_to(salt: bytes, digest: bytes, name: bytes) -> bool:
+    """Whether ``name`` is the host a hashed known_hosts name (``salted``) stands for."""
+    return hmac.compare_digest(hmac.digest(salt, name, "sha1"), digest)
+
+
 class IndexedHostKeys:
     """Every known_hosts key by host name: plain names in a dict; hashed ``|1|salt|hash``
     names by the key they list, each checked with its own salt (one HMAC-SHA1, salt and
@@ -436,14 +459,12 @@ class IndexedHostKeys:
         return bool(self._hashed)
 
     def add(self, hostname: str, keytype: str, key: paramiko.PKey) -> None:
-        if hostname.startswith("|1|"):
-            salt, _, digest = hostname[3:].partition("|")
-            try:
-                salted = (base64.b64decode(salt), base64.b64decode(digest))
-            except ValueError:  # a damaged hash names no host, as in ssh
+        if hostname.startswith("|"):
+            pair = salted(hostname)
+            if pair is None:  # a damaged hash names no host, as in ssh
                 return
-            self._hashed_by_key.setdefault(key.asbytes(), []).append(salted)
-            self._hashed.append((*salted, keytype, key))
+            self._hashed_by_key.setdefault(key.asbytes(), []).append(pair)
+            self._hashed.append((*pair, keytype, key))
         else:
             keys = self._by_name.setdefault(hostname, {}).setdefault(keytype, [])
             if key not in keys:
@@ -455,7 +476,7 @@ class IndexedHostKeys:
         if key in self._by_name.get(hostname, {}).get(key.get_name(), ()):
             return True
         name = hostname.encode()
-        return any(hmac.digest(salt, name, "sha1") == digest
+        return any(hashes_to(salt, digest, name)
                    for salt, digest in self._hashed_by_key.get(key.asbytes(), ()))
 
     def every(self, hostname: str) -> dict[str, list[paramiko.PKey]]:
@@ -465,7 +486,7 @@ class IndexedHostKeys:
             found = {kind: list(keys) for kind, keys in self._by_name.get(hostname, {}).items()}
             name = hostname.encode()
             for salt, digest, keytype, key in self._hashed:
-                if hmac.digest(salt, name, "sha1") == digest:
+                if hashes_to(salt, digest, name):
                     keys = found.setdefault(keytype, [])
                     if key not in keys:
                         keys.append(key)
