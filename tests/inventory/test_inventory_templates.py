@@ -1,0 +1,83 @@
+"""The Jinja expressions inventories write their connection variables in, rendered as
+Ansible renders them (``inventory/templates.py``), and every other one refused with the
+reason: a guessed host name or user reaches another machine or account."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetclean.inventory.templates import Unrendered, render
+
+HOST = "gpu01.lab"
+VARS: dict[str, object] = {"ip": "10.0.0.7", "site": "EU", "port": "2201", "empty": "",
+                           "nothing": None, "flag": True, "ratio": 1.5, "nested": "{{ ip }}"}
+ENV = {"USER": "ada", "BLANK": "", "KEYS": "/home/ada/.ssh"}
+
+
+@pytest.mark.parametrize(("template", "rendered"), [
+    # The forms team inventories hold (Ansible's own docs and ansible-core 2.21's output).
+    ("{{ lookup('env', 'USER') }}", "ada"),
+    ('{{ lookup("ansible.builtin.env", "USER") }}', "ada"),
+    ("{{ lookup('env', 'UNSET') }}", ""),  # Ansible: an unset variable reads empty
+    ("{{ lookup('env', 'UNSET', default='ops') }}", "ops"),
+    ("{{ lookup('env', 'BLANK', default='ops') }}", ""),  # set, though empty
+    ("{{ lookup('env', 'BLANK') | default('ops', true) }}", "ops"),
+    ("{{ lookup('env', 'BLANK') | default('ops') }}", ""),
+    ("{{ lookup('env','KEYS') }}/cluster_ed25519", "/home/ada/.ssh/cluster_ed25519"),
+    ("{{ lookup('env', 'KEYS') ~ '/' ~ site | lower ~ '_key' }}", "/home/ada/.ssh/eu_key"),
+    ("{{ ip | default(inventory_hostname) }}", "10.0.0.7"),
+    ("{{ ib_ip | default(inventory_hostname) }}", HOST),
+    ("{{ ib_ip | d(inventory_hostname_short ~ '.ib') }}", "gpu01.ib"),
+    ("{{ empty | default('x') }}", ""),
+    ("{{ empty | default('x', true) }}", "x"),
+    ("{{ nothing | default('x', true) }}", "x"),
+    ("{{ hostvars[inventory_hostname]['ip'] }}", "10.0.0.7"),
+    ("{{ hostvars[inventory_hostname].ip }}", "10.0.0.7"),
+    ('{{ hostvars["gpu01.lab"]["site"] | upper }}', "EU"),
+    ("{{ vars['nested'] }}", "10.0.0.7"),
+    ("{{ port | int }}", "2201"),
+    ("{{ (site ~ '-' ~ ip) | replace('.', '-') | lower }}", "eu-10-0-0-7"),
+    ("{{ '  ops ' | trim }}@{{ 22 | string }}", "ops@22"),
+    ("{{ 'it\\'s' }}", "it's"),
+    ("{{ ratio }}", "1.5"),
+])
+def test_a_template_renders_as_ansible_renders_it(template: str, rendered: str) -> None:
+    assert render(template, HOST, VARS, environ=ENV) == rendered
+
+
+@pytest.mark.parametrize(("template", "why"), [
+    ("{{ ib_ip }}", "ib_ip is not set for this host"),
+    ("{{ nothing | default('x') }}", "nothing is not set for this host"),  # null: defined
+    ("{{ ib_ip | lower }}", "ib_ip is not set for this host"),
+    ("{{ ip ~ ib_ip }}", "ib_ip is not set for this host"),
+    ("{{ site | regex_replace('E', 'e') }}", "uses the filter regex_replace"),
+    ("{{ lookup('file', '/etc/hostname') }}", "uses the lookup of 'file'"),
+    ("{{ lookup('env', 'A', 'B') }}", "other than one name and a default"),
+    ("{{ hostvars['gpu02']['ip'] }}", "reads hostvars of another host (gpu02)"),
+    ("{{ ip if ip else 'x' }}", "uses 'if'"),
+    ("{{ port + 1 }}", "uses '+'"),
+    ("{{ site | int }}", "'EU' is not a whole number"),  # Jinja's int: 0, a guessed port
+    ("{{ flag }}", "not a text or a number"),
+    ("{{ range(3) }}", "uses the function range"),
+    ("{{ ip.split('.') }}", "an attribute or item of a variable"),
+    ("{{ }}", "is empty"),
+    ("{{ lookup('env', 'USER' }}", "cut short"),
+    ("{% if x %}y{% endif %}", "holds a Jinja block or comment"),
+    ("{{ ip", "has an unclosed"),
+])
+def test_anything_else_is_refused_with_the_reason(template: str, why: str) -> None:
+    with pytest.raises(Unrendered, match=None) as err:
+        render(template, HOST, VARS, environ=ENV)
+    assert why in str(err.value)
+
+
+def test_what_a_template_reads_is_listed_even_behind_a_default() -> None:
+    # A password's template makes every variable it reads a secret (inventory/build.py).
+    used: set[str] = set()
+    render("{{ pw | default(vars['fallback_pw']) }}", HOST, {"fallback_pw": "s"}, used=used)
+    assert used == {"pw", "fallback_pw"}
+
+
+def test_a_variable_that_names_itself_stops() -> None:
+    with pytest.raises(Unrendered, match="refers to itself"):
+        render("{{ a | default('x') }}", HOST, {"a": "{{ b }}", "b": "{{ a }}"})
