@@ -43,7 +43,7 @@ KINDS = (
     "holder",
 )
 # Run by a supervisor inside the node (sim/supervised.py): --run names the workload.
-SUPERVISED = ("service", "container", "pod", "tmux", "screen", "slurm-job")
+SUPERVISED = ("service", "container", "podman", "pod", "tmux", "screen", "slurm-job")
 SPAWNABLE = KINDS + SUPERVISED
 RAW = argparse.RawDescriptionHelpFormatter
 SUDO_WORDS = {"nopasswd": "sudo NOPASSWD", "password": "sudo with password", "none": "no sudo"}
@@ -175,6 +175,7 @@ def _add_spawn(sub: Subparsers) -> None:
         "  fleetclean sim spawn node01 service --unit vllm --run vllm --gpus 0-7\n"
         "  fleetclean sim spawn node01 container --container sgl --run sglang --restart always\n"
         "  fleetclean sim spawn node01 container --container sgl --rootless alice --gpus 2\n"
+        "  fleetclean sim spawn node01 podman --container sgl --restart always --gpus 3\n"
         "  fleetclean sim spawn node01 pod --pod llm-0 --namespace ml --gpus 3\n"
         "  fleetclean sim spawn node01 tmux --session train --gpus 4\n"
         "  fleetclean sim spawn node01 slurm-job --gpus 5   (a fleet with --slurm)\n",
@@ -240,23 +241,25 @@ def _add_fault(sub: Subparsers) -> None:
 SUPERVISOR_OPTIONS = (
     ("run", "KIND", "the workload a supervisor runs (default holder)"),
     ("unit", "NAME", "service: the unit's name"),
-    ("restart", "POLICY", "service: Restart= (always); container: --restart (no)"),
+    ("restart", "POLICY", "service: Restart= (always); container, podman: --restart (no)"),
     ("uid", "UID", "service: a user service of UID (under user@UID.service)"),
-    ("container", "NAME", "container: its name; pod: the container's name"),
-    ("image", "IMAGE", "container, pod: the image shown"),
+    ("container", "NAME", "container, podman: its name; pod: the container's name"),
+    ("image", "IMAGE", "container, podman, pod: the image shown"),
     ("rootless", "USER", "container: run it by USER's own rootless docker daemon "
-     "(unix:///run/user/UID/docker.sock), started if need be; root's knows nothing of it"),
+     "(unix:///run/user/UID/docker.sock), started if need be; root's knows nothing of it; "
+     "podman: run by USER's own podman (its store in /run/user/UID)"),
     ("pod", "NAME", "pod: its name"),
     ("namespace", "NS", "pod: its namespace (default)"),
     ("qos", "CLASS", "pod: besteffort, burstable or guaranteed"),
-    ("driver", "DRIVER", "container, pod: systemd or cgroupfs (default by cgroup mode)"),
+    ("driver", "DRIVER", "container, pod: systemd or cgroupfs (default by cgroup mode); "
+     "podman: its cgroup manager, systemd or cgroupfs (systemd)"),
     ("session", "NAME", "tmux, screen: the session's name (train)"),
 )
 
 
 def _supervisor_options(spawn: argparse.ArgumentParser) -> None:
-    group = spawn.add_argument_group("supervisors (service, container, pod, tmux, screen, "
-                                     "slurm-job)")
+    group = spawn.add_argument_group("supervisors (service, container, podman, pod, tmux, "
+                                     "screen, slurm-job)")
     for name, metavar, text in SUPERVISOR_OPTIONS:
         kind: Any = int if name == "uid" else str
         group.add_argument(f"--{name}", type=kind, metavar=metavar, help=text)

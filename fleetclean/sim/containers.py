@@ -130,7 +130,7 @@ def start(
 
     def shim() -> None:
         os.close(rfd)
-        _shim(argv, env, cgroup, title=shim_title, tree=tree, report=wfd,
+        run_shim(argv, env, cgroup, title=shim_title, tree=tree, report=wfd,
               exec_socket=exec_socket)
 
     shim_pid = loop.spawn(shim, lambda status: on_exit(_shim_code(status)))
@@ -148,16 +148,19 @@ def _shim_code(status: int) -> int:
     return 128 + sig if sig else code
 
 
-def _shim(argv: list[str], env: dict[str, str], cgroup: str, *, title: str,
-          tree: nodecg.Tree, report: int, exec_socket: str) -> None:
-    """The shim process: subreaper, new PID namespace, the init, its exit code."""
+def run_shim(argv: list[str], env: dict[str, str], cgroup: str, *, title: str,
+          tree: nodecg.Tree, report: int, exec_socket: str, comm: str = "containerd-shim",
+          on_end: Callable[[int], None] | None = None) -> None:
+    """The shim process: subreaper, new PID namespace, the init, its exit code. Podman's
+    conmon (``conmon.py``) is the same monitor under another name (``comm``), which runs
+    its exit command (``on_end(exit_code)``) before it exits."""
     os.setsid()
-    set_plain_title(title, "containerd-shim")
+    set_plain_title(title, comm)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     if libc.unshare(CLONE_NEWPID) != 0:
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID)")
-    shim = _Shim(cgroup, tree, exec_socket)
+    shim = _Shim(cgroup, tree, exec_socket, on_end)
     # Listening before the start is reported: an exec right after `docker run` finds it.
     if exec_socket:
         shim.listen()
@@ -195,8 +198,9 @@ class _Shim:
     """The shim's loop (daemonkit's): reap its children (the init, exec'd processes),
     answer exec requests; exit with the init's exit code when the init is gone."""
 
-    def __init__(self, cgroup: str, tree: nodecg.Tree, path: str) -> None:
-        self.cgroup, self.tree, self.path = cgroup, tree, path
+    def __init__(self, cgroup: str, tree: nodecg.Tree, path: str,
+                 on_end: Callable[[int], None] | None = None) -> None:
+        self.cgroup, self.tree, self.path, self.on_end = cgroup, tree, path, on_end
         self.loop = daemonkit.Loop()
         self.waiting: dict[int, socket.socket] = {}  # exec'd pid -> the client waiting for it
 
@@ -215,6 +219,8 @@ class _Shim:
         if self.path:
             with contextlib.suppress(OSError):
                 os.unlink(self.path)
+        if self.on_end is not None:
+            self.on_end(_shim_code(status))
         os._exit(_shim_code(status))
 
     def exec_ended(self, pid: int, status: int) -> None:

@@ -400,6 +400,7 @@ class SimFleet:
         session of its own; the program's PID, then its terminal's holder with ``tty``); and
         under a supervisor, running kind ``run`` (``holder`` by default): ``service``,
         ``container`` (``rootless="alice"``: by that user's rootless docker daemon),
+        ``podman`` (a Podman container under its conmon; ``rootless="alice"``: hers),
         ``pod``, ``tmux``, ``screen``, ``slurm-job`` (``sim/supervised.py``).
         ``system=True`` marks the processes as the node's own daemons (left out of
         ``processes``).

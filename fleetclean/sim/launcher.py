@@ -49,7 +49,7 @@ SESSION_SCOPE = "user.slice/user-0.slice/session-1.scope"
 # Kinds run by a supervisor inside the node (supervised.py); their option "run" names the
 # workload kind they run, "holder" by default.
 SYSTEM_UNITS = {"persistenced": "nvidia-persistenced"}  # a system daemon's unit, by kind
-SUPERVISED = ("service", "container", "pod", "tmux", "screen", "slurm-job")
+SUPERVISED = ("service", "container", "podman", "pod", "tmux", "screen", "slurm-job")
 
 
 def gpu_list(value: Any) -> list[int]:

@@ -16,7 +16,10 @@ Options per kind (all optional): ``service``: ``unit``, ``restart`` (``always``)
 the ``docker.service`` of their service manager, on ``/run/user/UID/docker.sock``; its
 driver ``systemd`` on cgroup v2, ``none`` elsewhere); ``pod``: ``pod``, ``namespace``,
 ``container``, ``image``, ``qos`` (``besteffort``, ``burstable``, ``guaranteed``),
-``restart_policy`` (``Always``), ``driver``;
+``restart_policy`` (``Always``), ``driver``; ``podman``: ``container``, ``image``,
+``restart`` (``no``), ``driver`` (podman's cgroup manager: ``systemd``/``cgroupfs``),
+``rootless`` (an account: run by that user's own podman, from a scope of their manager's
+``user.slice``, as podman moves itself there);
 ``tmux``/``screen``: ``session``; ``slurm-job``: ``slurm_conf``, ``node``, ``job_name``.
 """
 
@@ -85,7 +88,8 @@ def launch(kind: str, opts: dict[str, Any]) -> list[int]:
         argv = [shutil.which(argv[0]) or sys.executable, *argv[1:]]
     opts = {**opts, "run": run, "command": _shown(argv)}
     starters: dict[str, Callable[[list[str], dict[str, str], dict[str, Any]], None]] = {
-        "service": service, "container": container, "pod": pod, "tmux": tmux,
+        "service": service, "container": container, "podman": podman, "pod": pod,
+        "tmux": tmux,
         "screen": screen, "slurm-job": slurm_job,
     }
     fifo_dir = tempfile.mkdtemp(prefix="ready-", dir="/run/fleetclean")
@@ -115,10 +119,11 @@ def _shown(argv: list[str]) -> list[str]:
     return argv
 
 
-def install_cli(name: str, script: str) -> None:
-    """``/usr/local/sbin/NAME`` running our ``script``, as the package would install it."""
+def install_cli(name: str, script: str, code: str = HERE) -> None:
+    """``/usr/local/sbin/NAME`` running our ``script`` (from ``code``: SHARED_CODE for a
+    tool every account runs), as the package would install it."""
     path = os.path.join(BIN, name)
-    text = f'#!/bin/sh\nexec {sys.executable} -S -E {os.path.join(HERE, script)} "$@"\n'
+    text = f'#!/bin/sh\nexec {sys.executable} -S -E {os.path.join(code, script)} "$@"\n'
     with contextlib.suppress(FileNotFoundError), open(path) as f:
         if f.read() == text:
             return
@@ -225,12 +230,7 @@ def ensure_rootless_daemon(user: str, driver: Any) -> str:
     service manager, as ``dockerd-rootless-setuptool.sh install`` and ``systemctl --user
     start docker`` leave it; its socket. Its cgroup driver is systemd's on cgroup v2 (the
     user's manager's subtree delegated to them), none elsewhere, as ``docker info`` says."""
-    try:
-        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
-    except KeyError as exc:
-        raise SupervisorError(f"rootless docker: no account {user!r} on this node") from exc
-    if entry.pw_uid == 0:
-        raise SupervisorError("rootless docker runs as a user other than root")
+    entry = _account(user, "rootless docker")
     usable = "systemd" if nodecg.Tree.load().mode == "v2" else "none"
     if driver and driver != usable:
         raise SupervisorError(f"rootless docker here has the {usable} cgroup driver, "
@@ -273,6 +273,55 @@ def _journal_tail(uid: int) -> str:
         lines = [line.strip() for line in f if line.strip()]
         return lines[-1] if lines else ""
     return ""
+
+
+def podman(argv: list[str], env: dict[str, str], opts: dict[str, Any]) -> None:
+    """``podman run -d`` by root, or by the ``rootless`` user (their runtime dir made and
+    their manager's cgroup delegated to them, as logind and systemd leave them; the podman
+    process in a scope of their manager's user.slice, where podman asks systemd to move
+    it, so that its conmon and container may go beside it)."""
+    install_cli("podman", "podmancli.py", SHARED_CODE)
+    manager = str(opts.get("driver") or "systemd")
+    command = [os.path.join(BIN, "podman"), "--cgroup-manager", manager, "run", "-d",
+               "--restart", str(opts.get("restart", "no")),
+               "--name", str(opts.get("container") or opts["run"])]
+    command += [f"--env={k}={v}" for k, v in env.items()]
+    command += [opts.get("image") or IMAGES.get(opts["run"], DEFAULT_IMAGE), *argv]
+    run_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    preexec: Callable[[], None] | None = None
+    if opts.get("rootless") is not None:
+        entry = _account(str(opts["rootless"]), "rootless podman")
+        uid, gid = entry.pw_uid, entry.pw_gid
+        tree = nodecg.Tree.load()
+        manager_cg = unitstate.manager_cgroup(uid)
+        if manager == "cgroupfs" or not (tree.delegate(manager_cg, uid, gid) and
+                                         tree.delegate(f"{manager_cg}/user.slice", uid, gid)):
+            raise SupervisorError("rootless podman here needs cgroup v2 and the systemd "
+                                  f"cgroup manager (this node: {tree.mode}, {manager})")
+        run_env.update(HOME=entry.pw_dir, USER=entry.pw_name, LOGNAME=entry.pw_name,
+                       XDG_RUNTIME_DIR=unitstate.runtime_dir(uid, gid))
+
+        def preexec() -> None:
+            scope = f"{manager_cg}/user.slice/podman-{os.getpid()}.scope"
+            tree.place(0, nodecg.everywhere(scope))
+            os.setgid(gid)
+            os.initgroups(entry.pw_name, gid)
+            os.setuid(uid)
+
+    done = subprocess.run(command, env=run_env, capture_output=True, text=True, cwd="/",
+                          preexec_fn=preexec, check=False)
+    if done.returncode != 0:
+        raise SupervisorError(f"podman run: {done.stderr.strip()}")
+
+
+def _account(user: str, what: str) -> pwd.struct_passwd:
+    try:
+        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except KeyError as exc:
+        raise SupervisorError(f"{what}: no account {user!r} on this node") from exc
+    if entry.pw_uid == 0:
+        raise SupervisorError(f"{what} runs as a user other than root")
+    return entry
 
 
 def pod(argv: list[str], env: dict[str, str], opts: dict[str, Any]) -> None:
