@@ -94,9 +94,10 @@ class HostStatus(str, enum.Enum):
         return self not in (HostStatus.CLEAN, HostStatus.DIRTY, HostStatus.FAULTY)
 
 
-OwnerKind = Literal["systemd", "docker", "kubernetes", "slurm", "tmux", "screen", "plain"]
-OWNER_KINDS: tuple[OwnerKind, ...] = ("systemd", "docker", "kubernetes", "slurm", "tmux",
-                                     "screen", "plain")
+OwnerKind = Literal["systemd", "docker", "podman", "kubernetes", "slurm", "tmux", "screen",
+                    "plain"]
+OWNER_KINDS: tuple[OwnerKind, ...] = ("systemd", "docker", "podman", "kubernetes", "slurm",
+                                     "tmux", "screen", "plain")
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ examples:
   fleetclean run post-extraction -i lab.yml -b -K        # root through sudo, password asked once
   fleetclean run free-gpus -i lab.yml -e owner_docker=signal -e never_stop_units=jupyter
 
-owners: a target a systemd unit or docker container runs is stopped through it
-(owner_systemd, owner_docker: stop); a pod's or Slurm job's is left to its owner
+owners: a target a systemd unit, docker or podman container runs is stopped through it
+(owner_systemd, owner_docker, owner_podman: stop); a pod's or Slurm job's is left to its owner
 (owner_kubernetes, owner_slurm: refuse); tmux, screen and plain ones are signalled.
 
 """ + EXIT_STATUS_HELP

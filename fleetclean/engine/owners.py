@@ -1,7 +1,8 @@
 """Acting through the owner: one playbook variable per owner kind says what a stage does
 to a target that the kind runs (``owner.sh`` names the owner, ``owner-act.sh`` acts).
 
-``stop``: through the owner (``systemctl stop`` the unit, ``docker stop`` the container),
+``stop``: through the owner (``systemctl stop`` the unit, ``docker stop`` or ``podman stop``
+the container),
 then signals for whatever of it is left; ``signal``: signals, as for any process;
 ``refuse``: never signalled, the host is dirty and the reason says whom to ask. Not every
 action fits every kind: a pod or a Slurm job cannot be stopped from the node by
@@ -26,13 +27,15 @@ from fleetclean.engine.checks import err, no_nul
 from fleetclean.engine.model import Location
 
 DEFAULTS: dict[str, str] = {
-    "systemd": "stop", "docker": "stop", "kubernetes": "refuse", "slurm": "refuse",
+    "systemd": "stop", "docker": "stop", "podman": "stop", "kubernetes": "refuse",
+    "slurm": "refuse",
     "tmux": "signal", "screen": "signal", "plain": "signal",
 }
 """The action per owner kind when no variable says otherwise (issue 14)."""
 
 ALLOWED: dict[str, tuple[str, ...]] = {
     "systemd": ("stop", "signal", "refuse"), "docker": ("stop", "signal", "refuse"),
+    "podman": ("stop", "signal", "refuse"),
     "kubernetes": ("refuse", "signal"), "slurm": ("refuse", "signal"),
     "tmux": ("signal", "refuse"), "screen": ("signal", "refuse"), "plain": ("signal",),
 }

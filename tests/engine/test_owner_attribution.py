@@ -171,3 +171,44 @@ def test_owner_records_are_written_once_per_pid_and_parsed(tmp_path: Path) -> No
     report = parse_script_output(done.stdout, "", 0)
     assert report.owners == {41: Owner("systemd", "vllm.service", "vllm.service"),
                              42: Owner("plain")}
+
+
+PODMAN_ID = "9c1d7e3b5a2f4e6081c3d5e7f9a1b3c5d7e9f1a3b5c7d9e1f3a5b7c9d1e3f5a7"
+
+
+def test_a_podman_container_is_named_with_its_rootless_user_or_the_unit_of_its_conmon(
+    tmp_path: Path
+) -> None:
+    # 100: rootless Podman (its scope under alice's manager: her podman, not root's, knows
+    # it); 101: root's; 102: a container a `podman generate systemd --new` unit runs
+    # (--cgroups=no-conmon): the container in machine.slice, its conmon (103) in the unit's
+    # cgroup, so the unit is the owner (systemd would start it again); 104: its worker,
+    # below the main process; 105: a container whose conmon is in its own scope.
+    texts = {
+        # (another id: the user's table is by id, as FC_DOCKER_UID's)
+        100: (DATA / "podman_rootless_systemd_v2.cgroup").read_text().replace(
+            PODMAN_ID, "ab" * 32),
+        101: (DATA / "podman_systemd_v2.cgroup").read_text(),
+        102: (DATA / "podman_systemd_v2.cgroup").read_text(),
+        103: "0::/system.slice/vllm.service\n",
+        104: (DATA / "podman_systemd_v2.cgroup").read_text(),
+        105: (DATA / "podman_systemd_v2.cgroup").read_text(),
+        106: (DATA / "conmon_systemd_v2.cgroup").read_text(),
+        1: (DATA / "pid1_v2.cgroup").read_text(),
+    }
+    for pid, text in texts.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(text)
+    rows = run_owner(r"""
+FC_PROC=$1
+FC_PPID=([100]=1 [101]=1 [102]=103 [103]=1 [104]=102 [105]=106 [106]=1)
+FC_COMM=([103]=conmon [106]=conmon [102]=python3 [104]=python3 [105]=python3)
+FC_CMD=([103]=/usr/bin/conmon [106]=/usr/bin/conmon [102]=x [104]=y [105]=z [1]=init)
+for pid in 100 101 102 104 105; do
+    fc_owner "$pid"
+    printf '%s\t%s\t%s\n' "$FC_OWNER_KIND" "$FC_OWNER_NAME" "${FC_PODMAN_UID[$FC_OWNER_ID]:-}"
+done
+""", str(tmp_path))
+    assert rows == [["podman", "ab" * 6, "1000"], ["podman", PODMAN_ID[:12], ""],
+                    ["systemd", "vllm.service", ""], ["systemd", "vllm.service", ""],
+                    ["podman", PODMAN_ID[:12], ""]]

@@ -119,7 +119,10 @@ def act(tmp_path: Path, s: Session, targets: list[int], how: str = "stop", *,
     script = "".join(template(t) for t in ("lib.sh", "lib-match.sh", "lib-kill.sh",
                                            "owner.sh", "owner-act.sh")) + DRIVER
     pids = " ".join(map(str, (s.main, s.root, s.job, *s.others)))
-    done = subprocess.run(["bash", "-c", f"{script}{after}fc_rec done 0\n", "bash", pids,
+    # A file, not a `bash -c` string: the libraries with their comments pass the kernel's
+    # 128 KiB limit on one argument (the rendered script has none of them).
+    (tmp_path / "act.sh").write_text(f"{script}{after}fc_rec done 0\n")
+    done = subprocess.run(["bash", str(tmp_path / "act.sh"), pids,
                            " ".join(map(str, targets)),
                            CID, how, str(tmp_path), str(int(check)), protect],
                           capture_output=True, text=True, check=False, timeout=30)

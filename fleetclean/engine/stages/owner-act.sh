@@ -14,7 +14,12 @@
 #           user@UID.service) is its user's, `docker -H unix:///run/user/UID/docker.sock`.
 #           Targets `docker exec` started are signalled with their exec session, its root
 #           (the shell docker exec ran, which may run them in a loop) first
-#           (fc_exec_sessions); the container is left running.
+#           (fc_exec_sessions); the container is left running. A Podman container:
+#           `podman stop -t GRACE ID`, then `podman kill ID`, only when a target is its
+#           main process or under it, as the user whose Podman runs it: root's, or a
+#           rootless one's (its cgroup under user@UID.service) as that user with their
+#           runtime dir, `runuser -u NAME -- env XDG_RUNTIME_DIR=/run/user/UID podman`
+#           (no daemon: each user's podman knows only that user's containers).
 #           Whatever of it is left after the stage's grace gets SIGKILL; a stop that failed
 #           leaves the container watched for a respawn. Without systemctl or docker, a
 #           daemon that does not answer (in 10 s; a rootless one's socket that is not its
@@ -47,7 +52,7 @@ declare -gA FC_EXEC_SEEN=()
 # exec started (fc_owner_exec_asked).
 declare -ga FC_EXEC_FIRST=() FC_EXEC_MORE=()
 declare -gA FC_EXEC_ASKED=()
-declare -ga FC_NEVER_STOP=() FC_OWNER_LEFT=() FC_DOCKER=()
+declare -ga FC_NEVER_STOP=() FC_OWNER_LEFT=() FC_DOCKER=() FC_PODMAN=() FC_CTR=()
 FC_OWNER_SAID="" FC_OWNER_KEPT=0 FC_OWNER_SENT=0 FC_DOCKER_DOWN=""
 
 # Units that hold up the node itself, never stopped whatever they run: without pam_systemd
@@ -90,7 +95,7 @@ fc_owner_act() {
                 ;;
             refuse:docker) to_refuse[$id]+=" $p" ;;
             refuse:*) fc_owner_refuse "$p" ;;
-            stop:systemd | stop:docker) owned[$kind $id]+=" $p" ;;
+            stop:systemd | stop:docker | stop:podman) owned[$kind $id]+=" $p" ;;
             *) keep+=("$p") ;;
         esac
     done
@@ -150,6 +155,8 @@ fc_owner_stoppable() {
         # no /dev/nvidia-uvm) is not.
         fc_in_list "$main" "$@" || fc_in_list "$main" "${FC_TARGETS[@]}" ||
             fc_uses_gpu "$main" || return 1
+    elif [[ $kind == podman ]]; then
+        fc_podman_stoppable "$id" "$@" || return 1
     elif ! command -v docker >/dev/null 2>&1; then
         fc_owner_warn "no docker CLI on the node: container ${id:0:12}'s processes were signalled; its restart policy may start them again"
         return 1
@@ -573,6 +580,115 @@ fc_owner_docker() {
     fi
 }
 
+# FC_CTR: the command line that reaches container $2 of kind $1 (docker or podman).
+fc_ctr_cli() {
+    if [[ $1 == podman ]]; then
+        fc_owner_podman "$2"
+        FC_CTR=("${FC_PODMAN[@]}")
+    else
+        fc_owner_docker "$2"
+        FC_CTR=("${FC_DOCKER[@]}")
+    fi
+}
+
+# FC_PODMAN: the podman command line that reaches Podman container $1. Podman has no
+# daemon: each user's podman knows only that user's containers (their storage, their
+# runtime dir), so a rootless one's (FC_PODMAN_UID) is asked as that user, with the
+# runtime dir their podman finds its state in (XDG_RUNTIME_DIR=/run/user/UID): root's
+# podman answers "no such container" for it, and a kill would have the container's
+# restart policy (carried out by its conmon's exit command) start it again. False, with
+# REPLY saying why, where this login cannot be that user (root runs runuser) or that user
+# has no runtime dir of their own.
+fc_owner_podman() {
+    local uid=${FC_PODMAN_UID[$1]:-} run name owner
+    FC_PODMAN=(podman)
+    [[ -n $uid ]] || return 0
+    run=${FC_RUN_USER:-/run/user}/$uid
+    fc_user_name "$uid"
+    name=$REPLY
+    if ((EUID == 0)); then
+        FC_PODMAN=(runuser -u "$name" -- env "XDG_RUNTIME_DIR=$run" podman)
+    else
+        FC_PODMAN=(env "XDG_RUNTIME_DIR=$run" podman)
+    fi
+    if ((EUID != 0 && EUID != uid)); then
+        REPLY="only uid $uid ($name) or root may run its podman"
+        return 1
+    elif ((EUID == 0)) && [[ $name == "$uid" ]]; then
+        REPLY="uid $uid has no name for runuser"
+        return 1
+    elif [[ -L $run || ! -d $run ]]; then
+        REPLY="no runtime dir of its own at $run"
+        return 1
+    fi
+    owner=$(stat -c %u -- "$run" 2>/dev/null)
+    [[ $owner == "$uid" ]] && return 0
+    REPLY="$run belongs to uid ${owner:-?}, not $uid"
+    return 1
+}
+
+# REPLY: Podman container ID $1 in words: "podman 3f2a1c9b8d7e", a rootless one's with its
+# user, "podman 3f2a1c9b8d7e (rootless, uid 1000 alice)".
+fc_podman_words() {
+    local uid=${FC_PODMAN_UID[$1]:-}
+    if [[ -z $uid ]]; then
+        REPLY="podman ${1:0:12}"
+        return 0
+    fi
+    fc_user_name "$uid"
+    [[ $REPLY == "$uid" ]] && REPLY="" || REPLY=" $REPLY"
+    REPLY="podman ${1:0:12} (rootless, uid $uid$REPLY)"
+}
+
+# fc_podman_stoppable ID PID...: true when Podman container ID may be stopped for these
+# targets of it: its podman answers (as its user) and names a main process that is one
+# of them or above one. Where podman is missing or cannot be asked, or does not answer in
+# 10 s, a warning says so and what to run; the targets are signalled and watched. Targets
+# `podman exec` started (conmon's other children, beside the main process) are signalled
+# alone, as docker exec's are: a stop would take the whole container down for them.
+fc_podman_stoppable() {
+    local id=$1 main p q n rc=0
+    shift
+    fc_podman_words "$id"
+    local ctr=$REPLY
+    if ! command -v podman >/dev/null 2>&1; then
+        fc_owner_warn "no podman on the node: $ctr's processes were signalled; its restart policy may start them again"
+        return 1
+    fi
+    if ! fc_owner_podman "$id"; then
+        fc_owner_warn "$ctr: $REPLY: its processes were signalled; its restart policy may start them again; to stop it: ${FC_PODMAN[*]} stop ${id:0:12}"
+        return 1
+    fi
+    if command -v timeout >/dev/null 2>&1; then
+        main=$(timeout -k 1 10 "${FC_PODMAN[@]}" inspect --format '{{.State.Pid}}' "$id" 2>&1) ||
+            rc=$?
+    else
+        main=$("${FC_PODMAN[@]}" inspect --format '{{.State.Pid}}' "$id" 2>&1) || rc=$?
+    fi
+    if ((rc)); then
+        if ((rc == 124 || rc == 137)); then
+            main="no answer in 10 s"
+        else
+            main=${main%%$'\n'*}
+        fi
+        fc_owner_warn "$ctr: ${FC_PODMAN[*]} inspect said: ${main:-exit $rc}: its processes were signalled; its restart policy may start them again; to stop it: ${FC_PODMAN[*]} stop ${id:0:12}"
+        return 1
+    fi
+    main=${main##*$'\n'}
+    # Not running (0): nothing of it to tell apart; stopped as before.
+    [[ $main =~ ^[1-9][0-9]*$ ]] || return 0
+    for p in "$@"; do
+        q=$p n=0
+        while [[ -n $q && $q != 0 && $q != 1 ]] && ((n++ < 64)); do
+            [[ $q == "$main" ]] && return 0
+            [[ -n ${FC_START[$q]:-} ]] || fc_proc_load "$q" || break
+            q=${FC_PPID[$q]:-0}
+        done
+    done
+    FC_OWNER_SAID+="not stopped: $ctr (pid $* started by podman exec, not by its main process $main); "
+    return 1
+}
+
 # REPLY: container ID $1 in words: "docker 3f2a1c9b8d7e", a rootless one's with the user
 # whose daemon runs it, "docker 3f2a1c9b8d7e (rootless, uid 1000 alice)".
 fc_docker_words() {
@@ -593,6 +709,11 @@ fc_owner_stop_words() {
     if [[ ${FC_OK[$1]:-} == systemd ]]; then
         fc_owner_systemctl "$id"
         REPLY="${id##*/} (${FC_SYSTEMCTL[*]} stop ${id##*/})"
+    elif [[ ${FC_OK[$1]:-} == podman ]]; then
+        fc_owner_podman "$id"
+        fc_podman_words "$id"
+        [[ $REPLY == *")" ]] && REPLY="${REPLY%)}: " || REPLY+=" ("
+        REPLY+="${FC_PODMAN[*]} stop ${id:0:12})"
     else
         fc_owner_docker "$id"
         fc_docker_words "$id"
@@ -606,10 +727,10 @@ fc_owner_stop_words() {
 # at once), wait up to the grace for them to go, `docker kill` the containers and SIGKILL
 # whatever is left, wait KILL_MS. One "signal" record per target, signal "stop".
 fc_owner_stop() {
-    local grace_ms=$1 kill_ms=$2 p id out t
+    local grace_ms=$1 kill_ms=$2 p id out t k
     shift 2
-    local -A start=() cmd=() done_ids=()
-    local -a pids=() jobs=() docker_ids=()
+    local -A start=() cmd=() done_ids=() id_kind=()
+    local -a pids=() jobs=() docker_ids=() ctr_cmds=()
     t=$(((grace_ms + 999) / 1000))
     FC_SIGNALLED=0
     # What runs before the stops: should one fail, its container is watched for a respawn
@@ -624,7 +745,7 @@ fc_owner_stop() {
         cmd[$p]=${FC_CMD[$p]}
         id=${FC_OI[$p]}
         if [[ -z ${done_ids[$id]:-} ]]; then
-            done_ids[$id]=ok
+            done_ids[$id]=ok id_kind[$id]=${FC_OK[$p]}
             if [[ ${FC_OK[$p]} == systemd ]]; then
                 fc_owner_systemctl "$id"
                 if ! out=$("${FC_SYSTEMCTL[@]}" stop --no-block "${id##*/}" 2>&1); then
@@ -632,10 +753,12 @@ fc_owner_stop() {
                     fc_owner_warn "${FC_SYSTEMCTL[*]} stop ${id##*/} failed (${out%%$'\n'*}): its processes were signalled; it may restart them"
                 fi
             else
-                fc_owner_docker "$id"
-                "${FC_DOCKER[@]}" stop -t "$t" "$id" >/dev/null 2>&1 &
+                # A container: docker's, or podman's (as the user whose podman runs it).
+                fc_ctr_cli "${FC_OK[$p]}" "$id"
+                "${FC_CTR[@]}" stop -t "$t" "$id" >/dev/null 2>&1 &
                 jobs+=("$!")
                 docker_ids+=("$id")
+                ctr_cmds+=("${FC_OK[$p]}")
             fi
         fi
         if [[ ${done_ids[$id]} == ok ]]; then
@@ -650,16 +773,17 @@ fc_owner_stop() {
     FC_LAST_SIGNAL_US=$REPLY
     fc_wait_gone "$grace_ms" "${pids[@]}"
     if ((${#FC_LEFT[@]})); then
-        for id in "${docker_ids[@]}"; do
+        for k in "${!docker_ids[@]}"; do
+            id=${docker_ids[k]}
             for p in "${FC_LEFT[@]}"; do
                 if [[ ${FC_OI[$p]} == "$id" ]]; then
                     # Bounded: a daemon that hangs held the teardown (and the node's lock)
                     # here for ever, before the KILL below.
-                    fc_owner_docker "$id"
+                    fc_ctr_cli "${ctr_cmds[k]}" "$id"
                     if command -v timeout >/dev/null 2>&1; then
-                        timeout -k 1 10 "${FC_DOCKER[@]}" kill "$id" >/dev/null 2>&1
+                        timeout -k 1 10 "${FC_CTR[@]}" kill "$id" >/dev/null 2>&1
                     else
-                        "${FC_DOCKER[@]}" kill "$id" >/dev/null 2>&1 &
+                        "${FC_CTR[@]}" kill "$id" >/dev/null 2>&1 &
                     fi
                     break
                 fi
@@ -673,7 +797,7 @@ fc_owner_stop() {
     # Our own docker clients: each has returned by now but for a daemon that hangs. One
     # that failed stopped nothing: said so, not "stopped" (a restart policy may bring its
     # container back, as a unit's may after a failed systemctl stop).
-    local k rc ended
+    local rc ended
     for k in "${!jobs[@]}"; do
         p=${jobs[k]}
         # A client still finishing its stop (the container's processes went first) gets
@@ -689,12 +813,12 @@ fc_owner_stop() {
         if ((rc != 0 && !ended)); then
             id=${docker_ids[k]}
             done_ids[$id]=failed
-            fc_owner_docker "$id"
-            fc_owner_warn "${FC_DOCKER[*]} stop ${id:0:12} failed (exit $rc): its processes were signalled; a restart policy may bring its container back"
+            fc_ctr_cli "${ctr_cmds[k]}" "$id"
+            fc_owner_warn "${FC_CTR[*]} stop ${id:0:12} failed (exit $rc): its processes were signalled; a restart policy may bring its container back"
             # Its processes had SIGKILL after the grace, as a signalled container's: the
             # verification watches it as one (fc_owner_may_restart).
             FC_RESPAWN_RISK=1
-            FC_WATCH_OWNER[docker $id]=1
+            FC_WATCH_OWNER[${ctr_cmds[k]} $id]=1
         fi
     done
     for id in "${!done_ids[@]}"; do
@@ -702,7 +826,11 @@ fc_owner_stop() {
         if [[ $id == */* || $id == *.service ]]; then
             FC_OWNER_SAID+="stopped ${id##*/}; "
         else
-            fc_docker_words "$id"
+            if [[ ${id_kind[$id]:-} == podman ]]; then
+                fc_podman_words "$id"
+            else
+                fc_docker_words "$id"
+            fi
             FC_OWNER_SAID+="stopped $REPLY; "
         fi
     done
@@ -781,6 +909,11 @@ fc_owner_refusal() {
                 REPLY="$ctr"$'\t'"${FC_DOCKER[*]} stop ${id:0:12}"
             fi
             ;;
+        podman)
+            fc_owner_podman "$id"
+            fc_podman_words "$id"
+            REPLY="${REPLY/#podman/podman container}"$'\t'"${FC_PODMAN[*]} stop ${id:0:12}"
+            ;;
         tmux) REPLY="tmux session $name"$'\t'"tmux kill-session -t '$name'" ;;
         screen) REPLY="screen session $name"$'\t'"screen -S $name -X quit" ;;
         *) REPLY="its owner"$'\t'"stop it by hand" ;;
@@ -810,6 +943,10 @@ fc_owner_words() {
             REPLY=", owner $REPLY"
             [[ -n ${FC_OWNER_EXEC[$1]:-} ]] &&
                 REPLY+=" (started by docker exec, not its main process ${FC_OWNER_EXEC[$1]%% *})"
+            ;;
+        podman)
+            fc_podman_words "$id"
+            REPLY=", owner $REPLY"
             ;;
         kubernetes) REPLY=", owner kubernetes pod ${id:-?}" ;;
         slurm) REPLY=", owner slurm job ${name:-$id}" ;;

@@ -9,6 +9,9 @@
 #   docker      container id (64 hex)               its short form (12 hex); one under
 #                                                   user@UID.service is rootless Docker's,
 #                                                   that user's daemon's: FC_DOCKER_UID[id]
+#   podman      container id (64 hex)               its short form (12 hex); one under
+#                                                   user@UID.service is that user's
+#                                                   (rootless): FC_PODMAN_UID[id]
 #   kubernetes  pod UID (or empty)                  container id (64 hex, or empty)
 #   slurm       job id (4242)                       job.step (4242.0, 4242.batch)
 #   tmux        the tmux server's pid               the session ($0, from $TMUX)
@@ -17,12 +20,15 @@
 #
 # From the cgroup (cgroup v2 "0::/..." and v1 "N:controllers:/..." lines): the innermost
 # recognised component of a path wins, except that any kubepods component makes it
-# Kubernetes; components above the node's own root (the parent of PID 1's cgroup, e.g.
+# Kubernetes, and a Podman container below a unit's own cgroup (Quadlet's --cgroups=split)
+# is the unit's; components above the node's own root (the parent of PID 1's cgroup, e.g.
 # LXD's /lxc.payload.NAME) are ignored. On v1 the controller lines decide for containers,
 # pods and jobs (with the cgroupfs driver, name=systemd and cgroup2 may still name the
 # service that started them), then cgroup2, then name=systemd. A container, pod or job
 # wins; else an ancestor "slurmstepd: [J.S]", "tmux: server" or SCREEN (the innermost); else
-# a systemd unit; else plain. A process that the cgroup leaves plain or in slurmd's own
+# a systemd unit; else plain. A Podman container whose conmon runs in a unit's cgroup (a
+# unit of `podman generate systemd`: --cgroups=no-conmon) is that unit's: systemd would
+# start it again. A process that the cgroup leaves plain or in slurmd's own
 # unit, whose SLURM_JOB_ID names a job that still runs on the node (a live slurmstepd), is
 # that job's (slurm): a worker that left its job's cgroup and slurmstepd's tree.
 #
@@ -36,6 +42,9 @@ declare -gA FC_CG_ROOT=() FC_OWNER_DONE=() FC_OWNER_PREP=() FC_OK=() FC_OI=() FC
 # FC_DOCKER_UID[container id]: the user whose rootless daemon runs it (its cgroup is under
 # user@UID.service: .../user@UID.service/user.slice/docker-ID.scope), where one does.
 declare -gA FC_DOCKER_UID=()
+# FC_PODMAN_UID[container id]: the user whose rootless Podman runs it (its cgroup is under
+# user@UID.service: .../user@UID.service/user.slice/libpod-ID.scope).
+declare -gA FC_PODMAN_UID=()
 FC_OWNER_STEPDS="" # " J1 J2 ": the jobs whose slurmstepd runs here (fc_owner_job_runs)
 FC_CG_ROOTS_READ=0
 FC_OWNER_KIND="" FC_OWNER_ID="" FC_OWNER_NAME=""
@@ -82,6 +91,15 @@ fc_owner_path() {
             O_KIND=docker O_ID=${BASH_REMATCH[1]} O_NAME=${BASH_REMATCH[1]:0:12}
             # Only the user's manager (or root) makes cgroups under user@UID.service.
             [[ -n $manager ]] && FC_DOCKER_UID[$O_ID]=${manager//[!0-9]/}
+        # Podman's container (libpod-ID.scope by the systemd manager, libpod-ID under
+        # /libpod_parent by cgroupfs, libpod-payload-ID in a unit's cgroup by
+        # --cgroups=split) and its conmon's (libpod-conmon-ID.scope). Under a unit's own
+        # cgroup the unit stays the owner: it runs the container (Quadlet).
+        elif [[ $c == libpod-* && $c =~ ^libpod-(conmon-|payload-)?([0-9a-f]{64})(\.scope)?$ ]]; then
+            if [[ $O_KIND != systemd || $O_ID == "$manager" ]]; then
+                O_KIND=podman O_ID=${BASH_REMATCH[2]} O_NAME=${BASH_REMATCH[2]:0:12}
+                [[ -n $manager ]] && FC_PODMAN_UID[$O_ID]=${manager//[!0-9]/}
+            fi
         elif [[ $c == slurm || $c == slurm_* || $c == *slurmstepd.scope ]]; then
             slurm=1
         elif ((slurm)) && [[ $c =~ ^job_([0-9]+)$ ]]; then
@@ -154,7 +172,7 @@ fc_owner_cgroup_rules() {
     done
     for k in controller v2 systemd; do
         case ${found_kind[$k]:-} in
-            docker | kubernetes | slurm)
+            docker | podman | kubernetes | slurm)
                 FC_OWNER_KIND=${found_kind[$k]} FC_OWNER_ID=${found_id[$k]}
                 FC_OWNER_NAME=${found_name[$k]}
                 return 0
@@ -221,6 +239,23 @@ fc_owner() {
     fc_owner_cgroup "${FC_PROC:-/proc}/$pid/cgroup"
     case $FC_OWNER_KIND in
         docker | kubernetes | slurm) return 0 ;;
+        podman)
+            # Its conmon (the container's main process's parent, double-forked by podman)
+            # in a unit's cgroup: the unit runs the container (podman generate systemd
+            # --new: --cgroups=no-conmon), and would start it again.
+            kind=$FC_OWNER_KIND id=$FC_OWNER_ID name=$FC_OWNER_NAME
+            local p=$pid n=0
+            while [[ ${FC_COMM[$p]:-} != conmon ]]; do
+                p=${FC_PPID[$p]:-0}
+                [[ $p != 0 && $p != 1 ]] && ((n++ < 64)) || return 0
+                [[ -n ${FC_CMD[$p]+set} ]] || fc_proc_load "$p" || return 0
+            done
+            fc_owner_cgroup "${FC_PROC:-/proc}/$p/cgroup"
+            [[ $FC_OWNER_KIND == systemd && ${FC_OWNER_ID##*/} == *.service &&
+                ${FC_OWNER_ID##*/} != user@* ]] ||
+                { FC_OWNER_KIND=$kind FC_OWNER_ID=$id FC_OWNER_NAME=$name; }
+            return 0
+            ;;
     esac
     kind=$FC_OWNER_KIND id=$FC_OWNER_ID name=$FC_OWNER_NAME
     fc_owner_ancestry "$pid" && return 0
