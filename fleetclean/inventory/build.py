@@ -44,7 +44,7 @@ from fleetclean.inventory.vars_dirs import DirVars, VarsDirs
 from fleetclean.models import Connection, Host, Secret
 
 if TYPE_CHECKING:
-    from fleetclean.transport.sshlib import paramiko
+    from fleetclean.transport.upstream import SSHConfig
 
 __all__ = ["Inventory", "resolve"]
 
@@ -163,7 +163,7 @@ class _HostMaker:
         self.path = path
         self.default_config = ssh_config
         self.system_after = system_after  # the run named no config: ssh's system one too
-        self.configs: dict[tuple[str, bool], paramiko.SSHConfig] = {}
+        self.configs: dict[tuple[str, bool], SSHConfig] = {}
         # Each distinct ansible_ssh_*_args text split once: a fleet's hosts share theirs
         # (group vars), and shlex costs 56 us a host (never changed after: merge copies).
         self.parsed: dict[str, ssh_settings.SshArgs] = {}
@@ -290,7 +290,7 @@ class _HostMaker:
 
     def config(
         self, values: dict[str, Value], args: ssh_settings.SshArgs
-    ) -> tuple[paramiko.SSHConfig | None, str | None, bool]:
+    ) -> tuple[SSHConfig | None, str | None, bool]:
         """The host's ssh config, its path, and whether ssh's system-wide one is read
         after it: not where -F names the file (ssh reads that one alone)."""
         path = self.default_config
@@ -344,8 +344,23 @@ class _HostMaker:
             secret = key == "ansible_become_password"
             used: set[str] = set()
             try:
-                kept[key] = dataclasses.replace(given, value=render(text, name, plain,
-                                                                    used=used))
+                rendered = render(text, name, plain, used=used)
+                kept[key] = dataclasses.replace(given, value=rendered)
+                if rendered == "":
+                    # An unset environment variable reads empty, as in Ansible. Its ssh
+                    # plugin then passes no user, key or argument (ssh's own default
+                    # decides: left unset here too, said), and fails the host for an empty
+                    # address or port: refused here, with the template.
+                    what = "its template" if secret else f"its template {text!r}"
+                    if key in ("ansible_host", "ansible_port", "ansible_connection"):
+                        raise self.error(key, values,
+                                         f"{key}: {what} renders empty for {name}",
+                                         "set what it reads (an environment variable, a "
+                                         "variable) or write the value itself")
+                    del kept[key]
+                    self.warnings[f"{given.path or self.path}:{key}:empty"] = (
+                        f"{given.path or self.path}: {key}: {what} renders empty (for "
+                        f"{name}): left unset, as Ansible leaves it")
             except Unrendered as err:
                 del kept[key]
                 where = f"{given.path or self.path}" + (f":{given.line}" if given.line else "")

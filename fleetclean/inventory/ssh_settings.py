@@ -7,8 +7,9 @@ Two jobs, both about what ``ssh`` itself would do:
   ``-J bastion`` / ``-o ProxyJump=bastion`` into the jump host, ``-F file`` into a config file.
   Other ssh flags (``-C``, ``-q``, ...) change nothing fleetclean does, so they are skipped.
 - :func:`merge` fills what the inventory left open from an ssh config file read by
-  ``paramiko.SSHConfig`` (HostName, User, Port, IdentityFile, ProxyJump, UserKnownHostsFile).
-  The inventory always wins, as in Ansible.
+  ``paramiko.SSHConfig`` (HostName, User, Port, IdentityFile, ProxyJump, UserKnownHostsFile,
+  HostKeyAlias...). The inventory always wins, as in Ansible; its user is ssh's ``-l``, which
+  ``Match user`` blocks are judged with.
 
 Config blocks are matched against the name ``ssh`` would be given: ``ansible_host`` when the
 inventory sets it, else the inventory name. So ``Host *.lab`` applies to ``gpu01.lab``, and a
@@ -34,7 +35,7 @@ from fleetclean.errors import InventoryError
 from fleetclean.inventory.builder import port_number
 
 if TYPE_CHECKING:
-    from fleetclean.transport.sshlib import paramiko
+    from fleetclean.transport.upstream import SSHConfig
 
 __all__ = [
     "SshArgs",
@@ -209,7 +210,7 @@ def default_config_path() -> str | None:
 
 
 def load_config(path: str, *, given_by: str = "ssh config", system_after: bool = False,
-                said: list[str] | None = None) -> paramiko.SSHConfig:
+                said: list[str] | None = None) -> SSHConfig:
     """Parse one ssh config file (``system_after``: with ssh's system-wide one after it,
     where the run named none); a missing or unreadable one is an ``InventoryError``. A
     system-wide one that paramiko cannot parse is left out, and said (into ``said``):
@@ -257,7 +258,7 @@ def merge(
     key: str | None,
     proxy_jump: str | None,
     options: dict[str, str],
-    config: paramiko.SSHConfig | None,
+    config: SSHConfig | None,
     config_path: str | None = None,
     hostname: str | None = None,
     identities: tuple[str, ...] = (),
@@ -274,7 +275,10 @@ def merge(
     ('10.0.0.1', 2222, 'root')
     """
     target = host or name
-    found: dict[str, object] = dict(config.lookup(target)) if config is not None else {}
+    # The inventory's user is ssh's command-line user (Ansible writes -o User=): it is the
+    # user `Match user` blocks are judged with, as `ssh -l` (upstream.SSHConfig.lookup).
+    found: dict[str, object] = (dict(config.lookup(target, user=user)) if config is not None
+                                else {})
     config_port = found.get("port")
     if port is None and isinstance(config_port, str):
         port = _config_port(config_port, target, config_path)
@@ -305,8 +309,9 @@ def merge(
         known_hosts = found.get(option)
         if option not in merged and isinstance(known_hosts, str):
             merged[option] = " ".join(os.path.expanduser(f) for f in known_hosts.split())
-    # Whether the agent's keys are offered, and whether a new host key is written hashed.
-    for option in ("identitiesonly", "identityagent", "hashknownhosts"):
+    # Whether the agent's keys are offered, whether a new host key is written hashed, and
+    # the name known_hosts knows the host by.
+    for option in ("identitiesonly", "identityagent", "hashknownhosts", "hostkeyalias"):
         if option not in merged and isinstance(found.get(option), str):
             merged[option] = str(found[option])
     config_hostname = found.get("hostname")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 import errno
-import os
+import getpass
 import socket
 from dataclasses import dataclass
 
@@ -60,6 +60,8 @@ class Where:
     # What sshd said as it closed the connection (its DISCONNECT message), "" where it said
     # nothing; None where that is not known.
     said: str | None = None
+    # The name known_hosts knows the host by, where ssh_config gives one (HostKeyAlias).
+    alias: str | None = None
 
     def __str__(self) -> str:
         return f"{self.address}:{self.port}"
@@ -99,8 +101,12 @@ def _is_timeout(exc: BaseException, elapsed: float, limit: float) -> bool:
 
 
 def _key_failure(exc: BaseException, where: Where) -> TransportFailure | None:
+    # A host known by its HostKeyAlias is named by both: the key is looked for, and
+    # recorded, under the alias.
+    aka = f" (HostKeyAlias {where.alias})" if where.alias else ""
     if isinstance(exc, UnknownHostKey):
-        what = (f"unknown host key for {exc.hostname} ({exc.key.get_name()} "
+        named = f"{exc.hostname} (HostKeyAlias of {where})" if where.alias else exc.hostname
+        what = (f"unknown host key for {named} ({exc.key.get_name()} "
                 f"{fingerprint(exc.key)})")
         if exc.read_only:  # as ssh, which records nothing where it has no user file
             return TransportFailure(
@@ -115,14 +121,15 @@ def _key_failure(exc: BaseException, where: Where) -> TransportFailure | None:
     if isinstance(exc, HostKeyRefused):
         return TransportFailure(
             "host_key_mismatch",
-            f"{where}: {exc.reason}; nothing was run",
+            f"{where}{aka}: {exc.reason}; nothing was run",
         )
     if isinstance(exc, paramiko.BadHostKeyException):
         return TransportFailure(
             "host_key_mismatch",
-            f"host key for {where} CHANGED (now {fingerprint(exc.key)}, known "
+            f"host key for {where}{aka} CHANGED (now {fingerprint(exc.key)}, known "
             f"{fingerprint(exc.expected_key)}); nothing was run. If the host was "
-            "reinstalled, remove the old key from known_hosts",
+            f"reinstalled, remove the old key{' of ' + where.alias if where.alias else ''} "
+            "from known_hosts",
         )
     if isinstance(exc, FileNotFoundError) and where.key and exc.filename:
         return TransportFailure(
@@ -134,7 +141,7 @@ def _key_failure(exc: BaseException, where: Where) -> TransportFailure | None:
 
 
 def _refused(exc: BaseException, where: Where) -> TransportFailure:
-    user = where.user or os.environ.get("USER", "?")
+    user = where.user or getpass.getuser()
     # sshd's own words where it gave any ("Too many authentication failures").
     words = f" (sshd: {where.said})" if where.said else ""
     return TransportFailure(
@@ -166,7 +173,7 @@ def _definite(exc: BaseException, where: Where, phase: Phase) -> TransportFailur
     if type(exc) is paramiko.SSHException and str(exc) == "No authentication methods available":
         # paramiko had no key to offer at all, where ssh offers none and is refused
         # ("Permission denied (publickey)"): the same outcome, with what was looked for.
-        user = where.user or os.environ.get("USER", "?")
+        user = where.user or getpass.getuser()
         return TransportFailure(
             "auth_failed", f"no key to offer {user}@{where}: no identity file (IdentityFile, "
             "ansible_ssh_private_key_file, ~/.ssh/id_*) and no key in the agent "

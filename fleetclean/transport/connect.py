@@ -24,7 +24,13 @@ from fleetclean.transport import dialing
 from fleetclean.transport.base import Failed, TransportFailure
 from fleetclean.transport.classify import Phase, Where, classify, phase_of
 from fleetclean.transport.hops import Target
-from fleetclean.transport.hostkeys import KnownHostsCache, apply, apply_given, host_key_name
+from fleetclean.transport.hostkeys import (
+    KnownHostsCache,
+    apply,
+    apply_given,
+    host_key_name,
+    key_name,
+)
 from fleetclean.transport.pace import Startups, backoff
 from fleetclean.transport.sshlib import paramiko
 from fleetclean.transport.upstream import (
@@ -75,7 +81,9 @@ class Context:
 
 
 def where(target: Target, said: str | None = None) -> Where:
-    return Where(target.address, target.port, target.user, target.key, said)
+    alias = target.options.get("hostkeyalias")
+    return Where(target.address, target.port, target.user, target.key, said,
+                 key_name(target.address, target.port, alias) if alias else None)
 
 
 def tcp(target: Target, limit: float) -> TcpSock:
@@ -119,6 +127,7 @@ def _tokens(target: Target) -> dict[str, str]:
 
 def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
     keys = _usable(target)
+    alias = target.options.get("hostkeyalias")
     known = ctx.known.get(target.options.get("userknownhostsfile"),
                           target.options.get("globalknownhostsfile"),
                           target.options.get("revokedhostkeys"))
@@ -138,7 +147,7 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
         # A host that an @cert-authority line names is asked for its certificate first.
         "transport_factory": functools.partial(
             transport, handshake_timeout=limit,
-            certs_first=known.vouched(host_key_name(target.address, target.port))),
+            certs_first=known.vouched(key_name(target.address, target.port, alias))),
     }
     if keys:
         # The first key parsed once per run; every other one (or the first, where it needs
@@ -169,7 +178,7 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
     if socket_path is not None:
         conn.client._agent = SocketAgent(socket_path)  # see upstream: IdentityAgent
     hashed = target.options.get("hashknownhosts", "no").lower() in ("yes", "true")
-    apply(conn.client, known, accept_new, hashed)
+    apply(conn.client, known, accept_new, hashed, alias)
     return conn
 
 

@@ -2,7 +2,8 @@
 
 Every hop is resolved the way OpenSSH resolves it, through the ssh_config the inventory read
 for the host: ``ProxyJump a,b,c`` (each hop's HostName, User, Port, IdentityFile,
-UserKnownHostsFile and StrictHostKeyChecking, and the first hop's own ProxyJump),
+UserKnownHostsFile, StrictHostKeyChecking and HostKeyAlias, and the first hop's own
+ProxyJump),
 ``ProxyJump user@host:port``, ``ProxyJump none``, ``ProxyCommand`` (``%h``, ``%p``, ``%r``,
 ``%n`` expanded) and ``Include``. fabric resolves none of this reliably (see ``pool``), so
 fleetclean does it here and gives fabric finished sockets.
@@ -12,6 +13,14 @@ fleetclean does it here and gives fabric finished sockets.
 ...                 cfg)
 >>> [(h.name, h.address, h.port, h.user) for h in route.hops]
 [('b1', '10.0.0.1', 2201, 'ops'), ('b2', 'b2', 22, 'root')]
+
+A hop's keys are its own, as the ``ssh -W`` that ssh runs for it reads them: its IdentityFile,
+else ssh's default files (``keys`` empty), never the host's (the inventory's key is for the
+nodes):
+
+>>> route = resolve(Target("gpu01", "10.1.0.1", 22, "root", "/k/cluster", {}), "b1", cfg)
+>>> route.hops[0].keys
+()
 >>> resolve(Target("gpu01", "10.1.0.1", 22, "root", None, {}), "none", cfg).hops
 ()
 """
@@ -30,7 +39,8 @@ from fleetclean.transport.upstream import SSHConfig
 
 MAX_HOPS = 8  # a ProxyJump that names itself, directly or not, ends here
 # A jump host's own ssh_config settings that fleetclean follows beside where it is.
-AUTH_OPTIONS = ("stricthostkeychecking", "identitiesonly", "identityagent", "hashknownhosts")
+AUTH_OPTIONS = ("stricthostkeychecking", "identitiesonly", "identityagent", "hashknownhosts",
+                "hostkeyalias")
 
 
 @dataclass(frozen=True)
@@ -78,12 +88,12 @@ ConfigParseError = paramiko.ssh_exception.ConfigParseError
 """What a malformed ssh_config raises, for callers that do not import paramiko."""
 
 
-def parse_config(text: str) -> paramiko.SSHConfig:
-    config: paramiko.SSHConfig = SSHConfig.from_text(text)
+def parse_config(text: str) -> SSHConfig:
+    config: SSHConfig = SSHConfig.from_text(text)
     return config
 
 
-def load_config(path: str, system_after: bool = False) -> paramiko.SSHConfig:
+def load_config(path: str, system_after: bool = False) -> SSHConfig:
     """One ssh config file with its Includes; the inventory already checked it exists.
     ``system_after``: the run named no config (ssh's ``-F``), so ssh's system-wide one is
     read after it, as ssh reads them (see ``system``); where that is ``path`` itself (the
@@ -121,17 +131,17 @@ class Configs:
     """Each ssh config file parsed once per run."""
 
     @staticmethod
-    def _without(path: str) -> paramiko.SSHConfig:
+    def _without(path: str) -> SSHConfig:
         try:
             return load_config(path)
         except (OSError, paramiko.ssh_exception.ConfigParseError):
-            return paramiko.SSHConfig()
+            return SSHConfig()
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._cache: dict[tuple[str, bool], paramiko.SSHConfig] = {}
+        self._cache: dict[tuple[str, bool], SSHConfig] = {}
 
-    def get(self, path: str | None, system_after: bool = False) -> paramiko.SSHConfig | None:
+    def get(self, path: str | None, system_after: bool = False) -> SSHConfig | None:
         if not path:
             return None
         key = (path, system_after)
@@ -142,7 +152,7 @@ class Configs:
                 except SystemConfigError:  # said by the inventory, which read it without
                     self._cache[key] = self._without(path)
                 except (OSError, paramiko.ssh_exception.ConfigParseError):
-                    self._cache[key] = paramiko.SSHConfig()
+                    self._cache[key] = SSHConfig()
             return self._cache[key]
 
 
@@ -162,12 +172,17 @@ def _split_spec(spec: str) -> tuple[str | None, str, int | None]:
     return user or None, host, port
 
 
-def _hop(spec: str, config: paramiko.SSHConfig | None, lender: Target) -> tuple[Target, str]:
+def _hop(spec: str, config: SSHConfig | None, lender: Target) -> tuple[Target, str]:
     """One jump host and its own ProxyJump from the config ('' when none)."""
     user, alias, port = _split_spec(spec)
-    found = config.lookup(alias) if config is not None else {}
-    files = tuple(os.path.expanduser(f) for f in found.get("identityfile") or ())
-    keys = files or lender.keys
+    # ssh reaches a jump host with an `ssh -W` of its own (ssh.c: only -l, -p, -J and -F
+    # are passed on), which reads the config for the hop's name, judging `Match user` with
+    # the spec's user, and offers the hop's IdentityFile, else ~/.ssh/id_* (paramiko's
+    # look_for_keys, where keys are empty), and the agent's keys: never the host's own
+    # (the inventory's key, -i, the host's IdentityFile), which a bastion may not accept
+    # and should not see.
+    found = config.lookup(alias, user=user) if config is not None else {}
+    keys = tuple(os.path.expanduser(f) for f in found.get("identityfile") or ())
     options = {k: str(found[k]) for k in AUTH_OPTIONS if k in found}
     own_jump = str(found.get("proxyjump", ""))
     command = found.get("proxycommand")
@@ -236,7 +251,7 @@ def pace_key(command: str, target: Target) -> str:
 
 
 def resolve(
-    target: Target, jump: str | None, config: paramiko.SSHConfig | None, depth: int = 0
+    target: Target, jump: str | None, config: SSHConfig | None, depth: int = 0
 ) -> Route:
     """The route to ``target``: ``jump`` (a ProxyJump value) resolved hop by hop, else the
     target's ProxyCommand. ``none`` switches either off (fabric reads it as a host name,

@@ -396,18 +396,22 @@ class KnownHosts:
 
 
 class Policy(paramiko.MissingHostKeyPolicy):
-    """Refuse unknown keys, or record them when the run accepts new ones."""
+    """Refuse unknown keys, or record them when the run accepts new ones; ``alias``: the
+    name known_hosts knows the host by (``HostKeyAlias``), whatever paramiko calls it."""
 
-    def __init__(self, known: KnownHosts, accept_new: bool, hashed: bool = False) -> None:
+    def __init__(self, known: KnownHosts, accept_new: bool, hashed: bool = False,
+                 alias: str | None = None) -> None:
         self._known = known
         self._accept_new = accept_new
         self._hashed = hashed
+        self._alias = alias
 
     def missing_host_key(
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
         # paramiko asks here where its lookup found no key: every key of a host that a CA
         # or revocation line names (``_Store``), and a new host's.
+        hostname = self._alias or hostname
         if self._known.judge(hostname, key):
             return
         if not self._accept_new or self._known.read_only:
@@ -437,14 +441,46 @@ class _Store:
         return KeyTypes({kind: listed[-1] for kind, listed in plain.items()}) or default
 
 
+class _Aliased:
+    """``_Store`` for a client whose host known_hosts knows by another name
+    (``HostKeyAlias``)."""
+
+    def __init__(self, store: _Store, alias: str) -> None:
+        self._store = store
+        self._alias = alias
+
+    def get(self, hostname: str, default: object = None) -> object:
+        return self._store.get(self._alias, default)
+
+
+def key_name(address: str, port: int, alias: str | None = None) -> str:
+    """The name ssh looks a host's key up by, and records it under: ssh_config's
+    ``HostKeyAlias`` as it is written (lower case, never with a port, as in ssh's
+    ``get_hostfile_hostname_ipaddr``), else ``host_key_name``.
+
+    >>> key_name("10.0.0.7", 2222, "Node07-Via-Tunnel"), key_name("10.0.0.7", 2222)
+    ('node07-via-tunnel', '[10.0.0.7]:2222')
+    """
+    return _lower(alias) if alias else host_key_name(address, port)
+
+
 def apply(client: paramiko.SSHClient, known: KnownHosts, accept_new: bool,
-          hashed: bool = False) -> None:
+          hashed: bool = False, alias: str | None = None) -> None:
     """Put fleetclean's policy and the run's parsed known_hosts on one client; ``hashed``:
-    a new key's host name is written hashed (``HashKnownHosts``)."""
+    a new key's host name is written hashed (``HashKnownHosts``); ``alias``: the host's
+    ``HostKeyAlias``, the one name its key is looked up, judged (a certificate's
+    principals too) and recorded by."""
     # One parsed HostKeys for every connection of the run: parsing known_hosts once per host
     # costs controller CPU, and paramiko offers no public setter for it.
-    setattr(client, "_host_keys", known.store)  # noqa: B010
-    client.set_missing_host_key_policy(Policy(known, accept_new, hashed))
+    store: _Store | _Aliased = known.store
+    if alias:
+        # paramiko names the host key by the host and port it was given, with no other
+        # name to ask for (https://github.com/paramiko/paramiko/pull/2217, open): here its
+        # lookup and its policy are handed the alias instead.
+        alias = key_name("", 0, alias)
+        store = _Aliased(known.store, alias)
+    setattr(client, "_host_keys", store)  # noqa: B010
+    client.set_missing_host_key_policy(Policy(known, accept_new, hashed, alias))
 
 
 def apply_given(client: paramiko.SSHClient, known: KnownHosts, accept_new: bool) -> None:

@@ -87,7 +87,14 @@ def name_hop(failure: TransportFailure, hop: Target) -> TransportFailure:
         reason = failure.message[len(prefix):]
         return TransportFailure("unreachable", f"bastion {hop.name} ({hop.where}) "
                                 f"unreachable: {reason}")
-    return TransportFailure(failure.kind, f"bastion {hop.name} ({hop.where}): {failure.message}")
+    message = f"bastion {hop.name} ({hop.where}): {failure.message}"
+    if failure.kind == "auth_failed" and not hop.keys:
+        # An inventory that names one key for its bastion and its nodes alike, which ssh
+        # never offers the bastion: where that key must be named for it.
+        message += (f"; as by ssh, a jump host is offered its own IdentityFile (Host "
+                    f"{hop.name} in ssh_config), else ~/.ssh/id_*, and the agent's keys, "
+                    "never the inventory's key")
+    return TransportFailure(failure.kind, message)
 
 
 class _Lane:

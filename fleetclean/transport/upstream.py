@@ -81,6 +81,10 @@ the fix belongs to another module's job, at the place named:
   inventory's ``ansible_port`` says otherwise (https://github.com/paramiko/paramiko/issues/1321)
   and knows no ``%n``: ``SSHConfig`` leaves
   ProxyCommand's tokens to ``hops.expand``, which knows the host, port and user in the end.
+  And its lookup takes no login user: ``Match user`` is judged with the config's ``User``
+  so far, else the local user, where ssh judges it with ``-l``'s (Ansible's ``-o User=``,
+  the inventory's user; https://github.com/paramiko/paramiko/issues/1895):
+  ``SSHConfig.lookup(name, user=...)`` sets it first, as ssh does.
 - paramiko's ``HostKeys`` scans every known_hosts entry on each lookup and each add: O(hosts)
   per connection, O(hosts²) to load a fleet's known_hosts, each hashed entry's salt and hash
   decoded and encoded again at every lookup; and it keeps one key a host and type, where
@@ -109,6 +113,9 @@ the fix belongs to another module's job, at the place named:
   it authenticates (``SSHClient`` makes its own only where ``_agent`` is None).
 - ``Connection`` trusts unknown host keys (``AutoAddPolicy``): ``hostkeys.apply`` puts
   fleetclean's policy on every connection and hop.
+- paramiko's ``SSHClient`` names a host's key by the host and port it connects to, with no
+  way to give ssh_config's ``HostKeyAlias`` (https://github.com/paramiko/paramiko/pull/2217,
+  open): ``hostkeys.apply`` hands its lookup and its policy the alias instead.
 - paramiko does not verify host certificates (https://github.com/paramiko/paramiko/issues/771,
   https://github.com/paramiko/paramiko/issues/2277): its ``HostKeys`` reads no
   ``@cert-authority`` or ``@revoked`` line of known_hosts; it negotiates
@@ -337,45 +344,63 @@ def transport(sock: Any, disabled_algorithms: Any = None,
 
 
 class SSHConfig(paramiko.SSHConfig):
-    """``paramiko.SSHConfig`` that looks each name up once (read-only once parsed) and
-    leaves ProxyCommand's ``%`` tokens as written.
+    """``paramiko.SSHConfig`` that looks each name up once (read-only once parsed), leaves
+    ProxyCommand's ``%`` tokens as written, and judges ``Match user`` with the user ssh's
+    command line gives (``user``).
 
     >>> SSHConfig.from_text("Host *\\n  Port 22\\n  ProxyCommand ssh -W %h:%p b\\n").lookup(
     ...     "gpu01")["proxycommand"]
     'ssh -W %h:%p b'
+    >>> config = SSHConfig.from_text("Match user alice\\n  Port 2201\\n")
+    >>> config.lookup("gpu01", user="alice")["port"], "port" in config.lookup("gpu01")
+    ('2201', False)
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.TOKENS_BY_CONFIG_KEY = {**self.TOKENS_BY_CONFIG_KEY, "proxycommand": ["~"]}
         self._lock = threading.Lock()
-        self._found: dict[str, Any] = {}
+        self._found: dict[tuple[str, str | None], Any] = {}
         self._index: _Index | None = None
 
-    def lookup(self, hostname: str) -> Any:
+    def lookup(self, hostname: str, user: str | None = None) -> Any:
+        """What ssh_config says for ``hostname``; ``user``: the login user of ssh's command
+        line (``-l``, ``user@host``, Ansible's ``-o User=``), which ssh sets before it reads
+        the config. It is the user every ``Match user`` is judged with, and ``%r``, and the
+        config's ``User`` does not replace it (``ssh -G -l alice``). paramiko's lookup takes
+        no user: it judges ``Match user`` with the config's ``User`` so far, else the local
+        user, and ``%r`` likewise (https://github.com/paramiko/paramiko/issues/1895, #364).
+        So the user goes first, as a block of its own that every host matches."""
+        key = (hostname, user)
         with self._lock:
-            found = self._found.get(hostname)
-            view = None if found is not None else self._view(hostname)
+            found = self._found.get(key)
+            view = None if found is not None else self._view(hostname, user)
         if found is None:
             found = paramiko.SSHConfig.lookup(view or self, hostname)
             with self._lock:
-                self._found[hostname] = found
+                self._found[key] = found
         return paramiko.SSHConfigDict(found)  # a copy: callers may change theirs
 
-    def _view(self, hostname: str) -> paramiko.SSHConfig | None:
-        """The blocks that can apply to ``hostname``, in file order (None: all of them,
-        where canonicalization could look up another name). Under the lock."""
+    def _view(self, hostname: str, user: str | None = None) -> paramiko.SSHConfig | None:
+        """The blocks that can apply to ``hostname``, in file order (all of them, where
+        canonicalization could look up another name), after ``user``'s; None: every block
+        as it is. Under the lock."""
         # paramiko's parsed blocks: private, the same shape since paramiko 2.7.
         blocks: list[dict[str, Any]] = self._config  # type: ignore[attr-defined]
         if self._index is None:
             self._index = _block_index(blocks)
         if self._index is _NO_INDEX:
+            picked = blocks
+        else:
+            literal, others = self._index
+            picked = [blocks[i] for i in sorted({*literal.get(hostname, []), *others})]
+        if user is not None:
+            picked = [{"host": ["*"], "config": {"user": user}}, *picked]
+        elif self._index is _NO_INDEX:
             return None
-        literal, others = self._index
         view = paramiko.SSHConfig()
         view.TOKENS_BY_CONFIG_KEY = self.TOKENS_BY_CONFIG_KEY
-        picked = sorted({*literal.get(hostname, []), *others})
-        view._config = [blocks[i] for i in picked]  # type: ignore[attr-defined]
+        view._config = picked  # type: ignore[attr-defined]
         return view
 
 

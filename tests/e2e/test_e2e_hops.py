@@ -6,6 +6,7 @@ shows the login, and the host behind it is really cleaned.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -35,6 +36,35 @@ def _config(fleet: SimFleet, tmp_path: Path, head: str) -> Path:
     return path
 
 
+def _keygen(path: Path) -> str:
+    """A new Ed25519 key at ``path``; its public line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path.with_suffix(".pub").read_text()
+
+
+def _fingerprint(public: Path) -> str:
+    return subprocess.run(["ssh-keygen", "-lf", str(public)], capture_output=True, text=True,
+                          check=True).stdout.split()[1]
+
+
+@pytest.fixture
+def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A $HOME of this test's own, and no agent: ~/.ssh is the test's."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True, mode=0o700)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    return home
+
+
+def users_key(home: Path, key: Path) -> None:
+    """``key`` as the user's own ~/.ssh/id_ed25519, which ssh offers a host (a jump host
+    among them) that its config gives no IdentityFile."""
+    shutil.copyfile(key, home / ".ssh" / "id_ed25519")
+    (home / ".ssh" / "id_ed25519").chmod(0o600)
+
+
 def _clean_run(cli: Cli, fleet: SimFleet, tmp_path: Path, *args: str) -> dict[str, object]:
     fleet.spawn("node04", "sglang", gpus="0-1")
     inventory = tmp_path / "hosts.ini"
@@ -60,7 +90,11 @@ def test_two_hops_given_only_by_ssh_config_aliases(fleet: SimFleet, cli: Cli,
     assert after["node03"] == before["node03"]
 
 
-def test_two_hops_through_ansible_dash_j(fleet: SimFleet, cli: Cli, tmp_path: Path) -> None:
+def test_two_hops_through_ansible_dash_j(fleet: SimFleet, cli: Cli, tmp_path: Path,
+                                        own_home: Path) -> None:
+    # Named by address, the jump hosts have no IdentityFile: ssh offers them the user's own
+    # key, never the inventory's.
+    users_key(own_home, fleet.client_key_path)
     a, b = fleet.node("node01").address, fleet.node("node02").address
     data = yaml.safe_load(fleet.inventory_path.read_text())
     data["all"]["vars"]["ansible_ssh_common_args"] += f" -J root@{a}:22,root@{b}"
@@ -91,7 +125,8 @@ def test_a_bastions_own_proxycommand_reaches_it(fleet: SimFleet, cli: Cli,
     command = f"ssh -F {fleet.ssh_config_path} -W %h:%p node01"
     node02 = fleet.node("node02")
     config = _config(fleet, tmp_path, f"Host node04\n    ProxyJump jump\nHost jump\n"
-                     f"    HostName {node02.address}\n    ProxyCommand {command}\n")
+                     f"    HostName {node02.address}\n    ProxyCommand {command}\n"
+                     f"    IdentityFile {fleet.client_key_path}\n")
     before = {n: logins(fleet, n) for n in ("node01", "node02")}
     _clean_run(cli, fleet, tmp_path, "-F", str(config))
     assert {n: logins(fleet, n) - before[n] for n in before} == {"node01": 1, "node02": 1}
@@ -161,3 +196,40 @@ def test_twenty_hosts_behind_one_bastion_open_one_connection_to_it(
     assert res.code == 0, res.out
     assert res.json()["summary"]["clean"] == 20
     assert logins(fleet, "node01") - before == 1
+
+
+def test_a_bastion_is_offered_the_users_own_default_key_not_the_inventorys(
+    fleet: SimFleet, cli: Cli, tmp_path: Path, own_home: Path
+) -> None:
+    # The common real case: the bastion takes the user's own ~/.ssh/id_ed25519, the nodes
+    # the cluster key the inventory names. ssh's `ssh -W` for the jump host reads the
+    # config for it and, with no IdentityFile there, offers ~/.ssh/id_*: fleetclean
+    # offered the bastion the nodes' key, and the login was auth_failed.
+    node01 = fleet.node("node01")
+    authorized = node01.dir / "authorized_keys"
+    kept = authorized.read_text()
+    authorized.write_text(_keygen(own_home / ".ssh" / "id_ed25519"))
+    config = _config(fleet, tmp_path, f"Host node04\n    ProxyJump jump\nHost jump\n"
+                     f"    HostName {node01.address}\n    User root\n"
+                     f"    UserKnownHostsFile {fleet.known_hosts_path}\n")
+    log = node01.dir / "sshd.log"
+    seen = len(log.read_text())
+    try:
+        _clean_run(cli, fleet, tmp_path, "-F", str(config))
+        offered = log.read_text()[seen:]
+        assert "Accepted publickey for root from" in offered
+        assert _fingerprint(own_home / ".ssh" / "id_ed25519.pub") in offered
+        # The nodes' key is never shown to the bastion, as by ssh.
+        assert _fingerprint(fleet.client_key_path.with_suffix(".pub")) not in offered
+
+        # The user's key gone: refused, and the error says what a jump host is offered.
+        (own_home / ".ssh" / "id_ed25519").unlink()
+        inventory = tmp_path / "hosts.ini"
+        res = cli("status", "-i", inventory, "-F", config, "--json")
+        host = res.host("node04")
+        assert host["status"] == "auth_failed", host
+        assert host["error"].startswith(f"bastion jump ({node01.address}:22): ")
+        assert "a jump host is offered its own IdentityFile (Host jump in ssh_config)" in (
+            host["error"])
+    finally:
+        authorized.write_text(kept)

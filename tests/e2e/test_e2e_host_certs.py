@@ -127,3 +127,43 @@ def test_the_library_takes_a_certificate_on_a_callers_own_connections(
                                                 HostStatus.HOST_KEY_MISMATCH]
     assert "is not among its principals (someone.else;" in (result.hosts[1].error or "")
     assert len(fleet.known_hosts_path.read_text().splitlines()) == 1
+
+
+def test_a_certificate_names_the_host_by_its_alias(
+    sim_fleet_factory, cli: Cli, tmp_path: Path
+) -> None:
+    # A node reached through a port forward or a tunnel, whose certificate names it by the
+    # HostKeyAlias users give it: ssh checks the principals (and finds the @cert-authority
+    # line) by the alias, not by the address it connected to.
+    fleet: SimFleet = sim_fleet_factory(1, host_ca=True)
+    node = fleet.node("node01")
+    ca = fleet.host_ca_path
+    assert ca is not None
+    known = tmp_path / "known_hosts"
+    known.write_text(f"@cert-authority gpu-tunnel-* {ca.with_suffix('.pub').read_text()}")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host gpu07\n  HostName {node.address}\n  User root\n  HostKeyAlias gpu-tunnel-7\n"
+        f"  IdentityFile {fleet.client_key_path}\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("gpu07\n")
+
+    fleet.certify_host_key("node01", principals=("gpu-tunnel-7",))
+    res = cli("status", "-i", inventory, "-F", config, "--json", "--accept-new-host-keys")
+    assert (res.host("gpu07")["status"], res.host("gpu07")["error"]) == ("clean", None)
+    assert subprocess.run(["ssh", "-F", str(config), "gpu07", "true"], capture_output=True,
+                          timeout=30, check=False).returncode == 0
+
+    # Its name and address, not the alias: refused by both, nothing recorded.
+    fleet.certify_host_key("node01")
+    res = cli("status", "-i", inventory, "-F", config, "--json", "--accept-new-host-keys")
+    host = res.host("gpu07")
+    assert host["status"] == "host_key_mismatch"
+    assert host["error"] == (
+        f"{node.address}:22 (HostKeyAlias gpu-tunnel-7): host certificate refused: "
+        f"gpu-tunnel-7 is not among its principals (node01, {node.address}; compared "
+        "exactly); nothing was run")
+    assert subprocess.run(["ssh", "-F", str(config), "gpu07", "true"], capture_output=True,
+                          timeout=30, check=False).returncode != 0
+    assert len(known.read_text().splitlines()) == 1

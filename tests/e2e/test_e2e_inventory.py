@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -45,9 +46,17 @@ def test_without_the_ssh_config_the_bare_names_do_not_resolve(
 
 
 def test_hosts_behind_a_bastion_share_one_connection_to_it(
-    sim_fleet_factory, cli: Cli, tmp_path: Path
+    sim_fleet_factory, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fleet = sim_fleet_factory(4)
+    # The bastion, named by address, is offered the user's own ~/.ssh/id_ed25519 (here the
+    # fleet's key), as by ssh: never the inventory's key.
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    shutil.copyfile(fleet.client_key_path, home / ".ssh" / "id_ed25519")
+    (home / ".ssh" / "id_ed25519").chmod(0o600)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     bastion = fleet.node("node01")
     log = bastion.dir / "sshd.log"
     before = log.read_text().count("Accepted publickey")

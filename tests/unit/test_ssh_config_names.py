@@ -1,0 +1,138 @@
+"""What ssh_config says for a login, by the names ssh uses: the inventory's user for
+``Match user`` (as ``ssh -l``, with OpenSSH's ``ssh -G`` as the judge), a jump host's own
+keys, and ``HostKeyAlias`` for the host key (``transport/upstream.py``, ``hops.py``,
+``hostkeys.py``, ``inventory/ssh_settings.py``)."""
+
+from __future__ import annotations
+
+import getpass
+import shutil
+import subprocess
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from fleetclean.inventory.ssh_settings import SshSettings, merge
+from fleetclean.transport.base import TransportFailure
+from fleetclean.transport.classify import Phase, Where, classify
+from fleetclean.transport.hops import Target, parse_config, resolve
+from fleetclean.transport.hostkeys import KnownHosts, UnknownHostKey, apply
+from fleetclean.transport.pool import name_hop
+
+MATCH_USER = (
+    "Host gpu01\n  Port 2201\n"
+    "Match user alice\n  HostName alice.example\n"
+    "Host gpu02\n  User bob\n"
+    "Match user bob\n  HostName bob.example\n"
+    "Host *\n  User carol\n"
+    "Match !user root,alice,bob\n  Port 2299\n"
+)
+
+
+def _ssh_g(config: Path, name: str, user: str | None) -> dict[str, str]:
+    args = ["-l", user] if user else []
+    out = subprocess.run(["ssh", "-G", "-F", str(config), *args, name], capture_output=True,
+                         text=True, check=True, stdin=subprocess.DEVNULL).stdout
+    seen: dict[str, str] = {}
+    for line in out.splitlines():
+        key, _, value = line.partition(" ")
+        seen.setdefault(key, value)
+    return {k: seen[k] for k in ("user", "hostname", "port")}
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs OpenSSH's ssh -G")
+@pytest.mark.parametrize("user", [None, "alice", "bob", "dave", getpass.getuser()])
+@pytest.mark.parametrize("name", ["gpu01", "gpu02", "gpu03"])
+def test_match_user_is_judged_with_the_command_lines_user_as_ssh_judges_it(
+    tmp_path: Path, name: str, user: str | None
+) -> None:
+    # ssh sets -l's user before it reads the config: every `Match user` is judged with it,
+    # and the config's own `User` (before the block or after it) does not replace it.
+    # Without one, the config's User so far, else the local user.
+    config = tmp_path / "ssh_config"
+    config.write_text(MATCH_USER)
+    found = parse_config(MATCH_USER).lookup(name, user=user)
+    ours = {"user": found.get("user", getpass.getuser()), "hostname": found["hostname"],
+            "port": found.get("port", "22")}
+    assert ours == _ssh_g(config, name, user)
+
+
+def test_the_inventorys_user_decides_its_match_user_blocks() -> None:
+    cfg = parse_config("Host *\n  User svc\nMatch user ops\n  HostName 10.0.0.9\n"
+                       "  IdentityFile /k/ops\n  HostKeyAlias Node9\n")
+
+    def settings(user: str | None, options: dict[str, str]) -> SshSettings:
+        return merge("gpu09", host=None, port=None, user=user, key=None, proxy_jump=None,
+                     options=options, config=cfg)
+
+    ops = settings("ops", {})
+    assert (ops.address, ops.user, ops.key) == ("10.0.0.9", "ops", "/k/ops")
+    assert ops.options["hostkeyalias"] == "Node9"
+    other = settings(None, {})
+    assert (other.address, other.user, other.key) == ("gpu09", "svc", None)
+    # -o HostKeyAlias of the ssh arguments comes first, as on ssh's command line.
+    assert settings("ops", {"hostkeyalias": "args"}).options["hostkeyalias"] == "args"
+
+
+def test_a_jump_host_is_offered_its_own_keys_never_the_hosts() -> None:
+    # ssh's `ssh -W` for a jump host gets -l, -p, -J and -F, not the host's -i or
+    # -o IdentityFile (the inventory's key): the hop's IdentityFile, else ~/.ssh/id_*
+    # (keys empty: paramiko's default files) and the agent.
+    cfg = parse_config("Host b1\n  HostName 10.0.0.1\n  HostKeyAlias bastion.example\n"
+                       "Host b2\n  IdentityFile /k/b2\n  IdentitiesOnly yes\n"
+                       "Match user ops host b3\n  IdentityFile /k/ops\n"
+                       "Host gpu*\n  IdentityFile /k/nodes\n")
+    target = Target("gpu01", "10.1.0.1", 22, "ops", "/k/cluster", {"identitiesonly": "yes"},
+                    ("/k/cluster", "/k/nodes"))
+    b1, b2, b3, b3_ops = resolve(target, "b1,b2,b3,ops@b3:22", cfg).hops
+    assert (b1.keys, b1.key, b1.agent) == ((), None, True)
+    assert b1.options["hostkeyalias"] == "bastion.example"
+    assert (b2.keys, b2.agent) == (("/k/b2",), False)
+    # The hop's `Match user` is judged with its own user (the spec's), not the host's.
+    assert (b3.keys, b3_ops.keys) == ((), ("/k/ops",))
+
+
+def test_a_refused_jump_host_without_keys_of_its_own_says_what_it_is_offered() -> None:
+    refused = TransportFailure("auth_failed", "authentication failed for root@10.0.0.1:22")
+    bare = name_hop(refused, Target("jump", "10.0.0.1", 22, "root", None))
+    assert bare.message.startswith("bastion jump (10.0.0.1:22): authentication failed")
+    assert "its own IdentityFile (Host jump in ssh_config), else ~/.ssh/id_*" in bare.message
+    own = name_hop(refused, Target("jump", "10.0.0.1", 22, "root", "/k/jump"))
+    assert "IdentityFile" not in own.message
+
+
+def _key(seed: int) -> paramiko.PKey:
+    return paramiko.Ed25519Key(data=bytes.fromhex(
+        "0000000b7373682d65643235353139" "00000020" + f"{seed:02x}" * 32))
+
+
+def test_a_host_key_is_looked_up_judged_and_recorded_by_its_alias(tmp_path: Path) -> None:
+    # paramiko names the key [10.0.0.7]:2222; ssh names it by the HostKeyAlias, lower
+    # case and without a port.
+    key, other = _key(1), _key(2)
+    path = tmp_path / "known_hosts"
+    path.write_text(f"gpu-tunnel-7 {key.get_name()} {key.get_base64()}\n")
+    known = KnownHosts((str(path),))
+    client = paramiko.SSHClient()
+    apply(client, known, accept_new=False, alias="GPU-Tunnel-7")
+    stored = client._host_keys.get("[10.0.0.7]:2222")  # type: ignore[attr-defined]
+    assert stored is not None and stored[key.get_name()] == key
+    policy = client._policy  # type: ignore[attr-defined]
+    policy.missing_host_key(client, "[10.0.0.7]:2222", key)  # known: taken
+    with pytest.raises(paramiko.BadHostKeyException):
+        policy.missing_host_key(client, "[10.0.0.7]:2222", other)
+
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    fresh = KnownHosts((str(empty),))
+    apply(client, fresh, accept_new=False, alias="GPU-Tunnel-7")
+    with pytest.raises(UnknownHostKey) as raised:
+        client._policy.missing_host_key(client, "[10.0.0.7]:2222", key)  # type: ignore[attr-defined]
+    failure = classify(raised.value, Where("10.0.0.7", 2222, alias="gpu-tunnel-7"),
+                       Phase.KEX, 0.1, 10)
+    assert failure is not None and failure.message.startswith(
+        "unknown host key for gpu-tunnel-7 (HostKeyAlias of 10.0.0.7:2222) (ssh-ed25519 ")
+    apply(client, fresh, accept_new=True, alias="GPU-Tunnel-7")
+    client._policy.missing_host_key(client, "[10.0.0.7]:2222", key)  # type: ignore[attr-defined]
+    assert empty.read_text() == f"gpu-tunnel-7 {key.get_name()} {key.get_base64()}\n"
