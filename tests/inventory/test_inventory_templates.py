@@ -4,8 +4,13 @@ reason: a guessed host name or user reaches another machine or account."""
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
 import pytest
 
+from fleetclean.cli import Env, main
+from fleetclean.inventory import load_inventory
 from fleetclean.inventory.templates import Unrendered, render
 
 HOST = "gpu01.lab"
@@ -81,3 +86,32 @@ def test_what_a_template_reads_is_listed_even_behind_a_default() -> None:
 def test_a_variable_that_names_itself_stops() -> None:
     with pytest.raises(Unrendered, match="refers to itself"):
         render("{{ a | default('x') }}", HOST, {"a": "{{ b }}", "b": "{{ a }}"})
+
+
+def test_a_template_that_renders_empty_is_unset_or_refused_as_ansible_treats_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # lookup('env') of an unset variable reads empty. Ansible's ssh plugin then passes no
+    # user and no key (ssh's defaults decide), and fails the host for an empty address:
+    # fleetclean leaves the first two unset, said, and refuses the third before any host
+    # is reached (exit 4, the file's line, the fix).
+    monkeypatch.delenv("FC_TPL_NOT_SET", raising=False)
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  hosts:\n    gpu01:\n"
+        "      ansible_user: \"{{ lookup('env', 'FC_TPL_NOT_SET') }}\"\n"
+        "      ansible_ssh_private_key_file: \"{{ lookup('env', 'FC_TPL_NOT_SET') }}\"\n")
+    loaded = load_inventory(str(inventory))
+    host = loaded.hosts["gpu01"]
+    assert (host.user, host.key) == (None, None)
+    said = [w for w in loaded.warnings if "renders empty" in w]
+    assert len(said) == 2 and all("left unset, as Ansible leaves it" in w for w in said)
+    with inventory.open("a") as f:
+        f.write("      ansible_host: \"{{ lookup('env', 'FC_TPL_NOT_SET') }}\"\n")
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["status", "-i", str(inventory)], Env(stdout=out, stderr=err, environ={}))
+    (line,) = err.getvalue().splitlines()
+    assert code == 4 and out.getvalue() == ""
+    assert line.startswith(f"fleetclean: error: {inventory}:6:")
+    assert "ansible_host: its template" in line and "renders empty for gpu01" in line
+    assert "Traceback" not in err.getvalue()
