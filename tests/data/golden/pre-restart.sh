@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034
 set +o posix
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { set +p; unset TMOUT BASH_COMPAT; LC_ALL=C; unset FC_SRC; read -r -N 106021 FC_SRC; if ((${#FC_SRC} == 106021)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short, nothing was run (${#FC_SRC} of 106021 bytes)" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { set +p; unset TMOUT BASH_COMPAT; LC_ALL=C; unset FC_SRC; read -r -N 111030 FC_SRC; if ((${#FC_SRC} == 111030)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short, nothing was run (${#FC_SRC} of 111030 bytes)" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook pre-restart (built-in)
 # host: "node01"  mode: run
 # Runs as `bash -s` with this text on standard input (over SSH, fleetclean's own
@@ -17,6 +17,7 @@ set +o posix
 #   owner_docker = "stop"
 #   owner_kubernetes = "refuse"
 #   owner_plain = "signal"
+#   owner_podman = "stop"
 #   owner_screen = "signal"
 #   owner_slurm = "refuse"
 #   owner_systemd = "stop"
@@ -54,7 +55,7 @@ fc_main() {
     FC_FORCE=0
     FC_LOCK_WAIT=5
     FC_PROTECT=(sshd sshd-session sshd-auth systemd init nvidia-persistenced nv-hostengine dcgm-exporter nv-fabricmanager Xorg)
-    FC_OWNER_ACT=([systemd]=stop [docker]=stop [kubernetes]=refuse [slurm]=refuse [tmux]=signal [screen]=signal [plain]=signal)
+    FC_OWNER_ACT=([systemd]=stop [docker]=stop [podman]=stop [kubernetes]=refuse [slurm]=refuse [tmux]=signal [screen]=signal [plain]=signal)
     FC_NEVER_STOP=()
     if ! fc_begin; then
         fc_rec error "host busy: another fleetclean run holds $FC_LOCK_PATH"
