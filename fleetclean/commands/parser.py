@@ -32,7 +32,8 @@ examples:
 
 owners: a target a systemd unit, docker or podman container runs is stopped through it
 (owner_systemd, owner_docker, owner_podman: stop); a pod's or Slurm job's is left to its owner
-(owner_kubernetes, owner_slurm: refuse); tmux, screen and plain ones are signalled.
+(owner_kubernetes, owner_slurm: refuse; -e owner_slurm=stop cancels the job with scancel);
+tmux, screen and plain ones are signalled.
 
 """ + EXIT_STATUS_HELP
 

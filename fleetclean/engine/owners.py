@@ -2,17 +2,17 @@
 to a target that the kind runs (``owner.sh`` names the owner, ``owner-act.sh`` acts).
 
 ``stop``: through the owner (``systemctl stop`` the unit, ``docker stop`` or ``podman stop``
-the container),
-then signals for whatever of it is left; ``signal``: signals, as for any process;
-``refuse``: never signalled, the host is dirty and the reason says whom to ask. Not every
-action fits every kind: a pod or a Slurm job cannot be stopped from the node by
-fleetclean, and a plain process has no owner to refuse for.
+the container, ``scancel`` the Slurm job), then signals for whatever of it is left;
+``signal``: signals, as for any process; ``refuse``: never signalled, the host is dirty
+and the reason says whom to ask. Not every action fits every kind: a pod cannot be
+stopped from the node (its controller recreates it: that is the cluster's call), and a
+plain process has no owner to refuse for.
 
 >>> actions({"owner_docker": "signal"}, {})["docker"], actions({}, {})["kubernetes"]
 ('signal', 'refuse')
->>> actions({"owner_slurm": "stop"}, {})
+>>> actions({"owner_kubernetes": "stop"}, {})
 Traceback (most recent call last):
-fleetclean.errors.VariableError: owner_slurm must be one of refuse, signal, not 'stop'...
+fleetclean.errors.VariableError: owner_kubernetes must be one of refuse, signal, not 'stop'...
 >>> never_stop({"never_stop_units": "jupyter, triton-*"}, {})
 ('jupyter.service', 'triton-*')
 """
@@ -36,7 +36,7 @@ DEFAULTS: dict[str, str] = {
 ALLOWED: dict[str, tuple[str, ...]] = {
     "systemd": ("stop", "signal", "refuse"), "docker": ("stop", "signal", "refuse"),
     "podman": ("stop", "signal", "refuse"),
-    "kubernetes": ("refuse", "signal"), "slurm": ("refuse", "signal"),
+    "kubernetes": ("refuse", "signal"), "slurm": ("refuse", "signal", "stop"),
     "tmux": ("signal", "refuse"), "screen": ("signal", "refuse"), "plain": ("signal",),
 }
 

@@ -331,6 +331,31 @@ def test_a_slurm_jobs_gpu_process_is_left_running_and_the_job_named(
     assert f"scancel {job}" in host["error"]
 
 
+def test_owner_slurm_stop_cancels_the_job_and_its_gpu_is_freed(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    # owner_slurm=stop: the job is cancelled from the node (its own scancel and
+    # slurm.conf, the real slurmctld's answer), not its task signalled behind Slurm's back
+    # (the job would run on, its step's next task taking the GPU). The task is gone, every
+    # GPU reads 0 MiB, Slurm has the job as CANCELLED.
+    if not HAS_SLURM:
+        pytest.skip(SLURM_SKIP_REASON or "")
+    (task,) = fleet.spawn("node01", "slurm-job", gpus="5", mib=4096, job_name="t-cancel")
+    job = sh(fleet, f"tr '\\0' '\\n' < /proc/{task}/environ | sed -n 's/^SLURM_JOB_ID=//p'")
+    assert job.isdigit()
+    checked = cli("run", "post-extraction", "-i", fleet.inventory_path, "--check",
+                  "-e", "owner_slurm=stop")
+    assert f"would stop Slurm job {job} (scancel {job}): {task} (" in checked.out
+    code, host = run(cli, fleet, "-e", "owner_slurm=stop")
+    assert (code, host["status"], host["error"]) == (0, "clean", None)
+    assert (task, "stop") in {(s["pid"], s["signal"]) for s in host["signalled"]}
+    assert running(fleet, [task]) == []
+    assert fleet.gpu_used_mib("node01") == [0] * 8
+    assert wait_for(lambda: "JobState=CANCELLED" in slurm_cmd(
+        fleet, "scontrol", "show", "job", job).stdout)
+    assert owners_of(host)[task]["kind"] == "slurm" and owners_of(host)[task]["id"] == job
+
+
 def test_a_jobs_process_outside_its_cgroup_is_the_jobs_while_the_job_runs(
     fleet: SimFleet, cli: Cli
 ) -> None:

@@ -30,7 +30,8 @@ FC_PIDS=("$pid")
 if [[ -n $6 ]]; then  # the job's step, as slurmstepd titles itself on a node
     FC_PIDS+=(4194000) FC_CMD[4194000]="slurmstepd: [$6]"
 fi
-FC_OWNER_ACT=([systemd]=stop [docker]=stop [slurm]=refuse [kubernetes]=refuse [plain]=signal)
+FC_OWNER_ACT=([systemd]=stop [docker]=stop [slurm]=${FC_TEST_SLURM:-refuse} [kubernetes]=refuse
+    [plain]=signal)
 FC_OK[$pid]=$2 FC_OI[$pid]=$3 FC_ON[$pid]=$4
 [[ -n $7 ]] && FC_DOCKER_UID[$3]=$7  # a rootless container: its cgroup under user@UID
 FC_TARGETS=("$pid")
@@ -58,12 +59,12 @@ def sleeper() -> Iterator[int]:
 
 
 def act(tmp_path: Path, pid: int, kind: str, oid: str, name: str, *,
-        step: str = "", rootless: str = "") -> tuple[str, str]:
+        step: str = "", rootless: str = "", slurm: str = "refuse") -> tuple[str, str]:
     script = "".join(template(t) for t in ("lib.sh", "lib-kill.sh", "owner.sh",
                                            "owner-act.sh")) + DRIVER
     # A rootless daemon's socket and its container's cgroups, where a test made them
     # (user_daemon): under tmp_path, never this machine's /run/user or /proc.
-    env = {**os.environ, "FC_RUN_USER": str(tmp_path / "run" / "user")}
+    env = {**os.environ, "FC_RUN_USER": str(tmp_path / "run" / "user"), "FC_TEST_SLURM": slurm}
     if (tmp_path / "proc").is_dir():
         env["FC_PROC"] = str(tmp_path / "proc")
     done = subprocess.run(["bash", "-c", script, "bash", str(pid), kind, oid, name,
@@ -312,6 +313,34 @@ def test_a_finished_jobs_orphan_is_signalled(tmp_path: Path, sleeper: int) -> No
     assert parse_script_output(out, "", 0).refused == ()
 
 
+def test_owner_slurm_stop_without_scancel_signals_the_task_and_says_so(
+    tmp_path: Path, sleeper: int
+) -> None:
+    out, warning = act(tmp_path, sleeper, "slurm", "4242", "4242.0", step="4242.0",
+                       slurm="stop")
+    assert f"\tleft-to-signal\t{sleeper}\n" in out
+    assert warning == ("no scancel on the node: Slurm job 4242's processes were signalled; "
+                       "the job may start more; to end it: scancel 4242")
+
+
+def test_a_scancel_slurmctld_refuses_is_said_and_the_task_signalled(
+    tmp_path: Path, sleeper: int
+) -> None:
+    # scancel's own words, as a user who may not cancel another's job gets them; exit 0
+    # with an error on some Slurm versions: a failure either way, never "cancelled".
+    for status in (1, 0):
+        fake = tmp_path / "scancel"
+        fake.write_text("#!/bin/sh\necho 'scancel: error: Kill job error on job id 4242: "
+                        f"Access/permission denied' >&2\nexit {status}\n")
+        fake.chmod(0o755)
+        out, warning = act(tmp_path, sleeper, "slurm", "4242", "4242.0", step="4242.0",
+                           slurm="stop")
+        assert warning == ("scancel 4242 failed (scancel: error: Kill job error on job id "
+                           "4242: Access/permission denied): its processes were signalled; "
+                           "the job may start more"), out
+        assert f"\tleft-to-signal\t{sleeper}\n" in out and "cancelled" not in out
+
+
 def test_a_pod_without_crictl_is_named_by_its_uid(tmp_path: Path, sleeper: int) -> None:
     out, _ = act(tmp_path, sleeper, "kubernetes", "0d3c1b2a-0000-4000-8000-00000000abcd",
                  "ab" * 32)
@@ -320,7 +349,8 @@ def test_a_pod_without_crictl_is_named_by_its_uid(tmp_path: Path, sleeper: int) 
 
 
 @pytest.mark.parametrize(("item", "words"), [
-    ("owner_slurm=stop", "owner_slurm must be one of refuse, signal, not 'stop'"),
+    ("owner_kubernetes=stop", "owner_kubernetes must be one of refuse, signal, not 'stop'"),
+    ("owner_slurm=halt", "owner_slurm must be one of refuse, signal, stop, not 'halt'"),
     ("owner_docker=halt", "owner_docker must be one of stop, signal, refuse, not 'halt'"),
     ("never_stop_units=a;b", "never_stop_units: 'a;b' is not a unit name"),
 ])

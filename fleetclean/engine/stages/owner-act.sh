@@ -19,7 +19,10 @@
 #           main process or under it, as the user whose Podman runs it: root's, or a
 #           rootless one's (its cgroup under user@UID.service) as that user with their
 #           runtime dir, `runuser -u NAME -- env XDG_RUNTIME_DIR=/run/user/UID podman`
-#           (no daemon: each user's podman knows only that user's containers).
+#           (no daemon: each user's podman knows only that user's containers). A Slurm
+#           job that still runs here (a slurmstepd of it): `scancel JOB` (its every step;
+#           slurmd ends the tasks and runs the epilog), by the node's own Slurm client;
+#           a finished job's orphan is signalled, scancel would not reach it.
 #           Whatever of it is left after the stage's grace gets SIGKILL; a stop that failed
 #           leaves the container watched for a respawn. Without systemctl or docker, a
 #           daemon that does not answer (in 10 s; a rootless one's socket that is not its
@@ -93,6 +96,15 @@ fc_owner_act() {
                     keep+=("$p")
                 fi
                 ;;
+            stop:slurm)
+                # A finished job's orphan (no slurmstepd of the job left) is a stray:
+                # signalled, as under refuse; scancel would not reach it.
+                if fc_slurm_job_running "$id"; then
+                    owned[slurm ${id%%.*}]+=" $p"
+                else
+                    keep+=("$p")
+                fi
+                ;;
             refuse:docker) to_refuse[$id]+=" $p" ;;
             refuse:*) fc_owner_refuse "$p" ;;
             stop:systemd | stop:docker | stop:podman) owned[$kind $id]+=" $p" ;;
@@ -157,6 +169,13 @@ fc_owner_stoppable() {
             fc_uses_gpu "$main" || return 1
     elif [[ $kind == podman ]]; then
         fc_podman_stoppable "$id" "$@" || return 1
+    elif [[ $kind == slurm ]]; then
+        # The node's own Slurm client (slurm.conf where slurmd reads it): root may cancel
+        # any job, a user their own; a refusal is said when scancel runs.
+        if ! command -v scancel >/dev/null 2>&1; then
+            fc_owner_warn "no scancel on the node: Slurm job $id's processes were signalled; the job may start more; to end it: scancel $id"
+            return 1
+        fi
     elif ! command -v docker >/dev/null 2>&1; then
         fc_owner_warn "no docker CLI on the node: container ${id:0:12}'s processes were signalled; its restart policy may start them again"
         return 1
@@ -709,6 +728,8 @@ fc_owner_stop_words() {
     if [[ ${FC_OK[$1]:-} == systemd ]]; then
         fc_owner_systemctl "$id"
         REPLY="${id##*/} (${FC_SYSTEMCTL[*]} stop ${id##*/})"
+    elif [[ ${FC_OK[$1]:-} == slurm ]]; then
+        REPLY="Slurm job ${id%%.*} (scancel ${id%%.*})"
     elif [[ ${FC_OK[$1]:-} == podman ]]; then
         fc_owner_podman "$id"
         fc_podman_words "$id"
@@ -751,6 +772,14 @@ fc_owner_stop() {
                 if ! out=$("${FC_SYSTEMCTL[@]}" stop --no-block "${id##*/}" 2>&1); then
                     done_ids[$id]=failed
                     fc_owner_warn "${FC_SYSTEMCTL[*]} stop ${id##*/} failed (${out%%$'\n'*}): its processes were signalled; it may restart them"
+                fi
+            elif [[ ${FC_OK[$p]} == slurm ]]; then
+                # The whole job: slurmd ends each step's tasks (SIGTERM, KillWait, SIGKILL)
+                # and runs the epilog; what is left after the grace gets SIGKILL below.
+                # Bounded: a slurmctld that does not answer held the teardown here.
+                if ! out=$(fc_slurm_cancel "${id%%.*}"); then
+                    done_ids[$id]=failed
+                    fc_owner_warn "scancel ${id%%.*} failed (${out%%$'\n'*}): its processes were signalled; the job may start more"
                 fi
             else
                 # A container: docker's, or podman's (as the user whose podman runs it).
@@ -825,6 +854,8 @@ fc_owner_stop() {
         [[ ${done_ids[$id]} == ok ]] || continue
         if [[ $id == */* || $id == *.service ]]; then
             FC_OWNER_SAID+="stopped ${id##*/}; "
+        elif [[ ${id_kind[$id]:-} == slurm ]]; then
+            FC_OWNER_SAID+="cancelled Slurm job ${id%%.*}; "
         else
             if [[ ${id_kind[$id]:-} == podman ]]; then
                 fc_podman_words "$id"
@@ -834,6 +865,22 @@ fc_owner_stop() {
             FC_OWNER_SAID+="stopped $REPLY; "
         fi
     done
+}
+
+# fc_slurm_cancel JOB: `scancel JOB` (10 s at most where timeout(1) is there); fails, with
+# scancel's words on standard output, where it did not cancel the job. scancel exits 0 for
+# a job it could not signal on some versions, saying so on standard error: that is a
+# failure too.
+fc_slurm_cancel() {
+    local out rc=0
+    if command -v timeout >/dev/null 2>&1; then
+        out=$(timeout -k 1 10 scancel "$1" 2>&1 </dev/null) || rc=$?
+    else
+        out=$(scancel "$1" 2>&1 </dev/null) || rc=$?
+    fi
+    ((rc == 124 || rc == 137)) && out="no answer from slurmctld in 10 s"
+    printf '%s' "${out:-exit $rc}"
+    ((rc == 0)) && [[ $out != *error* ]]
 }
 
 # fc_owner_refuse PID: PID is its owner's to stop, not ours: a "refused" record (pid,
