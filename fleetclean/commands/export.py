@@ -11,7 +11,8 @@ from fleetclean.commands.steps import scope_of, select_hosts
 from fleetclean.errors import ExitStatus, VariableError
 
 # pdsh passes the script as the remote command: one argument, which Linux caps at 128 KiB
-# (MAX_ARG_STRLEN); past this, copying the file to the nodes is the way.
+# (MAX_ARG_STRLEN); past this (compressed: an inventory of many variants), copying the file
+# to the nodes is the way.
 PDSH_ARG_LIMIT = 120_000
 
 
@@ -59,7 +60,7 @@ def epilog_log(value: Any) -> str:
 
 
 def _bundle(args: argparse.Namespace, env: Env) -> str:
-    from fleetclean.engine.export import armored, bundle_title, render_bundle
+    from fleetclean.engine.export import armored, bundle_title, compressed, render_bundle
     from fleetclean.engine.playbook import load_playbook
     from fleetclean.engine.variables import parse_extra_vars, resolve
     from fleetclean.transport import boot
@@ -75,9 +76,10 @@ def _bundle(args: argparse.Namespace, env: Env) -> str:
     if not args.pdsh:
         # For `clush 'bash -s'`, whose start a login shell's startup file may take.
         return armored(text, title=bundle_title(book.name, [h.name for h in hosts]))
-    # pdsh expands %h, %u, %n and %% in the remote command (the exec and ssh modules
-    # alike), which turned the bundle's ${line%%,*} into ${line%,*}.
-    text = boot.given(text).replace("%", "%%")
+    # pdsh hands the bundle over as one argument (128 KiB at most: compressed), and
+    # expands %h, %u, %n and %% in it (the exec and ssh modules alike), which turned the
+    # bundle's ${line%%,*} into ${line%,*}: the few words around the base64 doubled.
+    text = boot.given(compressed(text)).replace("%", "%%")
     if len(text.encode()) > PDSH_ARG_LIMIT:
         error_line(env, f"fleetclean: warning: the bundle is {len(text.encode()) // 1024} KiB, "
                    "too long to pass as pdsh's command; copy it to the nodes (pdcp, clush "

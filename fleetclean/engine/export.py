@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import gzip
 import re
 from collections.abc import Sequence
 
@@ -220,18 +221,41 @@ def armored(plain: str, *, title: str) -> str:
 _STRING = "FC_BUNDLE_B64='"
 
 
-def _decode_and_run(size: int) -> str:
+def _decode_and_run(size: int, decode: str = "", needs: str = "coreutils: tr, base64") -> str:
     """bash that decodes ``FC_BUNDLE_B64`` and runs it where it came out ``size`` bytes
     long, then exits; else it says so and exits 2. ``command -p``: the login shell's PATH
     may lack /usr/bin (a ``tr`` not found left ``base64 -d`` nothing to decode: nothing
     ran, and the exit status was 0); the hash table it would consult in bash 4.4 is still
     empty here. ``set +o posix``: a cut first line can leave ``sh``, which on RHEL is bash
-    in POSIX mode, where the script's ``<(...)`` is a syntax error."""
-    return ('LC_ALL=C; unset FC_SRC; FC_SRC=$(printf %s "$FC_BUNDLE_B64" | '
-            'command -p tr -d "#=\\n" | command -p base64 -d); '
+    in POSIX mode, where the script's ``<(...)`` is a syntax error. ``decode``: the
+    pipeline that prints the script (default: the armored string's, :func:`armored`);
+    ``needs``: what a host that cannot run it lacks, in the message."""
+    decode = decode or ('printf %s "$FC_BUNDLE_B64" | command -p tr -d "#=\\n" | '
+                        'command -p base64 -d')
+    return (f'LC_ALL=C; unset FC_SRC; FC_SRC=$({decode}); '
             f'if ((${{#FC_SRC}} == {size})); then unset FC_BUNDLE_B64; set +o posix; '
             'eval "$FC_SRC"; exit; fi; echo "fleetclean: the bundle arrived damaged or changed '
-            '(or this host lacks coreutils: tr, base64), nothing was run" >&2; exit 2')
+            f'(or this host lacks {needs}), nothing was run" >&2; exit 2')
+
+
+def compressed(plain: str) -> str:
+    """``plain`` (a bundle) as one short bash command line that runs it: gzip'd and in
+    base64, a quarter of its size. pdsh hands a bundle to the nodes as one argument, which
+    Linux caps at 128 KiB (MAX_ARG_STRLEN, on pdsh's side and in sshd's ``sh -c`` alike):
+    post-extraction's, 137 KB as text, could no longer be passed at all. Decoded by
+    coreutils' ``base64`` and ``gzip``, found the way :func:`_decode_and_run` finds them;
+    the base64 holds no ``%`` (pdsh's) nor quote.
+
+    >>> line = compressed("echo hi\\n")
+    >>> line.startswith("FC_BUNDLE_B64=H4sI"), "'" in line.split(";")[0]
+    (True, False)
+    """
+    data = plain.encode()
+    code = base64.b64encode(gzip.compress(data, compresslevel=9, mtime=0)).decode()
+    decode = 'command -p base64 -d <<<"$FC_BUNDLE_B64" | command -p gzip -dc'
+    # What $(...) gives back of it: the script less its last newlines.
+    return (f"FC_BUNDLE_B64={code}; "
+            + _decode_and_run(len(data.rstrip(b"\n")), decode, "coreutils' base64, gzip"))
 
 
 def _read_ahead(size: int, string: int, decode: str) -> str:

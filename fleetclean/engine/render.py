@@ -254,6 +254,10 @@ def library(books: list[ResolvedPlaybook], scope: Scope | None = None) -> list[s
         parts.append(template("scope.sh"))
     libraries = libraries_of(books)
     parts += [template(lib) for lib in libraries]
+    # Slurm's own client, only where a playbook stops jobs through it (an epilog never).
+    if "owner-act.sh" in libraries and any(
+            book.owner_actions.get("slurm") == "stop" for book in books):
+        parts.append(template("owner-slurm.sh"))
     parts += [stage_type(t).template.read_text(encoding="utf-8") for t in used]
     # Carried once, among the libraries where a stage type calls into it (gpu-holders).
     if any(book.verify is not None for book in books) and VERIFY.template.name not in libraries:
