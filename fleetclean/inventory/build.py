@@ -152,6 +152,12 @@ CONNECTION_VARS = frozenset({
 })
 
 
+# Connection variables whose template fleetclean does not render stop the run (exit 4),
+# where the others are left unset, said: left unset, the default for one of these is
+# another machine (the inventory name, port 22) or other rights (no become, or root).
+_NEVER_GUESSED = frozenset({"ansible_host", "ansible_port", "ansible_connection",
+                            "ansible_become", "ansible_become_user", "ansible_become_method"})
+
 # Stands for a variable a password's template read (see _HostMaker.untemplated).
 _SECRET = object()
 
@@ -366,6 +372,13 @@ class _HostMaker:
                 where = f"{given.path or self.path}" + (f":{given.line}" if given.line else "")
                 what = "" if secret else f" ({text!r})"
                 why = "" if secret else f" ({err})"
+                if key in _NEVER_GUESSED:
+                    # Left unset, the host's inventory name (port 22, no become, root)
+                    # would stand for it: another machine, or more rights, than Ansible's.
+                    raise self.error(key, values,
+                                     f"{key} is a Jinja template{what} that fleetclean does "
+                                     f"not render{why}",
+                                     f"write {key}'s value itself for {name}") from None
                 self.warnings[f"{where}:{key}"] = (
                     f"{where}: {key} is a Jinja template{what} that fleetclean does "
                     f"not render{why}: left unset (write the value itself to use it)")

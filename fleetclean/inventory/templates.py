@@ -58,7 +58,6 @@ _TOKEN = re.compile(r"""\s*(?:
   | (?P<op>[|~()\[\].,=])
   | (?P<other>\S+?)
 )""", re.VERBOSE)
-_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", "'": "'", '"': '"'}
 _ENV_LOOKUPS = frozenset({"env", "ansible.builtin.env"})
 _CONSTANTS: dict[str, object] = {"true": True, "True": True, "false": False,
                                  "False": False}
@@ -221,8 +220,16 @@ class _Parser:
             self.at += 1
             args, kwargs = self.arguments() if self.peek() == ("op", "(") else ([], {})
             apply = _FILTERS.get(name)
-            if apply is None or kwargs:
+            if apply is None:
                 raise self.beyond(f"the filter {name}")
+            if name in ("default", "d") and kwargs.keys() <= {"default_value", "boolean"}:
+                # Jinja's signature: default(value, default_value='', boolean=False).
+                if len(args) > 2:
+                    raise self.beyond("default() with more than two arguments")
+                both = [*args, *["", False][len(args):]]
+                args = [kwargs.get("default_value", both[0]), kwargs.get("boolean", both[1])]
+            elif kwargs:
+                raise self.beyond(f"the filter {name} with named arguments")
             value = apply(self, value, args)
         return value
 
@@ -293,23 +300,26 @@ class _Parser:
             raise self.beyond(f"the lookup of {plugin}")
         if len(args) != 2 or set(kwargs) - {"default"}:
             raise self.beyond("a lookup('env') of other than one name and a default")
-        name = _text(args[1])
+        # Ansible's env lookup takes a term's first word (term.split()[0]).
+        words = _text(args[1]).split()
+        if not words:
+            raise Unrendered(f"{self.whole!r} looks up no environment variable")
+        name = words[0]
         if name in self.context.environ:
             return self.context.environ[name]
         return kwargs.get("default", "")
 
 
 def _unquote(literal: str) -> str:
-    body = literal[1:-1]
-    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), "\\" + m.group(1)), body)
+    # As Jinja's lexer reads a string literal: Python's escapes (\n, \x41, \u00e9).
+    return literal[1:-1].encode("ascii", "backslashreplace").decode("unicode-escape")
 
 
 def _default(parser: _Parser, value: object, args: list[object]) -> object:
-    if not args or len(args) > 2:
-        raise parser.beyond("default() without one value to stand in")
-    empty_too = len(args) == 2 and args[1] is True
+    # Jinja: `boolean` true (any true value) also replaces what is false: an empty text, 0.
+    empty_too = len(args) == 2 and bool(args[1]) and not isinstance(args[1], _Undefined)
     missing = isinstance(value, _Undefined) and not value.null
-    if missing or (empty_too and (value == "" or isinstance(value, _Undefined))):
+    if missing or (empty_too and (value in ("", 0) or isinstance(value, _Undefined))):
         return args[0]
     return value
 
@@ -327,7 +337,8 @@ def _int(parser: _Parser, value: object, args: list[object]) -> object:
     # Jinja's int gives 0 for what is no number: a guessed port.
     text = _text(value).strip()
     if args or not re.fullmatch(r"[+-]?\d+", text):
-        raise Unrendered(f"{parser.whole!r}: {text!r} is not a whole number")
+        # Not the text itself: it may be read from a secret.
+        raise Unrendered(f"{parser.whole!r} gives no whole number")
     return int(text)
 
 

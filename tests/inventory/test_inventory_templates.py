@@ -44,6 +44,12 @@ ENV = {"USER": "ada", "BLANK": "", "KEYS": "/home/ada/.ssh"}
     ("{{ (site ~ '-' ~ ip) | replace('.', '-') | lower }}", "eu-10-0-0-7"),
     ("{{ '  ops ' | trim }}@{{ 22 | string }}", "ops@22"),
     ("{{ 'it\\'s' }}", "it's"),
+    ("{{ 'a\\x41\\u00e9' }}", "aA\u00e9"),  # Python's escapes, as Jinja's lexer reads them
+    ("{{ lookup('env', ' USER extra') }}", "ada"),  # Ansible takes the term's first word
+    ("{{ empty | default('d', 1) }}", "d"),  # any true `boolean`
+    ("{{ empty | default(default_value='d', boolean=true) }}", "d"),
+    ("{{ empty | d('d', false) }}", ""),
+    ("{{ ib_ip | default }}", ""),
     ("{{ ratio }}", "1.5"),
 ])
 def test_a_template_renders_as_ansible_renders_it(template: str, rendered: str) -> None:
@@ -58,10 +64,12 @@ def test_a_template_renders_as_ansible_renders_it(template: str, rendered: str) 
     ("{{ site | regex_replace('E', 'e') }}", "uses the filter regex_replace"),
     ("{{ lookup('file', '/etc/hostname') }}", "uses the lookup of 'file'"),
     ("{{ lookup('env', 'A', 'B') }}", "other than one name and a default"),
+    ("{{ lookup('env', ' ') }}", "looks up no environment variable"),
+    ("{{ site | lower(x=1) }}", "the filter lower with named arguments"),
     ("{{ hostvars['gpu02']['ip'] }}", "reads hostvars of another host (gpu02)"),
     ("{{ ip if ip else 'x' }}", "uses 'if'"),
     ("{{ port + 1 }}", "uses '+'"),
-    ("{{ site | int }}", "'EU' is not a whole number"),  # Jinja's int: 0, a guessed port
+    ("{{ site | int }}", "gives no whole number"),  # Jinja's int: 0, a guessed port
     ("{{ flag }}", "not a text or a number"),
     ("{{ range(3) }}", "uses the function range"),
     ("{{ ip.split('.') }}", "an attribute or item of a variable"),
@@ -115,3 +123,30 @@ def test_a_template_that_renders_empty_is_unset_or_refused_as_ansible_treats_it(
     assert line.startswith(f"fleetclean: error: {inventory}:6:")
     assert "ansible_host: its template" in line and "renders empty for gpu01" in line
     assert "Traceback" not in err.getvalue()
+
+
+@pytest.mark.parametrize(("key", "template"), [
+    ("ansible_host", "{{ ips[inventory_hostname] }}"),
+    ("ansible_port", "{{ 2200 + rack }}"),
+    ("ansible_become_user", "{{ svc | regex_replace('x', '') }}"),
+])
+def test_an_address_port_or_become_it_cannot_render_stops_the_run(
+    tmp_path: Path, key: str, template: str
+) -> None:
+    # Left unset, the inventory name (port 22, root) stood for it: another machine, or
+    # other rights, than Ansible's. The run stops before any host is reached (exit 4).
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(f"all:\n  hosts:\n    gpu01:\n      {key}: \"{template}\"\n")
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["status", "-i", str(inventory)], Env(stdout=out, stderr=err, environ={}))
+    (line,) = err.getvalue().splitlines()
+    assert code == 4 and out.getvalue() == ""
+    assert line.startswith(f"fleetclean: error: {inventory}:4:")
+    assert f"{key} is a Jinja template" in line and f"write {key}'s value itself" in line
+
+
+def test_a_port_from_a_template_is_the_port_reached(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  vars:\n    ansible_port: \"{{ ssh_port | int }}\"\n"
+                         "  hosts:\n    gpu01: {ssh_port: '2201'}\n")
+    assert load_inventory(str(inventory)).hosts["gpu01"].port == 2201

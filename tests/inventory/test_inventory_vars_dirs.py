@@ -298,7 +298,7 @@ def test_a_template_of_variables_is_rendered_and_any_other_left_unset_and_said(
               "    gpu02:\n    gpu03: {admin_user: null}\n")
     put("group_vars/all.yml", 'ansible_user: "{{ admin_user }}"\nadmin_user: ops\n'
         'ansible_host: "{{ inventory_hostname }}.ib"\n'
-        'ansible_port: "{{ ib_port | regex_replace(\'x\', \'\') }}"\n'
+        'ansible_ssh_common_args: "{{ ib_args | regex_replace(\'x\', \'\') }}"\n'
         'ansible_python_interpreter: "{{ ansible_playbook_python }}"\n')
     inventory = load_inventory(str(inv))
     hosts = inventory.hosts
@@ -306,7 +306,7 @@ def test_a_template_of_variables_is_rendered_and_any_other_left_unset_and_said(
         ("10.0.0.1", "ops", 22), ("gpu02.ib", "ops", 22), ("gpu03.ib", None, 22)]
     said = [w for w in inventory.warnings if "Jinja template" in w]
     assert len(said) == 2 and all("group_vars/all.yml:" in w for w in said)
-    (port,) = (w for w in said if "ansible_port" in w)
+    (port,) = (w for w in said if "ansible_ssh_common_args" in w)
     (user,) = (w for w in said if "ansible_user" in w)
     assert "uses the filter regex_replace, which fleetclean does not render" in port
     assert "admin_user is not set" in user
