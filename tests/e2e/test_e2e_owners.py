@@ -331,6 +331,17 @@ def test_a_slurm_jobs_gpu_process_is_left_running_and_the_job_named(
     assert f"scancel {job}" in host["error"]
 
 
+def slurm_job_on_gpu5(fleet: SimFleet, name: str) -> tuple[int, str]:
+    """An sbatch job ``name`` whose task holds 4,096 MiB of GPU5: (its task's PID, the job
+    id its environment names); the test is skipped where Slurm is not installed."""
+    if not HAS_SLURM:
+        pytest.skip(SLURM_SKIP_REASON or "")
+    (task,) = fleet.spawn("node01", "slurm-job", gpus="5", mib=4096, job_name=name)
+    job = sh(fleet, f"tr '\\0' '\\n' < /proc/{task}/environ | sed -n 's/^SLURM_JOB_ID=//p'")
+    assert job.isdigit()
+    return task, job
+
+
 def test_owner_slurm_stop_cancels_the_job_and_its_gpu_is_freed(
     fleet: SimFleet, cli: Cli
 ) -> None:
@@ -338,11 +349,7 @@ def test_owner_slurm_stop_cancels_the_job_and_its_gpu_is_freed(
     # slurm.conf, the real slurmctld's answer), not its task signalled behind Slurm's back
     # (the job would run on, its step's next task taking the GPU). The task is gone, every
     # GPU reads 0 MiB, Slurm has the job as CANCELLED.
-    if not HAS_SLURM:
-        pytest.skip(SLURM_SKIP_REASON or "")
-    (task,) = fleet.spawn("node01", "slurm-job", gpus="5", mib=4096, job_name="t-cancel")
-    job = sh(fleet, f"tr '\\0' '\\n' < /proc/{task}/environ | sed -n 's/^SLURM_JOB_ID=//p'")
-    assert job.isdigit()
+    task, job = slurm_job_on_gpu5(fleet, "t-cancel")
     checked = cli("run", "post-extraction", "-i", fleet.inventory_path, "--check",
                   "-e", "owner_slurm=stop")
     assert f"would stop Slurm job {job} (scancel {job}): {task} (" in checked.out
@@ -362,11 +369,7 @@ def test_a_jobs_process_outside_its_cgroup_is_the_jobs_while_the_job_runs(
     # A job's worker that left its job's cgroup and slurmstepd's tree (a double-forked
     # daemon; proctrack/linuxproc) keeps SLURM_JOB_ID: it was named plain and killed under
     # owner_slurm=refuse while its job ran. Where the job is over, it is a stray: killed.
-    if not HAS_SLURM:
-        pytest.skip(SLURM_SKIP_REASON or "")
-    (task,) = fleet.spawn("node01", "slurm-job", gpus="5", mib=4096, job_name="t-out")
-    job = sh(fleet, f"tr '\\0' '\\n' < /proc/{task}/environ | sed -n 's/^SLURM_JOB_ID=//p'")
-    assert job.isdigit()
+    task, job = slurm_job_on_gpu5(fleet, "t-out")
     out = spawn_holder(fleet, "node01", 0, 0, gpu=4, mib=1024, name="t-outside",
                        env={"SLURM_JOB_ID": job})
     stray = spawn_holder(fleet, "node01", 0, 0, gpu=3, mib=1024, name="t-stray",
