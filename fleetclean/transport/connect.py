@@ -147,7 +147,8 @@ def _connection(target: Target, sock: Sock, ctx: Context, limit: float) -> Any:
         # A host that an @cert-authority line names is asked for its certificate first.
         "transport_factory": functools.partial(
             transport, handshake_timeout=limit,
-            certs_first=known.vouched(key_name(target.address, target.port, alias))),
+            certs_first=known.vouched(key_name(target.address, target.port, alias),
+                                      aliased=bool(alias))),
     }
     if keys:
         # The first key parsed once per run; every other one (or the first, where it needs

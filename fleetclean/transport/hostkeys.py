@@ -40,13 +40,18 @@ from pathlib import Path
 
 from fleetclean.transport import hostcerts, system
 from fleetclean.transport.sshlib import paramiko
-from fleetclean.transport.upstream import IndexedHostKeys, KeyTypes, hashes_to, salted
+from fleetclean.transport.upstream import (
+    IndexedHostKeys,
+    KeyTypes,
+    ascii_lower,
+    hashes_to,
+    salted,
+)
 
 DEFAULT_FILE = "~/.ssh/known_hosts"
 DEFAULT_FILES = [DEFAULT_FILE, "~/.ssh/known_hosts2"]  # ssh's UserKnownHostsFile default
 CA_MARKER, REVOKED_MARKER = "@cert-authority", "@revoked"
 MAX_SUBPATTERN = 1023  # a longer one matches nothing (OpenSSH's match_pattern_list)
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _PORTED = re.compile(r"\[(.+)\]:([0-9]+)")
 
 
@@ -79,20 +84,22 @@ def host_key_name(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
 
 
-def _lower(text: str) -> str:
-    return text.translate(_ASCII_LOWER)
+_lower = ascii_lower
 
 
-def _forms(hostname: str) -> tuple[str, tuple[str, ...]]:
+def _forms(hostname: str, aliased: bool = False) -> tuple[str, tuple[str, ...]]:
     """(the host name ssh connected to, lower case; the names its known_hosts lines are
     matched against): ``[addr]:port``, then ``addr`` alone, as ssh looks a host on another
-    port up again without the port where it found nothing (``check_host_key``).
+    port up again without the port where it found nothing (``check_host_key``). A
+    ``HostKeyAlias`` (``aliased``) is one name, as written, whatever brackets it has: ssh
+    never looks an alias up without a port, and checks a certificate's principals against
+    it whole.
 
-    >>> _forms("[Node07]:2222")
-    ('node07', ('[node07]:2222', 'node07'))
+    >>> _forms("[Node07]:2222"), _forms("[GPU]:2222", aliased=True)
+    (('node07', ('[node07]:2222', 'node07')), ('[gpu]:2222', ('[gpu]:2222',)))
     """
     lowered = _lower(hostname)
-    ported = _PORTED.fullmatch(lowered)
+    ported = None if aliased else _PORTED.fullmatch(lowered)
     if ported is None:
         return lowered, (lowered,)
     return ported.group(1), (lowered, ported.group(1))
@@ -277,31 +284,36 @@ class KnownHosts:
         """What a paramiko client is given as its host keys (see ``_Store``)."""
         return self._store
 
-    def marked(self, hostname: str) -> bool:
+    def marked(self, hostname: str, aliased: bool = False) -> bool:
         """Whether an ``@cert-authority`` or ``@revoked`` line names ``hostname`` (as
-        paramiko names a host: ``addr`` or ``[addr]:port``)."""
+        paramiko names a host: ``addr`` or ``[addr]:port``; ``aliased``: a
+        ``HostKeyAlias``, one name as written)."""
         if self._krl or self._unreadable:
             return True  # RevokedHostKeys: every key goes to judge
         if not self._cas and not self._revoked:
             return False
-        forms = _forms(hostname)[1]
+        forms = _forms(hostname, aliased)[1]
         return any(line.names(forms) for line in (*self._cas, *self._revoked))
 
-    def vouched(self, hostname: str) -> bool:
-        """Whether an ``@cert-authority`` line names ``hostname``: its connection asks for a
-        certificate first, and takes no key as new."""
+    def vouched(self, hostname: str, aliased: bool = False) -> bool:
+        """Whether an ``@cert-authority`` line names ``hostname`` (``aliased``: as in
+        ``marked``): its connection asks for a certificate first, and takes no key as
+        new."""
         if not self._cas:
             return False
-        forms = _forms(hostname)[1]
+        forms = _forms(hostname, aliased)[1]
         return any(line.names(forms) for line in self._cas)
 
-    def judge(self, hostname: str, key: paramiko.PKey, now: float | None = None) -> bool:
+    def judge(self, hostname: str, key: paramiko.PKey, now: float | None = None,
+              aliased: bool = False) -> bool:
         """OpenSSH's ``check_host_key`` for the key a host showed: True where known_hosts
         vouches for it (a valid certificate of a CA listed for the host, or that very key
         listed for it), False where it knows no key for the host (new: the caller decides);
         raises ``HostKeyRefused`` (revoked, a certificate that fails, a plain key where only
-        a CA vouches) or ``paramiko.BadHostKeyException`` (another key listed)."""
-        name, forms = _forms(hostname)
+        a CA vouches) or ``paramiko.BadHostKeyException`` (another key listed).
+        ``aliased``: ``hostname`` is a ``HostKeyAlias``, the one name every line is matched
+        against and a certificate's principals are checked against."""
+        name, forms = _forms(hostname, aliased)
         plain = key.asbytes()
         shown = getattr(key, "public_blob", None)
         cert = None
@@ -382,6 +394,7 @@ class KnownHosts:
         ``hashed`` (``HashKnownHosts yes``, Debian's and Ubuntu's system-wide default): the
         name written as ssh writes it then, hashed, so that the file does not list the hosts
         this user reaches."""
+        hostname = _lower(hostname)  # as ssh writes it (hostfile.c format_host_entry)
         with self._lock:
             self._keys.add(hostname, key.get_name(), key)
             name = paramiko.HostKeys.hash_host(hostname) if hashed else hostname
@@ -412,7 +425,7 @@ class Policy(paramiko.MissingHostKeyPolicy):
         # paramiko asks here where its lookup found no key: every key of a host that a CA
         # or revocation line names (``_Store``), and a new host's.
         hostname = self._alias or hostname
-        if self._known.judge(hostname, key):
+        if self._known.judge(hostname, key, aliased=self._alias is not None):
             return
         if not self._accept_new or self._known.read_only:
             raise UnknownHostKey(hostname, key, read_only=self._known.read_only)
@@ -432,10 +445,10 @@ class _Store:
     def __init__(self, known: KnownHosts) -> None:
         self._known = known
 
-    def get(self, hostname: str, default: object = None) -> object:
+    def get(self, hostname: str, default: object = None, aliased: bool = False) -> object:
         keys = self._known.keys
         plain = keys.plain(hostname)
-        if (self._known.marked(hostname) or keys.hashed
+        if (self._known.marked(hostname, aliased) or keys.hashed
                 or any(len(listed) > 1 for listed in plain.values())):
             return default  # Policy judges: paramiko compares one key a type
         return KeyTypes({kind: listed[-1] for kind, listed in plain.items()}) or default
@@ -450,7 +463,7 @@ class _Aliased:
         self._alias = alias
 
     def get(self, hostname: str, default: object = None) -> object:
-        return self._store.get(self._alias, default)
+        return self._store.get(self._alias, default, aliased=True)
 
 
 def key_name(address: str, port: int, alias: str | None = None) -> str:

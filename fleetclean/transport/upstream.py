@@ -459,6 +459,15 @@ def hashes_to(salt: bytes, digest: bytes, name: bytes) -> bool:
     return hmac.compare_digest(hmac.digest(salt, name, "sha1"), digest)
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def ascii_lower(name: str) -> str:
+    """A host name as ssh compares it: ASCII letters in lower case (its ``lowercase``);
+    ``str.lower`` where it is all ASCII (the same there, and a tenth of the time)."""
+    return name.lower() if name.isascii() else name.translate(_ASCII_LOWER)
+
+
 class IndexedHostKeys:
     """Every known_hosts key by host name: plain names in a dict; hashed ``|1|salt|hash``
     names by the key they list, each checked with its own salt (one HMAC-SHA1, salt and
@@ -469,7 +478,10 @@ class IndexedHostKeys:
     (every host has its own key). ``every`` gives every key of a host, by type (a scan of
     every hashed entry: for a key not listed, to tell a changed one from a new host). A
     host may have several keys of one type (a site's file and the user's, one of them
-    stale): ssh takes it where any line lists the key it shows."""
+    stale): ssh takes it where any line lists the key it shows. Names are ASCII case-blind,
+    as ssh's (``match_hostname`` lower-cases both sides): a plain name is kept, and a name
+    asked for, in lower case; a hashed one is compared with the lower-cased name's hash
+    (ssh hashes the name it connects to in lower case)."""
 
     def __init__(self) -> None:
         self._by_name: dict[str, dict[str, list[paramiko.PKey]]] = {}
@@ -491,13 +503,14 @@ class IndexedHostKeys:
             self._hashed_by_key.setdefault(key.asbytes(), []).append(pair)
             self._hashed.append((*pair, keytype, key))
         else:
-            keys = self._by_name.setdefault(hostname, {}).setdefault(keytype, [])
+            keys = self._by_name.setdefault(ascii_lower(hostname), {}).setdefault(keytype, [])
             if key not in keys:
                 keys.append(key)
         self._seen = {}
 
     def listed(self, hostname: str, key: paramiko.PKey) -> bool:
         """Whether a line lists ``key`` for ``hostname``."""
+        hostname = ascii_lower(hostname)
         if key in self._by_name.get(hostname, {}).get(key.get_name(), ()):
             return True
         name = hostname.encode()
@@ -506,6 +519,7 @@ class IndexedHostKeys:
 
     def every(self, hostname: str) -> dict[str, list[paramiko.PKey]]:
         """Every key listed for ``hostname``, by type, in the order added."""
+        hostname = ascii_lower(hostname)
         found = self._seen.get(hostname)
         if found is None:
             found = {kind: list(keys) for kind, keys in self._by_name.get(hostname, {}).items()}
@@ -520,7 +534,7 @@ class IndexedHostKeys:
 
     def plain(self, hostname: str) -> dict[str, list[paramiko.PKey]]:
         """The keys plain (unhashed) lines list for ``hostname``, by type."""
-        return self._by_name.get(hostname, {})
+        return self._by_name.get(ascii_lower(hostname), {})
 
     def lookup(self, hostname: str) -> KeyTypes | None:
         found = KeyTypes({kind: keys[-1] for kind, keys in self.every(hostname).items()})

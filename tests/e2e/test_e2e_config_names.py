@@ -91,6 +91,29 @@ def test_a_new_key_is_recorded_under_the_alias(fleet: SimFleet, cli: Cli,
     assert host["status"] == "clean"
 
 
+def test_a_known_hosts_name_in_capitals_is_the_same_host(fleet: SimFleet, cli: Cli,
+                                                        tmp_path: Path) -> None:
+    # known_hosts written by hand, the alias in capitals: ssh matches host names in any
+    # case (match.c match_hostname); fleetclean called the key unknown, and
+    # --accept-new-host-keys appended a second line for it.
+    line = f"{ALIAS.upper()} {host_key(fleet, 'node02')}\n"
+    inventory, config, known_hosts = _aliased(fleet, tmp_path, line)
+    assert ssh_ok(config, "gpu07")
+    for extra in ((), ("--accept-new-host-keys",)):
+        host = cli("status", "-i", inventory, "-F", config, "--json", *extra).host("gpu07")
+        assert (host["status"], host["error"]) == ("clean", None)
+    assert known_hosts.read_text() == line, "nothing recorded"
+    # Another key under that name: changed, for both.
+    line = f"{ALIAS.upper()} {host_key(fleet, 'node01')}\n"
+    inventory, config, known_hosts = _aliased(fleet, tmp_path, line)
+    assert not ssh_ok(config, "gpu07")
+    host = cli("status", "-i", inventory, "-F", config, "--json",
+               "--accept-new-host-keys").host("gpu07")
+    assert host["status"] == "host_key_mismatch"
+    assert "CHANGED" in host["error"], host["error"]
+    assert known_hosts.read_text() == line, "nothing recorded"
+
+
 def test_a_jump_hosts_key_known_by_its_alias(fleet: SimFleet, cli: Cli,
                                              tmp_path: Path) -> None:
     # The bastion's own HostKeyAlias: its `ssh -W` reads it for the bastion.

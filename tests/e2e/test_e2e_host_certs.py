@@ -167,3 +167,56 @@ def test_a_certificate_names_the_host_by_its_alias(
     assert subprocess.run(["ssh", "-F", str(config), "gpu07", "true"], capture_output=True,
                           timeout=30, check=False).returncode != 0
     assert len(known.read_text().splitlines()) == 1
+
+
+def test_a_bracketed_alias_is_one_name_never_split_from_its_port(
+    sim_fleet_factory, cli: Cli, tmp_path: Path
+) -> None:
+    # An alias written with a port, `HostKeyAlias [GPU-Tunnel-7]:2222`: ssh looks the host
+    # up, matches @cert-authority patterns and checks the principals by that one name (in
+    # lower case), never again without the port as for a host on another port with no alias
+    # (sshconnect.c check_host_key). A CA line for `gpu-tunnel-7`, or a certificate naming
+    # `gpu-tunnel-7`, does not vouch for it.
+    fleet: SimFleet = sim_fleet_factory(1, host_ca=True)
+    node = fleet.node("node01")
+    ca = fleet.host_ca_path
+    assert ca is not None
+    ca_key = ca.with_suffix(".pub").read_text()
+    known = tmp_path / "known_hosts"
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host gpu07\n  HostName {node.address}\n  User root\n"
+        f"  HostKeyAlias [GPU-Tunnel-7]:2222\n"
+        f"  IdentityFile {fleet.client_key_path}\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("gpu07\n")
+
+    def both(*extra: str) -> tuple[str, str | None, bool]:
+        res = cli("status", "-i", inventory, "-F", config, "--json", *extra)
+        done = subprocess.run(["ssh", "-F", str(config), "gpu07", "true"],
+                              capture_output=True, text=True, timeout=30, check=False)
+        host = res.host("gpu07")
+        return host["status"], host["error"], done.returncode == 0
+
+    where = f"{node.address}:22 (HostKeyAlias [gpu-tunnel-7]:2222)"
+    # The certificate names the alias without its port; the CA line is for every host:
+    # refused (ssh: "Certificate invalid: name is not a listed principal"), never new.
+    fleet.certify_host_key("node01", principals=("gpu-tunnel-7",))
+    known.write_text(f"@cert-authority * {ca_key}")
+    assert both("--accept-new-host-keys") == ("host_key_mismatch", (
+        f"{where}: host certificate refused: [gpu-tunnel-7]:2222 is not among its "
+        "principals (gpu-tunnel-7; compared exactly); nothing was run"), False)
+    assert len(known.read_text().splitlines()) == 1, "nothing recorded"
+    # The CA line names the alias without its port: it vouches for no key of this host,
+    # whose key is unknown (a new host's, which ssh takes only as new, as fleetclean).
+    fleet.certify_host_key("node01", principals=("[gpu-tunnel-7]:2222",))
+    known.write_text(f"@cert-authority gpu-tunnel-7 {ca_key}")
+    status, error, ssh = both()
+    assert (status, ssh) == ("host_key_mismatch", False)
+    assert error is not None and error.startswith(
+        "unknown host key for [gpu-tunnel-7]:2222 (HostKeyAlias of "), error
+    # The alias as written, in the CA line and the certificate: clean, for both.
+    known.write_text(f"@cert-authority [gpu-tunnel-7]:2222 {ca_key}")
+    assert both() == ("clean", None, True)
+    assert len(known.read_text().splitlines()) == 1

@@ -57,3 +57,57 @@ def test_a_hashed_entry_is_judged_by_the_key_shown_changed_or_listed(home: Path)
     with pytest.raises(UnknownHostKey):
         Policy(known, accept_new=False).missing_host_key(
             None, "10.0.0.8", changed)  # type: ignore[arg-type]
+
+
+def test_host_names_are_matched_in_any_case_as_by_ssh(home: Path) -> None:
+    # ssh's match_hostname lower-cases the name and the pattern: `GPU-TUNNEL-8` in
+    # known_hosts is gpu-tunnel-8's line; fleetclean called its key unknown, and
+    # --accept-new-host-keys appended a second line. A hashed name is the lower-cased
+    # name's hash (ssh hashes the name it connects to in lower case), and a new key is
+    # recorded in lower case, as ssh writes it.
+    from fleetclean.transport.hostkeys import Policy
+
+    listed, other = paramiko.ECDSAKey.generate(), paramiko.ECDSAKey.generate()
+    own = home / ".ssh" / "known_hosts"
+    hashed = paramiko.HostKeys.hash_host("node09.lab")
+    line = f"ecdsa-sha2-nistp256 {listed.get_base64()}\n"
+    own.write_text(f"GPU-TUNNEL-8,Node07.Lab {line}{hashed} {line}"
+                   f"{paramiko.HostKeys.hash_host('NODE10')} {line}")
+    known = KnownHostsCache(()).get(None)
+    for name in ("gpu-tunnel-8", "GPU-Tunnel-8", "node07.lab", "NODE09.LAB"):
+        assert known.judge(name, listed), name
+        with pytest.raises(paramiko.BadHostKeyException):
+            known.judge(name, other)
+    assert known.judge("gpu-tunnel-8", listed, aliased=True)
+    assert known.store.get("Node07.LAB") is None  # hashed lines: the policy judges
+    assert not known.judge("node10", listed), "a name hashed in capitals ssh never asks for"
+    kept = own.read_text()
+    Policy(known, accept_new=True, alias="gpu-tunnel-8").missing_host_key(
+        None, "10.0.0.8", listed)  # type: ignore[arg-type]
+    assert own.read_text() == kept
+    Policy(known, accept_new=True).missing_host_key(
+        None, "[GPU-11]:2222", listed)  # type: ignore[arg-type]
+    assert own.read_text() == kept + f"[gpu-11]:2222 ecdsa-sha2-nistp256 {listed.get_base64()}\n"
+    assert known.judge("[gpu-11]:2222", listed)
+
+
+def test_a_bracketed_alias_is_one_name(home: Path) -> None:
+    # HostKeyAlias [GPU]:2222: every line is matched against `[gpu]:2222` only; ssh never
+    # looks an alias up again without its port, as it does the `[addr]:port` it connected
+    # to. A CA line or an @revoked line for `gpu` does not name it.
+    from fleetclean.transport.hostkeys import Policy, key_name
+
+    ca, key = paramiko.ECDSAKey.generate(), paramiko.ECDSAKey.generate()
+    (home / ".ssh" / "known_hosts").write_text(
+        f"@cert-authority gpu ecdsa-sha2-nistp256 {ca.get_base64()}\n"
+        f"@revoked gpu ecdsa-sha2-nistp256 {key.get_base64()}\n")
+    known = KnownHostsCache(()).get(None)
+    alias = key_name("10.0.0.7", 22, "[GPU]:2222")
+    assert alias == "[gpu]:2222"
+    assert not known.vouched(alias, aliased=True) and not known.marked(alias, aliased=True)
+    assert known.vouched("[gpu]:2222") and known.marked("[gpu]:2222")  # an address: both
+    assert not known.judge(alias, key, aliased=True)  # unknown: neither line names it
+    Policy(known, accept_new=True, alias=alias).missing_host_key(
+        None, "10.0.0.7", key)  # type: ignore[arg-type]
+    assert (home / ".ssh" / "known_hosts").read_text().endswith(
+        f"\n[gpu]:2222 ecdsa-sha2-nistp256 {key.get_base64()}\n")
