@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 import errno
 import getpass
+import os
 import socket
 from dataclasses import dataclass
 
@@ -140,14 +141,59 @@ def _key_failure(exc: BaseException, where: Where) -> TransportFailure | None:
     return None
 
 
+NO_KEY = "no key to offer "
+# paramiko's default key files, in the order it tries them (SSHClient._auth, look_for_keys).
+DEFAULT_KEYS = tuple(f"~/.ssh/id_{kind}" for kind in ("rsa", "dsa", "ecdsa", "ed25519"))
+
+
+def no_key(user_at: str, jump: str | None = None) -> str:
+    """Why a login had no key to offer ``user_at`` (``user@address:port``): where keys were
+    looked for; for a jump host (``jump``: its name), only what ssh offers one.
+
+    >>> no_key("root@10.0.0.1:22", "bastion")  # doctest: +NORMALIZE_WHITESPACE
+    "no key to offer root@10.0.0.1:22: a jump host is offered its own IdentityFile (Host
+    bastion in ssh_config), else ~/.ssh/id_*, and the agent's keys (IdentityAgent, else
+    $SSH_AUTH_SOCK), never the inventory's key: none is there"
+    """
+    if jump is None:
+        return (f"{NO_KEY}{user_at}: no identity file (IdentityFile, "
+                "ansible_ssh_private_key_file, ~/.ssh/id_*) and no key in the agent "
+                "(IdentityAgent, else $SSH_AUTH_SOCK)")
+    return (f"{NO_KEY}{user_at}: a jump host is offered its own IdentityFile (Host {jump} in "
+            "ssh_config), else ~/.ssh/id_*, and the agent's keys (IdentityAgent, else "
+            "$SSH_AUTH_SOCK), never the inventory's key: none is there")
+
+
+def _encrypted(where: Where) -> str:
+    """What to do about an encrypted private key paramiko was not given a passphrase for
+    (fleetclean asks none, ssh would): the one given (else the default files there) that
+    is encrypted, to add to the agent. Only on this failure: the files are read here."""
+    paths = [where.key] if where.key else [os.path.expanduser(k) for k in DEFAULT_KEYS]
+    found = []
+    for path in paths:
+        try:
+            paramiko.PKey.from_path(os.path.expanduser(path))
+        except (paramiko.PasswordRequiredException, TypeError) as exc:
+            # cryptography's loader: TypeError "Key is password-protected, but password
+            # was not provided"
+            if isinstance(exc, paramiko.PasswordRequiredException) or "password" in str(exc):
+                found.append(path)
+        except Exception:  # not there, unreadable, another format: not this one
+            continue
+    named = " ".join(found) or where.key or "KEY"
+    return (f"private key {named} is encrypted: add it to your agent (ssh-add {named}); "
+            "fleetclean asks for no passphrase")
+
+
 def _refused(exc: BaseException, where: Where) -> TransportFailure:
     user = where.user or getpass.getuser()
     # sshd's own words where it gave any ("Too many authentication failures").
     words = f" (sshd: {where.said})" if where.said else ""
+    why = _encrypted(where) if isinstance(exc, paramiko.PasswordRequiredException) else exc
     return TransportFailure(
         "auth_failed",
         f"authentication failed for {user}@{where} with key "
-        f"{where.key or '(agent/default keys)'}: {exc}{words}",
+        f"{where.key or '(agent/default keys)'}: {why}{words}",
     )
 
 
@@ -174,10 +220,7 @@ def _definite(exc: BaseException, where: Where, phase: Phase) -> TransportFailur
         # paramiko had no key to offer at all, where ssh offers none and is refused
         # ("Permission denied (publickey)"): the same outcome, with what was looked for.
         user = where.user or getpass.getuser()
-        return TransportFailure(
-            "auth_failed", f"no key to offer {user}@{where}: no identity file (IdentityFile, "
-            "ansible_ssh_private_key_file, ~/.ssh/id_*) and no key in the agent "
-            "(IdentityAgent, else $SSH_AUTH_SOCK)")
+        return TransportFailure("auth_failed", no_key(f"{user}@{where}"))
     refused = isinstance(exc, paramiko.PasswordRequiredException) or (
         isinstance(exc, paramiko.AuthenticationException) and not _is_timeout(exc, 0, 1)
         and not _dropped_in_auth(exc, where)) or (

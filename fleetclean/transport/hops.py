@@ -43,6 +43,9 @@ AUTH_OPTIONS = ("stricthostkeychecking", "identitiesonly", "identityagent", "has
                 "hostkeyalias")
 
 
+Ident = tuple[str, int, str | None, tuple[str, ...], tuple[tuple[str, str], ...]]
+
+
 @dataclass(frozen=True)
 class Target:
     """One SSH endpoint: a host of the inventory or a jump host in front of it."""
@@ -72,8 +75,16 @@ class Target:
         return not only and self.options.get("identityagent", "").lower() != "none"
 
     @property
-    def ident(self) -> tuple[str, int, str | None, tuple[str, ...]]:
-        return (self.address, self.port, self.user, self.keys)
+    def ident(self) -> Ident:
+        """What one connection to this endpoint is shared by (a jump host's, by every host
+        behind it): where it is, who logs in with which keys, and its own settings that
+        decide how its key is judged (HostKeyAlias, the known_hosts files,
+        StrictHostKeyChecking...) and how it is reached: two hosts whose configs judge a
+        bastion apart (per-host -F files) do not share a connection one of them refuses.
+        ``_hop`` fills the options in one order, so equal settings give equal keys (a
+        different order would only cost the sharing), and they are not sorted (a
+        microsecond a host behind a bastion)."""
+        return (self.address, self.port, self.user, self.keys, tuple(self.options.items()))
 
 
 @dataclass(frozen=True)

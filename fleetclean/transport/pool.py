@@ -29,13 +29,13 @@ from typing import Any
 
 from fleetclean.transport import dialing
 from fleetclean.transport.base import Failed, TransportFailure
-from fleetclean.transport.classify import Phase, Where, timed_out
+from fleetclean.transport.classify import NO_KEY, Phase, Where, no_key, timed_out
 from fleetclean.transport.connect import Context, Sock, open_connection, tcp
-from fleetclean.transport.hops import Route, Target, expand
+from fleetclean.transport.hops import Ident, Route, Target, expand
 from fleetclean.transport.sshlib import paramiko
 from fleetclean.transport.upstream import HopSocket, ProxySock
 
-ChainKey = tuple[tuple[str, int, str | None, tuple[str, ...]], ...]
+ChainKey = tuple[Ident, ...]
 CHANNELS_PER_LANE = 256
 MAX_LANES = 8
 _FULL = (paramiko.common.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED,
@@ -88,6 +88,11 @@ def name_hop(failure: TransportFailure, hop: Target) -> TransportFailure:
         return TransportFailure("unreachable", f"bastion {hop.name} ({hop.where}) "
                                 f"unreachable: {reason}")
     message = f"bastion {hop.name} ({hop.where}): {failure.message}"
+    if failure.kind == "auth_failed" and failure.message.startswith(NO_KEY):
+        # Not the node's places (the inventory's key): only what a jump host is offered.
+        user_at = failure.message[len(NO_KEY):].split(": ", 1)[0]
+        return TransportFailure(failure.kind, f"bastion {hop.name} ({hop.where}): "
+                                f"{no_key(user_at, hop.name)}")
     if failure.kind == "auth_failed" and not hop.keys:
         # An inventory that names one key for its bastion and its nodes alike, which ssh
         # never offers the bastion: where that key must be named for it.

@@ -233,3 +233,71 @@ def test_a_bastion_is_offered_the_users_own_default_key_not_the_inventorys(
             host["error"])
     finally:
         authorized.write_text(kept)
+
+
+@pytest.mark.parametrize("judged", ["UserKnownHostsFile {empty}", "HostKeyAlias elsewhere"])
+def test_a_bastion_judged_apart_by_two_hosts_configs_is_not_shared(
+    fleet: SimFleet, cli: Cli, tmp_path: Path, judged: str
+) -> None:
+    # Two hosts, each with its own -F file, behind the same bastion (same address, port,
+    # user and key); one host's config trusts the bastion's key, the other's does not (no
+    # key in its known_hosts, or another name to look it up by). The connection to the
+    # bastion was shared by address, port, user and keys: whichever host connected first
+    # decided for both, and the second was cleaned through a bastion its config refuses.
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    node01 = fleet.node("node01")
+    jump = (f"Host node03 node04\n    ProxyJump jump\nHost jump\n    HostName {node01.address}\n"
+            f"    User root\n    IdentityFile {fleet.client_key_path}\n    IdentitiesOnly yes\n"
+            "    StrictHostKeyChecking yes\n")
+    (tmp_path / "good").mkdir()
+    (tmp_path / "bad").mkdir()
+    good = _config(fleet, tmp_path / "good",
+                   jump + f"    UserKnownHostsFile {fleet.known_hosts_path}\n")
+    bad = _config(fleet, tmp_path / "bad", jump + "    " + judged.format(empty=empty) + "\n"
+                  f"    UserKnownHostsFile {fleet.known_hosts_path}\n")
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {
+        "node03": {"ansible_ssh_common_args": f"-F {good}"},
+        "node04": {"ansible_ssh_common_args": f"-F {bad}"}}}}))
+    ssh = [subprocess.run(["ssh", "-F", str(config), "-o", "BatchMode=yes", name, "true"],
+                          capture_output=True, timeout=30, check=False,
+                          stdin=subprocess.DEVNULL).returncode == 0
+           for config, name in ((good, "node03"), (bad, "node04"))]
+    assert ssh == [True, False]
+    for order in ((), ("--forks", "1")):
+        res = cli("status", "-i", inventory, "--json", *order)
+        assert res.host("node03")["status"] == "clean", res.out
+        host = res.host("node04")
+        assert host["status"] == "host_key_mismatch", res.out
+        assert host["error"].startswith(f"bastion jump ({node01.address}:22): unknown host key")
+    assert empty.read_text() == ""
+
+
+def test_a_jump_host_with_no_usable_key_is_told_what_it_is_offered(
+    fleet: SimFleet, cli: Cli, tmp_path: Path, own_home: Path
+) -> None:
+    # No IdentityFile for the jump host, no ~/.ssh/id_*, no agent: the message named the
+    # inventory's key (ansible_ssh_private_key_file), which a jump host is never offered.
+    # An encrypted ~/.ssh/id_ed25519 with no agent said "Private key file is encrypted"
+    # and nothing of what to do: ssh would ask for its passphrase; fleetclean asks none.
+    node01 = fleet.node("node01")
+    config = _config(fleet, tmp_path, f"Host node04\n    ProxyJump jump\nHost jump\n"
+                     f"    HostName {node01.address}\n    User root\n"
+                     f"    UserKnownHostsFile {fleet.known_hosts_path}\n")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("node04\n")
+    where = f"{node01.address}:22"
+    host = cli("status", "-i", inventory, "-F", config, "--json").host("node04")
+    assert (host["status"], host["error"]) == ("auth_failed", (
+        f"bastion jump ({where}): no key to offer root@{where}: a jump host is offered its "
+        "own IdentityFile (Host jump in ssh_config), else ~/.ssh/id_*, and the agent's keys "
+        "(IdentityAgent, else $SSH_AUTH_SOCK), never the inventory's key: none is there"))
+
+    key = own_home / ".ssh" / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret", "-f", str(key)],
+                   check=True)
+    host = cli("status", "-i", inventory, "-F", config, "--json").host("node04")
+    assert host["status"] == "auth_failed"
+    assert host["error"].startswith(f"bastion jump ({where}): authentication failed"), host
+    assert f"is encrypted: add it to your agent (ssh-add {key})" in host["error"], host

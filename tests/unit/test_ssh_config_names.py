@@ -102,6 +102,32 @@ def test_a_refused_jump_host_without_keys_of_its_own_says_what_it_is_offered() -
     assert "IdentityFile" not in own.message
 
 
+def test_a_jump_host_with_no_key_is_told_only_what_a_jump_host_is_offered(
+        tmp_path: Path) -> None:
+    # It named the inventory's key (ansible_ssh_private_key_file), never offered a jump
+    # host; an encrypted key with no agent said only "Private key file is encrypted".
+    none = classify(paramiko.SSHException("No authentication methods available"),
+                    Where("10.0.0.1", 22, "root", None), Phase.AUTH, 0.1, 3.0)
+    assert none is not None
+    assert "ansible_ssh_private_key_file" in none.message  # a node: the inventory's key too
+    hop = name_hop(none, Target("jump", "10.0.0.1", 22, "root", None))
+    assert hop.message == (
+        "bastion jump (10.0.0.1:22): no key to offer root@10.0.0.1:22: a jump host is "
+        "offered its own IdentityFile (Host jump in ssh_config), else ~/.ssh/id_*, and the "
+        "agent's keys (IdentityAgent, else $SSH_AUTH_SOCK), never the inventory's key: none "
+        "is there")
+    key = tmp_path / "cluster_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret", "-f", str(key)],
+                   check=True)
+    locked = classify(paramiko.PasswordRequiredException("Private key file is encrypted"),
+                      Where("10.0.0.2", 22, "root", str(key)), Phase.AUTH, 0.1, 3.0)
+    assert locked is not None and locked.kind == "auth_failed"
+    assert locked.message == (
+        f"authentication failed for root@10.0.0.2:22 with key {key}: private key {key} is "
+        f"encrypted: add it to your agent (ssh-add {key}); fleetclean asks for no "
+        "passphrase")
+
+
 def _key(seed: int) -> paramiko.PKey:
     return paramiko.Ed25519Key(data=bytes.fromhex(
         "0000000b7373682d65643235353139" "00000020" + f"{seed:02x}" * 32))
