@@ -65,7 +65,7 @@ def _bundle(args: argparse.Namespace, env: Env) -> str:
     from fleetclean.engine.variables import parse_extra_vars, resolve
     from fleetclean.transport import boot
 
-    hosts = select_hosts(args, env)
+    hosts = select_hosts(args, env, warn=True)
     book = load_playbook(args.playbook)
     extra = parse_extra_vars(args.extra_vars)
     books = [(h.name, resolve(book, h.vars, extra)) for h in hosts]

@@ -51,7 +51,7 @@ def cmd_playbooks(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
 def cmd_inventory(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
     from fleetclean.inventory import inventory_json, render_inventory_table
 
-    hosts = select_hosts(args, env)
+    hosts = select_hosts(args, env, warn=True)  # the command that checks an inventory
     if args.json:
         # One write (see output._emit_to)
         env.stdout.write(json.dumps(inventory_json(hosts), indent=2) + "\n")

@@ -150,3 +150,17 @@ def test_a_port_from_a_template_is_the_port_reached(tmp_path: Path) -> None:
     inventory.write_text("all:\n  vars:\n    ansible_port: \"{{ ssh_port | int }}\"\n"
                          "  hosts:\n    gpu01: {ssh_port: '2201'}\n")
     assert load_inventory(str(inventory)).hosts["gpu01"].port == 2201
+
+
+def test_the_inventory_command_says_what_it_left_unset(tmp_path: Path) -> None:
+    # `fleetclean inventory` is how an inventory is checked: it said nothing of a template
+    # it left unset, where status and run did.
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    gpu01:\n"
+                         "      ansible_user: \"{{ ops | regex_replace('a', 'b') }}\"\n")
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["inventory", "-i", str(inventory), "--json"],
+                Env(stdout=out, stderr=err, environ={}))
+    (line,) = err.getvalue().splitlines()
+    assert code == 0 and line.startswith(f"fleetclean: warning: {inventory}:4: ansible_user")
+    assert "uses the filter regex_replace" in line
