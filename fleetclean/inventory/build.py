@@ -370,7 +370,8 @@ class _HostMaker:
             except Unrendered as err:
                 del kept[key]
                 where = f"{given.path or self.path}" + (f":{given.line}" if given.line else "")
-                what = "" if secret else f" ({text!r})"
+                # The reason names the part it stops at: the template is said once.
+                what = "" if secret or repr(text) in str(err) else f" ({text!r})"
                 why = "" if secret else f" ({err})"
                 if key in _NEVER_GUESSED:
                     # Left unset, the host's inventory name (port 22, no become, root)
