@@ -8,14 +8,16 @@ with conmon's own arguments; its command line reads as real conmon's does::
         --exit-dir DIR --persist-dir DIR/ID --full-attach -s -l journald --log-level warning
         --syslog --conmon-pidfile FILE --exit-command /usr/bin/podman --exit-command-arg ...
 
-It joins its own cgroup (``libpod-conmon-ID.scope``), then does what the containerd shim
-of ``containers.py`` does (subreaper, a PID namespace, the container's init in the
-container's cgroup, from the bundle's ``config.json``: ``args``, ``env``, ``cgroup``,
-``conmon_cgroup``), and reports the init's PID on ``_OCI_SYNCPIPE``. When the init is gone
-it writes the exit code to ``EXIT_DIR/ID`` and runs its exit command (``podman container
-cleanup ID``), which carries out the container's restart policy, as podman's does. (That
-command is run by a helper forked before the PID namespace is made, so that it runs in
-the node's: a real conmon never joins the container's namespace.)
+It joins its own cgroup (``libpod-conmon-ID.scope``; none where a systemd unit ran
+podman, INVOCATION_ID set: it stays in the unit's, as podman leaves it), then does what
+the containerd shim of ``containers.py`` does (subreaper, a PID namespace, the
+container's init in the container's cgroup, from the bundle's ``config.json``: ``args``,
+``env``, ``cgroup``, ``conmon_cgroup``), and reports the init's PID on ``_OCI_SYNCPIPE``.
+When the init is gone it writes the exit code to ``EXIT_DIR/ID`` and runs its exit
+command (``podman container cleanup ID``), which carries out the container's restart
+policy, as podman's does. (That command is run by a helper forked before the PID
+namespace is made, so that it runs in the node's: a real conmon never joins the
+container's namespace.)
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def main(argv: list[str]) -> None:
     with open(os.path.join(opts["-b"][0], "config.json")) as f:
         config = json.load(f)
     tree = nodecg.Tree.load()
-    tree.place(0, nodecg.everywhere(config["conmon_cgroup"]))
+    if config["conmon_cgroup"]:  # else its caller's: a unit's, INVOCATION_ID being set
+        tree.place(0, nodecg.everywhere(config["conmon_cgroup"]))
     report = int(os.environ.pop("_OCI_SYNCPIPE"))
     for path in opts.get("--conmon-pidfile", []):
         with open(path, "w") as f:

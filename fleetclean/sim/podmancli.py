@@ -13,10 +13,12 @@ conmon (``conmon.py``, double-forked) that runs the container; ``--cgroup-manage
 systemd|cgroupfs`` (a global option, systemd by default) picks its cgroups. ``stop [-t
 N]`` marks the container stopped by the user (so that no restart policy starts it
 again), sends SIGTERM to its main process, SIGKILL after N seconds (10), waits, and prints
-each name as given; ``kill [-s SIG]`` sends SIG (KILL). Restart policies as podman's:
+each name as given; ``kill [-s SIG]`` sends SIG (KILL) and marks it stopped by the user
+too, as podman's Kill does. Restart policies as podman's:
 conmon's exit command, ``podman container cleanup ID``, starts the container again at once
 where ``always``, or ``on-failure[:N]`` after a non-zero exit (at most N times), unless it
-was stopped by the user. Errors as podman's (``Error: ...``, exit 125).
+was stopped by the user. Run by a systemd unit (INVOCATION_ID set), ``run`` leaves conmon
+in the unit's cgroup, as podman does. Errors as podman's (``Error: ...``, exit 125).
 
 >>> global_options(["--cgroup-manager", "cgroupfs", "--log-level=warning", "ps", "-a"])
 ({'cgroup-manager': 'cgroupfs', 'log-level': 'warning'}, ['ps', '-a'])
@@ -77,13 +79,16 @@ def _manager(opts: dict[str, str]) -> str:
 # ------------------------------------------------------------------------- starting
 
 
-def start(store: state.Store, c: state.Ctr, manager: str) -> None:
-    """Start container ``c`` under a conmon of its own, double-forked; its state running."""
+def start(store: state.Store, c: state.Ctr, manager: str, in_unit: bool = False) -> None:
+    """Start container ``c`` under a conmon of its own, double-forked; its state running.
+    ``in_unit``: podman was run by a systemd unit (INVOCATION_ID set), whose cgroup conmon
+    stays in, as podman's moveConmonToCgroupAndSignal leaves it (podman-restart.service's
+    `podman start --all` at boot, any unit's `podman run`)."""
     where = store.where
     userdata = store.userdata(c.id)
     os.makedirs(userdata, exist_ok=True)
     config = {"args": c.argv, "env": c.env, "cgroup": store.cgroup(c, manager),
-              "conmon_cgroup": store.conmon_cgroup(c, manager)}
+              "conmon_cgroup": "" if in_unit else store.conmon_cgroup(c, manager)}
     with open(os.path.join(userdata, "config.json"), "w") as f:
         json.dump(config, f)
     exits = os.path.join(where.tmpdir, "exits")
@@ -149,7 +154,8 @@ def _graphroot(where: state.Where) -> str:
     return f"{pwd.getpwuid(where.uid).pw_dir}/.local/share/containers/storage"
 
 
-def run(store: state.Store, args: argparse.Namespace, manager: str) -> int:
+def run(store: state.Store, args: argparse.Namespace, manager: str,
+        in_unit: bool = False) -> int:
     env = dict(e.partition("=")[::2] for e in args.env)
     labels = dict(x.partition("=")[::2] for x in args.label)
     req: dict[str, Any] = {"name": args.name, "argv": args.argv, "image": args.image,
@@ -165,7 +171,7 @@ def run(store: state.Store, args: argparse.Namespace, manager: str) -> int:
         c = state.Ctr.new(req)
         c.labels.setdefault("sim.cgroup-manager", manager)
         ctrs[c.id] = c
-        start(store, c, manager)
+        start(store, c, manager, in_unit)
     print(c.id)
     return 0
 
@@ -214,7 +220,9 @@ def stop_or_kill(store: state.Store, args: argparse.Namespace) -> int:
                               f"{c.status}: container state improper")
                 continue
             pid = c.pid if c.status == "running" else 0
-            if args.command == "stop":
+            # Both mark it stopped by the user (libpod's Stop and Kill): no restart policy
+            # starts it again, nor does an unless-stopped one come back at boot.
+            if args.command == "stop" or pid:
                 c.stopped_by_user = True
         if pid and args.command == "stop":
             _signal(pid, signal.SIGTERM)
@@ -372,7 +380,8 @@ def main(argv: list[str], environ: dict[str, str] | None = None) -> int:
                 raise Failure(f"cannot set up namespace: {exc.strerror}") from exc
         store = state.Store(where)
         if args.command == "run":
-            return run(store, args, _manager(opts))
+            # As podman's: $INVOCATION_ID (a systemd unit's process) leaves conmon there.
+            return run(store, args, _manager(opts), bool(environ.get("INVOCATION_ID")))
         if args.command == "ps":
             return ps(store, args)
         if args.command == "inspect":

@@ -19,7 +19,9 @@ driver ``systemd`` on cgroup v2, ``none`` elsewhere); ``pod``: ``pod``, ``namesp
 ``restart_policy`` (``Always``), ``driver``; ``podman``: ``container``, ``image``,
 ``restart`` (``no``), ``driver`` (podman's cgroup manager: ``systemd``/``cgroupfs``),
 ``rootless`` (an account: run by that user's own podman, from a scope of their manager's
-``user.slice``, as podman moves itself there);
+``user.slice``, as podman moves itself there), ``unit`` (root's podman run by that
+oneshot unit, ``RemainAfterExit=yes``, as podman-restart.service starts containers at
+boot: podman leaves conmon in the unit's cgroup);
 ``tmux``/``screen``: ``session``; ``slurm-job``: ``slurm_conf``, ``node``, ``job_name``.
 """
 
@@ -289,6 +291,14 @@ def podman(argv: list[str], env: dict[str, str], opts: dict[str, Any]) -> None:
     command += [opts.get("image") or IMAGES.get(opts["run"], DEFAULT_IMAGE), *argv]
     run_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
     preexec: Callable[[], None] | None = None
+    if opts.get("unit") and opts.get("rootless") is None:
+        # A unit's process: systemd sets INVOCATION_ID, so podman leaves conmon there.
+        svcmgr.ensure()
+        install_cli("systemctl", "systemctl.py")
+        unit = str(opts["unit"])
+        write_unit(unit, None, command, {}, {"Type": "oneshot", "RemainAfterExit": "yes"})
+        start_unit(unit)
+        return
     if opts.get("rootless") is not None:
         entry = _account(str(opts["rootless"]), "rootless podman")
         uid, gid = entry.pw_uid, entry.pw_gid

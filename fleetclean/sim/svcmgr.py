@@ -10,6 +10,9 @@ What it does as systemd does (systemd.service(5), systemd.kill(5)):
 - ``start``: the unit's process in its own session and in its cgroup,
   ``system.slice/NAME.service`` (a user unit: ``user.slice/user-UID.slice/user@UID.service/
   app.slice/NAME.service``), with systemd's environment and ``Environment=``.
+- ``Type=oneshot`` with ``RemainAfterExit=yes`` (podman-restart.service): its process
+  exits, the unit stays ``active (exited)`` with what that process left in its cgroup (a
+  conmon: podman leaves it there, INVOCATION_ID being set), until ``stop``.
 - the main process exits: what is left of the unit's cgroup gets SIGTERM; then
   ``Restart=always`` (or ``on-failure``... ) starts it again after ``RestartSec`` (100 ms by
   default), at most 5 starts in 10 s (then the unit is ``failed``, start-limit-hit).
@@ -163,6 +166,10 @@ class Manager:
             return
         clean = (sig == 0 and code == 0) or sig in CLEAN_SIGNALS
         unit.result = "success" if clean else ("signal" if sig else "exit-code")
+        spec = unit.spec
+        if spec is not None and spec.type == "oneshot" and spec.remain_after_exit and clean:
+            unit.active, unit.sub = "active", "exited"
+            return
         unit.active, unit.sub = "deactivating", "stop-sigterm"
         self._kill(unit, unit.spec.kill_signal if unit.spec else signal.SIGTERM)
         self._when_empty(unit, lambda: self._after_exit(unit, clean, sig))

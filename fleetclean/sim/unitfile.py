@@ -44,6 +44,7 @@ class UnitFile:
     user: str = ""
     type: str = "simple"
     pid_file: str = ""
+    remain_after_exit: bool = False
 
 
 def seconds(text: str) -> float:
@@ -153,6 +154,8 @@ def _assign(unit: UnitFile, section: str, key: str, value: str) -> None:
         unit.type = value
     elif key == "PIDFile":
         unit.pid_file = value
+    elif key == "RemainAfterExit":
+        unit.remain_after_exit = value.lower() in ("yes", "true", "1", "on")
 
 
 def _signal_number(value: str) -> int:

@@ -111,3 +111,21 @@ def test_a_rootless_podman_container_is_stopped_by_its_users_podman(
     assert (unknown.returncode, unknown.stderr.strip()) == (
         125, 'Error: no container with name or ID "t-less" found: no such container')
     stopped_through_podman(fleet, cli, ALICE_PODMAN, "t-less", main)
+
+
+def test_a_container_podman_restart_service_brought_back_is_podmans_not_the_units(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    # At boot podman-restart.service (a oneshot unit, RemainAfterExit) runs `podman start
+    # --all`: INVOCATION_ID set, podman leaves each conmon in the unit's cgroup. The
+    # container is still podman's to stop; the unit (MainPID 0, every container's) is not.
+    (main,) = fleet.spawn("node01", "podman", container="t-boot", restart="always", gpus="3",
+                          mib=2048, unit="podman-restart.service")
+    conmon = sh(fleet, "podman inspect --format '{{.State.ConmonPid}}' t-boot")
+    assert sh(fleet, f"cat /proc/{conmon}/cgroup").endswith("/podman-restart.service")
+    try:
+        stopped_through_podman(fleet, cli, "podman", "t-boot", main)
+        assert sh(fleet, "systemctl show -p ActiveState --value podman-restart.service") == (
+            "active")
+    finally:
+        sh(fleet, "systemctl stop podman-restart.service")

@@ -176,16 +176,19 @@ def test_owner_records_are_written_once_per_pid_and_parsed(tmp_path: Path) -> No
 PODMAN_ID = "9c1d7e3b5a2f4e6081c3d5e7f9a1b3c5d7e9f1a3b5c7d9e1f3a5b7c9d1e3f5a7"
 
 
-def test_a_podman_container_is_named_with_its_rootless_user_or_the_unit_of_its_conmon(
+def test_a_podman_container_is_named_with_its_rootless_user_wherever_its_conmon_runs(
     tmp_path: Path
 ) -> None:
     # 100: rootless Podman (its scope under alice's manager: her podman, not root's, knows
-    # it); 101: root's; 102: a container a `podman generate systemd --new` unit runs
-    # (--cgroups=no-conmon): the container in machine.slice, its conmon (103) in the unit's
-    # cgroup, so the unit is the owner (systemd would start it again); 104: its worker,
-    # below the main process; 105: a container whose conmon is in its own scope.
+    # it); 101: root's; 102: a container whose conmon (103) is in a unit's cgroup: a
+    # `podman generate systemd --new` unit's (--cgroups=no-conmon), or any unit's that ran
+    # podman with INVOCATION_ID set (107, 108: podman-restart.service, which starts every
+    # --restart=always container at boot): that cgroup names no owner, the container is
+    # podman's (a unit that runs it is its PODMAN_SYSTEMD_UNIT label's: owner-act.sh);
+    # 104: its worker, below the main process; 105: a container whose conmon is in its own
+    # scope.
     texts = {
-        # (another id: the user's table is by id, as FC_DOCKER_UID's)
+        # (another id: the user is the process's, never the container id's)
         100: (DATA / "podman_rootless_systemd_v2.cgroup").read_text().replace(
             PODMAN_ID, "ab" * 32),
         101: (DATA / "podman_systemd_v2.cgroup").read_text(),
@@ -194,6 +197,8 @@ def test_a_podman_container_is_named_with_its_rootless_user_or_the_unit_of_its_c
         104: (DATA / "podman_systemd_v2.cgroup").read_text(),
         105: (DATA / "podman_systemd_v2.cgroup").read_text(),
         106: (DATA / "conmon_systemd_v2.cgroup").read_text(),
+        107: (DATA / "podman_systemd_v2.cgroup").read_text(),
+        108: "0::/system.slice/podman-restart.service\n",
         1: (DATA / "pid1_v2.cgroup").read_text(),
     }
     for pid, text in texts.items():
@@ -201,14 +206,48 @@ def test_a_podman_container_is_named_with_its_rootless_user_or_the_unit_of_its_c
         (tmp_path / str(pid) / "cgroup").write_text(text)
     rows = run_owner(r"""
 FC_PROC=$1
-FC_PPID=([100]=1 [101]=1 [102]=103 [103]=1 [104]=102 [105]=106 [106]=1)
-FC_COMM=([103]=conmon [106]=conmon [102]=python3 [104]=python3 [105]=python3)
-FC_CMD=([103]=/usr/bin/conmon [106]=/usr/bin/conmon [102]=x [104]=y [105]=z [1]=init)
-for pid in 100 101 102 104 105; do
-    fc_owner "$pid"
-    printf '%s\t%s\t%s\n' "$FC_OWNER_KIND" "$FC_OWNER_NAME" "${FC_PODMAN_UID[$FC_OWNER_ID]:-}"
+FC_PPID=([100]=1 [101]=1 [102]=103 [103]=1 [104]=102 [105]=106 [106]=1 [107]=108 [108]=1)
+FC_COMM=([103]=conmon [106]=conmon [108]=conmon [102]=python3 [104]=python3 [105]=python3)
+FC_CMD=([103]=/usr/bin/conmon [106]=/usr/bin/conmon [108]=/usr/bin/conmon [102]=x [104]=y
+    [105]=z [107]=w [1]=init)
+for pid in 100 101 102 104 105 107; do
+    fc_owner_prep "$pid"
+    printf '%s\t%s\t%s\n' "${FC_OK[$pid]}" "${FC_ON[$pid]}" "${FC_OU[$pid]}"
 done
 """, str(tmp_path))
-    assert rows == [["podman", "ab" * 6, "1000"], ["podman", PODMAN_ID[:12], ""],
-                    ["systemd", "vllm.service", ""], ["systemd", "vllm.service", ""],
-                    ["podman", PODMAN_ID[:12], ""]]
+    assert rows == [["podman", "ab" * 6, "1000"]] + [["podman", PODMAN_ID[:12], ""]] * 5
+
+
+def test_a_users_cgroup_named_after_a_container_never_makes_it_that_users(
+    tmp_path: Path
+) -> None:
+    # Alice may make any cgroup under her manager (delegated to her): 300 in one named
+    # after root's container's id, 302 in one below a "user@0.service" of hers. Neither
+    # makes root's container (301) hers, nor hers root's: the user is each process's own
+    # cgroup's, from user.slice/user-UID.slice/user@UID.service alone (303: no manager,
+    # a unit of that name).
+    # 302 is in a unit of alice's manager named user@0.service (as Quadlet's split
+    # cgroups), never stopped (user@*: infrastructure).
+    user = "0::/user.slice/user-1000.slice/user@1000.service/app.slice"
+    texts = {
+        300: f"{user}/libpod-{PODMAN_ID}.scope\n",
+        301: (DATA / "podman_systemd_v2.cgroup").read_text(),
+        302: f"{user}/user@0.service/libpod-{PODMAN_ID}.scope\n",
+        303: "0::/user.slice/user-1000.slice/user@0.service/user.slice/"
+             f"libpod-{PODMAN_ID}.scope\n",
+        1: (DATA / "pid1_v2.cgroup").read_text(),
+    }
+    for pid, text in texts.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(text)
+    rows = run_owner(r"""
+FC_PROC=$1
+FC_PPID=([300]=1 [301]=1 [302]=1 [303]=1)
+for pid in 300 301 302 303; do
+    fc_owner_prep "$pid"
+    printf '%s\t%s\t%s\n' "${FC_OK[$pid]}" "${FC_OI[$pid]}" "${FC_OU[$pid]}"
+done
+""", str(tmp_path))
+    assert rows == [["podman", PODMAN_ID, "1000"], ["podman", PODMAN_ID, ""],
+                    ["systemd", "user@1000.service/user@0.service", ""],
+                    ["systemd", "user@0.service", ""]]

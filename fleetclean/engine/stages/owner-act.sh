@@ -15,11 +15,15 @@
 #           Targets `docker exec` started are signalled with their exec session, its root
 #           (the shell docker exec ran, which may run them in a loop) first
 #           (fc_exec_sessions); the container is left running. A Podman container:
-#           `podman stop -t GRACE ID`, then `podman kill ID`, only when a target is its
-#           main process or under it, as the user whose Podman runs it: root's, or a
-#           rootless one's (its cgroup under user@UID.service) as that user with their
-#           runtime dir, `runuser -u NAME -- env XDG_RUNTIME_DIR=/run/user/UID podman`
-#           (no daemon: each user's podman knows only that user's containers). A Slurm
+#           `podman stop -t GRACE ID`, then `podman kill ID`, only when it runs and a
+#           target is its main process or under it (or it shares the host's PID
+#           namespace), as the user whose Podman runs it: root's, or a rootless one's (its
+#           cgroup under user-UID.slice/user@UID.service) as that user with their runtime
+#           dir and no more of root's environment, `runuser -u NAME -- env -i HOME=...
+#           XDG_RUNTIME_DIR=/run/user/UID podman` (no daemon: each user's podman knows
+#           only that user's containers); one a systemd unit runs (its
+#           PODMAN_SYSTEMD_UNIT label: Quadlet, `podman generate systemd`, podman-kube@)
+#           is that unit's, stopped as a unit whose MainPID is its conmon. A Slurm
 #           job that still runs here (a slurmstepd of it): `scancel JOB` (its every step;
 #           slurmd ends the tasks and runs the epilog), by the node's own Slurm client;
 #           a finished job's orphan is signalled, scancel would not reach it.
@@ -57,6 +61,11 @@ declare -ga FC_EXEC_FIRST=() FC_EXEC_MORE=()
 declare -gA FC_EXEC_ASKED=()
 declare -ga FC_NEVER_STOP=() FC_OWNER_LEFT=() FC_DOCKER=() FC_PODMAN=() FC_CTR=()
 FC_OWNER_SAID="" FC_OWNER_KEPT=0 FC_OWNER_SENT=0 FC_DOCKER_DOWN=""
+# FC_PODMAN_INFO[REF]: podman's answer for container REF (ID, or ID@UID for a user's) this
+# stage (fc_podman_inspect); FC_PODMAN_HUNG[podman command line]: it did not answer in 10
+# s, across stages; FC_CONMON[pid]: the conmon of target pid's container, where podman
+# named it and pid is its main process or under it.
+declare -gA FC_PODMAN_INFO=() FC_PODMAN_HUNG=() FC_CONMON=()
 
 # Units that hold up the node itself, never stopped whatever they run: without pam_systemd
 # every ssh login lives in ssh.service, and stopping it would cut every session.
@@ -85,9 +94,11 @@ fc_owner_act() {
     local -A owned=() to_refuse=()
     local -a keep=() stop=() pids=()
     FC_OWNER_SAID="" FC_OWNER_KEPT=0 FC_OWNER_SENT=0 FC_OWNER_LEFT=()
-    FC_EXEC_FIRST=() FC_EXEC_MORE=() FC_EXEC_ASKED=()
+    FC_EXEC_FIRST=() FC_EXEC_MORE=() FC_EXEC_ASKED=() FC_PODMAN_INFO=()
     for p in "${FC_TARGETS[@]}"; do
+        [[ ${FC_OK[$p]:-} == podman ]] && fc_podman_unit_of "$p"
         kind=${FC_OK[$p]:-plain} id=${FC_OI[$p]:-}
+        [[ $kind == podman ]] && fc_podman_ref "$p" && id=$REPLY
         case ${FC_OWNER_ACT[$kind]:-signal}:$kind in
             refuse:slurm)
                 if fc_slurm_job_running "$id"; then
@@ -165,17 +176,17 @@ fc_owner_stoppable() {
         # to stop: a unit that merely forked a GPU job (a login shell's service, a
         # scheduler, an agent that watches the GPUs through NVML: every GPU's file open,
         # no /dev/nvidia-uvm) is not.
+        # A unit that runs a Podman container (Quadlet, `podman generate systemd`) has the
+        # container's conmon for its MainPID (podman tells systemd so): ours where a target
+        # is that container's main process or under it (not a `podman exec` job, whose
+        # conmon is its own).
         fc_in_list "$main" "$@" || fc_in_list "$main" "${FC_TARGETS[@]}" ||
-            fc_uses_gpu "$main" || return 1
+            fc_uses_gpu "$main" || fc_main_is_conmon "$main" "$@" || return 1
     elif [[ $kind == podman ]]; then
         fc_podman_stoppable "$id" "$@" || return 1
     elif [[ $kind == slurm ]]; then
-        # The node's own Slurm client (slurm.conf where slurmd reads it): root may cancel
-        # any job, a user their own; a refusal is said when scancel runs.
-        if ! command -v scancel >/dev/null 2>&1; then
-            fc_owner_warn "no scancel on the node: Slurm job $id's processes were signalled; the job may start more; to end it: scancel $id"
-            return 1
-        fi
+        # owner-slurm.sh, carried only where owner_slurm is stop (render.library).
+        fc_slurm_can_cancel "$id" || return 1
     elif ! command -v docker >/dev/null 2>&1; then
         fc_owner_warn "no docker CLI on the node: container ${id:0:12}'s processes were signalled; its restart policy may start them again"
         return 1
@@ -522,17 +533,28 @@ fc_ignores() {
 # (fc_owner_may_restart): FC_OWNER_EXEC as under stop. Nothing asked without a docker CLI,
 # or where the answer is known.
 fc_owner_exec_asked() {
-    local id=${FC_OI[$1]:-} p
+    local kind=${FC_OK[$1]:-} id=${FC_OI[$1]:-} p
     local -a mine=()
-    [[ ${FC_OWNER_ACT[docker]:-signal} == signal && -z ${FC_OWNER_EXEC[$1]:-} && -n $id &&
+    [[ $kind == podman ]] && fc_podman_ref "$1" && id=$REPLY
+    [[ ${FC_OWNER_ACT[$kind]:-signal} == signal && -z ${FC_OWNER_EXEC[$1]:-} && -n $id &&
         -z ${FC_EXEC_ASKED[$id]:-} ]] || return 0
     FC_EXEC_ASKED[$id]=1
-    command -v docker >/dev/null 2>&1 || return 0
+    command -v "$kind" >/dev/null 2>&1 || return 0
     for p in "${FC_TARGETS[@]}"; do
-        [[ ${FC_OK[$p]:-} == docker && ${FC_OI[$p]:-} == "$id" ]] && mine+=("$p")
+        [[ ${FC_OK[$p]:-} == "$kind" ]] || continue
+        if [[ $kind == podman ]]; then
+            fc_podman_ref "$p"
+            [[ $REPLY == "$id" ]] && mine+=("$p")
+        elif [[ ${FC_OI[$p]:-} == "$id" ]]; then
+            mine+=("$p")
+        fi
     done
     ((${#mine[@]})) || mine=("$1")
-    fc_docker_exec_only "$id" "${mine[@]}"
+    if [[ $kind == podman ]]; then
+        fc_podman_inspect "$id" && ((FC_PI_MAIN)) && fc_podman_exec_only "$id" "${mine[@]}"
+    else
+        fc_docker_exec_only "$id" "${mine[@]}"
+    fi
     return 0
 }
 
@@ -570,7 +592,8 @@ fc_owner_runs_protected() {
         fc_protected "$q" || continue
         [[ $q == 1 || $REPLY == "kernel thread" ]] && continue
         fc_owner "$q"
-        if [[ $FC_OWNER_KIND == "$1" && $FC_OWNER_ID == "$2" ]]; then
+        fc_owner_key
+        if [[ $FC_OWNER_KIND == "$1" && $REPLY == "$2" ]]; then
             FC_OWNER_PROT="$q (${FC_CMD[$q]:-${FC_COMM[$q]:-}})"
             return 0
         fi
@@ -610,23 +633,48 @@ fc_ctr_cli() {
     fi
 }
 
-# FC_PODMAN: the podman command line that reaches Podman container $1. Podman has no
-# daemon: each user's podman knows only that user's containers (their storage, their
-# runtime dir), so a rootless one's (FC_PODMAN_UID) is asked as that user, with the
-# runtime dir their podman finds its state in (XDG_RUNTIME_DIR=/run/user/UID): root's
-# podman answers "no such container" for it, and a kill would have the container's
-# restart policy (carried out by its conmon's exit command) start it again. False, with
-# REPLY saying why, where this login cannot be that user (root runs runuser) or that user
-# has no runtime dir of their own.
+# REPLY: the Podman container of target PID as podman is asked of it: its id, and for a
+# rootless one "@UID", the user whose podman runs it (FC_OU: its own cgroup's, never
+# another process's that names the same id).
+fc_podman_ref() {
+    REPLY=${FC_OI[$1]:-}${FC_OU[$1]:+@${FC_OU[$1]}}
+}
+
+# REPLY: the owner fc_owner named (FC_OWNER_*) as fc_owner_act keys it: a user's Podman
+# container's ID@UID, else its id.
+fc_owner_key() {
+    REPLY=$FC_OWNER_ID
+    [[ $FC_OWNER_KIND == podman && -n $FC_OWNER_UID ]] && REPLY+=@$FC_OWNER_UID
+    return 0
+}
+
+# FC_PODMAN: the podman command line that reaches Podman container REF $1 (ID, or ID@UID
+# for a user's). Podman has no daemon: each user's podman knows only that user's
+# containers (their storage, their runtime dir), so a rootless one's is asked as that
+# user, with the runtime dir their podman finds its state in (XDG_RUNTIME_DIR=/run/user/
+# UID) and none of root's environment (env -i: HOME, USER, LOGNAME, a PATH of the
+# system's, XDG_RUNTIME_DIR): root's podman answers "no such container" for it, and a
+# kill would have the container's restart policy (carried out by its conmon's exit
+# command) start it again. False, with REPLY saying why, where this login cannot be that
+# user (root runs runuser, by a name that maps back to the uid) or that user has no
+# runtime dir of their own.
+FC_PODMAN_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 fc_owner_podman() {
-    local uid=${FC_PODMAN_UID[$1]:-} run name owner
+    local uid="" run name owner line="" home=/
     FC_PODMAN=(podman)
+    [[ $1 == *@* ]] && uid=${1#*@}
     [[ -n $uid ]] || return 0
     run=${FC_RUN_USER:-/run/user}/$uid
     fc_user_name "$uid"
     name=$REPLY
     if ((EUID == 0)); then
-        FC_PODMAN=(runuser -u "$name" -- env "XDG_RUNTIME_DIR=$run" podman)
+        # runuser looks the name up again: it must be this uid's (a second account of
+        # that name in the directory would have root run another user's podman).
+        [[ $name != "$uid" ]] &&
+            line=$(timeout 2 getent passwd -- "$name" </dev/null 2>/dev/null)
+        IFS=: read -r _ _ owner _ _ home _ <<<"$line"
+        FC_PODMAN=(runuser -u "$name" -- env -i "HOME=${home:-/}" "USER=$name"
+            "LOGNAME=$name" "PATH=$FC_PODMAN_PATH" "XDG_RUNTIME_DIR=$run" podman)
     else
         FC_PODMAN=(env "XDG_RUNTIME_DIR=$run" podman)
     fi
@@ -635,6 +683,9 @@ fc_owner_podman() {
         return 1
     elif ((EUID == 0)) && [[ $name == "$uid" ]]; then
         REPLY="uid $uid has no name for runuser"
+        return 1
+    elif ((EUID == 0)) && [[ $owner != "$uid" ]]; then
+        REPLY="the name $name is uid ${owner:-?}'s, not $uid's"
         return 1
     elif [[ -L $run || ! -d $run ]]; then
         REPLY="no runtime dir of its own at $run"
@@ -646,66 +697,190 @@ fc_owner_podman() {
     return 1
 }
 
-# REPLY: Podman container ID $1 in words: "podman 3f2a1c9b8d7e", a rootless one's with its
-# user, "podman 3f2a1c9b8d7e (rootless, uid 1000 alice)".
+# REPLY: Podman container REF $1 in words: "podman 3f2a1c9b8d7e", a rootless one's with
+# its user, "podman 3f2a1c9b8d7e (rootless, uid 1000 alice)".
 fc_podman_words() {
-    local uid=${FC_PODMAN_UID[$1]:-}
+    local id=${1%@*} uid=""
+    [[ $1 == *@* ]] && uid=${1#*@}
     if [[ -z $uid ]]; then
-        REPLY="podman ${1:0:12}"
+        REPLY="podman ${id:0:12}"
         return 0
     fi
     fc_user_name "$uid"
     [[ $REPLY == "$uid" ]] && REPLY="" || REPLY=" $REPLY"
-    REPLY="podman ${1:0:12} (rootless, uid $uid$REPLY)"
+    REPLY="podman ${id:0:12} (rootless, uid $uid$REPLY)"
 }
 
-# fc_podman_stoppable ID PID...: true when Podman container ID may be stopped for these
-# targets of it: its podman answers (as its user) and names a main process that is one
-# of them or above one. Where podman is missing or cannot be asked, or does not answer in
-# 10 s, a warning says so and what to run; the targets are signalled and watched. Targets
-# `podman exec` started (conmon's other children, beside the main process) are signalled
-# alone, as docker exec's are: a stop would take the whole container down for them.
-fc_podman_stoppable() {
-    local id=$1 main p q n rc=0
+# fc_podman_inspect REF: podman's answer for container REF, once a stage (one call: a
+# container restarted since has another main process): FC_PI_MAIN (its main process, 0
+# when it does not run), FC_PI_CONMON (its conmon), FC_PI_MODE (its PID namespace:
+# private, host, container:ID, ns:PATH) and FC_PI_UNIT (its PODMAN_SYSTEMD_UNIT label:
+# the unit that runs it). False where podman is missing (FC_PODMAN_DOWN empty) or cannot
+# be asked or did not answer (FC_PODMAN_DOWN says so). A hung podman (10 s) is not asked
+# again this run, for any container of that user's. A user's answer is taken only where
+# the main process it names lives in that container's cgroup under that user's manager:
+# the user's podman reads the user's own storage, which may name any process.
+fc_podman_inspect() {
+    local ref=$1 id=${1%@*} uid="" out="" rc=0 text=""
+    [[ $ref == *@* ]] && uid=${ref#*@}
+    FC_PI_MAIN=0 FC_PI_CONMON=0 FC_PI_MODE="" FC_PI_UNIT="" FC_PODMAN_DOWN=""
+    if [[ -z ${FC_PODMAN_INFO[$ref]+set} ]]; then
+        command -v podman >/dev/null 2>&1 || return 1
+        if ! fc_owner_podman "$ref"; then
+            FC_PODMAN_INFO[$ref]="!$REPLY"
+        elif [[ -n ${FC_PODMAN_HUNG[${FC_PODMAN[*]}]:-} ]]; then
+            FC_PODMAN_INFO[$ref]="!${FC_PODMAN[*]} inspect said: no answer in 10 s"
+        else
+            local fmt='{{.State.Pid}}|{{.State.ConmonPid}}|{{.HostConfig.PidMode}}|{{index .Config.Labels "PODMAN_SYSTEMD_UNIT"}}|'
+            if command -v timeout >/dev/null 2>&1; then
+                out=$(timeout -k 1 10 "${FC_PODMAN[@]}" inspect --format "$fmt" "$id" 2>&1) ||
+                    rc=$?
+            else
+                out=$("${FC_PODMAN[@]}" inspect --format "$fmt" "$id" 2>&1) || rc=$?
+            fi
+            if ((rc == 124 || rc == 137)); then
+                FC_PODMAN_HUNG[${FC_PODMAN[*]}]=1
+                out="no answer in 10 s"
+            elif ((rc)); then
+                out=${out%%$'\n'*}
+            fi
+            ((rc)) && out="!${FC_PODMAN[*]} inspect said: ${out:-exit $rc}"
+            FC_PODMAN_INFO[$ref]=${out##*$'\n'}
+        fi
+    fi
+    out=${FC_PODMAN_INFO[$ref]}
+    if [[ $out == '!'* ]]; then
+        FC_PODMAN_DOWN=${out#!}
+        return 1
+    fi
+    IFS='|' read -r FC_PI_MAIN FC_PI_CONMON FC_PI_MODE FC_PI_UNIT _ <<<"$out"
+    [[ $FC_PI_MAIN =~ ^[0-9]+$ ]] || FC_PI_MAIN=0
+    [[ $FC_PI_CONMON =~ ^[0-9]+$ ]] || FC_PI_CONMON=0
+    # A unit's name, nothing else ("<no value>": no such label, as some templates say).
+    [[ $FC_PI_UNIT =~ ^[A-Za-z0-9:_.@-]+\.service$ ]] || FC_PI_UNIT=""
+    if [[ -n $uid ]] && ((FC_PI_MAIN)); then
+        { read -r -d '' text <"${FC_PROC:-/proc}/$FC_PI_MAIN/cgroup"; } 2>/dev/null
+        if [[ $text != *"/user.slice/user-$uid.slice/user@$uid.service/"*"/libpod-$id.scope"* &&
+            $text != *"/user.slice/user-$uid.slice/user@$uid.service/"*"/libpod-payload-$id"* ]]; then
+            FC_PODMAN_DOWN="its podman named pid $FC_PI_MAIN as its main process, which is not in the container's cgroup"
+            FC_PI_MAIN=0 FC_PI_CONMON=0
+            return 1
+        fi
+    fi
+    return 0
+}
+
+# fc_under PID TOP: true when PID is TOP or under it (its ancestors, 64 at most).
+fc_under() {
+    local q=$1 n=0
+    while [[ -n $q && $q != 0 && $q != 1 ]] && ((n++ < 64)); do
+        [[ $q == "$2" ]] && return 0
+        [[ -n ${FC_START[$q]:-} ]] || fc_proc_load "$q" || return 1
+        q=${FC_PPID[$q]:-0}
+    done
+    return 1
+}
+
+# REPLY: the nearest conmon above PID (its parent for a container's main process or for a
+# job podman exec ran: each exec session has a conmon of its own), or 0.
+fc_conmon_above() {
+    local q=${FC_PPID[$1]:-0} n=0
+    REPLY=0
+    while [[ -n $q && $q != 0 && $q != 1 ]] && ((n++ < 64)); do
+        [[ -n ${FC_START[$q]:-} || -n ${FC_COMM[$q]:-} ]] || fc_proc_load "$q" || return 1
+        if [[ ${FC_COMM[$q]:-} == conmon ]]; then
+            REPLY=$q
+            return 0
+        fi
+        q=${FC_PPID[$q]:-0}
+    done
+    return 1
+}
+
+# True when MAIN, a unit's MainPID, is the conmon of the container that runs one of these
+# targets as its main process or under it: podman's word (FC_CONMON), or the nearest
+# conmon above the target.
+fc_main_is_conmon() {
+    local main=$1 p
     shift
-    fc_podman_words "$id"
+    for p in "$@"; do
+        [[ ${FC_CONMON[$p]:-} == "$main" ]] && return 0
+        fc_conmon_above "$p" && [[ $REPLY == "$main" ]] && return 0
+    done
+    return 1
+}
+
+# fc_podman_unit_of PID: a target of a Podman container that a systemd unit runs (its
+# PODMAN_SYSTEMD_UNIT label: Quadlet, `podman generate systemd`, podman-kube@ set it, and
+# podman copies it into the container's labels) is that unit's: a user's unit of its
+# user's manager for a rootless container. Its owner record is said again. Podman is
+# asked only where owner_podman or owner_systemd acts on it.
+fc_podman_unit_of() {
+    local p=$1 ref unit uid=${FC_OU[$1]:-}
+    [[ ${FC_OWNER_ACT[podman]:-signal} != signal || ${FC_OWNER_ACT[systemd]:-signal} != signal ]] ||
+        return 0
+    fc_podman_ref "$p"
+    ref=$REPLY
+    fc_podman_inspect "$ref" && [[ -n $FC_PI_UNIT ]] || return 0
+    unit=$FC_PI_UNIT
+    # Its conmon is the unit's MainPID, for its main process and what runs under it.
+    ((FC_PI_MAIN && FC_PI_CONMON)) && fc_under "$p" "$FC_PI_MAIN" && FC_CONMON[$p]=$FC_PI_CONMON
+    FC_OK[$p]=systemd FC_OI[$p]=${uid:+user@$uid.service/}$unit FC_ON[$p]=$unit FC_OU[$p]=""
+    fc_rec owner "$p" systemd "${FC_OI[$p]}" "$unit"
+}
+
+# fc_podman_stoppable REF PID...: true when Podman container REF may be stopped for these
+# targets of it: its podman answers (as its user) and names a main process that is one of
+# them or above one (or the container shares the host's PID namespace). Where podman is
+# missing or cannot be asked, or does not answer in 10 s, a warning says so and what to
+# run; the targets are signalled and watched. A container that does not run is not
+# stopped (a stop would mark it stopped by the user: an unless-stopped one would stay down
+# at the next boot). Targets `podman exec` started (each under its exec session's own
+# conmon, beside the main process) are signalled alone, as docker exec's are: a stop would
+# take the whole container down for them.
+fc_podman_stoppable() {
+    local ref=$1 id=${1%@*}
+    shift
+    fc_podman_words "$ref"
     local ctr=$REPLY
     if ! command -v podman >/dev/null 2>&1; then
         fc_owner_warn "no podman on the node: $ctr's processes were signalled; its restart policy may start them again"
         return 1
     fi
-    if ! fc_owner_podman "$id"; then
-        fc_owner_warn "$ctr: $REPLY: its processes were signalled; its restart policy may start them again; to stop it: ${FC_PODMAN[*]} stop ${id:0:12}"
+    if ! fc_podman_inspect "$ref"; then
+        fc_owner_podman "$ref"
+        fc_owner_warn "$ctr: $FC_PODMAN_DOWN: its processes were signalled; its restart policy may start them again; to stop it: ${FC_PODMAN[*]} stop ${id:0:12}"
         return 1
     fi
-    if command -v timeout >/dev/null 2>&1; then
-        main=$(timeout -k 1 10 "${FC_PODMAN[@]}" inspect --format '{{.State.Pid}}' "$id" 2>&1) ||
-            rc=$?
-    else
-        main=$("${FC_PODMAN[@]}" inspect --format '{{.State.Pid}}' "$id" 2>&1) || rc=$?
-    fi
-    if ((rc)); then
-        if ((rc == 124 || rc == 137)); then
-            main="no answer in 10 s"
-        else
-            main=${main%%$'\n'*}
-        fi
-        fc_owner_warn "$ctr: ${FC_PODMAN[*]} inspect said: ${main:-exit $rc}: its processes were signalled; its restart policy may start them again; to stop it: ${FC_PODMAN[*]} stop ${id:0:12}"
+    if ((FC_PI_MAIN == 0)); then
+        FC_OWNER_SAID+="not stopped: $ctr (not running); "
         return 1
     fi
-    main=${main##*$'\n'}
-    # Not running (0): nothing of it to tell apart; stopped as before.
-    [[ $main =~ ^[1-9][0-9]*$ ]] || return 0
+    if fc_podman_exec_only "$ref" "$@"; then
+        FC_OWNER_SAID+="not stopped: $ctr (pid $* started by podman exec, not by its main process $FC_PI_MAIN); "
+        return 1
+    fi
+}
+
+# fc_podman_exec_only REF PID...: after fc_podman_inspect REF, true when none of these is
+# the container's main process or under it: `podman exec` started each. Sets
+# FC_OWNER_EXEC[pid] = "MAIN CONMON", the exec session's own conmon (its parent, or its
+# session's), as fc_docker_exec_only does with the shim. A container in the host's PID
+# namespace (or another's) has no init of its own: conmon, a subreaper, adopts what its
+# main process double-forks, which then looks exec'd; it is never exec-only.
+fc_podman_exec_only() {
+    local p
+    shift
+    [[ -z $FC_PI_MODE || $FC_PI_MODE == private ]] || return 1
     for p in "$@"; do
-        q=$p n=0
-        while [[ -n $q && $q != 0 && $q != 1 ]] && ((n++ < 64)); do
-            [[ $q == "$main" ]] && return 0
-            [[ -n ${FC_START[$q]:-} ]] || fc_proc_load "$q" || break
-            q=${FC_PPID[$q]:-0}
-        done
+        [[ -n ${FC_START[$p]:-} && ${FC_EXEC_SEEN[$p]:-} == "${FC_START[$p]}" ]] && continue
+        fc_under "$p" "$FC_PI_MAIN" && return 1
     done
-    FC_OWNER_SAID+="not stopped: $ctr (pid $* started by podman exec, not by its main process $main); "
-    return 1
+    for p in "$@"; do
+        fc_conmon_above "$p"
+        FC_OWNER_EXEC[$p]="$FC_PI_MAIN $REPLY"
+        FC_EXEC_SEEN[$p]=${FC_START[$p]:-}
+    done
 }
 
 # REPLY: container ID $1 in words: "docker 3f2a1c9b8d7e", a rootless one's with the user
@@ -731,8 +906,9 @@ fc_owner_stop_words() {
     elif [[ ${FC_OK[$1]:-} == slurm ]]; then
         REPLY="Slurm job ${id%%.*} (scancel ${id%%.*})"
     elif [[ ${FC_OK[$1]:-} == podman ]]; then
-        fc_owner_podman "$id"
-        fc_podman_words "$id"
+        fc_podman_ref "$1"
+        fc_owner_podman "$REPLY"
+        fc_podman_words "$REPLY"
         [[ $REPLY == *")" ]] && REPLY="${REPLY%)}: " || REPLY+=" ("
         REPLY+="${FC_PODMAN[*]} stop ${id:0:12})"
     else
@@ -750,7 +926,7 @@ fc_owner_stop_words() {
 fc_owner_stop() {
     local grace_ms=$1 kill_ms=$2 p id out t k
     shift 2
-    local -A start=() cmd=() done_ids=() id_kind=()
+    local -A start=() cmd=() done_ids=() id_kind=() ref_of=()
     local -a pids=() jobs=() docker_ids=() ctr_cmds=()
     t=$(((grace_ms + 999) / 1000))
     FC_SIGNALLED=0
@@ -765,6 +941,9 @@ fc_owner_stop() {
         start[$p]=${FC_START[$p]}
         cmd[$p]=${FC_CMD[$p]}
         id=${FC_OI[$p]}
+        # A user's Podman container: ID@UID (fc_podman_ref), never only its id.
+        [[ ${FC_OK[$p]} == podman ]] && fc_podman_ref "$p" && id=$REPLY
+        ref_of[$p]=$id
         if [[ -z ${done_ids[$id]:-} ]]; then
             done_ids[$id]=ok id_kind[$id]=${FC_OK[$p]}
             if [[ ${FC_OK[$p]} == systemd ]]; then
@@ -784,7 +963,7 @@ fc_owner_stop() {
             else
                 # A container: docker's, or podman's (as the user whose podman runs it).
                 fc_ctr_cli "${FC_OK[$p]}" "$id"
-                "${FC_CTR[@]}" stop -t "$t" "$id" >/dev/null 2>&1 &
+                "${FC_CTR[@]}" stop -t "$t" "${id%@*}" >/dev/null 2>&1 &
                 jobs+=("$!")
                 docker_ids+=("$id")
                 ctr_cmds+=("${FC_OK[$p]}")
@@ -805,14 +984,14 @@ fc_owner_stop() {
         for k in "${!docker_ids[@]}"; do
             id=${docker_ids[k]}
             for p in "${FC_LEFT[@]}"; do
-                if [[ ${FC_OI[$p]} == "$id" ]]; then
+                if [[ ${ref_of[$p]} == "$id" ]]; then
                     # Bounded: a daemon that hangs held the teardown (and the node's lock)
                     # here for ever, before the KILL below.
                     fc_ctr_cli "${ctr_cmds[k]}" "$id"
                     if command -v timeout >/dev/null 2>&1; then
-                        timeout -k 1 10 "${FC_CTR[@]}" kill "$id" >/dev/null 2>&1
+                        timeout -k 1 10 "${FC_CTR[@]}" kill "${id%@*}" >/dev/null 2>&1
                     else
-                        "${FC_CTR[@]}" kill "$id" >/dev/null 2>&1 &
+                        "${FC_CTR[@]}" kill "${id%@*}" >/dev/null 2>&1 &
                     fi
                     break
                 fi
@@ -867,27 +1046,11 @@ fc_owner_stop() {
     done
 }
 
-# fc_slurm_cancel JOB: `scancel JOB` (10 s at most where timeout(1) is there); fails, with
-# scancel's words on standard output, where it did not cancel the job. scancel exits 0 for
-# a job it could not signal on some versions, saying so on standard error: that is a
-# failure too.
-fc_slurm_cancel() {
-    local out rc=0
-    if command -v timeout >/dev/null 2>&1; then
-        out=$(timeout -k 1 10 scancel "$1" 2>&1 </dev/null) || rc=$?
-    else
-        out=$(scancel "$1" 2>&1 </dev/null) || rc=$?
-    fi
-    ((rc == 124 || rc == 137)) && out="no answer from slurmctld in 10 s"
-    printf '%s' "${out:-exit $rc}"
-    ((rc == 0)) && [[ $out != *error* ]]
-}
-
 # fc_owner_refuse PID: PID is its owner's to stop, not ours: a "refused" record (pid,
 # command line, who owns it, what to do) and FC_REFUSED[pid] for the verification; in
 # --check, a change line instead.
 fc_owner_refuse() {
-    local p=$1 key=${FC_OK[$1]:-}:${FC_OI[$1]:-}:${FC_ON[$1]:-}
+    local p=$1 key=${FC_OK[$1]:-}:${FC_OI[$1]:-}:${FC_ON[$1]:-}:${FC_OU[$1]:-}
     # One docker exec session's targets share what to do: that session's.
     [[ -n ${FC_OWNER_EXEC[$p]:-} ]] && fc_exec_root "$p" && key+=":$REPLY"
     if [[ -z ${FC_OWNER_WHO[$key]+set} ]]; then
@@ -957,8 +1120,9 @@ fc_owner_refusal() {
             fi
             ;;
         podman)
-            fc_owner_podman "$id"
-            fc_podman_words "$id"
+            fc_podman_ref "$p"
+            fc_owner_podman "$REPLY"
+            fc_podman_words "$REPLY"
             REPLY="${REPLY/#podman/podman container}"$'\t'"${FC_PODMAN[*]} stop ${id:0:12}"
             ;;
         tmux) REPLY="tmux session $name"$'\t'"tmux kill-session -t '$name'" ;;
@@ -992,8 +1156,11 @@ fc_owner_words() {
                 REPLY+=" (started by docker exec, not its main process ${FC_OWNER_EXEC[$1]%% *})"
             ;;
         podman)
-            fc_podman_words "$id"
+            fc_podman_ref "$1"
+            fc_podman_words "$REPLY"
             REPLY=", owner $REPLY"
+            [[ -n ${FC_OWNER_EXEC[$1]:-} ]] &&
+                REPLY+=" (started by podman exec, not its main process ${FC_OWNER_EXEC[$1]%% *})"
             ;;
         kubernetes) REPLY=", owner kubernetes pod ${id:-?}" ;;
         slurm) REPLY=", owner slurm job ${name:-$id}" ;;
@@ -1017,12 +1184,16 @@ fc_owner_warn() {
 # and never restarts it; nor the containerd-shim of a process `docker exec` started.
 # (A unit or container stopped through its owner is not signalled, so never asked about.)
 fc_owner_may_restart() {
-    local kind=${FC_OK[$1]:-plain}
-    [[ $kind == docker ]] && fc_owner_exec_asked "$1"
+    local kind=${FC_OK[$1]:-plain} id=${FC_OI[$1]:-}
+    [[ $kind == docker || $kind == podman ]] && fc_owner_exec_asked "$1"
+    [[ $kind == podman ]] && fc_podman_ref "$1" && id=$REPLY
     if [[ -n ${FC_OWNER_EXEC[$1]:-} ]]; then
         # Started by docker exec: neither docker nor the shim, its parent, starts it again
         # (a shell that docker exec ran, running it in a loop, may: a parent as any other,
         # unless it is the root of an exec session this stage ends: fc_exec_sessions).
+        # By podman exec: nor its exec session's own conmon, its parent; a new process
+        # elsewhere in the container (a healthcheck's exec, a worker the main process
+        # forks) is none of its doing, so the container is not watched.
         [[ $2 != 1 && $2 != "${FC_OWNER_EXEC[$1]#* }" &&
             " ${FC_EXEC_FIRST[*]} " != *" $2 "* ]]
         return
@@ -1032,7 +1203,7 @@ fc_owner_may_restart() {
         *)
             # A supervisor may start it again anywhere in its unit or container: docker
             # and the kubelet under a new containerd-shim, so its parent is no sign.
-            FC_WATCH_OWNER[$kind ${FC_OI[$1]:-}]=1
+            FC_WATCH_OWNER[$kind $id]=1
             return 0
             ;;
     esac
@@ -1049,8 +1220,10 @@ fc_owner_respawned() {
         [[ ${FC_BEFORE[$q]:-} == "${FC_START[$q]}" || ${FC_STATE[$q]} == [ZX] ]] && continue
         fc_protected "$q" && continue
         fc_owner "$q"
-        [[ -n ${FC_WATCH_OWNER[$FC_OWNER_KIND $FC_OWNER_ID]:-} ]] || continue
+        fc_owner_key
+        [[ -n ${FC_WATCH_OWNER[$FC_OWNER_KIND $REPLY]:-} ]] || continue
         FC_OK[$q]=$FC_OWNER_KIND FC_OI[$q]=$FC_OWNER_ID FC_ON[$q]=$FC_OWNER_NAME
+        FC_OU[$q]=$FC_OWNER_UID
         fc_owner_words "$q"
         REPLY="pid $q (${FC_CMD[$q]}) started again by its owner (${REPLY#, owner })"
         return 0

@@ -10,8 +10,9 @@
 #                                                   user@UID.service is rootless Docker's,
 #                                                   that user's daemon's: FC_DOCKER_UID[id]
 #   podman      container id (64 hex)               its short form (12 hex); one under
+#                                                   user.slice/user-UID.slice/
 #                                                   user@UID.service is that user's
-#                                                   (rootless): FC_PODMAN_UID[id]
+#                                                   (rootless): FC_OWNER_UID (FC_OU[pid])
 #   kubernetes  pod UID (or empty)                  container id (64 hex, or empty)
 #   slurm       job id (4242)                       job.step (4242.0, 4242.batch)
 #   tmux        the tmux server's pid               the session ($0, from $TMUX)
@@ -26,9 +27,12 @@
 # pods and jobs (with the cgroupfs driver, name=systemd and cgroup2 may still name the
 # service that started them), then cgroup2, then name=systemd. A container, pod or job
 # wins; else an ancestor "slurmstepd: [J.S]", "tmux: server" or SCREEN (the innermost); else
-# a systemd unit; else plain. A Podman container whose conmon runs in a unit's cgroup (a
-# unit of `podman generate systemd`: --cgroups=no-conmon) is that unit's: systemd would
-# start it again. A process that the cgroup leaves plain or in slurmd's own
+# a systemd unit; else plain. A Podman container outside a unit's cgroup is `podman` here,
+# wherever its conmon runs: podman leaves conmon in its caller's cgroup whenever
+# INVOCATION_ID is set (any unit's process: podman-restart.service, which starts every
+# --restart=always container at boot), so that cgroup names no owner; the unit that runs
+# it (PODMAN_SYSTEMD_UNIT, a label of the container's) is read with podman's answer
+# (owner-act.sh, fc_podman_inspect). A process that the cgroup leaves plain or in slurmd's own
 # unit, whose SLURM_JOB_ID names a job that still runs on the node (a live slurmstepd), is
 # that job's (slurm): a worker that left its job's cgroup and slurmstepd's tree.
 #
@@ -42,12 +46,14 @@ declare -gA FC_CG_ROOT=() FC_OWNER_DONE=() FC_OWNER_PREP=() FC_OK=() FC_OI=() FC
 # FC_DOCKER_UID[container id]: the user whose rootless daemon runs it (its cgroup is under
 # user@UID.service: .../user@UID.service/user.slice/docker-ID.scope), where one does.
 declare -gA FC_DOCKER_UID=()
-# FC_PODMAN_UID[container id]: the user whose rootless Podman runs it (its cgroup is under
-# user@UID.service: .../user@UID.service/user.slice/libpod-ID.scope).
-declare -gA FC_PODMAN_UID=()
+# FC_OU[pid]: the user whose rootless Podman runs pid's container (FC_OWNER_UID: its cgroup
+# under user.slice/user-UID.slice/user@UID.service, .../user.slice/libpod-ID.scope), per
+# process, never per container id: a user may name a cgroup of theirs after root's
+# container's id.
+declare -gA FC_OU=()
 FC_OWNER_STEPDS="" # " J1 J2 ": the jobs whose slurmstepd runs here (fc_owner_job_runs)
 FC_CG_ROOTS_READ=0
-FC_OWNER_KIND="" FC_OWNER_ID="" FC_OWNER_NAME=""
+FC_OWNER_KIND="" FC_OWNER_ID="" FC_OWNER_NAME="" FC_OWNER_UID=""
 
 # The node's root in each hierarchy (key "v2" for cgroup2): the parent of PID 1's cgroup,
 # from FILE (default /proc/1/cgroup); "" when PID 1 sits at / or in /init.scope.
@@ -66,13 +72,15 @@ fc_owner_roots() {
     done <"$file"
 }
 
-# fc_owner_path PATH: the owner one cgroup path names, as O_KIND/O_ID/O_NAME ("" if none).
+# fc_owner_path PATH: the owner one cgroup path names, as O_KIND/O_ID/O_NAME ("" if none);
+# O_UID: a rootless Podman container's user.
 fc_owner_path() {
-    local path=$1 c rest uid="" ctr="" kube=0 slurm=0 job="" step="" manager="" prev=""
-    O_KIND="" O_ID="" O_NAME=""
+    local path=$1 c rest uid="" ctr="" kube=0 slurm=0 job="" step="" manager="" prev="" i=-1
+    O_KIND="" O_ID="" O_NAME="" O_UID=""
     local -a parts=()
     IFS=/ read -r -a parts <<<"${path#/}"
     for c in "${parts[@]}"; do
+        ((++i))
         if [[ $c == *kubepods* ]]; then
             # kubepods-besteffort-pod<uid>.slice (systemd driver, "_" for "-"), or the
             # ".slice:cri-containerd:<id>" form of a containerd that mixes both drivers.
@@ -98,7 +106,7 @@ fc_owner_path() {
         elif [[ $c == libpod-* && $c =~ ^libpod-(conmon-|payload-)?([0-9a-f]{64})(\.scope)?$ ]]; then
             if [[ $O_KIND != systemd || $O_ID == "$manager" ]]; then
                 O_KIND=podman O_ID=${BASH_REMATCH[2]} O_NAME=${BASH_REMATCH[2]:0:12}
-                [[ -n $manager ]] && FC_PODMAN_UID[$O_ID]=${manager//[!0-9]/}
+                O_UID=${manager//[!0-9]/}
             fi
         elif [[ $c == slurm || $c == slurm_* || $c == *slurmstepd.scope ]]; then
             slurm=1
@@ -108,7 +116,11 @@ fc_owner_path() {
         elif ((slurm)) && [[ -n $job && $c =~ ^step_(.+)$ ]]; then
             step=${BASH_REMATCH[1]}
             O_NAME=$job.$step
-        elif [[ $c == user@*.service && $c =~ ^user@([0-9]+)\.service$ ]]; then
+        # A user's manager is user.slice/user-UID.slice/user@UID.service, the one place
+        # logind and systemd make it (below, the user's delegated subtree: any name the
+        # user likes, user@0.service too, is a unit of theirs).
+        elif ((i == 2)) && [[ $c == user@*.service && $c =~ ^user@([0-9]+)\.service$ &&
+            ${parts[0]} == user.slice && ${parts[1]} == "user-${BASH_REMATCH[1]}.slice" ]]; then
             manager=$c
             O_KIND=systemd O_ID=$c O_NAME=$c
         elif [[ $c == ?*.service ]]; then
@@ -128,24 +140,26 @@ fc_owner_cgroup() {
     local -a lines=()
     local text
     ((FC_CG_ROOTS_READ)) || fc_owner_roots
-    FC_OWNER_KIND="" FC_OWNER_ID="" FC_OWNER_NAME=""
+    FC_OWNER_KIND="" FC_OWNER_ID="" FC_OWNER_NAME="" FC_OWNER_UID=""
     { mapfile -t lines <"$1"; } 2>/dev/null || return 0
     printf -v text '%s\n' "${lines[@]}"
     if [[ -z ${FC_CG_MEMO[$text]+set} ]]; then
         fc_owner_cgroup_rules "${lines[@]}"
-        FC_CG_MEMO[$text]="$FC_OWNER_KIND"$'\n'"$FC_OWNER_ID"$'\n'"$FC_OWNER_NAME"
+        FC_CG_MEMO[$text]="$FC_OWNER_KIND"$'\n'"$FC_OWNER_ID"$'\n'"$FC_OWNER_UID"$'\n'"$FC_OWNER_NAME"
     fi
     text=${FC_CG_MEMO[$text]}
     FC_OWNER_KIND=${text%%$'\n'*}
     text=${text#*$'\n'}
     FC_OWNER_ID=${text%%$'\n'*}
+    text=${text#*$'\n'}
+    FC_OWNER_UID=${text%%$'\n'*}
     FC_OWNER_NAME=${text#*$'\n'}
 }
 
 # fc_owner_cgroup_rules LINE...: fc_owner_cgroup's rules on the lines of one cgroup file.
 fc_owner_cgroup_rules() {
     local line key path root k
-    local -A found_kind=() found_id=() found_name=()
+    local -A found_kind=() found_id=() found_name=() found_uid=()
     for line in "$@"; do
         [[ $line == *:*:* ]] || continue
         key=${line#*:}
@@ -168,13 +182,13 @@ fc_owner_cgroup_rules() {
         [[ $k == controller && $O_KIND == systemd ]] && continue
         # The first controller line that names something is the controllers' word.
         [[ -n ${found_kind[$k]:-} ]] && continue
-        found_kind[$k]=$O_KIND found_id[$k]=$O_ID found_name[$k]=$O_NAME
+        found_kind[$k]=$O_KIND found_id[$k]=$O_ID found_name[$k]=$O_NAME found_uid[$k]=$O_UID
     done
     for k in controller v2 systemd; do
         case ${found_kind[$k]:-} in
             docker | podman | kubernetes | slurm)
                 FC_OWNER_KIND=${found_kind[$k]} FC_OWNER_ID=${found_id[$k]}
-                FC_OWNER_NAME=${found_name[$k]}
+                FC_OWNER_NAME=${found_name[$k]} FC_OWNER_UID=${found_uid[$k]}
                 return 0
                 ;;
         esac
@@ -238,25 +252,9 @@ fc_owner() {
     local pid=$1 kind id name
     fc_owner_cgroup "${FC_PROC:-/proc}/$pid/cgroup"
     case $FC_OWNER_KIND in
-        docker | kubernetes | slurm) return 0 ;;
-        podman)
-            # Its conmon (the container's main process's parent, double-forked by podman)
-            # in a unit's cgroup: the unit runs the container (podman generate systemd
-            # --new: --cgroups=no-conmon), and would start it again.
-            kind=$FC_OWNER_KIND id=$FC_OWNER_ID name=$FC_OWNER_NAME
-            local p=$pid n=0
-            while [[ ${FC_COMM[$p]:-} != conmon ]]; do
-                p=${FC_PPID[$p]:-0}
-                [[ $p != 0 && $p != 1 ]] && ((n++ < 64)) || return 0
-                [[ -n ${FC_CMD[$p]+set} ]] || fc_proc_load "$p" || return 0
-            done
-            fc_owner_cgroup "${FC_PROC:-/proc}/$p/cgroup"
-            [[ $FC_OWNER_KIND == systemd && ${FC_OWNER_ID##*/} == *.service &&
-                ${FC_OWNER_ID##*/} != user@* ]] ||
-                { FC_OWNER_KIND=$kind FC_OWNER_ID=$id FC_OWNER_NAME=$name; }
-            return 0
-            ;;
+        docker | kubernetes | slurm | podman) return 0 ;;
     esac
+    FC_OWNER_UID=""
     kind=$FC_OWNER_KIND id=$FC_OWNER_ID name=$FC_OWNER_NAME
     fc_owner_ancestry "$pid" && return 0
     # A job's process outside its job's cgroup and slurmstepd's tree (proctrack/linuxproc
@@ -319,4 +317,5 @@ fc_owner_prep() {
     FC_OWNER_PREP[$1]=1
     fc_owner "$1"
     FC_OK[$1]=$FC_OWNER_KIND FC_OI[$1]=$FC_OWNER_ID FC_ON[$1]=$FC_OWNER_NAME
+    FC_OU[$1]=$FC_OWNER_UID
 }
