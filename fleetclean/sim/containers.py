@@ -104,6 +104,19 @@ def human_duration(seconds: float) -> str:
     return f"{hours // 24} days"
 
 
+def ps_status(state: str, exit_code: int, started_at: float, finished_at: float,
+              now: float) -> str:
+    """``ps``'s STATUS of a container in STATE at NOW, as docker and podman word it (``Up 5
+    seconds``, ``Exited (0) About a minute ago``)."""
+    if state == "running":
+        return "Up " + human_duration(now - started_at)
+    if state == "restarting":
+        return f"Restarting ({exit_code}) {human_duration(now - finished_at)} ago"
+    if state == "exited":
+        return f"Exited ({exit_code}) {human_duration(now - finished_at)} ago"
+    return "Created"
+
+
 def backoff(failures: int) -> float:
     """docker's restart delay after ``failures`` quick exits in a row: 100 ms, doubling,
     at most a minute (a container that ran 10 s starts over at 100 ms)."""

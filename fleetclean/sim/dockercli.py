@@ -106,9 +106,14 @@ def ps(args: argparse.Namespace) -> int:
         for view in views:
             print(gotmpl.render(fmt, view))
         return 0
+    print_ps_table(views)
+    return 0
+
+
+def print_ps_table(views: list[dict[str, Any]]) -> None:
+    """``ps``'s default table of ``views`` (PS_COLUMNS), as docker and podman print it."""
     cells = [[h for h, _ in PS_COLUMNS]] + [[str(v[k]) for _, k in PS_COLUMNS] for v in views]
     print("\n".join(line.rstrip() for line in table(cells)))
-    return 0
 
 
 def _header_view() -> dict[str, Any]:
@@ -149,7 +154,7 @@ def stop_or_kill(args: argparse.Namespace) -> int:
         if args.command == "stop":
             req["t"] = args.time
         else:
-            req["signal"] = _signal_number(args.signal)
+            req["signal"] = signal_number(args.signal)
         answer = daemonkit.call(args.socket, req)
         if "error" in answer:
             print(f"Error response from daemon: {answer['error']}", file=sys.stderr)
@@ -200,16 +205,17 @@ def exec_(args: argparse.Namespace, environ: dict[str, str]) -> int:
     return int(ended["exit"])
 
 
-def _signal_number(name: str) -> int:
+def signal_number(name: str) -> int:
+    """A signal as docker and podman take it: a number, or a name with or without SIG."""
     if name.isdigit():
         return int(name)
     name = name.upper()
     return int(getattr(signal, name if name.startswith("SIG") else "SIG" + name))
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="docker")
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_container_commands(sub: Any, type_flags: tuple[str, ...] = ("--type",)) -> None:
+    """``ps``, ``inspect``, ``stop`` and ``kill``, whose options podman's CLI takes as
+    docker's (podman's inspect has ``-t`` for ``--type`` too: ``type_flags``)."""
     p = sub.add_parser("ps")
     p.add_argument("-a", "--all", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")
@@ -217,7 +223,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--format", default="")
     i = sub.add_parser("inspect")
     i.add_argument("-f", "--format", default="")
-    i.add_argument("--type", default="")
+    i.add_argument(*type_flags, default="")
     i.add_argument("names", nargs="+")
     s = sub.add_parser("stop")
     s.add_argument("-t", "--time", "--timeout", type=int, default=10)
@@ -225,6 +231,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     k = sub.add_parser("kill")
     k.add_argument("-s", "--signal", default="KILL")
     k.add_argument("names", nargs="+")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="docker")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_container_commands(sub)
     x = sub.add_parser("exec")
     x.add_argument("-d", "--detach", action="store_true")
     x.add_argument("-i", "--interactive", action="store_true")

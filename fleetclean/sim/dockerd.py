@@ -132,16 +132,8 @@ class Container:
 
     def ps_row(self) -> dict[str, Any]:
         now = time.time()
-        if self.status == "running":
-            status = "Up " + containers.human_duration(now - self.started_at)
-        elif self.status == "restarting":
-            ago = containers.human_duration(now - self.finished_at)
-            status = f"Restarting ({self.exit_code}) {ago} ago"
-        elif self.status == "exited":
-            ago = containers.human_duration(now - self.finished_at)
-            status = f"Exited ({self.exit_code}) {ago} ago"
-        else:
-            status = "Created"
+        status = containers.ps_status(self.status, self.exit_code, self.started_at,
+                                      self.finished_at, now)
         return {
             "ID": self.id,
             "Image": self.image,

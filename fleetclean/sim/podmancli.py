@@ -52,9 +52,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXECUTABLE = "/usr/local/sbin/podman"  # where the node has it: conmon's exit command
 USERNS = "_CONTAINERS_USERNS_CONFIGURED"  # podman's mark: already in its user namespace
 NO_SUCH = 'no container with name or ID "{}" found: no such container'
-PS_COLUMNS = [("CONTAINER ID", "ID"), ("IMAGE", "Image"), ("COMMAND", "Command"),
-              ("CREATED", "RunningFor"), ("STATUS", "Status"), ("PORTS", "Ports"),
-              ("NAMES", "Names")]
 
 
 class Failure(Exception):
@@ -236,7 +233,7 @@ def stop_or_kill(store: state.Store, args: argparse.Namespace) -> int:
                     c.status, c.exit_code, c.finished_at = "exited", 143, time.time()
                     c.pid = c.conmon_pid = 0
         elif pid:
-            _signal(pid, _signal_number(args.signal))
+            _signal(pid, dockercli.signal_number(args.signal))
         print(ref)
     for text in errors[:-1]:
         print(f"Error: {text}", file=sys.stderr)
@@ -263,13 +260,6 @@ def _gone(pid: int, timeout: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.02)
-
-
-def _signal_number(name: str) -> int:
-    if name.isdigit():
-        return int(name)
-    name = name.upper()
-    return int(getattr(signal, name if name.startswith("SIG") else "SIG" + name))
 
 
 # ------------------------------------------------------------------------- reading
@@ -305,22 +295,13 @@ def ps(store: state.Store, args: argparse.Namespace) -> int:
         for v in views:
             print(gotmpl.render(gotmpl.unescape(args.format), v))
     else:
-        cells = [[h for h, _ in PS_COLUMNS]] + [[str(v[k]) for _, k in PS_COLUMNS]
-                                                 for v in views]
-        # podman's table, as docker's: Go's tabwriter (dockercli.table).
-        print("\n".join(line.rstrip() for line in dockercli.table(cells)))
+        dockercli.print_ps_table(views)  # podman's table, as docker's: Go's tabwriter
     return 0
 
 
 def _view(c: state.Ctr, trunc: bool) -> dict[str, Any]:
     now = time.time()
-    if c.status == "running":
-        status = "Up " + containers.human_duration(now - c.started_at)
-    elif c.status == "exited":
-        ago = containers.human_duration(now - c.finished_at)
-        status = f"Exited ({c.exit_code}) {ago} ago"
-    else:
-        status = "Created"
+    status = containers.ps_status(c.status, c.exit_code, c.started_at, c.finished_at, now)
     return {"ID": c.id[:12] if trunc else c.id, "Image": c.image, "Command": " ".join(c.argv),
             "RunningFor": containers.human_duration(now - c.created) + " ago",
             "Status": status, "State": c.status, "Ports": "", "Names": c.name,
@@ -341,21 +322,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     r.add_argument("--label", "-l", action="append", default=[])
     r.add_argument("image")
     r.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND")
-    p = sub.add_parser("ps")
-    p.add_argument("-a", "--all", action="store_true")
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.add_argument("--no-trunc", action="store_true")
-    p.add_argument("--format", default="")
-    i = sub.add_parser("inspect")
-    i.add_argument("-f", "--format", default="")
-    i.add_argument("-t", "--type", default="")
-    i.add_argument("names", nargs="+")
-    s = sub.add_parser("stop")
-    s.add_argument("-t", "--time", "--timeout", type=int, default=10)
-    s.add_argument("names", nargs="+")
-    k = sub.add_parser("kill")
-    k.add_argument("-s", "--signal", default="KILL")
-    k.add_argument("names", nargs="+")
+    dockercli.add_container_commands(sub, ("-t", "--type"))
     c = sub.add_parser("cleanup")
     c.add_argument("names", nargs="+")
     return parser.parse_args(argv)
