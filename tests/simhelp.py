@@ -203,6 +203,13 @@ def live(fleet: SimFleet, node: str, pids: list[int]) -> list[int]:
     return [p for p in pids if p in running]
 
 
+def sh(fleet: SimFleet, command: str, node: str = "node01") -> str:
+    """The output of the shell ``command`` run in ``node``, which must succeed."""
+    done = fleet.run_in(node, ["sh", "-c", command])
+    assert done.returncode == 0, f"{command}: {done.stderr}"
+    return done.stdout.strip()
+
+
 def reset_node(fleet: SimFleet, node: str = "node01") -> None:
     """Back to an idle node for the next test of a module that shares the fleet: every
     workload killed by PID (the node's own daemons stay), faults and leaks cleared."""

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from simhelp import Cli
+from simhelp import Cli, sh
 from slurmhelp import wait_for
 
 from fleetclean.sim import SimFleet
@@ -39,29 +39,12 @@ HOLD = ("import time; f = open('/dev/nvidia{gpu}'); u = open('/dev/nvidia-uvm');
         "time.sleep(3600)")
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
-    from simhelp import down_checked, module_subnet
-
-    made = SimFleet.up(1, tmp_path_factory.mktemp("execs"), subnet=module_subnet())
-    try:
-        yield made
-    finally:
-        down_checked(made)
-
-
 @pytest.fixture
 def fleet(shared: SimFleet) -> Iterator[SimFleet]:
     yield shared
     # Through docker: a container stopped takes what was exec'd into it.
     sh(shared, "docker ps -q | xargs -r docker stop -t 0 >/dev/null")
     assert wait_for(lambda: shared.gpu_used_mib("node01") == [0] * 8)
-
-
-def sh(fleet: SimFleet, command: str) -> str:
-    done = fleet.run_in("node01", ["sh", "-c", command])
-    assert done.returncode == 0, f"{command}: {done.stderr}"
-    return done.stdout.strip()
 
 
 def running(fleet: SimFleet, pids: list[int]) -> list[int]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from simhelp import Cli, spawn_holder, user_namespace_refusal
+from simhelp import Cli, sh, spawn_holder, user_namespace_refusal
 from slurmhelp import SLURM_SKIP_REASON, slurm_cmd, wait_for
 
 from fleetclean.sim import SimFleet, accounts
@@ -75,12 +75,6 @@ def running(fleet: SimFleet, pids: list[int]) -> list[int]:
     """The PIDs of ``pids`` that run in the node, as its own ps sees them."""
     out = sh(fleet, "ps -eo pid=")
     return [p for p in pids if str(p) in out.split()]
-
-
-def sh(fleet: SimFleet, command: str) -> str:
-    done = fleet.run_in("node01", ["sh", "-c", command])
-    assert done.returncode == 0, f"{command}: {done.stderr}"
-    return done.stdout.strip()
 
 
 def holders(fleet: SimFleet, gpu: int) -> set[int]:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from simhelp import Cli, user_namespace_refusal
+from simhelp import Cli, sh, user_namespace_refusal
 from slurmhelp import wait_for
 
 from fleetclean.sim import SimFleet, accounts
@@ -30,17 +30,6 @@ ALICE = accounts.user("alice").uid
 ALICE_PODMAN = f"runuser -u alice -- env XDG_RUNTIME_DIR=/run/user/{ALICE} podman"
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
-    from simhelp import down_checked, module_subnet
-
-    made = SimFleet.up(1, tmp_path_factory.mktemp("podman"), subnet=module_subnet())
-    try:
-        yield made
-    finally:
-        down_checked(made)
-
-
 @pytest.fixture
 def fleet(shared: SimFleet) -> Iterator[SimFleet]:
     yield shared
@@ -49,12 +38,6 @@ def fleet(shared: SimFleet) -> Iterator[SimFleet]:
         sh(shared, f"if command -v podman >/dev/null; then {podman} ps -q | "
                    f"xargs -r {podman} stop -t 0 >/dev/null; fi")
     assert wait_for(lambda: shared.gpu_used_mib("node01") == [0] * 8)
-
-
-def sh(fleet: SimFleet, command: str) -> str:
-    done = fleet.run_in("node01", ["sh", "-c", command])
-    assert done.returncode == 0, f"{command}: {done.stderr}"
-    return done.stdout.strip()
 
 
 def running(fleet: SimFleet, pids: list[int]) -> list[int]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from simhelp import down_checked, module_subnet, up_claimed, user_namespace_refusal
+from simhelp import down_checked, module_subnet, sh, up_claimed, user_namespace_refusal
 
 from fleetclean.errors import SimError
 from fleetclean.sim import SimFleet, accounts, launcher
@@ -40,12 +40,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
         yield made
     finally:
         down_checked(made)
-
-
-def sh(fleet: SimFleet, command: str, node: str = "node01") -> str:
-    done = fleet.run_in(node, ["sh", "-c", command])
-    assert done.returncode == 0, f"{command}: {done.stderr}"
-    return done.stdout.strip()
 
 
 def holders(fleet: SimFleet, gpu: int, node: str = "node01") -> set[int]:
