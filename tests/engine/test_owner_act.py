@@ -13,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,16 +46,6 @@ fc_rec done 0
 
 # What the stage asks docker of a container (as the fake logs its argv, words joined).
 INSPECT = "{{.State.Pid}} {{.HostConfig.PidMode}}"
-
-
-@pytest.fixture
-def sleeper() -> Iterator[int]:
-    proc = subprocess.Popen(["sleep", "60"])
-    try:
-        yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def act(tmp_path: Path, pid: int, kind: str, oid: str, name: str, *,

@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,16 +45,6 @@ fc_rec watched "${!FC_WATCH_OWNER[*]}"
 fc_rec owner-now "${FC_OK[$pid]} ${FC_OI[$pid]}"
 fc_rec done 0
 """
-
-
-@pytest.fixture
-def sleeper() -> Iterator[int]:
-    proc = subprocess.Popen(["sleep", "60"])
-    try:
-        yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def fake(tmp_path: Path, name: str, body: str) -> Path:
@@ -213,6 +202,15 @@ def test_a_users_podman_is_believed_only_for_a_main_process_in_that_users_contai
                 "container's cgroup") in rows["warn"]
 
 
+def act_on_an_exec_job(tmp_path: Path, sleeper: int, podman: str = "stop") -> dict[str, str]:
+    """``act`` on SLEEPER as a job ``podman exec`` started: its parent this process (its
+    exec session's conmon), the container's main process 4194002 under conmon 4194003."""
+    main = 4194002
+    podman_answers(tmp_path, f"{main}|4194003|private||")
+    setup = rootful(sleeper, os.getpid()) + f"FC_START[{main}]=1 FC_PPID[{main}]=4194003\n"
+    return act(tmp_path, sleeper, setup, podman=podman)
+
+
 def test_a_job_podman_exec_started_is_signalled_and_its_container_not_watched(
     tmp_path: Path, sleeper: int
 ) -> None:
@@ -220,9 +218,7 @@ def test_a_job_podman_exec_started_is_signalled_and_its_container_not_watched(
     # and no new process elsewhere in the container (a healthcheck's exec) reads as a
     # respawn: the container is not watched, nor is the job (its conmon starts nothing).
     main, exec_conmon = 4194002, os.getpid()
-    podman_answers(tmp_path, f"{main}|4194003|private||")
-    setup = rootful(sleeper, exec_conmon) + f"FC_START[{main}]=1 FC_PPID[{main}]=4194003\n"
-    rows = act(tmp_path, sleeper, setup)
+    rows = act_on_an_exec_job(tmp_path, sleeper)
     assert rows["left-to-signal"] == str(sleeper)
     assert rows["exec"] == f"{main} {exec_conmon}"
     assert rows["watched"] == ""
@@ -233,10 +229,7 @@ def test_a_job_podman_exec_started_is_signalled_and_its_container_not_watched(
 def test_under_owner_podman_signal_a_podman_exec_job_is_not_watched_as_its_container(
     tmp_path: Path, sleeper: int
 ) -> None:
-    main, exec_conmon = 4194002, os.getpid()
-    podman_answers(tmp_path, f"{main}|4194003|private||")
-    setup = rootful(sleeper, exec_conmon) + f"FC_START[{main}]=1 FC_PPID[{main}]=4194003\n"
-    rows = act(tmp_path, sleeper, setup, podman="signal")
+    rows = act_on_an_exec_job(tmp_path, sleeper, podman="signal")
     assert rows["left-to-signal"] == str(sleeper)
     assert rows["watched"] == ""
 
