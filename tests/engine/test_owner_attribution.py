@@ -42,6 +42,15 @@ done
 """
 
 
+def fake_proc(root: Path, texts: dict[int, str]) -> str:
+    """A fake /proc at ROOT, for FC_PROC: each PID's cgroup file its TEXT, PID 1's a
+    systemd host's (pid1_v2) unless TEXTS has one."""
+    for pid, text in {1: (DATA / "pid1_v2.cgroup").read_text(), **texts}.items():
+        (root / str(pid)).mkdir()
+        (root / str(pid) / "cgroup").write_text(text)
+    return str(root)
+
+
 def run_owner(script: str, *args: str) -> list[list[str]]:
     done = subprocess.run(
         ["bash", "-c", template("lib.sh") + template("owner.sh") + script, "bash", *args],
@@ -88,18 +97,14 @@ def test_a_rootless_container_is_named_with_the_user_whose_daemon_runs_it(
     texts = [(DATA / f"{name}.cgroup").read_text()
              for name in ("docker_rootless_systemd_v2", "dockerd_rootless_v2")]
     texts.append(f"0::/system.slice/docker-{'ab' * 32}.scope\n")
-    for pid, text in enumerate(texts, start=100):
-        (tmp_path / str(pid)).mkdir()
-        (tmp_path / str(pid) / "cgroup").write_text(text)
-    (tmp_path / "1").mkdir()
-    (tmp_path / "1" / "cgroup").write_text((DATA / "pid1_v2.cgroup").read_text())
+    proc = fake_proc(tmp_path, dict(enumerate(texts, start=100)))
     rows = run_owner(r"""
 FC_PROC=$1 FC_PPID=([100]=1 [101]=1 [102]=1)
 for pid in 100 101 102; do
     fc_owner "$pid"
     printf '%s\t%s\t%s\n' "$FC_OWNER_KIND" "$FC_OWNER_NAME" "${FC_DOCKER_UID[$FC_OWNER_ID]:-}"
 done
-""", str(tmp_path))
+""", proc)
     assert rows == [["docker", "5e0b8f6c2d4a", "1000"], ["systemd", "docker.service", ""],
                     ["docker", "ab" * 6, ""]]
 
@@ -199,11 +204,7 @@ def test_a_podman_container_is_named_with_its_rootless_user_wherever_its_conmon_
         106: (DATA / "conmon_systemd_v2.cgroup").read_text(),
         107: (DATA / "podman_systemd_v2.cgroup").read_text(),
         108: "0::/system.slice/podman-restart.service\n",
-        1: (DATA / "pid1_v2.cgroup").read_text(),
     }
-    for pid, text in texts.items():
-        (tmp_path / str(pid)).mkdir()
-        (tmp_path / str(pid) / "cgroup").write_text(text)
     rows = run_owner(r"""
 FC_PROC=$1
 FC_PPID=([100]=1 [101]=1 [102]=103 [103]=1 [104]=102 [105]=106 [106]=1 [107]=108 [108]=1)
@@ -214,7 +215,7 @@ for pid in 100 101 102 104 105 107; do
     fc_owner_prep "$pid"
     printf '%s\t%s\t%s\n' "${FC_OK[$pid]}" "${FC_ON[$pid]}" "${FC_OU[$pid]}"
 done
-""", str(tmp_path))
+""", fake_proc(tmp_path, texts))
     assert rows == [["podman", "ab" * 6, "1000"]] + [["podman", PODMAN_ID[:12], ""]] * 5
 
 
@@ -235,11 +236,7 @@ def test_a_users_cgroup_named_after_a_container_never_makes_it_that_users(
         302: f"{user}/user@0.service/libpod-{PODMAN_ID}.scope\n",
         303: "0::/user.slice/user-1000.slice/user@0.service/user.slice/"
              f"libpod-{PODMAN_ID}.scope\n",
-        1: (DATA / "pid1_v2.cgroup").read_text(),
     }
-    for pid, text in texts.items():
-        (tmp_path / str(pid)).mkdir()
-        (tmp_path / str(pid) / "cgroup").write_text(text)
     rows = run_owner(r"""
 FC_PROC=$1
 FC_PPID=([300]=1 [301]=1 [302]=1 [303]=1)
@@ -247,7 +244,7 @@ for pid in 300 301 302 303; do
     fc_owner_prep "$pid"
     printf '%s\t%s\t%s\n' "${FC_OK[$pid]}" "${FC_OI[$pid]}" "${FC_OU[$pid]}"
 done
-""", str(tmp_path))
+""", fake_proc(tmp_path, texts))
     assert rows == [["podman", PODMAN_ID, "1000"], ["podman", PODMAN_ID, ""],
                     ["systemd", "user@1000.service/user@0.service", ""],
                     ["systemd", "user@0.service", ""]]
