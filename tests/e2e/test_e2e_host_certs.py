@@ -33,6 +33,24 @@ def ssh_ok(fleet: SimFleet, name: str, known: Path | None = None) -> bool:
     return done.returncode == 0
 
 
+def aliased(fleet: SimFleet, tmp_path: Path, alias: str) -> tuple[Path, Path, Path, str]:
+    """An ssh_config that names node01 ``gpu07``, with ``HostKeyAlias ALIAS`` and a
+    known_hosts of its own (not yet written), and an inventory of gpu07: the config, the
+    known_hosts, the inventory and the host CA's public key."""
+    ca = fleet.host_ca_path
+    assert ca is not None
+    known = tmp_path / "known_hosts"
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host gpu07\n  HostName {fleet.node('node01').address}\n  User root\n"
+        f"  HostKeyAlias {alias}\n"
+        f"  IdentityFile {fleet.client_key_path}\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("gpu07\n")
+    return config, known, inventory, ca.with_suffix(".pub").read_text()
+
+
 def test_a_ca_vouched_fleet_and_the_certificates_ssh_refuses(
     sim_fleet_factory, cli: Cli, tmp_path: Path
 ) -> None:
@@ -137,17 +155,8 @@ def test_a_certificate_names_the_host_by_its_alias(
     # line) by the alias, not by the address it connected to.
     fleet: SimFleet = sim_fleet_factory(1, host_ca=True)
     node = fleet.node("node01")
-    ca = fleet.host_ca_path
-    assert ca is not None
-    known = tmp_path / "known_hosts"
-    known.write_text(f"@cert-authority gpu-tunnel-* {ca.with_suffix('.pub').read_text()}")
-    config = tmp_path / "ssh_config"
-    config.write_text(
-        f"Host gpu07\n  HostName {node.address}\n  User root\n  HostKeyAlias gpu-tunnel-7\n"
-        f"  IdentityFile {fleet.client_key_path}\n  IdentitiesOnly yes\n"
-        f"  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n")
-    inventory = tmp_path / "hosts.ini"
-    inventory.write_text("gpu07\n")
+    config, known, inventory, ca_key = aliased(fleet, tmp_path, "gpu-tunnel-7")
+    known.write_text(f"@cert-authority gpu-tunnel-* {ca_key}")
 
     fleet.certify_host_key("node01", principals=("gpu-tunnel-7",))
     res = cli("status", "-i", inventory, "-F", config, "--json", "--accept-new-host-keys")
@@ -179,18 +188,7 @@ def test_a_bracketed_alias_is_one_name_never_split_from_its_port(
     # `gpu-tunnel-7`, does not vouch for it.
     fleet: SimFleet = sim_fleet_factory(1, host_ca=True)
     node = fleet.node("node01")
-    ca = fleet.host_ca_path
-    assert ca is not None
-    ca_key = ca.with_suffix(".pub").read_text()
-    known = tmp_path / "known_hosts"
-    config = tmp_path / "ssh_config"
-    config.write_text(
-        f"Host gpu07\n  HostName {node.address}\n  User root\n"
-        f"  HostKeyAlias [GPU-Tunnel-7]:2222\n"
-        f"  IdentityFile {fleet.client_key_path}\n  IdentitiesOnly yes\n"
-        f"  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n")
-    inventory = tmp_path / "hosts.ini"
-    inventory.write_text("gpu07\n")
+    config, known, inventory, ca_key = aliased(fleet, tmp_path, "[GPU-Tunnel-7]:2222")
 
     def both(*extra: str) -> tuple[str, str | None, bool]:
         res = cli("status", "-i", inventory, "-F", config, "--json", *extra)
