@@ -203,6 +203,19 @@ def live(fleet: SimFleet, node: str, pids: list[int]) -> list[int]:
     return [p for p in pids if p in running]
 
 
+def ssh_g(config: Path, name: str, user: str | None = None) -> dict[str, str]:
+    """The user, hostname and port OpenSSH's ``ssh -G`` (with ``-l USER``) says ``config``
+    gives ``name``: the judge of what fleetclean reads of an ssh_config."""
+    args = ["-l", user] if user else []
+    out = subprocess.run(["ssh", "-G", "-F", str(config), *args, name], capture_output=True,
+                         text=True, check=True, stdin=subprocess.DEVNULL).stdout
+    seen: dict[str, str] = {}
+    for line in out.splitlines():
+        key, _, value = line.partition(" ")
+        seen.setdefault(key, value)
+    return {k: seen[k] for k in ("user", "hostname", "port")}
+
+
 def sh(fleet: SimFleet, command: str, node: str = "node01") -> str:
     """The output of the shell ``command`` run in ``node``, which must succeed."""
     done = fleet.run_in(node, ["sh", "-c", command])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
+from simhelp import ssh_g
 
 from fleetclean.inventory.ssh_settings import SshSettings, merge
 from fleetclean.transport.base import TransportFailure
@@ -30,17 +31,6 @@ MATCH_USER = (
 )
 
 
-def _ssh_g(config: Path, name: str, user: str | None) -> dict[str, str]:
-    args = ["-l", user] if user else []
-    out = subprocess.run(["ssh", "-G", "-F", str(config), *args, name], capture_output=True,
-                         text=True, check=True, stdin=subprocess.DEVNULL).stdout
-    seen: dict[str, str] = {}
-    for line in out.splitlines():
-        key, _, value = line.partition(" ")
-        seen.setdefault(key, value)
-    return {k: seen[k] for k in ("user", "hostname", "port")}
-
-
 @pytest.mark.skipif(shutil.which("ssh") is None, reason="needs OpenSSH's ssh -G")
 @pytest.mark.parametrize("user", [None, "alice", "bob", "dave", getpass.getuser()])
 @pytest.mark.parametrize("name", ["gpu01", "gpu02", "gpu03"])
@@ -55,7 +45,7 @@ def test_match_user_is_judged_with_the_command_lines_user_as_ssh_judges_it(
     found = parse_config(MATCH_USER).lookup(name, user=user)
     ours = {"user": found.get("user", getpass.getuser()), "hostname": found["hostname"],
             "port": found.get("port", "22")}
-    assert ours == _ssh_g(config, name, user)
+    assert ours == ssh_g(config, name, user)
 
 
 def test_the_inventorys_user_decides_its_match_user_blocks() -> None:

@@ -8,26 +8,16 @@ from __future__ import annotations
 
 import getpass
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from simhelp import ssh_g
 
 from fleetclean.transport.hops import load_config
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs OpenSSH's ssh -G")
 
 NAMES = ("gpu01", "gpu02", "bastion", "b2", "other", "10.1.2.3", "all")
-
-
-def _ssh_g(config: Path, name: str) -> dict[str, str]:
-    out = subprocess.run(["ssh", "-G", "-F", str(config), name], capture_output=True,
-                         text=True, check=True, stdin=subprocess.DEVNULL).stdout
-    seen: dict[str, str] = {}
-    for line in out.splitlines():
-        key, _, value = line.partition(" ")
-        seen.setdefault(key, value)
-    return {k: seen[k] for k in ("user", "hostname", "port")}
 
 
 def _ours(config: Path, name: str) -> dict[str, str]:
@@ -95,7 +85,7 @@ def test_include_means_what_openssh_reads(case: str, tmp_path: Path) -> None:
              for k, v in CASES[case].items()}
     main = _files(tmp_path, **texts)
     for name in NAMES:
-        assert _ours(main, name) == _ssh_g(main, name), (case, name)
+        assert _ours(main, name) == ssh_g(main, name), (case, name)
 
 
 def test_relative_include_is_under_dot_ssh(tmp_path: Path,
