@@ -215,8 +215,10 @@ def test_a_process_whose_main_thread_exited_lives_on_in_its_thread(
             kv for kv in status if len(kv) == 2)
 
     def running() -> dict[int, str]:
-        # (What a run_in leaves in its exit for a moment has no command line.)
-        return {p.pid: p.cmdline for p in fleet.processes("node01") if p.cmdline}
+        # (What a run_in leaves in its exit for a moment has no command line; the session
+        # a used_over_ssh opened, "sshd: root@notty", may still be closing.)
+        return {p.pid: p.cmdline for p in fleet.processes("node01")
+                if p.cmdline and not p.cmdline.startswith("sshd")}
 
     (worker,) = fleet.spawn("node01", "pthread-exit", gpu=5, mib=8192)
     ps = fleet.run_in("node01", ["ps", "-o", "stat=", "-p", str(worker)]).stdout.strip()
