@@ -140,8 +140,11 @@ class Renderer:
         per set of stage types."""
         scope = self._scope
         last_clean = last_clean and not resolved.stages and resolved.verify is not None
+        # owner_slurm decides whether owner-slurm.sh is carried (library): a host whose
+        # group makes it stop must not get another host's library without it.
         key = (tuple(s.type for s in resolved.stages), resolved.verify is not None,
-               scope is not None and scope.active, last_clean)
+               scope is not None and scope.active, last_clean,
+               resolved.owner_actions.get("slurm") == "stop")
         known = self._libraries.get(key)
         if known is None:
             text, rest = "\n".join(library([resolved], scope)), ""

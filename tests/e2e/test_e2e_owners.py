@@ -357,6 +357,32 @@ def test_owner_slurm_stop_cancels_the_job_and_its_gpu_is_freed(
     assert owners_of(host)[task]["kind"] == "slurm" and owners_of(host)[task]["id"] == job
 
 
+def test_owner_slurm_stop_cancels_only_what_the_processs_own_user_may(
+    fleet: SimFleet, cli: Cli
+) -> None:
+    # A process of alice's that names root's running job (SLURM_JOB_ID in its own
+    # environment, which anyone may set) was taken for that job's and root ran scancel on
+    # it: root's job ended, on every node it ran on. scancel now runs as alice: slurmctld
+    # refuses, root's job runs on, and alice's process is signalled as any other.
+    if not HAS_SLURM:
+        pytest.skip(SLURM_SKIP_REASON or "")
+    job = slurm_cmd(fleet, "sbatch", "--parsable", "-w", "node01", "-o", "/dev/null",
+                    "-J", "t-victim", "--wrap", "sleep 600").stdout.strip()
+    assert job.isdigit() and wait_for(lambda: "JobState=RUNNING" in slurm_cmd(
+        fleet, "scontrol", "show", "job", job).stdout)
+    forged = spawn_holder(fleet, "node01", ALICE, ALICE, gpu=4, mib=1024, name="t-forged",
+                          env={"SLURM_JOB_ID": job})
+    try:
+        code, host = run(cli, fleet, "-e", "owner_slurm=stop")
+        assert running(fleet, [forged]) == []
+        assert "JobState=RUNNING" in slurm_cmd(fleet, "scontrol", "show", "job", job).stdout
+        assert any(f"scancel {job} failed" in w for w in host["warnings"]), host["warnings"]
+        assert (code, host["status"]) == (0, "clean")
+    finally:
+        sh(fleet, f"kill -KILL {forged} 2>/dev/null; true")
+        slurm_cmd(fleet, "scancel", job)
+
+
 def test_a_jobs_process_outside_its_cgroup_is_the_jobs_while_the_job_runs(
     fleet: SimFleet, cli: Cli
 ) -> None:

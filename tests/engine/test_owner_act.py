@@ -412,3 +412,42 @@ def watch(pid: int, kind: str, oid: str, parent: str, execd: str = "") -> str:
                               capture_output=True, text=True, check=False, timeout=30)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     return done.stdout.removesuffix("\n")
+
+
+def test_an_array_tasks_cancel_names_the_task_not_its_array(tmp_path: Path) -> None:
+    # One task of every array has the array's id for its job id: `scancel ID` of it ended
+    # every task of the array, pending ones too. Its own ARRAY_TASK is what is cancelled.
+    env = {**os.environ, "SLURM_JOB_ID": "40", "SLURM_ARRAY_JOB_ID": "40",
+           "SLURM_ARRAY_TASK_ID": "2"}
+    task = subprocess.Popen(["sleep", "60"], env=env)
+    plain = subprocess.Popen(["sleep", "60"], env={**os.environ, "SLURM_JOB_ID": "41"})
+    try:
+        script = "".join(template(t) for t in ("lib.sh", "owner.sh", "owner-act.sh",
+                                               "owner-slurm.sh"))
+        script += ('fc_slurm_how 40 "$1" && echo "$FC_SLURM_REF ${#FC_SLURM_AS[@]}"\n'
+                   'fc_slurm_how 41 "$2" && echo "$FC_SLURM_REF"\n')
+        (tmp_path / "how.sh").write_text(script)
+        done = subprocess.run(["bash", str(tmp_path / "how.sh"), str(task.pid), str(plain.pid)],
+                              capture_output=True, text=True, check=False, timeout=30)
+        # As root, a root process's job is cancelled by root itself (no runuser).
+        assert done.stdout.splitlines() == ["40_2 0", "41"], done.stderr
+    finally:
+        for proc in (task, plain):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_host_whose_group_stops_slurm_jobs_gets_the_code_for_it() -> None:
+    # The renderer shared one library between hosts of the same stage types: a host with
+    # owner_slurm=stop after one with refuse got a script without owner-slurm.sh, and its
+    # job's tasks were signalled behind Slurm's back.
+    from fleetclean.engine.playbook import load_playbook
+    from fleetclean.engine.render import Renderer
+    from fleetclean.engine.variables import resolve
+
+    book = load_playbook("post-extraction")
+    renderer = Renderer()
+    refuse = renderer.pieces(resolve(book, {}, {}), host_name="gpu01")
+    stop = renderer.pieces(resolve(book, {"owner_slurm": "stop"}, {}), host_name="gpu02")
+    assert "fc_slurm_can_cancel() {" not in "".join(refuse)
+    assert "fc_slurm_can_cancel() {" in "".join(stop)

@@ -660,26 +660,51 @@ fc_owner_key() {
 # runtime dir of their own.
 FC_PODMAN_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 fc_owner_podman() {
-    local uid="" run name owner line="" home=/
+    local uid="" run
     FC_PODMAN=(podman)
     [[ $1 == *@* ]] && uid=${1#*@}
     [[ -n $uid ]] || return 0
     run=${FC_RUN_USER:-/run/user}/$uid
-    fc_user_name "$uid"
-    name=$REPLY
+    fc_as_user "$uid" "its podman"
+    local rc=$?
     if ((EUID == 0)); then
-        # runuser looks the name up again: it must be this uid's (a second account of
-        # that name in the directory would have root run another user's podman).
-        [[ $name != "$uid" ]] &&
-            line=$(timeout 2 getent passwd -- "$name" </dev/null 2>/dev/null)
-        IFS=: read -r _ _ owner _ _ home _ <<<"$line"
-        FC_PODMAN=(runuser -u "$name" -- env -i "HOME=${home:-/}" "USER=$name"
-            "LOGNAME=$name" "PATH=$FC_PODMAN_PATH" "XDG_RUNTIME_DIR=$run" podman)
+        FC_PODMAN=("${FC_AS[@]}" "XDG_RUNTIME_DIR=$run" podman)
     else
         FC_PODMAN=(env "XDG_RUNTIME_DIR=$run" podman)
     fi
+    if ((rc)); then
+        return 1
+    elif [[ -L $run || ! -d $run ]]; then
+        REPLY="no runtime dir of its own at $run"
+        return 1
+    fi
+    local owner
+    owner=$(stat -c %u -- "$run" 2>/dev/null)
+    [[ $owner == "$uid" ]] && return 0
+    REPLY="$run belongs to uid ${owner:-?}, not $uid"
+    return 1
+}
+
+# FC_AS: the words that run a command as uid $1 with none of this login's environment
+# (root: `runuser -u NAME -- env -i HOME=... USER=... LOGNAME=... PATH=...`; the user
+# itself: none). False, REPLY saying why (WHAT, $2, in the words: "its podman"), where this
+# login cannot be that user: another non-root login, a uid with no name, or a name that
+# maps to another uid (runuser looks the name up again: a second account of that name in
+# the directory would have root run a command as someone else).
+fc_as_user() {
+    local uid=$1 name owner="" line="" home=/
+    FC_AS=()
+    fc_user_name "$uid"
+    name=$REPLY
+    if ((EUID == 0)); then
+        [[ $name != "$uid" ]] &&
+            line=$(timeout 2 getent passwd -- "$name" </dev/null 2>/dev/null)
+        IFS=: read -r _ _ owner _ _ home _ <<<"$line"
+        FC_AS=(runuser -u "$name" -- env -i "HOME=${home:-/}" "USER=$name" "LOGNAME=$name"
+            "PATH=$FC_PODMAN_PATH")
+    fi
     if ((EUID != 0 && EUID != uid)); then
-        REPLY="only uid $uid ($name) or root may run its podman"
+        REPLY="only uid $uid ($name) or root may run $2"
         return 1
     elif ((EUID == 0)) && [[ $name == "$uid" ]]; then
         REPLY="uid $uid has no name for runuser"
@@ -687,14 +712,7 @@ fc_owner_podman() {
     elif ((EUID == 0)) && [[ $owner != "$uid" ]]; then
         REPLY="the name $name is uid ${owner:-?}'s, not $uid's"
         return 1
-    elif [[ -L $run || ! -d $run ]]; then
-        REPLY="no runtime dir of its own at $run"
-        return 1
     fi
-    owner=$(stat -c %u -- "$run" 2>/dev/null)
-    [[ $owner == "$uid" ]] && return 0
-    REPLY="$run belongs to uid ${owner:-?}, not $uid"
-    return 1
 }
 
 # REPLY: Podman container REF $1 in words: "podman 3f2a1c9b8d7e", a rootless one's with
@@ -956,9 +974,12 @@ fc_owner_stop() {
                 # The whole job: slurmd ends each step's tasks (SIGTERM, KillWait, SIGKILL)
                 # and runs the epilog; what is left after the grace gets SIGKILL below.
                 # Bounded: a slurmctld that does not answer held the teardown here.
-                if ! out=$(fc_slurm_cancel "${id%%.*}"); then
+                if ! fc_slurm_how "${id%%.*}" "$p"; then
                     done_ids[$id]=failed
-                    fc_owner_warn "scancel ${id%%.*} failed (${out%%$'\n'*}): its processes were signalled; the job may start more"
+                    fc_owner_warn "Slurm job ${id%%.*} not cancelled ($REPLY): its processes were signalled; the job may start more; to end it: scancel $FC_SLURM_REF"
+                elif ! out=$(fc_slurm_cancel); then
+                    done_ids[$id]=failed
+                    fc_owner_warn "scancel $FC_SLURM_REF failed (${out%%$'\n'*}): its processes were signalled; the job may start more"
                 fi
             else
                 # A container: docker's, or podman's (as the user whose podman runs it).
@@ -1034,7 +1055,7 @@ fc_owner_stop() {
         if [[ $id == */* || $id == *.service ]]; then
             FC_OWNER_SAID+="stopped ${id##*/}; "
         elif [[ ${id_kind[$id]:-} == slurm ]]; then
-            FC_OWNER_SAID+="cancelled Slurm job ${id%%.*}; "
+            FC_OWNER_SAID+="cancelled Slurm job ${FC_SLURM_DONE[$id]:-${id%%.*}}; "
         else
             if [[ ${id_kind[$id]:-} == podman ]]; then
                 fc_podman_words "$id"
