@@ -78,7 +78,8 @@ def _bundle(args: argparse.Namespace, env: Env) -> str:
         return armored(text, title=bundle_title(book.name, [h.name for h in hosts]))
     # pdsh hands the bundle over as one argument (128 KiB at most: compressed), and
     # expands %h, %u, %n and %% in it (the exec and ssh modules alike), which turned the
-    # bundle's ${line%%,*} into ${line%,*}: the few words around the base64 doubled.
+    # bundle's ${line%%,*} into ${line%,*}: in base64 it holds no %, and any in the words
+    # around it are doubled.
     text = boot.given(compressed(text)).replace("%", "%%")
     if len(text.encode()) > PDSH_ARG_LIMIT:
         error_line(env, f"fleetclean: warning: the bundle is {len(text.encode()) // 1024} KiB, "

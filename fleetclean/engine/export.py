@@ -255,7 +255,7 @@ def compressed(plain: str) -> str:
     decode = 'command -p base64 -d <<<"$FC_BUNDLE_B64" | command -p gzip -dc'
     # What $(...) gives back of it: the script less its last newlines.
     return (f"FC_BUNDLE_B64={code}; "
-            + _decode_and_run(len(data.rstrip(b"\n")), decode, "coreutils' base64, gzip"))
+            + _decode_and_run(len(data.rstrip(b"\n")), decode, "base64 (coreutils) and gzip"))
 
 
 def _read_ahead(size: int, string: int, decode: str) -> str:
