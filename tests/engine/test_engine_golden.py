@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from simhelp import shellcheck_each, shellcheck_path
 
 from fleetclean.engine import lazy
 from fleetclean.engine.playbook import load_playbook
@@ -48,8 +47,7 @@ CASES = {
 
 
 def shellcheck() -> str | None:
-    local = Path(sys.executable).parent / "shellcheck"
-    return str(local) if local.exists() else shutil.which("shellcheck")
+    return shellcheck_path()
 
 
 def rendered(case: str) -> str:
@@ -140,9 +138,8 @@ def test_golden_scripts_pass_shellcheck(tmp_path: Path) -> None:
         f = tmp_path / f"{case}.sh"
         f.write_text(rendered(case))
         files.append(str(f))
-    out = subprocess.run([str(shellcheck()), "-s", "bash", *files], capture_output=True,
-                         text=True, check=False)
-    assert out.returncode == 0, out.stdout
+    status, report = shellcheck_each(files, "-s", "bash")
+    assert status == 0, report
 
 
 @pytest.mark.skipif(shellcheck() is None, reason="shellcheck not installed")

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from simhelp import Cli
+from simhelp import Cli, shellcheck_each, shellcheck_path
 
 from fleetclean.engine.export import armored, render_bundle, render_epilog
 from fleetclean.engine.playbook import load_playbook
@@ -138,8 +138,7 @@ def test_the_epilog_calls_no_slurm_command_and_sets_its_own_path() -> None:
 
 
 def _shellcheck() -> str | None:
-    local = Path(sys.executable).parent / "shellcheck"
-    return str(local) if local.exists() else shutil.which("shellcheck")
+    return shellcheck_path()
 
 
 @pytest.mark.skipif(_shellcheck() is None, reason="shellcheck not installed")
@@ -152,14 +151,11 @@ def test_the_exported_scripts_pass_shellcheck(tmp_path: Path) -> None:
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "armored.sh").write_text(armored(files["bundle.sh"], title="# a bundle"))
-    out = subprocess.run([str(_shellcheck()), "-s", "bash", *(str(tmp_path / n) for n in files)],
-                         capture_output=True, text=True, check=False)
-    assert out.returncode == 0, out.stdout
+    status, report = shellcheck_each([tmp_path / n for n in files], "-s", "bash")
+    assert status == 0, report
     # Its last line is reached only where a cut left the one before it a comment (SC2317).
-    out = subprocess.run([str(_shellcheck()), "-s", "bash", "-e", "SC2317",
-                          str(tmp_path / "armored.sh")], capture_output=True, text=True,
-                         check=False)
-    assert out.returncode == 0, out.stdout
+    status, report = shellcheck_each([tmp_path / "armored.sh"], "-s", "bash", "-e", "SC2317")
+    assert status == 0, report
 
 
 def _pick(bundle_tail: str, host: str) -> subprocess.CompletedProcess[str]:
