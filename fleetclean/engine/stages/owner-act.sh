@@ -718,15 +718,21 @@ fc_as_user() {
 # REPLY: Podman container REF $1 in words: "podman 3f2a1c9b8d7e", a rootless one's with
 # its user, "podman 3f2a1c9b8d7e (rootless, uid 1000 alice)".
 fc_podman_words() {
-    local id=${1%@*} uid=""
+    local uid=""
     [[ $1 == *@* ]] && uid=${1#*@}
-    if [[ -z $uid ]]; then
-        REPLY="podman ${id:0:12}"
+    fc_ctr_words podman "${1%@*}" "$uid"
+}
+
+# REPLY: container ID $2 of kind $1 (docker, podman) in words, a rootless one's (run by
+# uid $3) with its user: "podman 3f2a1c9b8d7e (rootless, uid 1000 alice)".
+fc_ctr_words() {
+    if [[ -z $3 ]]; then
+        REPLY="$1 ${2:0:12}"
         return 0
     fi
-    fc_user_name "$uid"
-    [[ $REPLY == "$uid" ]] && REPLY="" || REPLY=" $REPLY"
-    REPLY="podman ${id:0:12} (rootless, uid $uid$REPLY)"
+    fc_user_name "$3"
+    [[ $REPLY == "$3" ]] && REPLY="" || REPLY=" $REPLY"
+    REPLY="$1 ${2:0:12} (rootless, uid $3$REPLY)"
 }
 
 # fc_podman_inspect REF: podman's answer for container REF, once a stage (one call: a
@@ -904,14 +910,7 @@ fc_podman_exec_only() {
 # REPLY: container ID $1 in words: "docker 3f2a1c9b8d7e", a rootless one's with the user
 # whose daemon runs it, "docker 3f2a1c9b8d7e (rootless, uid 1000 alice)".
 fc_docker_words() {
-    local uid=${FC_DOCKER_UID[$1]:-}
-    if [[ -z $uid ]]; then
-        REPLY="docker ${1:0:12}"
-        return 0
-    fi
-    fc_user_name "$uid"
-    [[ $REPLY == "$uid" ]] && REPLY="" || REPLY=" $REPLY"
-    REPLY="docker ${1:0:12} (rootless, uid $uid$REPLY)"
+    fc_ctr_words docker "$1" "${FC_DOCKER_UID[$1]:-}"
 }
 
 # REPLY: what stopping target PID's owner is, in words: "vllm.service (systemctl stop
