@@ -14,7 +14,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -326,20 +326,30 @@ def shellcheck_path() -> str | None:
     return str(local) if local.exists() else shutil.which("shellcheck")
 
 
-def shellcheck_each(files: Sequence[str | Path], *args: str) -> tuple[int, str]:
-    """shellcheck (with ``args``) of each file in a process of its own, all at once: (the
-    worst exit status, their reports). One shellcheck over several rendered scripts, each
-    carrying the whole stage library, takes them one after another: 84 s of the suite for
-    the six golden scripts, where the other test worker leaves a core idle while its
+# What the rendered scripts are checked with. shellcheck's dataflow analysis (on by default
+# since 0.10) costs 3-4x the time of the rest on a 130 KB script and found nothing in the
+# glue rendering adds: it looks inside functions, and every function a script carries is a
+# stage template's, which test_stage_templates_pass_shellcheck checks with it on. Off, the
+# six golden scripts took 13 s of CPU instead of 65 s, in a suite near CI's 10 minutes.
+RENDERED = ("-s", "bash", "--extended-analysis=false")
+
+
+def shellcheck_each(files: Sequence[str | Path], *args: str,
+                    extra: Mapping[str, Sequence[str]] | None = None) -> tuple[int, str]:
+    """shellcheck (with ``args``, and for a file whose name is in ``extra`` those too) of
+    each file in a process of its own, all at once: (the worst exit status, their reports).
+    One shellcheck over several rendered scripts, each carrying the whole stage library,
+    takes them one after another, where the other test worker leaves a core idle while its
     simulated nodes sleep."""
     from concurrent.futures import ThreadPoolExecutor
 
     tool = shellcheck_path()
     assert tool is not None
+    more = extra or {}
 
     def one(path: str | Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([tool, *args, str(path)], capture_output=True, text=True,
-                              check=False)
+        argv = [tool, *args, *more.get(Path(path).name, ()), str(path)]
+        return subprocess.run(argv, capture_output=True, text=True, check=False)
 
     with ThreadPoolExecutor(max_workers=max(1, len(files))) as pool:
         done = list(pool.map(one, files))

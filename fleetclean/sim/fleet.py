@@ -448,6 +448,15 @@ class SimFleet:
         except ValueError:
             return []
 
+    def gpu_used_all(self, refs: Sequence[NodeRef]) -> dict[str, list[int]]:
+        """``gpu_used_mib`` of every node of ``refs``, a few at a time (each is an nsenter
+        and the fake nvidia-smi's start-up); node name -> used MiB per GPU."""
+        def one(ref: NodeRef) -> tuple[str, list[int]]:
+            return self.node(ref).name, self.gpu_used_mib(ref)
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            return dict(pool.map(one, refs))
+
     # -- faults --------------------------------------------------------------------
 
     def set_fault(self, ref: NodeRef, fault: str, *args: str | int | float) -> None:

@@ -23,15 +23,15 @@ def test_32_nodes_with_mixed_workloads_all_clean_and_report_matches_nvidia_smi(
 ) -> None:
     fleet = sim_fleet_factory(32)
     kinds = ["sglang", "orphan", "stubborn", "slow", "monitor", "persistenced"]
-    for i, node in enumerate(fleet.nodes):
-        fleet.spawn(node.name, kinds[i % len(kinds)])
-        if i % 2 == 0:
-            fleet.spawn(node.name, "sglang", gpus="4-7")
+    for i, kind in enumerate(kinds):
+        fleet.spawn_all(fleet.nodes[i::len(kinds)], kind)
+    fleet.spawn_all(fleet.nodes[::2], "sglang", gpus="4-7")
 
     before = cli("status", "-i", fleet.inventory_path, "--json")
+    used = fleet.gpu_used_all(fleet.nodes)
+    assert any(sum(mib) for mib in used.values())
     for host in before.json()["hosts"]:
-        assert [g["memory_used_mib"] for g in host["gpus"]] == fleet.gpu_used_mib(
-            host["host"]), host
+        assert [g["memory_used_mib"] for g in host["gpus"]] == used[host["host"]], host
 
     res = cli("run", "post-extraction", "-i", fleet.inventory_path, "-e", "grace=2", "--json")
 
@@ -39,9 +39,9 @@ def test_32_nodes_with_mixed_workloads_all_clean_and_report_matches_nvidia_smi(
     data = res.json()
     assert data["summary"] == {"hosts": 32, "clean": 32, "dirty": 0, "faulty": 0,
                                "failed": 0}
+    used = fleet.gpu_used_all(fleet.nodes)
     for host in data["hosts"]:
-        assert [g["memory_used_mib"] for g in host["gpus"]] == fleet.gpu_used_mib(host["host"])
-        assert fleet.gpu_used_mib(host["host"]) == [0] * 8
+        assert [g["memory_used_mib"] for g in host["gpus"]] == used[host["host"]] == [0] * 8
 
     table = cli("status", "-i", fleet.inventory_path)
     assert table.code == 0

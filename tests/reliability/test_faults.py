@@ -214,8 +214,7 @@ def test_second_run_waits_lock_wait_then_reports_busy_or_serialises(
 @pytest.mark.slow
 def test_ctrl_c_in_a_32_node_run(sim_fleet_factory: Factory, tmp_path: Path) -> None:
     fleet = sim_fleet_factory(32)
-    for node in fleet.nodes:
-        fleet.spawn(node.name, "stubborn", gpu=0, name=HOLDOUT)
+    fleet.spawn_all(fleet.nodes, "stubborn", gpu=0, name=HOLDOUT)
     proc = spawn_cli(tmp_path, "run", "post-extraction", "-i", str(fleet.inventory_path),
                      "-e", "grace=3", "-f", "8", "--json")
     try:
@@ -248,8 +247,8 @@ def test_ctrl_c_in_a_32_node_run(sim_fleet_factory: Factory, tmp_path: Path) -> 
     record = json.loads(records[0].read_text())
     assert record["interrupted"] is True
     # hosts never started were never touched
-    for h in not_started:
-        assert fleet.gpu_used_mib(h["host"])[0] > 0
+    used = fleet.gpu_used_all([h["host"] for h in not_started])
+    assert all(used[h["host"]][0] > 0 for h in not_started), used
 
 
 def test_controller_killed_mid_stage_node_finishes_and_releases_lock(
@@ -388,8 +387,7 @@ def test_64_nodes_10_percent_faulty(sim_fleet_factory: Factory, cli: Cli, tmp_pa
               "node37": "wrong_key", "node45": "nvml", "node53": "respawn"}
     wrong = tmp_path / "wrong_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong)], check=True)
-    for node in fleet.nodes:
-        fleet.spawn(node.name, "sglang", gpus="0-3")
+    fleet.spawn_all(fleet.nodes, "sglang", gpus="0-3")
     for name, fault in faulty.items():
         if fault == "down":
             fleet.stop_node(name)
@@ -413,8 +411,7 @@ def test_64_nodes_10_percent_faulty(sim_fleet_factory: Factory, cli: Cli, tmp_pa
     healthy = [n.name for n in fleet.nodes if n.name not in faulty]
     errors = {h["host"]: h["error"] for h in res.json()["hosts"]}
     assert {n: (status[n], errors[n]) for n in healthy if status[n] != "clean"} == {}
-    for name in healthy:
-        assert fleet.gpu_used_mib(name) == [0] * 8
+    assert fleet.gpu_used_all(healthy) == {name: [0] * 8 for name in healthy}
     assert res.json()["summary"] == {"hosts": 64, "clean": 57, "dirty": 1, "faulty": 1,
                                       "failed": 5}
     bound = connect_timeout + grace + verify_timeout + 2 + 20  # kill-workers' fixed 2 s grace
