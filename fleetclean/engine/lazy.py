@@ -42,6 +42,7 @@ from collections.abc import Sequence
 # server: tests/engine/test_lazy.py fails when a status calls any other).
 IDLE = frozenset({
     "fc_begin", "fc_finish", "fc_flush", "fc_hold", "fc_lines", "fc_now_us", "fc_read_fd",
+    "fc_smi_read", "fc_smi_take",
     "fc_put", "fc_write", "fc_rec", "fc_release", "fc_reset_opts", "fc_verify",
     "fc_verify_apps_close", "fc_verify_early_q", "fc_verify_end", "fc_verify_gate",
     "fc_verify_gpu_info", "fc_gpu_info_all", "fc_gpu_info_load", "fc_bus_dir",
@@ -65,6 +66,8 @@ BUSY = frozenset({
     # Who the script is (its ancestors, its session), read at the first fc_protected.
     "fc_self", "fc_self_init", "fc_read_stat",
     "fc_verify_apps", "fc_apps_trusted", "fc_apps_pairs", "fc_verify_apps_named",
+    # A host seen clean last time asks for the apps where a GPU is in use again.
+    "fc_smi",
     "fc_verify_explain",
     "fc_verify_proc", "fc_verify_report",
     "fc_verify_settled", "fc_verify_proc_read", "fc_verify_why", "fc_owner_prep",

@@ -92,6 +92,9 @@ class ResolvedPlaybook:
     protect: tuple[str, ...]
     lock_wait: float
     force: bool
+    # Seconds each nvidia-smi call is waited for (lib.sh: fc_smi): one that does not
+    # answer leaves the host faulty, its driver hung.
+    smi_timeout: float = 30.0
     variables: dict[str, Any] = field(default_factory=dict)
     # What a stage does to a target, per owner kind, and the units never stopped
     # (fleetclean.engine.owners).

@@ -356,6 +356,7 @@ def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host:
         f"    FC_CHECK={int(check)}",
         f"    FC_FORCE={int(force)}",
         f"    FC_LOCK_WAIT={resolved.lock_wait:g}",
+        f"    FC_SMI_TIMEOUT={resolved.smi_timeout:g}",
         f"    FC_PROTECT=({' '.join(q(n) for n in resolved.protect)})",
         *([f"    FC_RUN={q(run)}"] if run else []),
         *([f"    FC_UNHEARD={q(unheard)}"] if unheard else []),

@@ -1,6 +1,7 @@
 """Variables: precedence, ``-e`` parsing, and one host's :class:`ResolvedPlaybook`.
 
-Precedence, lowest first: built-in defaults (``protect``, ``lock_wait``, ``force``) <
+Precedence, lowest first: built-in defaults (``protect``, ``lock_wait``, ``force``,
+``smi_timeout``) <
 playbook ``vars`` < inventory group/host vars (``Host.vars``) < ``-e`` values. Each
 option is substituted (:mod:`fleetclean.engine.substitute`) and checked by the check its
 stage type declares for it (:mod:`fleetclean.engine.stages`).
@@ -37,7 +38,7 @@ from fleetclean.engine.substitute import substitute
 from fleetclean.errors import VariableError
 
 BUILTIN_VARS: dict[str, Any] = {"protect": [], "lock_wait": 5, "force": False,
-                                **owners.VARIABLES}
+                                "smi_timeout": 30, **owners.VARIABLES}
 """Variables every playbook has; a playbook or inventory may override them (``owner_*``
 and ``never_stop_units``: :mod:`fleetclean.engine.owners`)."""
 
@@ -158,13 +159,16 @@ def resolve_playbook(playbook: Playbook, variables: Mapping[str, Any],
         protect = names(variables.get("protect", []), var_where("protect"))
     with _blamed_on(origins, "lock_wait"):
         lock_wait = number(variables.get("lock_wait", 5), var_where("lock_wait"), "lock_wait")
+    with _blamed_on(origins, "smi_timeout"):
+        smi_timeout = number(variables.get("smi_timeout", 30), var_where("smi_timeout"),
+                             "smi_timeout", positive=True)
     with _blamed_on(origins, "force"):
         force = boolean(variables.get("force", False), var_where("force"), "force")
     return ResolvedPlaybook(
         name=playbook.name, path=playbook.path, builtin=playbook.builtin,
         read_only=playbook.read_only, stages=stages, verify=verify,
         protect=tuple(dict.fromkeys((*DEFAULT_PROTECT, *protect))),
-        lock_wait=lock_wait, force=force, variables=dict(variables),
+        lock_wait=lock_wait, force=force, smi_timeout=smi_timeout, variables=dict(variables),
         owner_actions=owners.actions(variables, in_playbook),
         never_stop_units=owners.never_stop(variables, in_playbook))
 

@@ -17,6 +17,9 @@ exit 15, GPU fell off the bus / lost   faulty    hardware (the other GPUs' rows 
 handle for GPU...", any exit status              varies: 15 lost, 255 Unknown Error)
 "No devices were found", any status    faulty    some versions exit 0
 "No supported GPUs were found"         faulty    no GPU is bound to the driver
+no answer within ``smi_timeout``       faulty    the driver is hung (after an Xid 79 or
+(30 s; the node's script kills it)               119, say): nvidia-smi waits in it, in
+                                                 state D where SIGKILL cannot end it
 exit 18, Driver/library version        faulty    the driver was upgraded and not reloaded:
 mismatch                                         no CUDA job can run until a reboot
 exit 18, other NVML failures           error     permissions, a missing library
@@ -58,6 +61,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 
+from fleetclean.engine.stages.base import SMI_HUNG
 from fleetclean.models import HostResult, HostStatus, Xid
 
 NVSMI_FAULTY: dict[int, str] = {
@@ -105,7 +109,10 @@ _NONUM = re.compile(r"GPU(\d+)=(\[[^\]]*\])")
 
 def nvsmi_fault(code: int, text: str) -> str | None:
     """The fault an nvidia-smi exit status or its words prove, or None (an ``error``, or
-    success)."""
+    success). One that did not answer at all (``SMI_HUNG``) is the driver's fault: the
+    node's sentence says what became of it."""
+    if code == SMI_HUNG and text.startswith("nvidia-smi did not answer"):
+        return text
     what = NVSMI_FAULTY.get(code) or next(
         (why for words, why, reasons in NVSMI_FAULTY_WORDS
          if words in text and (not reasons or any(r in text for r in reasons))), None)

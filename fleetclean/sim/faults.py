@@ -29,6 +29,9 @@ FAULTS: dict[str, tuple[str, str]] = {
                   "some versions exit 0)"),
     "nosupported": ("", "nvidia-smi: Failed to initialize NVML: No supported GPUs were found "
                     "(no GPU bound to the driver), exit 255"),
+    "hang": ("", "every nvidia-smi call waits in the wedged driver and never answers (as "
+             "after Xid 79 or 119): killed, it stays in state D until unstick, which fails "
+             "it; none clears the fault for later calls"),
     "inforom": ("[GPU]", "nvidia-smi warns infoROM is corrupted on GPU (default 0), exit 14"),
     "lost": ("GPU", "GPU fell off the bus: its rows are errors, the others kept, exit 15"),
     "power": ("GPU", "GPU lacks external power: its rows are errors, exit 8"),
@@ -137,7 +140,7 @@ def apply(node_dir: Path, fault: str, args: list[str]) -> None:
 
 # Faults of the whole tool: the word nvidia-smi reads from the node's "fault" file.
 _WHOLE_TOOL = {"na": "na", "nvml": "nvml", "driver": "driver", "nosupported": "nosupported",
-               "missing": "none"}  # missing: the binary goes (node.set_fault)
+               "hang": "hang", "missing": "none"}  # missing: the binary goes (node.set_fault)
 
 
 def _none(node_dir: Path, fault: str, args: list[str]) -> None:

@@ -43,6 +43,9 @@ from fleetclean.sim.node import SimNode, SimProcess
 SSHD = "/usr/sbin/sshd"
 PERSISTENCED_PID = "/run/nvidia-persistenced/nvidia-persistenced.pid"
 STUCKFS_PID = "/run/fleetclean-stuckfs.pid"  # stuckfs.PID_FILE
+# Started in a node as root: its stuck driver (launcher.ensure_stuckfs, once per node).
+_START_STUCKFS = (f"import sys; sys.path.insert(0, {str(PACKAGE_DIR)!r}); import launcher; "
+                  "launcher.ensure_stuckfs()")
 NodeRef = str | SimNode
 
 
@@ -477,6 +480,11 @@ class SimFleet:
                 raise SimError(f"bad seconds {seconds!r}", hint=faults.usage(fault)) from exc
             self._listen(sim_node, fault, delay)
             return
+        if fault == "hang":  # nvidia-smi waits on the node's stuck driver
+            started = self.run_in(sim_node, [node_python(), "-S", "-c", _START_STUCKFS])
+            if started.returncode != 0:
+                raise SimError(f"{sim_node.name}: its stuck driver did not start: "
+                               f"{started.stderr.strip()}")
         nodes_mod.set_fault(sim_node.dir, fault, words)
         if fault == "none" and self.listener_mode(sim_node) in faults.SSH_FAULTS:
             self._listen(sim_node, "sshd")

@@ -28,7 +28,10 @@ Example: ``nvidia-smi --query-gpu=index,memory.used --format=csv,noheader`` prin
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import threading
 import time
 
 if __package__:
@@ -58,6 +61,7 @@ VERSION_MISMATCH = (
 # No GPU bound to the driver (all on vfio-pci, say). Exit 255 is from a user's report, not
 # captured here.
 NO_SUPPORTED = "Failed to initialize NVML: No supported GPUs were found\n"
+STUCKFS = "/run/fleetclean-stuck"  # stuckfs.MOUNTPOINT
 # Whole-tool faults that end every call before NVML answers: fault -> (output, status).
 NO_NVML = {"nvml": (VERSION_MISMATCH, 18), "driver": (NO_DRIVER, 9),
            "nosupported": (NO_SUPPORTED, 255)}
@@ -462,11 +466,25 @@ def query(opts: dict[str, str], gpus: list[dict[str, object]], na: bool) -> tupl
     return table(gpus, held, na), 0
 
 
+def wedged() -> tuple[str, int]:
+    """A call into a wedged driver: it waits in a request the node's stuck driver
+    (``stuckfs``, which SimFleet.set_fault starts) never answers, as the real tool waits in
+    an ioctl: SIGKILL leaves it in state D, holding /dev/nvidiactl. Once ``unstick`` fails
+    the request (EIO), it ends as the real tool does when NVML's call fails."""
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
+        comm.write("nvidia-smi")  # the real tool's name, not this interpreter's
+    with open("/dev/nvidiactl", "rb"), contextlib.suppress(OSError):
+        os.stat(f"{STUCKFS}/hang-{threading.get_native_id()}")
+    return "Failed to initialize NVML: Unknown Error\n", 255
+
+
 def run(argv: list[str]) -> tuple[str, int]:
     """(stdout text, exit status) for one invocation."""
     fault, arg = tool_fault()
     if fault in NO_NVML:
         return NO_NVML[fault]
+    if fault == "hang":
+        return wedged()
     try:
         if fault == "nodevices":  # the status varies by version: the fault's argument
             raise Usage("No devices were found", int(arg) if arg.isdigit() else 6)

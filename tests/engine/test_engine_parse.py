@@ -158,6 +158,21 @@ def test_nvidia_smis_words_prove_a_fault_whatever_its_exit_status(
     assert len(r.faults) == 1 and why in r.faults[0] and said in r.faults[0], r.faults
 
 
+def test_an_nvidia_smi_that_did_not_answer_is_the_drivers_fault_in_the_nodes_words() -> None:
+    said = ("nvidia-smi did not answer in 30s (smi_timeout): PID 24 outlived SIGKILL, waiting "
+            "in the GPU driver (state D): the driver is hung; see dmesg for Xid errors, then "
+            "reset the GPUs or reboot the node")
+    out = full_run(rec("stage", "verify", "verify", "verify"), rec("nvsmi", "124", said),
+                   rec("verify", "error", "0", "30000", said))
+    r = parse_script_output(out, "", 0)
+    assert r.faults == (said,) and r.error is None and r.verified is None
+    # Exit 124 from nvidia-smi itself (no such status is documented) proves nothing.
+    other = full_run(rec("stage", "verify", "verify", "verify"), rec("nvsmi", "124", "odd"),
+                     rec("verify", "error", "0", "20", "nvidia-smi exit 124: odd"))
+    r = parse_script_output(other, "", 0)
+    assert r.faults == () and r.error == "nvidia-smi failed (exit 124): odd"
+
+
 def test_nvml_words_for_a_broken_gpu_in_memory_used_are_a_fault() -> None:
     out = full_run(rec("stage", "verify", "verify", "verify"),
                    rec("verify", "unknown", "0", "20", "nvidia-smi gave no number for "

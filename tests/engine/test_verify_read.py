@@ -295,7 +295,7 @@ echo "${#REPLY} $((after - before)) ${REPLY: -11}"
 
 def test_the_early_read_is_the_verifications_own_and_only_a_status_script_has_it() -> None:
     verify = template("verify.sh")
-    assert 'nvidia-smi -q -d "$FC_VQ_SECTIONS" 2>&1' in verify
+    assert 'fc_smi -q -d "$FC_VQ_SECTIONS"' in verify
     assert all(f"FC_VQ_SECTIONS={s}\n" in verify for s in VERIFY_Q_SECTIONS)
     assert f"FC_VECC_RE='{ECC_XID_RE}'\n" in verify
     assert f"FC_VKLOG_SED='{KERNEL_LOG_SED}'\n" in verify

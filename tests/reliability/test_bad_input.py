@@ -185,6 +185,8 @@ CASES: list[Case] = [
     Case("e-model-relative", (*RUN, "-e", "model_file=models/x.py"), "absolute"),
     Case("e-protect-numbers", (*RUN, "-e", '{"protect": [1, 2]}'), "protect"),
     Case("e-lock-wait-text", (*RUN, "-e", "lock_wait=forever"), "lock_wait"),
+    # nvidia-smi waited for no time at all: every host would read as hung.
+    Case("e-smi-timeout-zero", (*RUN, "-e", "smi_timeout=0"), "smi_timeout must be a positive"),
     Case("e-force-maybe", (*RUN, "-e", "force=maybe"), "force"),
     Case("e-dump-dir-list-of-lists", (*RUN, "-e", '{"dump_dir": [["/dev/shm/x"]]}'),
          "paths must be a string"),

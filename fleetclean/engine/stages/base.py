@@ -33,6 +33,12 @@ as written; it may add ``FC_VAR_x`` values to ``env``. For options that substitu
 followed by a check cannot express (a shell command, glob flags)."""
 
 
+SMI_HUNG = 124
+"""The exit status an ``nvsmi`` record gives for an nvidia-smi that did not answer within
+``smi_timeout`` (lib.sh: fc_smi_hung; 124 is timeout(1)'s): its text is the node's own
+sentence, which says whether SIGKILL could end it."""
+
+
 @dataclass(frozen=True)
 class Option:
     """One option of a stage type: its name, its check, its default.

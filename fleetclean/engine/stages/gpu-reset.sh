@@ -53,16 +53,21 @@ fc_stage_gpu_reset() {
 fc_gr_read() {
     local out line idx uuid used pm rc
     local -A index_of=()
-    exec {FC_GR_APPFD}< <(nvidia-smi --query-compute-apps=pid,gpu_uuid \
-        --format=csv,noheader,nounits 2>/dev/null)
-    out=$(nvidia-smi --query-gpu=index,uuid,memory.used,persistence_mode \
-        --format=csv,noheader,nounits 2>&1)
+    if [[ -n $FC_SMI_HUNG ]]; then
+        exec {FC_GR_APPFD}</dev/null
+    else
+        exec {FC_GR_APPFD}< <(exec 2>/dev/null </dev/null 9>&-
+            nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader,nounits)
+    fi
+    fc_smi --query-gpu=index,uuid,memory.used,persistence_mode --format=csv,noheader,nounits
     rc=$?
+    out=$REPLY
     declare -gA FC_GR_USED=() FC_GR_PM=() FC_GR_APPS=()
     if ((rc != 0)); then
         exec {FC_GR_APPFD}<&-
         FC_STATUS=failed
         FC_MESSAGE="nvidia-smi exit $rc: ${out%%$'\n'*}"
+        ((rc != 124)) || FC_MESSAGE=$out
         return 1
     fi
     declare -gA FC_GR_INDEX_OF_MINOR=()
@@ -75,11 +80,19 @@ fc_gr_read() {
         FC_GR_USED[$idx]=$used
         FC_GR_PM[$idx]=$pm
     done <<<"$out"
+    fc_smi_read "$FC_GR_APPFD"
+    rc=$?
+    exec {FC_GR_APPFD}<&-
+    if ((rc)); then
+        fc_smi_hung
+        FC_STATUS=failed
+        FC_MESSAGE=$FC_SMI_HUNG
+        return 1
+    fi
     while IFS=', ' read -r line uuid; do
         idx=${index_of[$uuid]:-}
         [[ -n $idx && $line =~ ^[0-9]+$ ]] && FC_GR_APPS[$idx]+=" $line"
-    done <&"$FC_GR_APPFD"
-    exec {FC_GR_APPFD}<&-
+    done <<<"$REPLY"
     return 0
 }
 
@@ -160,16 +173,18 @@ fc_gr_reset() {
             "held by${FC_GR_APPS[$idx]:-}${FC_GR_HOLD[$idx]:-} since it was found: not reset"
         return 1
     fi
-    out=$(nvidia-smi --gpu-reset -i "$idx" 2>&1)
+    fc_gr_smi --gpu-reset -i "$idx"
     rc=$?
+    out=$REPLY
     if ((rc != 0)) && [[ $out == *"In use by another client"* && -n ${FC_GR_PERSISTENCED[$idx]:-} &&
         ${FC_GR_PM[$idx]} == Enabled ]]; then
         fc_gr_persistence_off "$idx" || {
             fc_rec reset "$FC_IDX" "$idx" failed "nvidia-smi -pm 0 -i $idx: $REPLY"
             return 1
         }
-        out=$(nvidia-smi --gpu-reset -i "$idx" 2>&1)
+        fc_gr_smi --gpu-reset -i "$idx"
         rc=$?
+        out=$REPLY
         fc_gr_persistence_restore
         note="; persistence mode off for the reset, then on again ($REPLY)"
     fi
@@ -180,6 +195,14 @@ fc_gr_reset() {
     fi
     fc_rec reset "$FC_IDX" "$idx" failed "nvidia-smi --gpu-reset exit $rc: $out$note"
     return 1
+}
+
+# fc_smi for a reset or a change of persistence mode, which a real GPU may take seconds
+# over: waited for two minutes, or smi_timeout where that is longer.
+fc_gr_smi() {
+    local FC_SMI_TIMEOUT=$FC_SMI_TIMEOUT
+    ((${FC_SMI_TIMEOUT%.*} >= 120)) || FC_SMI_TIMEOUT=120
+    fc_smi "$@"
 }
 
 # Persistence mode off for GPU $1, with a trap that turns it on again if the script is
@@ -197,7 +220,7 @@ fc_gr_persistence_off() {
     fi
     trap 'fc_gr_persistence_restore; trap - EXIT; exit 130' INT
     trap 'fc_gr_persistence_restore; trap - EXIT; exit 143' TERM
-    REPLY=$(nvidia-smi --persistence-mode=0 -i "$1" 2>&1) && return 0
+    fc_gr_smi --persistence-mode=0 -i "$1" && return 0
     fc_gr_persistence_restore
     return 1
 }
@@ -205,13 +228,12 @@ fc_gr_persistence_off() {
 # Persistence mode back on for the GPU fc_gr_persistence_off turned off (if any), traps
 # cleared; REPLY says how it went. Writes no record: it may run with stdout gone.
 fc_gr_persistence_restore() {
-    local out
     fc_traps
     [[ -n ${FC_GR_PM_OFF:-} ]] || return 0
-    if out=$(nvidia-smi --persistence-mode=1 -i "$FC_GR_PM_OFF" 2>&1); then
+    if fc_gr_smi --persistence-mode=1 -i "$FC_GR_PM_OFF"; then
         REPLY="restored"
     else
-        REPLY="NOT restored: ${out%%$'\n'*}; run nvidia-smi -pm 1 -i $FC_GR_PM_OFF"
+        REPLY="NOT restored: ${REPLY%%$'\n'*}; run nvidia-smi -pm 1 -i $FC_GR_PM_OFF"
     fi
     FC_GR_PM_OFF=""
 }

@@ -107,6 +107,118 @@ fc_read_fd() {
     REPLY+=$chunk
 }
 
+# ---------------------------------------------------------------------------- nvidia-smi
+# Every read of nvidia-smi's output waits FC_SMI_TIMEOUT seconds at most (smi_timeout).
+# A wedged driver (after an Xid 79, 119 or 45, say) leaves nvidia-smi waiting in an ioctl
+# the kernel does not cut short: it never answers, and SIGKILL leaves it in state D.
+# Unbounded, a status waited for it until the controller's --timeout (300 s) and said only
+# "script still running"; a teardown's call had inherited the host's lock, which it then
+# held for good. The first call that does not answer is killed (this script's own child)
+# and none starts after it: each fails at once (status 124), FC_SMI_HUNG saying why. Each
+# runs without the lock's descriptor (9) and with its output in a pipe of its own, so that
+# one left in the driver holds nothing of the session's or of a later run's.
+FC_SMI_HUNG="" FC_SMI_TIMEOUT=${FC_SMI_TIMEOUT:-30}
+
+# REPLY = all that descriptor $1 gives, as fc_read_fd, waiting FC_SMI_TIMEOUT seconds at
+# most for each block; false where that ran out (REPLY then what had come).
+fc_smi_read() {
+    local chunk
+    REPLY=""
+    while :; do
+        IFS= read -r -N 1048576 -t "$FC_SMI_TIMEOUT" chunk <&"$1"
+        case $? in
+            0) REPLY+=$chunk ;;
+            1) REPLY+=$chunk && return 0 ;;  # its end
+            *) REPLY+=$chunk && return 1 ;;  # out of time (>128)
+        esac
+    done
+}
+
+# REPLY = the output of nvidia-smi "$@" with its errors (--no-err: without them), the
+# status its own; 124 where it did not answer (fc_smi_hung) or an earlier call did not.
+fc_smi() {
+    local fd
+    if [[ -n $FC_SMI_HUNG ]]; then
+        REPLY=$FC_SMI_HUNG
+        return 124
+    fi
+    if [[ $1 == --no-err ]]; then
+        shift
+        exec {fd}< <(exec 2>/dev/null </dev/null 9>&-; nvidia-smi "$@"; printf '\n@%d' "$?")
+    else
+        exec {fd}< <(exec 2>&1 </dev/null 9>&-; nvidia-smi "$@"; printf '\n@%d' "$?")
+    fi
+    fc_smi_take "$fd"
+}
+
+# The output on descriptor $1 of an nvidia-smi followed by "\n@STATUS" (fc_smi, the early
+# reads of render.early_reads): REPLY the output without its trailing newlines, its status
+# returned, the descriptor closed; 124 where it did not come in time (fc_smi_hung).
+fc_smi_take() {
+    local fd=$1 rc=0
+    # After one that did not answer, none is waited for: the driver is hung.
+    [[ -n $FC_SMI_HUNG ]] || fc_smi_read "$fd" || rc=1
+    exec {fd}<&-
+    [[ -z $FC_SMI_HUNG ]] || rc=1
+    if ((rc)); then
+        [[ -n $FC_SMI_HUNG ]] || fc_smi_hung
+        REPLY=$FC_SMI_HUNG
+        return 124
+    fi
+    # From the end, by length: a pattern anchored at one end of 12 KB is tried at every
+    # place of it.
+    rc=${REPLY: -5}
+    rc=${rc##*@}
+    # No status after it: the shell that ran it ended first (killed, say).
+    [[ $rc =~ ^[0-9]+$ && ${REPLY: -${#rc}-2:2} == $'\n@' ]] || return 1
+    REPLY=${REPLY:0:${#REPLY}-${#rc}-2}
+    while [[ $REPLY == *$'\n' ]]; do REPLY=${REPLY%$'\n'}; done
+    return "$rc"
+}
+
+# An nvidia-smi of this script's did not answer in time: each one still running (among its
+# children and theirs) is sent SIGKILL, with the subshell that waits for it (ours, which
+# would wait as long), and FC_SMI_HUNG says what became of it. One that outlives SIGKILL
+# waits in the driver (state D): the driver is hung.
+fc_smi_hung() {
+    local p q comm state _ stuck="" killed=""
+    local -a kids=() more=() found=() shells=()
+    { read -r -a kids </proc/$$/task/$$/children; } 2>/dev/null
+    for p in "${kids[@]}"; do
+        more=()
+        { read -r -a more </proc/"$p"/task/"$p"/children; } 2>/dev/null
+        for q in "$p" "${more[@]}"; do
+            comm=""
+            { read -r comm </proc/"$q"/comm; } 2>/dev/null
+            [[ $comm == nvidia-smi ]] || continue
+            found+=("$q")
+            [[ $q == "$p" ]] || shells+=("$p")
+        done
+    done
+    ((${#found[@]} == 0)) || kill -KILL "${found[@]}" "${shells[@]}" 2>/dev/null
+    ((${#found[@]} == 0)) || fc_nap 0.2
+    for p in "${found[@]}"; do
+        state=""
+        { read -r _ _ state _ </proc/"$p"/stat; } 2>/dev/null
+        if [[ $state == D ]]; then
+            stuck+="${stuck:+, }$p"
+        elif [[ -n $state && $state != Z ]]; then
+            stuck+="${stuck:+, }$p (state $state)"
+        else
+            killed+="${killed:+, }$p"
+        fi
+    done
+    FC_SMI_HUNG="nvidia-smi did not answer in ${FC_SMI_TIMEOUT}s (smi_timeout)"
+    if [[ -n $stuck ]]; then
+        FC_SMI_HUNG+=": PID $stuck outlived SIGKILL, waiting in the GPU driver (state D):"
+        FC_SMI_HUNG+=" the driver is hung; see dmesg for Xid errors, then reset the GPUs"
+        FC_SMI_HUNG+=" or reboot the node"
+    else
+        FC_SMI_HUNG+="${killed:+ and was killed (PID $killed)}: the GPU driver may be hung"
+        FC_SMI_HUNG+=" (see dmesg for Xid errors) or the node overloaded"
+    fi
+}
+
 # REPLY = the standard output of the command $@ (its errors dropped), read in blocks
 # (fc_read_fd).
 fc_output() {

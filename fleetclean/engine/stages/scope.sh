@@ -75,10 +75,12 @@ fc_scope_gpus() {
 fc_gpu_map() {
     local out index uuid bus
     declare -gA FC_GPU_UUID_OF=()
-    if ! out=$(nvidia-smi --query-gpu=index,uuid,pci.bus_id --format=csv,noheader 2>&1); then
-        REPLY="cannot tell this host's GPUs apart: nvidia-smi: ${out%%$'\n'*}"
+    if ! fc_smi --query-gpu=index,uuid,pci.bus_id --format=csv,noheader; then
+        [[ -n $FC_SMI_HUNG ]] || REPLY="nvidia-smi: $REPLY"
+        REPLY="cannot tell this host's GPUs apart: ${REPLY%%$'\n'*}"
         return 1
     fi
+    out=$REPLY
     while IFS=', ' read -r index uuid bus; do
         [[ $index =~ ^[0-9]+$ && -n $uuid ]] || continue  # an empty key ends the script
         fc_bus_dir "$bus"
@@ -206,8 +208,10 @@ fc_scope_apps() {
         fc_verify_apps
         apps=("${FC_VAPPS[@]}")
     else
-        mapfile -t apps < <(nvidia-smi --query-compute-apps=pid,gpu_uuid \
-            --format=csv,noheader 2>/dev/null </dev/null)
+        if fc_smi --no-err --query-compute-apps=pid,gpu_uuid --format=csv,noheader; then
+            fc_lines "$REPLY"
+            apps=("${FC_LINES[@]}")
+        fi
     fi
     fc_apps_pairs "${apps[@]}"
     for i in "${!FC_APP_PID[@]}"; do

@@ -28,7 +28,14 @@ from __future__ import annotations
 
 from fleetclean.engine.checks import integer, number, positive_number
 from fleetclean.engine.model import ResolvedStage
-from fleetclean.engine.stages.base import Option, Readings, StageType, packaged, seconds_ms
+from fleetclean.engine.stages.base import (
+    SMI_HUNG,
+    Option,
+    Readings,
+    StageType,
+    packaged,
+    seconds_ms,
+)
 
 # The one read of the GPUs (fc_verify_read_q in verify.sh: FC_VQ_SECTIONS; a test holds
 # the two together): the row remapper's section only where the kernel log cannot rule out a
@@ -71,7 +78,10 @@ def _assignments(stage: ResolvedStage) -> list[str]:
 def _nvsmi(r: Readings, a: list[str]) -> None:
     text = a[1].strip() or "(no output)"
     # Exit 0 with no GPU listed ("No devices were found" on some versions) did not fail.
-    r.nvsmi = (text if a[0] == "127" else f"nvidia-smi listed no GPU: {text}" if a[0] == "0"
+    # 127: not found; 124: it did not answer (lib.sh: fc_smi_hung), the text the node's.
+    hung = a[0] == str(SMI_HUNG) and text.startswith("nvidia-smi did not answer")
+    r.nvsmi = (text if a[0] == "127" or hung else
+               f"nvidia-smi listed no GPU: {text}" if a[0] == "0"
                else f"nvidia-smi failed (exit {a[0]}): {text}")
     r.nvsmi_exit = int(a[0])
 

@@ -84,13 +84,15 @@ fc_verify() {
     ((FC_VXIDREAD)) || fc_verify_xid_text
     if [[ -n ${FC_VQFD:-} ]]; then
         if [[ $FC_VQ_SECTIONS == *ROW_REMAPPER* ]]; then
-            exec {FC_VRRFD}< <(nvidia-smi -q -d ROW_REMAPPER 2>&1 </dev/null; printf '\n@%d' "$?")
+            exec {FC_VRRFD}< <(exec 2>&1 </dev/null 9>&-; nvidia-smi -q -d ROW_REMAPPER
+                printf '\n@%d' "$?")
         fi
         # The GPUs' driver files too, while the early read still runs.
         fc_gpu_info_all
     elif [[ -n ${FC_VGFD:-} && $FC_VQ_SECTIONS == *ROW_REMAPPER* ]]; then
-        exec {FC_VRRFD}< <(nvidia-smi --query-gpu="index$FC_VQ_PENDING" \
-            --format=csv,noheader,nounits 2>&1 </dev/null; printf '\n@%d' "$?")
+        exec {FC_VRRFD}< <(exec 2>&1 </dev/null 9>&-
+            nvidia-smi --query-gpu="index$FC_VQ_PENDING" --format=csv,noheader,nounits
+            printf '\n@%d' "$?")
     fi
     fc_now_us
     t0=$REPLY
@@ -203,9 +205,13 @@ fc_verify_failed() {
     fc_verify_apps_close
     fc_verify_rows_out
     fc_verify_xids
+    local what="nvidia-smi exit $FC_VRC: $FC_VNOTE"
+    if [[ -n $FC_SMI_HUNG ]]; then  # it did not answer (lib.sh: fc_smi_hung)
+        FC_VRC=124 FC_VNOTE=$FC_SMI_HUNG what=$FC_SMI_HUNG
+    fi
     fc_rec nvsmi "$FC_VRC" "$FC_VNOTE"
     fc_now_us
-    fc_rec verify error "$1" $(((REPLY - $2) / 1000)) "nvidia-smi exit $FC_VRC: $FC_VNOTE" error
+    fc_rec verify error "$1" $(((REPLY - $2) / 1000)) "$what" error
 }
 
 # The state of one read (REPLY): ok, dirty (FC_VOVER: rows above MAX), unknown (a row
@@ -336,7 +342,8 @@ fc_verify_read_q() {
         fi
         ((i == 0)) || return 1
     else
-        out=$(nvidia-smi -q -d "$FC_VQ_SECTIONS" 2>&1) || return 1
+        fc_smi -q -d "$FC_VQ_SECTIONS" || return 1
+        out=$REPLY
     fi
     fc_lines "$out"
     for line in "${FC_LINES[@]}"; do
@@ -417,17 +424,9 @@ fc_verify_read_q() {
 # $(...) gives it; fails where nvidia-smi failed (the CSV read then asks again, as it does
 # after a failed -q call). Its last line is "@" and the exit status.
 fc_verify_early_q() {
-    local rc fd=${!1}
-    fc_read_fd "$fd"
-    exec {fd}<&-
+    local fd=${!1}
     printf -v "$1" ''
-    # From the end, by length: a pattern anchored at one end of 12 KB is tried at every
-    # place of it.
-    rc=${REPLY: -5}
-    rc=${rc##*@}
-    REPLY=${REPLY:0:${#REPLY}-${#rc}-2}
-    while [[ $REPLY == *$'\n' ]]; do REPLY=${REPLY%$'\n'}; done
-    [[ $rc == 0 ]]
+    fc_smi_take "$fd"
 }
 
 # The GPU read a status script's first line started for a host whose GPUs all read clean
@@ -540,14 +539,18 @@ fc_minor_of_uuid() {
 # a GPU is in use (fc_verify_apps); FC_VAPPFD is its output.
 fc_verify_read_csv() {
     local out rc line p1 p2 rest basic=index,uuid,name,memory.used,memory.total
-    exec {FC_VAPPFD}< <(nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
-        --format=csv,noheader,nounits 2>/dev/null)
-    out=$(nvidia-smi --query-gpu="$basic$FC_VQ_PENDING" --format=csv,noheader,nounits 2>&1)
+    [[ -n $FC_SMI_HUNG ]] ||
+        exec {FC_VAPPFD}< <(exec 2>/dev/null </dev/null 9>&-; nvidia-smi \
+            --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
+            --format=csv,noheader,nounits)
+    fc_smi --query-gpu="$basic$FC_VQ_PENDING" --format=csv,noheader,nounits
     rc=$?
+    out=$REPLY
     if ((rc == 2)) && [[ -n $FC_VQ_PENDING && $out == *"not a valid field"* ]]; then
         FC_VQ_PENDING=""
-        out=$(nvidia-smi --query-gpu="$basic" --format=csv,noheader,nounits 2>&1)
+        fc_smi --query-gpu="$basic" --format=csv,noheader,nounits
         rc=$?
+        out=$REPLY
     fi
     FC_VRC=$rc FC_VOUT=$out FC_VNOTE=""
     FC_VROWS=() FC_VIDX=() FC_VUUID=() FC_VUSED=() FC_VPEND=() FC_VMINOR=() FC_VAPPS=()
@@ -584,13 +587,23 @@ fc_verify_read_csv() {
 fc_verify_apps() {
     if ((FC_VAPPSLATER)); then
         FC_VAPPSLATER=0
-        mapfile -t FC_VAPPS < <(nvidia-smi \
-            --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
-            --format=csv,noheader,nounits 2>/dev/null </dev/null)
+        FC_VAPPS=()
+        fc_smi --no-err --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
+            --format=csv,noheader,nounits || return 0
+        fc_lines "$REPLY"
+        FC_VAPPS=("${FC_LINES[@]}")
         return 0
     fi
     [[ -n ${FC_VAPPFD:-} ]] || return 0
-    mapfile -t FC_VAPPS <&"$FC_VAPPFD"
+    FC_VAPPS=()
+    if [[ -n $FC_SMI_HUNG ]]; then
+        :
+    elif fc_smi_read "$FC_VAPPFD"; then
+        fc_lines "$REPLY"
+        FC_VAPPS=("${FC_LINES[@]}")
+    else
+        fc_smi_hung
+    fi
     fc_verify_apps_close
 }
 
@@ -616,8 +629,12 @@ fc_apps_trusted() {
     ((FC_TAPPS_OF == FC_VREADS)) && return 0
     FC_TAPPS_OF=$FC_VREADS
     if ((FC_NAMES_NL)); then
-        mapfile -t FC_TAPPS < <(nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid \
-            --format=csv,noheader,nounits 2>/dev/null </dev/null)
+        FC_TAPPS=()
+        if fc_smi --no-err --query-compute-apps=pid,used_memory,gpu_uuid \
+            --format=csv,noheader,nounits; then
+            fc_lines "$REPLY"
+            FC_TAPPS=("${FC_LINES[@]}")
+        fi
     else
         FC_TAPPS=("${FC_VAPPS[@]}")
     fi

@@ -1,0 +1,92 @@
+"""A wedged GPU driver (after an Xid 79 or 119, say): nvidia-smi never answers, and SIGKILL
+leaves it in state D (the simulator's fault ``hang``: the node's fake nvidia-smi waits on
+its stuck driver, ``sim/stuckfs.py``, where the kernel's wait is real). The host is
+``faulty`` once ``smi_timeout`` has passed, in words that say so, its neighbours are read
+as ever, and what stays in the driver holds neither the session nor the host's lock.
+Before, a status waited for it until ``--timeout`` (300 s by default) and said "script
+still running"; a teardown's left the lock held for good.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from simhelp import Cli, is_script
+
+from fleetclean.sim import SimFleet
+
+pytestmark = pytest.mark.sim
+SMI = "nvidia_smi.py"  # the fake's command line (its comm reads nvidia-smi, as the real one's)
+
+
+@pytest.fixture
+def wedged(sim_fleet_factory) -> Iterator[SimFleet]:  # type: ignore[no-untyped-def]
+    """Two nodes, node01's driver wedged; unwedged at the end (its stuck calls fail)."""
+    fleet = sim_fleet_factory(2)
+    fleet.set_fault("node01", "hang")
+    try:
+        yield fleet
+    finally:
+        fleet.set_fault("node01", "none")
+        fleet.set_fault("node01", "unstick")
+
+
+def state(fleet: SimFleet, node: str, pid: int) -> str:
+    stat = fleet.node_path(node, f"/proc/{pid}/stat").read_bytes()
+    return stat[stat.rindex(b")") + 2:].split()[0].decode()
+
+
+def left_in_driver(fleet: SimFleet) -> list[int]:
+    return [p.pid for p in fleet.processes("node01") if SMI in p.cmdline]
+
+
+def test_a_status_says_the_driver_is_hung_and_reads_the_other_hosts(
+        wedged: SimFleet, cli: Cli) -> None:
+    fleet = wedged
+    fleet.spawn("node02", "sglang", gpus="0-1")
+    res = cli("status", "-i", fleet.inventory_path, "--json", "-e", "smi_timeout=2",
+              "--timeout", "20")
+    hosts = {h["host"]: h for h in res.json()["hosts"]}
+    hung = hosts["node01"]
+    assert hung["status"] == "faulty", hung
+    assert hung["error"].startswith("nvidia-smi did not answer in 2s (smi_timeout): PID "), hung
+    assert "outlived SIGKILL, waiting in the GPU driver (state D)" in hung["error"], hung
+    assert hosts["node02"]["status"] == "dirty"
+    assert [g["memory_used_mib"] > 0 for g in hosts["node02"]["gpus"]][:3] == [True, True, False]
+    assert res.code == 1
+    # What stays is the nvidia-smi the driver holds, killed and waiting (state D): the
+    # script is gone, so the session ended.
+    stuck = left_in_driver(fleet)
+    assert len(stuck) == 1 and state(fleet, "node01", stuck[0]) == "D"
+    assert not [p for p in fleet.processes("node01") if is_script(p.cmdline)]
+    # The table says it in one line.
+    table = cli("status", "-i", fleet.inventory_path, "-l", "node01", "-e", "smi_timeout=1")
+    assert table.code == 1
+    assert "node01: faulty: nvidia-smi did not answer in 1s (smi_timeout)" in table.out
+
+
+def test_a_teardown_stops_the_server_and_leaves_the_lock_free(
+        wedged: SimFleet, cli: Cli) -> None:
+    fleet = wedged
+    server = fleet.spawn("node01", "sglang", gpus="0-7")
+    args = ["run", "post-extraction", "-i", str(fleet.inventory_path), "-l", "node01",
+            "--json", "-e", "grace=1", "-e", "smi_timeout=2", "--timeout", "20"]
+    first = cli(*args)
+    host = first.json()["hosts"][0]
+    assert host["status"] == "faulty" and "state D" in host["error"], host
+    # The server and its workers were stopped all the same (the stages read /proc).
+    running = {p.pid for p in fleet.processes("node01")}
+    assert not running & set(server)
+    # A second run takes the host's lock: the first one's nvidia-smi, left in the driver,
+    # does not hold it (it ran without the lock's descriptor).
+    second = cli(*args, "-e", "lock_wait=1")
+    again = second.json()["hosts"][0]
+    assert again["status"] == "faulty" and "host busy" not in (again["error"] or ""), again
+    assert len(left_in_driver(fleet)) == 2
+    # The driver answers again: its stuck calls end, and the host reads clean.
+    fleet.set_fault("node01", "none")
+    fleet.set_fault("node01", "unstick")
+    after = cli("status", "-i", fleet.inventory_path, "-l", "node01", "--json")
+    assert after.json()["hosts"][0]["status"] == "clean"
+    assert left_in_driver(fleet) == []
