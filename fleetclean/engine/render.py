@@ -356,7 +356,8 @@ def main_function(resolved: ResolvedPlaybook, *, check: bool, force: bool, host:
         f"    FC_CHECK={int(check)}",
         f"    FC_FORCE={int(force)}",
         f"    FC_LOCK_WAIT={resolved.lock_wait:g}",
-        f"    FC_SMI_TIMEOUT={resolved.smi_timeout:g}",
+        # Fixed decimals: read -t takes no exponent (1e-05).
+        f"    FC_SMI_TIMEOUT={max(resolved.smi_timeout, 0.001):.3f}",
         f"    FC_PROTECT=({' '.join(q(n) for n in resolved.protect)})",
         *([f"    FC_RUN={q(run)}"] if run else []),
         *([f"    FC_UNHEARD={q(unheard)}"] if unheard else []),

@@ -17,9 +17,8 @@ exit 15, GPU fell off the bus / lost   faulty    hardware (the other GPUs' rows 
 handle for GPU...", any exit status              varies: 15 lost, 255 Unknown Error)
 "No devices were found", any status    faulty    some versions exit 0
 "No supported GPUs were found"         faulty    no GPU is bound to the driver
-no answer within ``smi_timeout``       faulty    the driver is hung (after an Xid 79 or
-(30 s; the node's script kills it)               119, say): nvidia-smi waits in it, in
-                                                 state D where SIGKILL cannot end it
+no answer within ``smi_timeout``,      faulty    the driver is hung (after an Xid 79 or
+outliving SIGKILL (state D)                      119, say); one SIGKILL ended: error
 exit 18, Driver/library version        faulty    the driver was upgraded and not reloaded:
 mismatch                                         no CUDA job can run until a reboot
 exit 18, other NVML failures           error     permissions, a missing library
@@ -109,10 +108,11 @@ _NONUM = re.compile(r"GPU(\d+)=(\[[^\]]*\])")
 
 def nvsmi_fault(code: int, text: str) -> str | None:
     """The fault an nvidia-smi exit status or its words prove, or None (an ``error``, or
-    success). One that did not answer at all (``SMI_HUNG``) is the driver's fault: the
-    node's sentence says what became of it."""
+    success). One that did not answer at all (``SMI_HUNG``) and outlived SIGKILL, waiting
+    in the driver (state D), is the driver's fault, in the node's words."""
     if code == SMI_HUNG and text.startswith("nvidia-smi did not answer"):
-        return text
+        # Killed, it was only slow (an overloaded node, say): an error, not a fault.
+        return text if "(state D)" in text else None
     what = NVSMI_FAULTY.get(code) or next(
         (why for words, why, reasons in NVSMI_FAULTY_WORDS
          if words in text and (not reasons or any(r in text for r in reasons))), None)

@@ -29,9 +29,9 @@ FAULTS: dict[str, tuple[str, str]] = {
                   "some versions exit 0)"),
     "nosupported": ("", "nvidia-smi: Failed to initialize NVML: No supported GPUs were found "
                     "(no GPU bound to the driver), exit 255"),
-    "hang": ("", "every nvidia-smi call waits in the wedged driver and never answers (as "
-             "after Xid 79 or 119): killed, it stays in state D until unstick, which fails "
-             "it; none clears the fault for later calls"),
+    "hang": ("[apps]", "every nvidia-smi call (with apps: each that lists processes) waits "
+             "in the wedged driver and never answers (as after Xid 79 or 119): killed, it "
+             "stays in state D until unstick, which fails it; none clears the fault"),
     "inforom": ("[GPU]", "nvidia-smi warns infoROM is corrupted on GPU (default 0), exit 14"),
     "lost": ("GPU", "GPU fell off the bus: its rows are errors, the others kept, exit 15"),
     "power": ("GPU", "GPU lacks external power: its rows are errors, exit 8"),
@@ -140,7 +140,15 @@ def apply(node_dir: Path, fault: str, args: list[str]) -> None:
 
 # Faults of the whole tool: the word nvidia-smi reads from the node's "fault" file.
 _WHOLE_TOOL = {"na": "na", "nvml": "nvml", "driver": "driver", "nosupported": "nosupported",
-               "hang": "hang", "missing": "none"}  # missing: the binary goes (node.set_fault)
+               "missing": "none"}  # missing: the binary goes (node.set_fault)
+
+
+def _hang(node_dir: Path, fault: str, args: list[str]) -> None:
+    """Every call, or (``apps``) those that list processes: a driver whose process
+    enumeration is stuck while its memory counters still answer."""
+    if args not in ([], ["apps"]):
+        raise SimError(f"bad fault arguments {' '.join([fault, *args])!r}", hint=usage(fault))
+    _write(node_dir / "fault", f"hang{':apps' if args else ''}\n")
 
 
 def _none(node_dir: Path, fault: str, args: list[str]) -> None:
@@ -231,4 +239,4 @@ _SETTERS = {"none": _none, "inforom": _inforom, "lost": _lost, "power": _lost, "
             "unknown": _lost, "nodevices": _nodevices, "badvalue": _badvalue, "fewer": _fewer,
             "retired-pending": _pending, "remapped-pending": _pending, "xid": _xid,
             "leak": _leak, "reset-delay": _reset_delay, "reset-policy": _reset_policy,
-            "requiretty": _requiretty}
+            "requiretty": _requiretty, "hang": _hang}

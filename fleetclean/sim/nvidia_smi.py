@@ -466,6 +466,13 @@ def query(opts: dict[str, str], gpus: list[dict[str, object]], na: bool) -> tupl
     return table(gpus, held, na), 0
 
 
+def lists_processes(argv: list[str]) -> bool:
+    """Whether the call asks for processes: the compute apps, -q's PIDS, the table."""
+    words = " ".join(argv)
+    return ("--query-compute-apps" in words or "PIDS" in words or not argv
+            or not any(w.startswith("-") for w in argv))
+
+
 def wedged() -> tuple[str, int]:
     """A call into a wedged driver: it waits in a request the node's stuck driver
     (``stuckfs``, which SimFleet.set_fault starts) never answers, as the real tool waits in
@@ -483,7 +490,7 @@ def run(argv: list[str]) -> tuple[str, int]:
     fault, arg = tool_fault()
     if fault in NO_NVML:
         return NO_NVML[fault]
-    if fault == "hang":
+    if fault == "hang" and (arg != "apps" or lists_processes(argv)):
         return wedged()
     try:
         if fault == "nodevices":  # the status varies by version: the fault's argument

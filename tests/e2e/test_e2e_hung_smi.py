@@ -90,3 +90,25 @@ def test_a_teardown_stops_the_server_and_leaves_the_lock_free(
     after = cli("status", "-i", fleet.inventory_path, "-l", "node01", "--json")
     assert after.json()["hosts"][0]["status"] == "clean"
     assert left_in_driver(fleet) == []
+
+
+def test_gpus_that_answer_and_processes_that_do_not_are_still_a_hung_driver(
+        sim_fleet_factory, cli: Cli) -> None:  # type: ignore[no-untyped-def]
+    """A host read clean last time reads its GPUs alone first (the --query-gpu pdsh users
+    type) and asks for their processes only once one is in use: here the GPUs answer and
+    that second call does not. It was read dirty, its holders guessed from device files."""
+    fleet = sim_fleet_factory(1)
+    args = ["status", "-i", str(fleet.inventory_path), "--json", "-e", "smi_timeout=2",
+            "--timeout", "20"]
+    assert cli(*args).json()["hosts"][0]["status"] == "clean"
+    fleet.spawn("node01", "sglang", gpus="0-1")
+    fleet.set_fault("node01", "hang", "apps")
+    try:
+        host = cli(*args).json()["hosts"][0]
+        assert host["status"] == "faulty", host
+        assert "did not answer in 2s (smi_timeout)" in host["error"] and "state D" in host["error"]
+        # Its GPUs were read: the rows are there.
+        assert [g["memory_used_mib"] > 0 for g in host["gpus"]][:3] == [True, True, False], host
+    finally:
+        fleet.set_fault("node01", "none")
+        fleet.set_fault("node01", "unstick")

@@ -166,6 +166,13 @@ def test_an_nvidia_smi_that_did_not_answer_is_the_drivers_fault_in_the_nodes_wor
                    rec("verify", "error", "0", "30000", said))
     r = parse_script_output(out, "", 0)
     assert r.faults == (said,) and r.error is None and r.verified is None
+    # One that SIGKILL ended was slow, perhaps only loaded: an error, in the same words.
+    slow = ("nvidia-smi did not answer in 30s (smi_timeout) and was killed (PID 24): the GPU "
+            "driver may be hung (see dmesg for Xid errors) or the node overloaded")
+    out = full_run(rec("stage", "verify", "verify", "verify"), rec("nvsmi", "124", slow),
+                   rec("verify", "error", "0", "30000", slow))
+    r = parse_script_output(out, "", 0)
+    assert r.faults == () and r.error == slow
     # Exit 124 from nvidia-smi itself (no such status is documented) proves nothing.
     other = full_run(rec("stage", "verify", "verify", "verify"), rec("nvsmi", "124", "odd"),
                      rec("verify", "error", "0", "20", "nvidia-smi exit 124: odd"))

@@ -168,6 +168,7 @@ fc_smi_take() {
     # From the end, by length: a pattern anchored at one end of 12 KB is tried at every
     # place of it.
     rc=${REPLY: -5}
+    ((${#REPLY} >= 5)) || rc=$REPLY
     rc=${rc##*@}
     # No status after it: the shell that ran it ended first (killed, say).
     [[ $rc =~ ^[0-9]+$ && ${REPLY: -${#rc}-2:2} == $'\n@' ]] || return 1
@@ -181,18 +182,25 @@ fc_smi_take() {
 # would wait as long), and FC_SMI_HUNG says what became of it. One that outlives SIGKILL
 # waits in the driver (state D): the driver is hung.
 fc_smi_hung() {
-    local p q comm state _ stuck="" killed=""
-    local -a kids=() more=() found=() shells=()
+    local p q r comm state _ stuck="" killed=""
+    local -a kids=() more=() most=() found=() shells=()
     { read -r -a kids </proc/$$/task/$$/children; } 2>/dev/null
     for p in "${kids[@]}"; do
         more=()
         { read -r -a more </proc/"$p"/task/"$p"/children; } 2>/dev/null
         for q in "$p" "${more[@]}"; do
-            comm=""
-            { read -r comm </proc/"$q"/comm; } 2>/dev/null
-            [[ $comm == nvidia-smi ]] || continue
-            found+=("$q")
-            [[ $q == "$p" ]] || shells+=("$p")
+            # A command substitution in the subshell (render.early_reads' -q read) is a
+            # shell of its own where bash does not run its command in place (4.4).
+            most=()
+            [[ $q == "$p" ]] || { read -r -a most </proc/"$q"/task/"$q"/children; } 2>/dev/null
+            for r in "$q" "${most[@]}"; do
+                comm=""
+                { read -r comm </proc/"$r"/comm; } 2>/dev/null
+                [[ $comm == nvidia-smi ]] || continue
+                found+=("$r")
+                [[ $r == "$p" ]] || shells+=("$p")
+                [[ $r == "$q" || $q == "$p" ]] || shells+=("$q")
+            done
         done
     done
     ((${#found[@]} == 0)) || kill -KILL "${found[@]}" "${shells[@]}" 2>/dev/null
@@ -202,13 +210,16 @@ fc_smi_hung() {
         { read -r _ _ state _ </proc/"$p"/stat; } 2>/dev/null
         if [[ $state == D ]]; then
             stuck+="${stuck:+, }$p"
-        elif [[ -n $state && $state != Z ]]; then
-            stuck+="${stuck:+, }$p (state $state)"
         else
             killed+="${killed:+, }$p"
         fi
     done
-    FC_SMI_HUNG="nvidia-smi did not answer in ${FC_SMI_TIMEOUT}s (smi_timeout)"
+    p=$FC_SMI_TIMEOUT  # 30.000 -> 30, 0.500 -> 0.5
+    if [[ $p == *.* ]]; then
+        while [[ $p == *0 ]]; do p=${p%0}; done
+        p=${p%.}
+    fi
+    FC_SMI_HUNG="nvidia-smi did not answer in ${p}s (smi_timeout)"
     if [[ -n $stuck ]]; then
         FC_SMI_HUNG+=": PID $stuck outlived SIGKILL, waiting in the GPU driver (state D):"
         FC_SMI_HUNG+=" the driver is hung; see dmesg for Xid errors, then reset the GPUs"

@@ -208,7 +208,8 @@ fc_scope_apps() {
         fc_verify_apps
         apps=("${FC_VAPPS[@]}")
     else
-        if fc_smi --no-err --query-compute-apps=pid,gpu_uuid --format=csv,noheader; then
+        fc_smi --no-err --query-compute-apps=pid,gpu_uuid --format=csv,noheader
+        if (($? != 124)); then
             fc_lines "$REPLY"
             apps=("${FC_LINES[@]}")
         fi

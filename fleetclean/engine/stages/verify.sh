@@ -129,6 +129,11 @@ fc_verify() {
             break
         fi
         fc_verify_explain
+        # The GPUs answered and their processes' read did not (lib.sh: fc_smi_hung).
+        if [[ -n $FC_SMI_HUNG ]]; then
+            fc_verify_failed "$max" "$t0"
+            return 0
+        fi
         fc_now_us
         now=$REPLY
         if [[ -z $respawn ]] && fc_verify_settled "$now"; then
@@ -588,8 +593,11 @@ fc_verify_apps() {
     if ((FC_VAPPSLATER)); then
         FC_VAPPSLATER=0
         FC_VAPPS=()
+        # Whatever it printed, as its exit status says nothing of the lines (one GPU lost:
+        # the others' apps), unless it did not answer.
         fc_smi --no-err --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
-            --format=csv,noheader,nounits || return 0
+            --format=csv,noheader,nounits
+        (($? == 124)) && return 0
         fc_lines "$REPLY"
         FC_VAPPS=("${FC_LINES[@]}")
         return 0
@@ -630,8 +638,9 @@ fc_apps_trusted() {
     FC_TAPPS_OF=$FC_VREADS
     if ((FC_NAMES_NL)); then
         FC_TAPPS=()
-        if fc_smi --no-err --query-compute-apps=pid,used_memory,gpu_uuid \
-            --format=csv,noheader,nounits; then
+        fc_smi --no-err --query-compute-apps=pid,used_memory,gpu_uuid \
+            --format=csv,noheader,nounits
+        if (($? != 124)); then
             fc_lines "$REPLY"
             FC_TAPPS=("${FC_LINES[@]}")
         fi
