@@ -204,15 +204,13 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
     # it reads the script (transport.boot.first_read): no single quote in it.
     # Its exec, not a redirection of a group, which would keep the session's stderr open
     # (saved) in the subshell till nvidia-smi ends: a run cut short ends without it.
-    if last_clean:
-        read = f'exec 2>&1 </dev/null; {path} nvidia-smi {args}; printf "\\n@%d" "$?"'
-    else:
-        # The -q read's output whole at its end, not as nvidia-smi flushes it (4 KB at a
-        # time into a pipe, a GPU's sections at a time: 9-12 KB for eight GPUs), so that
-        # the processes read while it runs (verify.sh: fc_verify_prep, which stops at its
-        # first byte) are read until it is done.
-        read = (f"exec 2>/dev/null </dev/null; o=$({path} nvidia-smi {args} 2>&1); "
-                'printf "%s\\n@%d" "$o" "$?"')
+    # The output whole at its end, not as nvidia-smi flushes it (4 KB at a time into a
+    # pipe, a GPU's sections at a time: 9-12 KB of -q for eight GPUs): the processes read
+    # while the -q read runs (verify.sh: fc_verify_prep, which stops at its first byte) are
+    # read until it is done, and its first byte is all the reader waits for with a
+    # deadline (lib.sh: fc_smi_read): a call that stops answering part way sends nothing.
+    read = (f"exec 2>/dev/null </dev/null; o=$({path} nvidia-smi {args} 2>&1); "
+            'printf "%s\\n@%d" "$o" "$?"')
     gpu = f"{OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; exec {{{fd}}}< <({read}); }}"
     klog = (f"{OWN.format('FC_VXIDFD')} || {{ unset FC_VXIDFD; LC_ALL=C; "
             f"exec {{FC_VXIDFD}}< <({path}; "

@@ -57,7 +57,8 @@ fc_gr_read() {
         exec {FC_GR_APPFD}</dev/null
     else
         exec {FC_GR_APPFD}< <(exec 2>/dev/null </dev/null 9>&-
-            nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader,nounits)
+            o=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader,nounits)
+            printf '%s' "$o")
     fi
     fc_smi --query-gpu=index,uuid,memory.used,persistence_mode --format=csv,noheader,nounits
     rc=$?

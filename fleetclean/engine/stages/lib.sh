@@ -119,19 +119,21 @@ fc_read_fd() {
 # one left in the driver holds nothing of the session's or of a later run's.
 FC_SMI_HUNG="" FC_SMI_TIMEOUT=${FC_SMI_TIMEOUT:-30}
 
-# REPLY = all that descriptor $1 gives, as fc_read_fd, waiting FC_SMI_TIMEOUT seconds at
-# most for each block; false where that ran out (REPLY then what had come).
+# REPLY = all that descriptor $1 gives (fc_read_fd), its first byte waited for
+# FC_SMI_TIMEOUT seconds at most; false where it did not come. Every writer of nvidia-smi's
+# output sends it whole at its end (o=$(nvidia-smi ...); printf ...), so that a call that
+# stops answering part way sends nothing: the rest is read without a deadline, as bash
+# reads a pipe under one (read -t) a byte at a time, 15 ms for a -q read's 12 KB.
 fc_smi_read() {
-    local chunk
-    REPLY=""
-    while :; do
-        IFS= read -r -N 1048576 -t "$FC_SMI_TIMEOUT" chunk <&"$1"
-        case $? in
-            0) REPLY+=$chunk ;;
-            1) REPLY+=$chunk && return 0 ;;  # its end
-            *) REPLY+=$chunk && return 1 ;;  # out of time (>128)
-        esac
-    done
+    local first
+    IFS= read -r -N 1 -t "$FC_SMI_TIMEOUT" first <&"$1"
+    case $? in
+        0) ;;
+        1) REPLY=$first && return 0 ;;  # nothing: its end
+        *) REPLY="" && return 1 ;;  # out of time (>128)
+    esac
+    fc_read_fd "$1"
+    REPLY=$first$REPLY
 }
 
 # REPLY = the output of nvidia-smi "$@" with its errors (--no-err: without them), the
@@ -144,9 +146,11 @@ fc_smi() {
     fi
     if [[ $1 == --no-err ]]; then
         shift
-        exec {fd}< <(exec 2>/dev/null </dev/null 9>&-; nvidia-smi "$@"; printf '\n@%d' "$?")
+        exec {fd}< <(exec 2>/dev/null </dev/null 9>&-; o=$(nvidia-smi "$@")
+            printf '%s\n@%d' "$o" "$?")
     else
-        exec {fd}< <(exec 2>&1 </dev/null 9>&-; nvidia-smi "$@"; printf '\n@%d' "$?")
+        exec {fd}< <(exec 2>/dev/null </dev/null 9>&-; o=$(nvidia-smi "$@" 2>&1)
+            printf '%s\n@%d' "$o" "$?")
     fi
     fc_smi_take "$fd"
 }

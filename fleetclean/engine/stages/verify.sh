@@ -84,15 +84,16 @@ fc_verify() {
     ((FC_VXIDREAD)) || fc_verify_xid_text
     if [[ -n ${FC_VQFD:-} ]]; then
         if [[ $FC_VQ_SECTIONS == *ROW_REMAPPER* ]]; then
-            exec {FC_VRRFD}< <(exec 2>&1 </dev/null 9>&-; nvidia-smi -q -d ROW_REMAPPER
-                printf '\n@%d' "$?")
+            exec {FC_VRRFD}< <(exec 2>/dev/null </dev/null 9>&-
+                o=$(nvidia-smi -q -d ROW_REMAPPER 2>&1)
+                printf '%s\n@%d' "$o" "$?")
         fi
         # The GPUs' driver files too, while the early read still runs.
         fc_gpu_info_all
     elif [[ -n ${FC_VGFD:-} && $FC_VQ_SECTIONS == *ROW_REMAPPER* ]]; then
-        exec {FC_VRRFD}< <(exec 2>&1 </dev/null 9>&-
-            nvidia-smi --query-gpu="index$FC_VQ_PENDING" --format=csv,noheader,nounits
-            printf '\n@%d' "$?")
+        exec {FC_VRRFD}< <(exec 2>/dev/null </dev/null 9>&-
+            o=$(nvidia-smi --query-gpu="index$FC_VQ_PENDING" --format=csv,noheader,nounits 2>&1)
+            printf '%s\n@%d' "$o" "$?")
     fi
     fc_now_us
     t0=$REPLY
@@ -545,9 +546,10 @@ fc_minor_of_uuid() {
 fc_verify_read_csv() {
     local out rc line p1 p2 rest basic=index,uuid,name,memory.used,memory.total
     [[ -n $FC_SMI_HUNG ]] ||
-        exec {FC_VAPPFD}< <(exec 2>/dev/null </dev/null 9>&-; nvidia-smi \
+        exec {FC_VAPPFD}< <(exec 2>/dev/null </dev/null 9>&-; o=$(nvidia-smi \
             --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
             --format=csv,noheader,nounits)
+            printf '%s' "$o")
     fc_smi --query-gpu="$basic$FC_VQ_PENDING" --format=csv,noheader,nounits
     rc=$?
     out=$REPLY
