@@ -3,7 +3,7 @@
 Run as root on Linux: ``.venv/bin/python benchmarks/scale.py [--nodes 256] [--forks 64]``
 (``--nodes 1000`` for the issue's size). It brings up N simulated nodes, makes some busy
 (an SGLang tp8 server on every 10th node, a SIGTERM-ignoring holder, a slow-to-exit one),
-breaks some (nvidia-smi exit 18) and makes some slow to log in (``sim fault NODE
+breaks some (nvidia-smi exit 18, or a driver it waits in for good: ``hang``) and makes some slow to log in (``sim fault NODE
 slow-banner S`` and ``slow-auth S`` where this simulator has them; skipped and said so where
 not), then runs
 ``status`` (several times), ``post-extraction`` and ``status`` again with ``--json``.
@@ -128,8 +128,10 @@ def truth(fleet: SimFleet, names: list[str]) -> dict[str, str]:
     nsenter and fake nvidia-smi per node, a few at a time)."""
     def one(name: str) -> str:
         # A driver/library mismatch (the nvml fault) is faulty: a reboot is due.
+        # So is a driver nvidia-smi waits in for good (the hang fault), whose GPUs no read
+        # gets (nor this one's).
         fault = fleet.node(name).dir / "fault"
-        if fault.is_file() and fault.read_text().strip() == "nvml":
+        if fault.is_file() and fault.read_text().strip() in ("nvml", "hang"):
             return "faulty"
         used = fleet.gpu_used_mib(name)
         return "error" if not used else "dirty" if any(used) else "clean"
@@ -166,6 +168,9 @@ def prepare(fleet: SimFleet, *, slow_logins: bool) -> tuple[Counter[str], set[st
         if i % 50 == 13 and node.name not in taken:
             fleet.set_fault(node.name, "nvml")
             made["nvidia-smi exit 18"] += 1
+        elif i % 100 == 37 and node.name not in taken:
+            fleet.set_fault(node.name, "hang")
+            made["nvidia-smi never answers (hang)"] += 1
         fault = {9: "slow-banner", 17: "slow-auth"}.get(i % 25) if slow_logins else None
         if fault:
             fleet.set_fault(node.name, fault, SLOW_LOGIN_S)

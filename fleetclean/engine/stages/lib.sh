@@ -108,7 +108,7 @@ fc_read_fd() {
 }
 
 # ---------------------------------------------------------------------------- nvidia-smi
-# Every read of nvidia-smi's output waits FC_SMI_TIMEOUT seconds at most (smi_timeout).
+# Every nvidia-smi call must answer, whole, within FC_SMI_TIMEOUT seconds (smi_timeout).
 # A wedged driver (after an Xid 79, 119 or 45, say) leaves nvidia-smi waiting in an ioctl
 # the kernel does not cut short: it never answers, and SIGKILL leaves it in state D.
 # Unbounded, a status waited for it until the controller's --timeout (300 s) and said only
