@@ -3,9 +3,9 @@
 Run as root on Linux: ``.venv/bin/python benchmarks/scale.py [--nodes 256] [--forks 64]``
 (``--nodes 1000`` for the issue's size). It brings up N simulated nodes, makes some busy
 (an SGLang tp8 server on every 10th node, a SIGTERM-ignoring holder, a slow-to-exit one),
-breaks some (nvidia-smi exit 18, or a driver it waits in for good: ``hang``) and makes some slow to log in (``sim fault NODE
-slow-banner S`` and ``slow-auth S`` where this simulator has them; skipped and said so where
-not), then runs
+breaks some (nvidia-smi exit 18, or a driver it waits in for good: ``hang``) and makes
+some slow to log in (``sim fault NODE slow-banner S`` and ``slow-auth S`` where this
+simulator has them; skipped and said so where not), then runs
 ``status`` (several times), ``post-extraction`` and ``status`` again with ``--json``.
 
 Truth comes from the simulator itself, read just before (status) or just after

@@ -182,12 +182,14 @@ fc_smi_take() {
 }
 
 # An nvidia-smi of this script's did not answer in time: each one still running (among its
-# children and theirs) is sent SIGKILL, with the subshell that waits for it (ours, which
-# would wait as long), and FC_SMI_HUNG says what became of it. One that outlives SIGKILL
-# waits in the driver (state D): the driver is hung.
+# children and theirs) is sent SIGKILL, and FC_SMI_HUNG says what became of it. One that
+# outlives SIGKILL waits in the driver (state D): the driver is hung, and the subshells
+# that wait for it (ours, which would wait as long) are killed too. Those of one that did
+# end reap it and end themselves (their pipe's reader is gone), leaving no zombie to init.
 fc_smi_hung() {
     local p q r comm state _ stuck="" killed=""
     local -a kids=() more=() most=() found=() shells=()
+    local -A shells_of=()
     { read -r -a kids </proc/$$/task/$$/children; } 2>/dev/null
     for p in "${kids[@]}"; do
         more=()
@@ -202,22 +204,25 @@ fc_smi_hung() {
                 { read -r comm </proc/"$r"/comm; } 2>/dev/null
                 [[ $comm == nvidia-smi ]] || continue
                 found+=("$r")
-                [[ $r == "$p" ]] || shells+=("$p")
-                [[ $r == "$q" || $q == "$p" ]] || shells+=("$q")
+                [[ $r == "$p" ]] || shells_of[$r]=$p
+                [[ $r == "$q" || $q == "$p" ]] || shells_of[$r]+=" $q"
             done
         done
     done
-    ((${#found[@]} == 0)) || kill -KILL "${found[@]}" "${shells[@]}" 2>/dev/null
+    ((${#found[@]} == 0)) || kill -KILL "${found[@]}" 2>/dev/null
     ((${#found[@]} == 0)) || fc_nap 0.2
     for p in "${found[@]}"; do
         state=""
         { read -r _ _ state _ </proc/"$p"/stat; } 2>/dev/null
         if [[ $state == D ]]; then
             stuck+="${stuck:+, }$p"
+            # shellcheck disable=SC2206  # PIDs
+            shells+=(${shells_of[$p]:-})
         else
             killed+="${killed:+, }$p"
         fi
     done
+    ((${#shells[@]} == 0)) || kill -KILL "${shells[@]}" 2>/dev/null
     p=$FC_SMI_TIMEOUT  # 30.000 -> 30, 0.500 -> 0.5
     if [[ $p == *.* ]]; then
         while [[ $p == *0 ]]; do p=${p%0}; done
