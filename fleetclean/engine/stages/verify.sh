@@ -88,8 +88,9 @@ fc_verify() {
                 o=$(nvidia-smi -q -d ROW_REMAPPER 2>&1)
                 printf '%s\n@%d' "$o" "$?")
         fi
-        # The GPUs' driver files too, while the early read still runs.
-        fc_gpu_info_all
+        # The GPUs' driver files are read once nvidia-smi has answered (fc_verify_read_q),
+        # not while it runs: a read of them asks the driver, which may be the hung one
+        # nvidia-smi waits in, and a builtin read waiting there cannot be timed out.
     elif [[ -n ${FC_VGFD:-} && $FC_VQ_SECTIONS == *ROW_REMAPPER* ]]; then
         exec {FC_VRRFD}< <(exec 2>/dev/null </dev/null 9>&-
             o=$(nvidia-smi --query-gpu="index$FC_VQ_PENDING" --format=csv,noheader,nounits 2>&1)
