@@ -212,8 +212,13 @@ fc_smi_hung() {
     ((${#found[@]} == 0)) || kill -KILL "${found[@]}" 2>/dev/null
     ((${#found[@]} == 0)) || fc_nap 0.2
     for p in "${found[@]}"; do
+        # Any of its threads: one may wait in the driver while the main one is a zombie.
         state=""
-        { read -r _ _ state _ </proc/"$p"/stat; } 2>/dev/null
+        for q in /proc/"$p"/task/*/stat; do
+            r=""
+            { read -r _ _ r _ <"$q"; } 2>/dev/null
+            [[ $r == D ]] && state=D
+        done
         if [[ $state == D ]]; then
             stuck+="${stuck:+, }$p"
             # shellcheck disable=SC2206  # PIDs
@@ -478,9 +483,9 @@ fc_info_line() {
     REPLY=${v%"$REPLY"}
 }
 
-# Every GPU's FC_GPU_INFO, read while an early -q read (render.early_reads) still runs, so
-# that its 8 files cost no wall time after it; one that fails is tried again, and fails
-# the -q read, when the read names its GPU.
+# Every GPU's FC_GPU_INFO, where a device minor is looked for by UUID (verify.sh:
+# fc_minor_of_uuid), once an nvidia-smi has answered; one that fails is tried again, and
+# fails the -q read, when the read names its GPU.
 fc_gpu_info_all() {
     local dir
     for dir in "$FC_GPU_DRIVER"/*/; do

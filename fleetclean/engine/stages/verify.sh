@@ -535,8 +535,12 @@ fc_minor_of_uuid() {
                 return 0
             fi
         done
-        # Only some files read (those a -q read that failed part way asked for): the rest.
-        ((FC_GPU_INFO_ALL)) && return 1
+        # Only some files read (those a -q read that failed part way asked for): the rest;
+        # none once an nvidia-smi did not answer: a read of them asks the same driver, and
+        # a builtin read waiting there has no deadline (lib.sh: fc_smi_hung).
+        if ((FC_GPU_INFO_ALL)) || [[ -n $FC_SMI_HUNG ]]; then
+            return 1
+        fi
         fc_gpu_info_all
     done
 }
@@ -613,6 +617,7 @@ fc_verify_apps() {
         fc_lines "$REPLY"
         FC_VAPPS=("${FC_LINES[@]}")
     else
+        fc_verify_apps_close  # its reader gone first (fc_smi_hung)
         fc_smi_hung
     fi
     fc_verify_apps_close
