@@ -1,0 +1,51 @@
+"""Every nvidia-smi the node's script runs sends its output whole at its end.
+
+A reader waits for an nvidia-smi's first byte with a deadline (``smi_timeout``) and reads
+the rest without one (lib.sh: fc_smi_read; under ``read -t`` bash reads a pipe a byte at a
+time). That is safe only where nothing reaches the pipe before nvidia-smi has finished:
+a call that streamed its rows and then stopped in a wedged driver would hold the script
+for good. So each call is ``o=$(nvidia-smi ...)``, then ``printf`` (or goes through
+``fc_smi``, which is written so).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from fleetclean.engine.render import early_reads
+
+STAGES = Path(__file__).resolve().parents[2] / "fleetclean" / "engine" / "stages"
+# nvidia-smi run as a command: at a line's start, after ; & | ( or $(, then its arguments
+# (not "nvidia-smi:" in a message, nor "command -v nvidia-smi").
+CALL = re.compile(r"(?:^|[;&|(]|\$\()\s*nvidia-smi\s")
+
+
+def unbuffered(text: str) -> list[str]:
+    """The lines of ``text`` that run nvidia-smi other than as ``o=$(nvidia-smi``."""
+    bad = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        bad += [line.strip() for m in CALL.finditer(line)
+                if not line[:m.end()].rstrip().endswith("o=$(nvidia-smi")]
+    return bad
+
+
+def test_every_nvidia_smi_of_the_stages_and_the_early_reads_sends_its_output_whole() -> None:
+    found = {p.name: unbuffered(p.read_text()) for p in sorted(STAGES.glob("*.sh"))}
+    assert {name: lines for name, lines in found.items() if lines} == {}
+    for last_clean in (False, True):
+        gpu, _ = early_reads(last_clean)
+        # Its one call, with a PATH before it: o=$(PATH=... nvidia-smi ...).
+        assert gpu.count("nvidia-smi") == 1, gpu
+        assert re.search(r"o=\$\(PATH=\S+ nvidia-smi ", gpu), gpu
+
+
+def test_the_lint_sees_a_streaming_call() -> None:
+    assert unbuffered("exec {fd}< <(nvidia-smi -q -d PIDS 2>&1; printf '@%d' $?)")
+    assert unbuffered("    out=$(nvidia-smi --query-gpu=index --format=csv)")
+    assert unbuffered('mapfile -t a < <(nvidia-smi --query-compute-apps=pid)')
+    assert not unbuffered('o=$(nvidia-smi -q -d ROW_REMAPPER 2>&1)')
+    assert not unbuffered('fc_rec nvsmi 127 "nvidia-smi: command not found"')
+    assert not unbuffered("    if command -v nvidia-smi >/dev/null 2>&1; then")
