@@ -43,6 +43,8 @@ from collections.abc import Sequence
 IDLE = frozenset({
     "fc_begin", "fc_finish", "fc_flush", "fc_hold", "fc_lines", "fc_now_us", "fc_read_fd",
     "fc_smi_read", "fc_smi_take",
+    # Where the kernel log cannot rule a pending remap out, the remapper is read beside.
+    "fc_smi_start",
     "fc_put", "fc_write", "fc_rec", "fc_release", "fc_reset_opts", "fc_verify",
     "fc_verify_apps_close", "fc_verify_early_q", "fc_verify_end", "fc_verify_gate",
     "fc_verify_gpu_info", "fc_gpu_info_all", "fc_gpu_info_load", "fc_bus_dir",

@@ -53,19 +53,15 @@ fc_stage_gpu_reset() {
 fc_gr_read() {
     local out line idx uuid used pm rc
     local -A index_of=()
-    if [[ -n $FC_SMI_HUNG ]]; then
-        exec {FC_GR_APPFD}</dev/null
-    else
-        exec {FC_GR_APPFD}< <(exec 2>/dev/null </dev/null 9>&-
-            o=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader,nounits)
-            printf '%s' "$o")
-    fi
+    FC_GR_APPFD=""
+    [[ -n $FC_SMI_HUNG ]] || fc_smi_start FC_GR_APPFD --no-err \
+        --query-compute-apps=pid,gpu_uuid --format=csv,noheader,nounits
     fc_smi --query-gpu=index,uuid,memory.used,persistence_mode --format=csv,noheader,nounits
     rc=$?
     out=$REPLY
     declare -gA FC_GR_USED=() FC_GR_PM=() FC_GR_APPS=()
     if ((rc != 0)); then
-        exec {FC_GR_APPFD}<&-
+        [[ -z $FC_GR_APPFD ]] || exec {FC_GR_APPFD}<&-
         FC_STATUS=failed
         FC_MESSAGE="nvidia-smi exit $rc: ${out%%$'\n'*}"
         ((rc != 124)) || FC_MESSAGE=$out
@@ -81,13 +77,11 @@ fc_gr_read() {
         FC_GR_USED[$idx]=$used
         FC_GR_PM[$idx]=$pm
     done <<<"$out"
-    fc_smi_read "$FC_GR_APPFD"
-    rc=$?
-    exec {FC_GR_APPFD}<&-
-    if ((rc)); then
-        fc_smi_hung
+    # Its lines whatever its exit status, unless it did not answer.
+    fc_smi_take "$FC_GR_APPFD"
+    if (($? == 124)); then
         FC_STATUS=failed
-        FC_MESSAGE=$FC_SMI_HUNG
+        FC_MESSAGE=$REPLY
         return 1
     fi
     while IFS=', ' read -r line uuid; do

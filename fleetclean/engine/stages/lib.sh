@@ -139,20 +139,31 @@ fc_smi_read() {
 # REPLY = the output of nvidia-smi "$@" with its errors (--no-err: without them), the
 # status its own; 124 where it did not answer (fc_smi_hung) or an earlier call did not.
 fc_smi() {
-    local fd
     if [[ -n $FC_SMI_HUNG ]]; then
         REPLY=$FC_SMI_HUNG
         return 124
     fi
+    fc_smi_start REPLY "$@"
+    fc_smi_take "$REPLY"
+}
+
+# nvidia-smi ${@:2} started, its output (with its errors; --no-err first: without them)
+# and then "\n@STATUS" sent whole at its end on a descriptor whose number goes in the
+# variable named $1, for fc_smi_take: every nvidia-smi of the script but the early reads
+# (render.early_reads, written the same way) is started here. It runs without the lock's
+# descriptor (9), the session's standard input or its errors.
+fc_smi_start() {
+    local fc_smi_to=$1 fc_smi_new
+    shift
     if [[ $1 == --no-err ]]; then
         shift
-        exec {fd}< <(exec 2>/dev/null </dev/null 9>&-; o=$(nvidia-smi "$@")
+        exec {fc_smi_new}< <(exec 2>/dev/null </dev/null 9>&-; o=$(nvidia-smi "$@")
             printf '%s\n@%d' "$o" "$?")
     else
-        exec {fd}< <(exec 2>/dev/null </dev/null 9>&-; o=$(nvidia-smi "$@" 2>&1)
+        exec {fc_smi_new}< <(exec 2>/dev/null </dev/null 9>&-; o=$(nvidia-smi "$@" 2>&1)
             printf '%s\n@%d' "$o" "$?")
     fi
-    fc_smi_take "$fd"
+    printf -v "$fc_smi_to" '%s' "$fc_smi_new"
 }
 
 # The output on descriptor $1 of an nvidia-smi followed by "\n@STATUS" (fc_smi, the early

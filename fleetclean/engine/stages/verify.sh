@@ -84,17 +84,13 @@ fc_verify() {
     ((FC_VXIDREAD)) || fc_verify_xid_text
     if [[ -n ${FC_VQFD:-} ]]; then
         if [[ $FC_VQ_SECTIONS == *ROW_REMAPPER* ]]; then
-            exec {FC_VRRFD}< <(exec 2>/dev/null </dev/null 9>&-
-                o=$(nvidia-smi -q -d ROW_REMAPPER 2>&1)
-                printf '%s\n@%d' "$o" "$?")
+            fc_smi_start FC_VRRFD -q -d ROW_REMAPPER
         fi
         # The GPUs' driver files are read once nvidia-smi has answered (fc_verify_read_q),
         # not while it runs: a read of them asks the driver, which may be the hung one
         # nvidia-smi waits in, and a builtin read waiting there cannot be timed out.
     elif [[ -n ${FC_VGFD:-} && $FC_VQ_SECTIONS == *ROW_REMAPPER* ]]; then
-        exec {FC_VRRFD}< <(exec 2>/dev/null </dev/null 9>&-
-            o=$(nvidia-smi --query-gpu="index$FC_VQ_PENDING" --format=csv,noheader,nounits 2>&1)
-            printf '%s\n@%d' "$o" "$?")
+        fc_smi_start FC_VRRFD --query-gpu="index$FC_VQ_PENDING" --format=csv,noheader,nounits
     fi
     fc_now_us
     t0=$REPLY
@@ -550,11 +546,8 @@ fc_minor_of_uuid() {
 # a GPU is in use (fc_verify_apps); FC_VAPPFD is its output.
 fc_verify_read_csv() {
     local out rc line p1 p2 rest basic=index,uuid,name,memory.used,memory.total
-    [[ -n $FC_SMI_HUNG ]] ||
-        exec {FC_VAPPFD}< <(exec 2>/dev/null </dev/null 9>&-; o=$(nvidia-smi \
-            --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
-            --format=csv,noheader,nounits)
-            printf '%s' "$o")
+    [[ -n $FC_SMI_HUNG ]] || fc_smi_start FC_VAPPFD --no-err \
+        --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits
     fc_smi --query-gpu="$basic$FC_VQ_PENDING" --format=csv,noheader,nounits
     rc=$?
     out=$REPLY
@@ -611,15 +604,13 @@ fc_verify_apps() {
     fi
     [[ -n ${FC_VAPPFD:-} ]] || return 0
     FC_VAPPS=()
-    if [[ -n $FC_SMI_HUNG ]]; then
-        :
-    elif fc_smi_read "$FC_VAPPFD"; then
+    # Its lines whatever its exit status, unless it did not answer; closed either way.
+    fc_smi_take "$FC_VAPPFD"
+    if (($? != 124)); then
         fc_lines "$REPLY"
         FC_VAPPS=("${FC_LINES[@]}")
-    else
-        fc_verify_apps_close  # its reader gone first (fc_smi_hung)
-        fc_smi_hung
     fi
+    FC_VAPPFD=""
     fc_verify_apps_close
 }
 
