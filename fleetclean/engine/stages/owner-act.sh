@@ -1153,15 +1153,22 @@ fc_owner_refusal() {
 
 # REPLY: the user name of PID's effective uid (its status file), or "?".
 fc_owner_user() {
+    fc_owner_euid "$1" || { REPLY="?"; return 0; }
+    fc_user_name "$REPLY"
+}
+
+# REPLY: PID's effective uid, from its status file; false (REPLY empty) where it is gone.
+fc_owner_euid() {
     local line
     local -a status=()
-    REPLY="?"
+    REPLY=""
     { mapfile -n 12 -t status <"/proc/$1/status"; } 2>/dev/null
     for line in "${status[@]}"; do
         [[ $line =~ ^Uid:[[:space:]]+[0-9]+[[:space:]]+([0-9]+) ]] || continue
-        fc_user_name "${BASH_REMATCH[1]}"
+        REPLY=${BASH_REMATCH[1]}
         return 0
     done
+    return 1
 }
 
 # REPLY: ", owner KIND NAME" for target PID (empty for a plain one), for --check's lines.

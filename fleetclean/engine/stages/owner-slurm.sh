@@ -25,8 +25,7 @@ fc_slurm_can_cancel() {
 # False, REPLY saying why, where this login cannot run scancel as that user.
 declare -gA FC_SLURM_DONE=()
 fc_slurm_how() {
-    local job=$1 pid=$2 uid="" line array task
-    local -a status=()
+    local job=$1 pid=$2 uid array task
     FC_SLURM_REF=$job FC_SLURM_AS=()
     fc_owner_env "$pid" SLURM_JOB_ID
     if [[ $REPLY == "$job" ]]; then
@@ -37,14 +36,11 @@ fc_slurm_how() {
         [[ $array == +([0-9]) && $task == +([0-9]) ]] && FC_SLURM_REF=${array}_$task
     fi
     FC_SLURM_DONE[$job]=$FC_SLURM_REF
-    { mapfile -n 12 -t status <"/proc/$pid/status"; } 2>/dev/null
-    for line in "${status[@]}"; do
-        [[ $line =~ ^Uid:[[:space:]]+[0-9]+[[:space:]]+([0-9]+) ]] && uid=${BASH_REMATCH[1]}
-    done
-    if [[ -z $uid ]]; then
+    if ! fc_owner_euid "$pid"; then
         REPLY="pid $pid is gone"
         return 1
     fi
+    uid=$REPLY
     ((uid == 0 || uid == EUID)) && return 0
     fc_as_user "$uid" scancel || return 1
     FC_SLURM_AS=("${FC_AS[@]}")
