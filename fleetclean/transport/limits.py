@@ -146,15 +146,25 @@ def user_tasks_left(need: int, root: Path = Path("/"), given: Given | None = Non
         if soft == resource.RLIM_INFINITY:
             return Fit(sys.maxsize)
         given = Given(soft, os.getuid())
-    try:
-        everyone = int((root / "proc/loadavg").read_text().split()[3].split("/")[1])
-    except (OSError, IndexError, ValueError):
+    everyone = _threads_now(root)
+    if everyone is None:
         return Fit(sys.maxsize)  # no /proc to count with: nothing known, nothing cut
     if given.limit - everyone >= need:
         return Fit(given.limit - everyone, USER_TASKS)  # at least that much: enough
     mine, listed = _threads_of(root / "proc", given.uid)
-    unseen = max(0, everyone - listed)
+    # The machine's count again, after the walk: a thread that began or ended while the
+    # walk ran is in one count and not the other, and the smaller leaves it out (on a
+    # loaded machine, nine threads of other processes were taken for unseen ones).
+    unseen = max(0, min(everyone, _threads_now(root) or everyone) - listed)
     return Fit(max(0, given.limit - mine - unseen), USER_TASKS)
+
+
+def _threads_now(root: Path) -> int | None:
+    """The machine's threads of every user now (/proc/loadavg's fourth field), or None."""
+    try:
+        return int((root / "proc/loadavg").read_text().split()[3].split("/")[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _exempt(root: Path) -> bool:
