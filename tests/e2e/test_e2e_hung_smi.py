@@ -112,3 +112,25 @@ def test_gpus_that_answer_and_processes_that_do_not_are_still_a_hung_driver(
     finally:
         fleet.set_fault("node01", "none")
         fleet.set_fault("node01", "unstick")
+
+
+def test_a_run_scoped_to_gpus_on_a_hung_driver_is_faulty_and_signals_nobody(
+        wedged: SimFleet, cli: Cli) -> None:
+    """--gpus (an epilog's job GPUs alike) needs nvidia-smi to tell the GPUs apart. On a
+    hung driver it cannot, so the run signals nobody, as where the GPUs are unknown, and
+    says the driver is hung. It said `error`, "cannot tell this host's GPUs apart"."""
+    fleet = wedged
+    server = fleet.spawn("node01", "sglang", gpus="0-1")
+    args = ["run", "post-extraction", "-i", str(fleet.inventory_path), "-l", "node01",
+            "--gpus", "0,1", "--json", "-e", "grace=1", "-e", "smi_timeout=2",
+            "--timeout", "20"]
+    host = cli(*args).json()["hosts"][0]
+    assert host["status"] == "faulty", host
+    assert host["error"].startswith("nvidia-smi did not answer in 2s (smi_timeout): "), host
+    assert "(state D)" in host["error"] and host["signalled"] == [], host
+    running = {p.pid for p in fleet.processes("node01")}
+    assert set(server) <= running
+    status = cli("status", "-i", fleet.inventory_path, "--gpus", "1", "--json",
+                 "-e", "smi_timeout=1", "--timeout", "20").json()["hosts"]
+    assert status[0]["status"] == "faulty" and "(state D)" in status[0]["error"], status
+    assert status[1]["status"] == "clean", status

@@ -28,7 +28,15 @@ fc_scope_begin() {
         fc_scope_halt "--user $FC_SCOPE_USER: no such user on this host"
     fi
     if [[ -n ${FC_SCOPE_GPU_IDS:-} ]] && ! fc_scope_gpus; then
-        fc_scope_halt "$REPLY"
+        if [[ -n $FC_SMI_HUNG ]]; then
+            # The driver is hung: said as the verification says it (the host is faulty),
+            # and nobody is signalled, as wherever the GPUs are unknown.
+            fc_rec nvsmi 124 "$FC_SMI_HUNG"
+            FC_HALT=1
+            FC_HALT_REASON="nvidia-smi did not answer"
+        else
+            fc_scope_halt "$REPLY"
+        fi
     fi
     local IFS=,
     fc_rec scope "$FC_SCOPE_USER" "$FC_SCOPE_UID" "$FC_SCOPE_JOB" "${FC_SCOPE_GPUS[*]}" \
