@@ -157,6 +157,12 @@ class Renderer:
         return known
 
 
+# The notes of nvidia-smi calls an earlier run left in a hung driver (lib.sh: FC_SMI_NOTES,
+# the same three).
+SMI_NOTES = ("/run/fleetclean-smi-stuck", "/tmp/fleetclean-lock-$EUID/smi-stuck",
+             "${XDG_RUNTIME_DIR:-/-}/fleetclean-lock/smi-stuck")
+
+
 def early_reads(last_clean: bool = False) -> tuple[str, str]:
     """What a script whose first work is the verification's read (``status``: no stage)
     starts before bash reads and parses the rest of it: the GPU read and the kernel log,
@@ -211,7 +217,11 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
     # deadline (lib.sh: fc_smi_read): a call that stops answering part way sends nothing.
     read = (f"exec 2>/dev/null </dev/null; o=$({path} nvidia-smi {args} 2>&1); "
             'printf "%s\\n@%d" "$o" "$?"')
-    gpu = f"{OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; exec {{{fd}}}< <({read}); }}"
+    # None where a note says an earlier run's nvidia-smi waits in a hung driver (lib.sh:
+    # fc_smi_noted, which the verification's own read then asks first).
+    noted = " || ".join(f"-e {note}" for note in SMI_NOTES)
+    gpu = (f"{OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; [[ {noted} ]] || "
+           f"exec {{{fd}}}< <({read}); }}")
     klog = (f"{OWN.format('FC_VXIDFD')} || {{ unset FC_VXIDFD; LC_ALL=C; "
             f"exec {{FC_VXIDFD}}< <({path}; "
             "read -r _ l _ 2>/dev/null </proc/sys/kernel/printk; "

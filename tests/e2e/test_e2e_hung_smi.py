@@ -10,8 +10,10 @@ still running"; a teardown's left the lock held for good.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 from simhelp import Cli, is_script
 
 from fleetclean.sim import SimFleet
@@ -42,7 +44,7 @@ def left_in_driver(fleet: SimFleet) -> list[int]:
 
 
 def test_a_status_says_the_driver_is_hung_and_reads_the_other_hosts(
-        wedged: SimFleet, cli: Cli) -> None:
+        wedged: SimFleet, cli: Cli, tmp_path: Path) -> None:
     fleet = wedged
     fleet.spawn("node02", "sglang", gpus="0-1")
     res = cli("status", "-i", fleet.inventory_path, "--json", "-e", "smi_timeout=2",
@@ -60,10 +62,23 @@ def test_a_status_says_the_driver_is_hung_and_reads_the_other_hosts(
     stuck = left_in_driver(fleet)
     assert len(stuck) == 1 and state(fleet, "node01", stuck[0]) == "D"
     assert not [p for p in fleet.processes("node01") if is_script(p.cmdline)]
-    # The table says it in one line.
+    # The next status (a --watch's refresh, a cron's) starts none to leave there too: the
+    # first one's note names it, still in the driver. The table says it in one line.
     table = cli("status", "-i", fleet.inventory_path, "-l", "node01", "-e", "smi_timeout=1")
     assert table.code == 1
-    assert "node01: faulty: nvidia-smi did not answer in 1s (smi_timeout)" in table.out
+    assert (f"node01: faulty: nvidia-smi did not answer: PID {stuck[0]}, an earlier run's, "
+            "still waits in the GPU driver (state D), so none was started") in table.out
+    assert left_in_driver(fleet) == stuck
+    # A login other than root reads root's note as well.
+    data = yaml.safe_load(fleet.inventory_path.read_text())
+    data["all"]["hosts"]["node01"]["ansible_user"] = "bob"
+    inventory = tmp_path / "bob.yaml"
+    inventory.write_text(yaml.safe_dump(data))
+    inventory.chmod(0o600)
+    bobs = cli("status", "-i", inventory, "-l", "node01", "--json", "-e", "smi_timeout=1")
+    host = bobs.json()["hosts"][0]
+    assert host["status"] == "faulty" and "an earlier run's" in host["error"], host
+    assert left_in_driver(fleet) == stuck
 
 
 def test_a_teardown_stops_the_server_and_leaves_the_lock_free(
@@ -83,13 +98,17 @@ def test_a_teardown_stops_the_server_and_leaves_the_lock_free(
     second = cli(*args, "-e", "lock_wait=1")
     again = second.json()["hosts"][0]
     assert again["status"] == "faulty" and "host busy" not in (again["error"] or ""), again
-    assert len(left_in_driver(fleet)) == 2
-    # The driver answers again: its stuck calls end, and the host reads clean.
+    # ... and starts no nvidia-smi of its own, which would be left in the driver too.
+    assert "an earlier run's" in again["error"] and len(left_in_driver(fleet)) == 1, again
+    # The driver answers again: its stuck calls end, and the host reads clean; the note
+    # of the one left there goes.
     fleet.set_fault("node01", "none")
     fleet.set_fault("node01", "unstick")
+    note = fleet.node_path("node01", "/run/fleetclean-smi-stuck")
+    assert note.exists()
     after = cli("status", "-i", fleet.inventory_path, "-l", "node01", "--json")
     assert after.json()["hosts"][0]["status"] == "clean"
-    assert left_in_driver(fleet) == []
+    assert left_in_driver(fleet) == [] and not note.exists()
 
 
 def test_gpus_that_answer_and_processes_that_do_not_are_still_a_hung_driver(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fleetclean.engine.render import early_reads
+from fleetclean.engine.render import SMI_NOTES, early_reads
 
 STAGES = Path(__file__).resolve().parents[2] / "fleetclean" / "engine" / "stages"
 # nvidia-smi run as a command: at a line's start, after ; & | ( or $(, then its arguments
@@ -49,3 +49,17 @@ def test_the_lint_sees_a_streaming_call() -> None:
     assert not unbuffered('o=$(nvidia-smi -q -d ROW_REMAPPER 2>&1)')
     assert not unbuffered('fc_rec nvsmi 127 "nvidia-smi: command not found"')
     assert not unbuffered("    if command -v nvidia-smi >/dev/null 2>&1; then")
+
+
+def test_the_early_read_looks_for_the_notes_the_script_writes() -> None:
+    """A status's first line starts no GPU read where a note says an earlier run's
+    nvidia-smi waits in a hung driver: the paths it tests are lib.sh's FC_SMI_NOTES."""
+    lib = (STAGES / "lib.sh").read_text()
+    found = re.search(r"^FC_SMI_NOTES=\(([^)]*)\)", lib, re.M)
+    assert found is not None
+    notes = tuple(w.strip('"') for w in found.group(1).split())
+    assert notes == SMI_NOTES
+    for last_clean in (False, True):
+        gpu, _ = early_reads(last_clean)
+        tests = " || ".join(f"-e {n}" for n in notes)
+        assert f"[[ {tests} ]] || exec {{" in gpu, gpu

@@ -198,7 +198,7 @@ fc_smi_take() {
 # that wait for it (ours, which would wait as long) are killed too. Those of one that did
 # end reap it and end themselves (their pipe's reader is gone), leaving no zombie to init.
 fc_smi_hung() {
-    local p q r comm state _ stuck="" killed=""
+    local p q r comm stuck="" killed="" note=""
     local -a kids=() more=() most=() found=() shells=()
     local -A shells_of=()
     { read -r -a kids </proc/$$/task/$$/children; } 2>/dev/null
@@ -223,15 +223,9 @@ fc_smi_hung() {
     ((${#found[@]} == 0)) || kill -KILL "${found[@]}" 2>/dev/null
     ((${#found[@]} == 0)) || fc_nap 0.2
     for p in "${found[@]}"; do
-        # Any of its threads: one may wait in the driver while the main one is a zombie.
-        state=""
-        for q in /proc/"$p"/task/*/stat; do
-            r=""
-            { read -r _ _ r _ <"$q"; } 2>/dev/null
-            [[ $r == D ]] && state=D
-        done
-        if [[ $state == D ]]; then
+        if fc_smi_in_driver "$p"; then
             stuck+="${stuck:+, }$p"
+            note+="$p ${FC_F[19]}"$'\n'
             # shellcheck disable=SC2206  # PIDs
             shells+=(${shells_of[$p]:-})
         else
@@ -239,6 +233,7 @@ fc_smi_hung() {
         fi
     done
     ((${#shells[@]} == 0)) || kill -KILL "${shells[@]}" 2>/dev/null
+    [[ -z $note ]] || fc_smi_note "$note"
     p=$FC_SMI_TIMEOUT  # 30.000 -> 30, 0.500 -> 0.5
     if [[ $p == *.* ]]; then
         while [[ $p == *0 ]]; do p=${p%0}; done
@@ -253,6 +248,60 @@ fc_smi_hung() {
         FC_SMI_HUNG+="${killed:+ and was killed (PID $killed)}: the GPU driver may be hung"
         FC_SMI_HUNG+=" (see dmesg for Xid errors) or the node overloaded"
     fi
+}
+
+# True where nvidia-smi PID waits in the GPU driver: in state D, in any of its threads (one
+# may wait there while the main one is a zombie); FC_F holds its stat (fc_read_stat).
+fc_smi_in_driver() {
+    local t
+    fc_read_stat "$1" && [[ $REPLY == nvidia-smi ]] || return 1
+    local -a f=("${FC_F[@]}")
+    for t in /proc/"$1"/task/*; do
+        fc_read_stat "$1/task/${t##*/}" && [[ ${FC_F[0]} == D ]] || continue
+        FC_F=("${f[@]}")
+        return 0
+    done
+    return 1
+}
+
+# Where the nvidia-smi calls left waiting in a hung driver are noted (fc_smi_note), so that
+# the host's next runs (a --watch's every refresh, a cron's status) start none: each would
+# be left there too, one process more in state D a run until the node is rebooted. root's
+# note is in /run, where only root writes and every login reads; another login's, in its
+# own directory (fc_lock_dir). A status script's first line (render.early_reads, whose
+# SMI_NOTES are these) starts its GPU read only where none of them is there.
+FC_SMI_NOTES=(/run/fleetclean-smi-stuck "/tmp/fleetclean-lock-$EUID/smi-stuck"
+    "${XDG_RUNTIME_DIR:-/-}/fleetclean-lock/smi-stuck")
+
+# Note the calls $1 names ("PID START" lines: start time, clock ticks after boot).
+fc_smi_note() {
+    if ((EUID == 0)); then
+        REPLY=/run
+    else
+        fc_lock_dir || return 0
+    fi
+    printf '%s' "$1" 2>/dev/null >"$REPLY/${FC_SMI_NOTES[0]##*/}" || :
+}
+
+# Where a note names a call an earlier run left in the driver that still waits there (the
+# same process, by its start time), this run starts none: every call fails at once, as
+# after one that did not answer here (FC_SMI_HUNG). A note of none that is still there is
+# removed (by its own login: root's, by root). At the start of every run (fc_begin).
+fc_smi_noted() {
+    local f pid start left=""
+    for f in "${FC_SMI_NOTES[@]}"; do
+        [[ -f $f ]] || continue
+        while read -r pid start; do
+            [[ $pid == +([0-9]) ]] && fc_smi_in_driver "$pid" &&
+                [[ ${FC_F[19]} == "$start" ]] && left+="${left:+, }$pid"
+        done 2>/dev/null <"$f"
+        [[ -z $left ]] || break
+        [[ ! -O $f ]] || rm -f -- "$f" 2>/dev/null
+    done
+    [[ -n $left ]] || return 0
+    FC_SMI_HUNG="nvidia-smi did not answer: PID $left, an earlier run's, still waits in the"
+    FC_SMI_HUNG+=" GPU driver (state D), so none was started: the driver is hung; see dmesg"
+    FC_SMI_HUNG+=" for Xid errors, then reset the GPUs or reboot the node"
 }
 
 # REPLY = the standard output of the command $@ (its errors dropped), read in blocks
@@ -1149,6 +1198,8 @@ fc_lock() {
 # may wait lock_wait seconds (and its directory be made on a slow file system).
 fc_begin() {
     fc_hold
+    [[ ! -e ${FC_SMI_NOTES[0]} && ! -e ${FC_SMI_NOTES[1]} && ! -e ${FC_SMI_NOTES[2]} ]] ||
+        fc_smi_noted
     fc_rec begin 1 "$FC_PLAYBOOK" "$FC_HOST" "$FC_CHECK"
     FC_BEGIN_REC=$FC_HELD
     ((FC_CHECK)) || fc_self_init
