@@ -158,9 +158,17 @@ class Renderer:
 
 
 # The notes of nvidia-smi calls an earlier run left in a hung driver (lib.sh: FC_SMI_NOTES,
-# the same three).
+# the same three): root's, then another login's where its lock directory may be.
 SMI_NOTES = ("/run/fleetclean-smi-stuck", "/tmp/fleetclean-lock-$EUID/smi-stuck",
              "${XDG_RUNTIME_DIR:-/-}/fleetclean-lock/smi-stuck")
+
+
+def noted_test() -> str:
+    """bash's test for a note (lib.sh: fc_begin tests the same): root's, or, for another
+    login, one in a directory it may own (only root's counts for root, which another user
+    could not plant)."""
+    root, mine, xdg = SMI_NOTES
+    return f"-e {root} || $EUID -gt 0 && (-e {mine} || -e {xdg})"
 
 
 def early_reads(last_clean: bool = False) -> tuple[str, str]:
@@ -219,8 +227,7 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
             'printf "%s\\n@%d" "$o" "$?"')
     # None where a note says an earlier run's nvidia-smi waits in a hung driver (lib.sh:
     # fc_smi_noted, which the verification's own read then asks first).
-    noted = " || ".join(f"-e {note}" for note in SMI_NOTES)
-    gpu = (f"{OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; [[ {noted} ]] || "
+    gpu = (f"{OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; [[ {noted_test()} ]] || "
            f"exec {{{fd}}}< <({read}); }}")
     klog = (f"{OWN.format('FC_VXIDFD')} || {{ unset FC_VXIDFD; LC_ALL=C; "
             f"exec {{FC_VXIDFD}}< <({path}; "

@@ -60,7 +60,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 
-from fleetclean.engine.stages.base import SMI_HUNG
+from fleetclean.engine.stages.base import SMI_HUNG, SMI_HUNG_WORDS
 from fleetclean.models import HostResult, HostStatus, Xid
 
 NVSMI_FAULTY: dict[int, str] = {
@@ -110,7 +110,7 @@ def nvsmi_fault(code: int, text: str) -> str | None:
     """The fault an nvidia-smi exit status or its words prove, or None (an ``error``, or
     success). One that did not answer at all (``SMI_HUNG``) and outlived SIGKILL, waiting
     in the driver (state D), is the driver's fault, in the node's words."""
-    if code == SMI_HUNG and text.startswith("nvidia-smi did not answer"):
+    if code == SMI_HUNG and text.startswith(SMI_HUNG_WORDS):
         # Killed, it was only slow (an overloaded node, say): an error, not a fault.
         return text if "(state D)" in text else None
     what = NVSMI_FAULTY.get(code) or next(

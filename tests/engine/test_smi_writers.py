@@ -59,7 +59,11 @@ def test_the_early_read_looks_for_the_notes_the_script_writes() -> None:
     assert found is not None
     notes = tuple(w.strip('"') for w in found.group(1).split())
     assert notes == SMI_NOTES
+    root, mine, xdg = notes
     for last_clean in (False, True):
         gpu, _ = early_reads(last_clean)
-        tests = " || ".join(f"-e {n}" for n in notes)
-        assert f"[[ {tests} ]] || exec {{" in gpu, gpu
+        assert f"[[ -e {root} || $EUID -gt 0 && (-e {mine} || -e {xdg}) ]] || exec {{" in gpu
+    # fc_begin tests the same, and the writer writes where fc_smi_noted reads.
+    assert ("[[ -e ${FC_SMI_NOTES[0]} || $EUID -gt 0 && (-e ${FC_SMI_NOTES[1]} ||\n"
+            "        -e ${FC_SMI_NOTES[2]}) ]]") in lib
+    assert lib.count('"$REPLY/smi-stuck"') == 1 and lib.count("f=$REPLY/smi-stuck") == 1

@@ -37,6 +37,9 @@ SMI_HUNG = 124
 """The exit status an ``nvsmi`` record gives for an nvidia-smi that did not answer within
 ``smi_timeout`` (lib.sh: fc_smi_hung; 124 is timeout(1)'s): its text is the node's own
 sentence, which says whether SIGKILL could end it."""
+SMI_HUNG_WORDS = ("nvidia-smi did not answer", "nvidia-smi not started")
+"""How that sentence begins: a call of this run's did not answer (fc_smi_hung), or none was
+started, an earlier run's still waiting in the driver (fc_smi_noted)."""
 
 
 @dataclass(frozen=True)

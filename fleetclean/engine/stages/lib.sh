@@ -255,10 +255,10 @@ fc_smi_hung() {
 fc_smi_in_driver() {
     local t
     fc_read_stat "$1" && [[ $REPLY == nvidia-smi ]] || return 1
-    local -a f=("${FC_F[@]}")
+    local -a fields=("${FC_F[@]}")
     for t in /proc/"$1"/task/*; do
         fc_read_stat "$1/task/${t##*/}" && [[ ${FC_F[0]} == D ]] || continue
-        FC_F=("${f[@]}")
+        FC_F=("${fields[@]}")
         return 0
     done
     return 1
@@ -267,41 +267,51 @@ fc_smi_in_driver() {
 # Where the nvidia-smi calls left waiting in a hung driver are noted (fc_smi_note), so that
 # the host's next runs (a --watch's every refresh, a cron's status) start none: each would
 # be left there too, one process more in state D a run until the node is rebooted. root's
-# note is in /run, where only root writes and every login reads; another login's, in its
-# own directory (fc_lock_dir). A status script's first line (render.early_reads, whose
-# SMI_NOTES are these) starts its GPU read only where none of them is there.
+# note is /run/fleetclean-smi-stuck, which only root can write and every login reads;
+# another login's is smi-stuck in its own directory (fc_lock_dir: /tmp/fleetclean-lock-UID,
+# else under XDG_RUNTIME_DIR), which no other login can write. A note anywhere else is
+# never read: another user could plant one to make a healthy host read hung. A status
+# script's first line (render.early_reads, its SMI_NOTES these three) starts its GPU read
+# only where none of them is there.
 FC_SMI_NOTES=(/run/fleetclean-smi-stuck "/tmp/fleetclean-lock-$EUID/smi-stuck"
     "${XDG_RUNTIME_DIR:-/-}/fleetclean-lock/smi-stuck")
 
-# Note the calls $1 names ("PID START" lines: start time, clock ticks after boot).
+# Note the calls $1 names ("PID START" lines: start time, clock ticks after boot), whole
+# (a rename): a run reading it meanwhile finds the last note or this one, never half.
 fc_smi_note() {
-    if ((EUID == 0)); then
-        REPLY=/run
-    else
+    local f=${FC_SMI_NOTES[0]}
+    if ((EUID != 0)); then
         fc_lock_dir || return 0
+        f=$REPLY/smi-stuck
     fi
-    printf '%s' "$1" 2>/dev/null >"$REPLY/${FC_SMI_NOTES[0]##*/}" || :
+    { printf '%s' "$1" >"$f.$$" && mv -f -- "$f.$$" "$f"; } 2>/dev/null ||
+        rm -f -- "$f.$$" 2>/dev/null
 }
 
 # Where a note names a call an earlier run left in the driver that still waits there (the
 # same process, by its start time), this run starts none: every call fails at once, as
 # after one that did not answer here (FC_SMI_HUNG). A note of none that is still there is
-# removed (by its own login: root's, by root). At the start of every run (fc_begin).
+# removed by its own login (root's by root). At the start of every run (fc_begin).
 fc_smi_noted() {
-    local f pid start left=""
-    for f in "${FC_SMI_NOTES[@]}"; do
-        [[ -f $f ]] || continue
-        while read -r pid start; do
+    local f line pid left=""
+    local -a notes=("${FC_SMI_NOTES[0]}") lines=()
+    ((EUID == 0)) || ! fc_lock_dir look || notes+=("$REPLY/smi-stuck")
+    for f in "${notes[@]}"; do
+        [[ -f $f && ! -L $f ]] || continue
+        { mapfile -n 16 -t lines <"$f"; } 2>/dev/null
+        for line in "${lines[@]}"; do
+            pid=${line%% *}
             [[ $pid == +([0-9]) ]] && fc_smi_in_driver "$pid" &&
-                [[ ${FC_F[19]} == "$start" ]] && left+="${left:+, }$pid"
-        done 2>/dev/null <"$f"
+                [[ ${FC_F[19]} == "${line#* }" ]] && left+="${left:+, }$pid"
+        done
         [[ -z $left ]] || break
         [[ ! -O $f ]] || rm -f -- "$f" 2>/dev/null
     done
     [[ -n $left ]] || return 0
-    FC_SMI_HUNG="nvidia-smi did not answer: PID $left, an earlier run's, still waits in the"
-    FC_SMI_HUNG+=" GPU driver (state D), so none was started: the driver is hung; see dmesg"
-    FC_SMI_HUNG+=" for Xid errors, then reset the GPUs or reboot the node"
+    FC_SMI_HUNG="nvidia-smi not started: PID $left, left by an earlier run, still waits in"
+    FC_SMI_HUNG+=" the GPU driver (state D): the driver is hung; see dmesg for Xid errors,"
+    FC_SMI_HUNG+=" then reset the GPUs or reboot the node (to try nvidia-smi all the same,"
+    FC_SMI_HUNG+=" delete $f)"
 }
 
 # REPLY = the standard output of the command $@ (its errors dropped), read in blocks
@@ -1198,8 +1208,12 @@ fc_lock() {
 # may wait lock_wait seconds (and its directory be made on a slow file system).
 fc_begin() {
     fc_hold
-    [[ ! -e ${FC_SMI_NOTES[0]} && ! -e ${FC_SMI_NOTES[1]} && ! -e ${FC_SMI_NOTES[2]} ]] ||
+    # An earlier run's nvidia-smi may wait in a hung driver (fc_smi_noted): root reads
+    # only its own note, which no other login can plant.
+    if [[ -e ${FC_SMI_NOTES[0]} || $EUID -gt 0 && (-e ${FC_SMI_NOTES[1]} ||
+        -e ${FC_SMI_NOTES[2]}) ]]; then
         fc_smi_noted
+    fi
     fc_rec begin 1 "$FC_PLAYBOOK" "$FC_HOST" "$FC_CHECK"
     FC_BEGIN_REC=$FC_HELD
     ((FC_CHECK)) || fc_self_init

@@ -28,12 +28,13 @@ fc_scope_begin() {
         fc_scope_halt "--user $FC_SCOPE_USER: no such user on this host"
     fi
     if [[ -n ${FC_SCOPE_GPU_IDS:-} ]] && ! fc_scope_gpus; then
-        if [[ -n $FC_SMI_HUNG ]]; then
+        if [[ $FC_SMI_HUNG == *"(state D)"* ]]; then
             # The driver is hung: said as the verification says it (the host is faulty),
-            # and nobody is signalled, as wherever the GPUs are unknown.
+            # and nobody is signalled, as wherever the GPUs are unknown. (One that SIGKILL
+            # ended, slow, is the error below: nothing was judged.)
             fc_rec nvsmi 124 "$FC_SMI_HUNG"
             FC_HALT=1
-            FC_HALT_REASON="nvidia-smi did not answer"
+            FC_HALT_REASON="the GPU driver is hung"
         else
             fc_scope_halt "$REPLY"
         fi

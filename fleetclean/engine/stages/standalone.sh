@@ -38,6 +38,9 @@ fc_tap() {
         stage) FC_T_STAGE[$3]=$4 ;;
         end) [[ $4 == failed && -z $FC_T_ERR ]] && FC_T_ERR="stage '${FC_T_STAGE[$3]:-$3}' failed: $9" ;;
         error) [[ -n $FC_T_ERR ]] || FC_T_ERR=$3 ;;
+        # nvidia-smi did not answer (lib.sh: fc_smi_hung), or was not started: a scoped
+        # run on a hung driver halts with this record alone.
+        nvsmi) [[ $3 != 124 || -n $FC_T_ERR ]] || FC_T_ERR=$4 ;;
         gpu) fc_tap_gpu "$3" ;;
         verify) FC_T_VERIFY=$3 FC_T_VMAX=$4 FC_T_VMSG=$6 ;;
         holder) ((${#FC_T_HELD[@]} < 3)) && FC_T_HELD+=("pid $3 ($5)") ;;

@@ -30,6 +30,7 @@ from fleetclean.engine.checks import integer, number, positive_number
 from fleetclean.engine.model import ResolvedStage
 from fleetclean.engine.stages.base import (
     SMI_HUNG,
+    SMI_HUNG_WORDS,
     Option,
     Readings,
     StageType,
@@ -79,7 +80,7 @@ def _nvsmi(r: Readings, a: list[str]) -> None:
     text = a[1].strip() or "(no output)"
     # Exit 0 with no GPU listed ("No devices were found" on some versions) did not fail.
     # 127: not found; 124: it did not answer (lib.sh: fc_smi_hung), the text the node's.
-    hung = a[0] == str(SMI_HUNG) and text.startswith("nvidia-smi did not answer")
+    hung = a[0] == str(SMI_HUNG) and text.startswith(SMI_HUNG_WORDS)
     r.nvsmi = (text if a[0] == "127" or hung else
                f"nvidia-smi listed no GPU: {text}" if a[0] == "0"
                else f"nvidia-smi failed (exit {a[0]}): {text}")

@@ -1,0 +1,96 @@
+"""The notes of nvidia-smi calls left in a hung driver (lib.sh: fc_smi_note, fc_smi_noted),
+worked on by lib.sh's own functions in directories of the test's: a run starts no
+nvidia-smi while a note names one still waiting there, and reads only the notes no other
+login could have planted. Whether a process waits in the driver (state D, comm nvidia-smi)
+is stood in for (``fc_smi_in_driver``): the end-to-end tests (test_e2e_hung_smi.py) have
+the simulator's real wait in the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fleetclean.engine.stages import template
+
+# PID 4242 waits in the driver, started at 777; nothing else does.
+STUB = 'fc_smi_in_driver() { FC_F=(); FC_F[19]=777; [[ $1 == 4242 ]]; }\n'
+NOBODY = 65534
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="runs bash as root and as nobody")
+
+
+def noted(script: str, as_user: int | None = None) -> str:
+    """FC_SMI_HUNG after ``script`` and fc_smi_noted, in bash after lib.sh (as the user
+    ``as_user``, or as root)."""
+    argv = ["bash", "-c", template("lib.sh") + "\n" + STUB + script
+            + '\nfc_smi_noted\nprintf "%s" "$FC_SMI_HUNG"\n']
+    if as_user is not None:
+        argv = ["setpriv", f"--reuid={as_user}", f"--regid={as_user}", "--clear-groups",
+                *argv]
+    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30,
+                          cwd="/").stdout
+
+
+def test_root_reads_its_own_note_and_only_that(tmp_path: Path) -> None:
+    run, planted = tmp_path / "run-note", tmp_path / "tmp-note"
+    notes = f"FC_SMI_NOTES=({run} {planted} /-/x)\n"
+    # Written by fc_smi_note, whole, where fc_smi_noted reads it.
+    said = noted(notes + "fc_smi_note $'4242 777\\n'")
+    assert run.read_text() == "4242 777\n"
+    assert said.startswith("nvidia-smi not started: PID 4242, left by an earlier run, still "
+                           "waits in the GPU driver (state D)"), said
+    assert said.endswith(f"(to try nvidia-smi all the same, delete {run})"), said
+    # A note where another user could have put it (/tmp/fleetclean-lock-0) is not root's.
+    run.unlink()
+    planted.write_text("4242 777\n")
+    assert noted(notes) == ""
+    assert planted.exists()
+
+
+def test_a_note_of_none_still_waiting_is_removed(tmp_path: Path) -> None:
+    run = tmp_path / "run-note"
+    notes = f"FC_SMI_NOTES=({run} /-/x /-/y)\n"
+    # Another process under the PID (another start time), and one no longer in the driver.
+    run.write_text("4242 778\n4343 777\n")
+    assert noted(notes) == ""
+    assert not run.exists()
+    run.write_text("garbage\n4242 777\n")
+    assert noted(notes).startswith("nvidia-smi not started: PID 4242,")
+    assert run.exists()
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A directory nobody can reach (pytest's own are root's alone)."""
+    with tempfile.TemporaryDirectory(prefix="fc-notes-") as d:
+        Path(d).chmod(0o755)
+        yield Path(d)
+
+
+def test_another_login_reads_its_own_note_and_roots(shared: Path) -> None:
+    mine, theirs, root = shared / "mine", shared / "theirs", shared / "root-note"
+    for d in (mine, theirs):
+        d.mkdir(mode=0o700)
+    os.chown(mine, NOBODY, NOBODY)
+    notes = f"FC_SMI_NOTES=({root} /-/x /-/y)\n"
+    # Its lock directory is the first one it owns (lib.sh: fc_own_dir).
+    dirs = f"fc_lock_dir() {{ fc_own_dir \"${{1:-make}}\" {theirs} {mine}; }}\n"
+    said = noted(notes + dirs + "fc_smi_note $'4242 777\\n'", NOBODY)
+    assert (mine / "smi-stuck").read_text() == "4242 777\n"
+    assert said.startswith("nvidia-smi not started: PID 4242,"), said
+    # Root's note is read by every login; not removed by one that does not own it.
+    (mine / "smi-stuck").unlink()
+    root.write_text("4242 777\n")
+    assert noted(notes + dirs, NOBODY).startswith("nvidia-smi not started: PID 4242,")
+    root.write_text("4343 777\n")
+    assert noted(notes + dirs, NOBODY) == "" and root.exists()
+    # One in a directory another user owns is never read.
+    root.unlink()
+    (theirs / "smi-stuck").write_text("4242 777\n")
+    assert noted(notes + dirs, NOBODY) == ""
