@@ -168,13 +168,15 @@ def test_an_idle_node_parses_no_group_and_a_busy_one_the_first_once(
     assert "\tverify\tok\t" in res.stdout and "parsed group" not in res.stderr, res
 
     workers = fleet.spawn("node01", "sglang", gpus="0-7", mib=4096)
+    # Another user's process: its uid read from its status file (root's, from /proc's owner).
+    workers += fleet.spawn("node01", "stubborn", gpu=3, mib=512, user="ops")
     for start in (argv, seen_argv):
         busy = fleet.run_in("node01", start)
         assert "\tverify\tdirty\t" in busy.stdout, busy.stdout + busy.stderr
         assert busy.stderr.count("parsed group") == 1 and "parsed group 1" in busy.stderr
         named = {int(line.split("\t")[2]) for line in busy.stdout.splitlines()
                  if line.startswith("@@fleetclean\tproc\t")}
-        assert len(named & set(workers)) == 8  # its eight TP workers, each on its GPU
+        assert len(named & set(workers)) == 9  # eight TP workers, each on its GPU, and ops's
 
     # A host whose last status named them, and a tmux session's worker (its session's name
     # read from its environment), reads them while nvidia-smi runs: the first group still,

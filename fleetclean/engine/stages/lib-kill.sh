@@ -249,11 +249,8 @@ fc_deny_list() {
 # not say "would send TERM" of a process the run will be refused (another user's server).
 fc_may_signal() {
     ((EUID == 0)) && return 0
-    local key="" real saved
-    while read -r key real _ saved _; do
-        [[ $key == Uid: ]] && break
-    done 2>/dev/null <"/proc/$1/status"
-    [[ $key == Uid: ]] || return 0
+    fc_proc_uids "$1" || return 0
+    local real=${FC_UIDS[0]} saved=${FC_UIDS[2]}
     [[ $UID == "$real" || $UID == "$saved" || $EUID == "$real" || $EUID == "$saved" ]]
 }
 

@@ -89,18 +89,12 @@ fc_gpus_untouched() {
 
 # The user name of PID's real uid (REPLY), from /proc/PID/status; "?" when unreadable.
 fc_proc_user() {
-    local key value uid=""
-    while read -r key value _; do
-        if [[ $key == Uid: ]]; then
-            uid=$value
-            break
-        fi
-    done 2>/dev/null <"/proc/$1/status"
-    if [[ -z $uid ]]; then
+    if ! fc_proc_uids "$1"; then
         REPLY="?"
         return 0
     fi
-    fc_user_name "$uid"
+    # shellcheck disable=SC2153  # lib.sh's
+    fc_user_name "${FC_UIDS[0]}"
 }
 
 # After a stage: what it may not signal makes it "denied" (or is added to its failure).

@@ -400,6 +400,19 @@ FC_SIGKILL=0x100
 # descriptors and environment are that thread's; the leader's read empty.
 declare -gA FC_LIVE_DIR=()
 
+# FC_UIDS = PID's real, effective and saved uids, from its status file ("Uid:<TAB>real<TAB>
+# effective<TAB>saved<TAB>filesystem"); false, FC_UIDS empty, where it is gone or unreadable.
+# Every reader of a process's uid comes here: who may signal it, whose it is, its scope.
+fc_proc_uids() {
+    local key="" real effective saved
+    FC_UIDS=()
+    while read -r key real effective saved _; do
+        [[ $key == Uid: ]] && break
+    done 2>/dev/null <"/proc/$1/status"
+    [[ $key == Uid: ]] || return 1
+    FC_UIDS=("$real" "$effective" "$saved")
+}
+
 # Read one /proc/PID/stat; sets FC_F (fields from 3 on) and REPLY (comm). Fails if gone.
 fc_read_stat() {
     local stat="" rest IFS=' '

@@ -1159,16 +1159,9 @@ fc_owner_user() {
 
 # REPLY: PID's effective uid, from its status file; false (REPLY empty) where it is gone.
 fc_owner_euid() {
-    local line
-    local -a status=()
-    REPLY=""
-    { mapfile -n 12 -t status <"/proc/$1/status"; } 2>/dev/null
-    for line in "${status[@]}"; do
-        [[ $line =~ ^Uid:[[:space:]]+[0-9]+[[:space:]]+([0-9]+) ]] || continue
-        REPLY=${BASH_REMATCH[1]}
-        return 0
-    done
-    return 1
+    fc_proc_uids "$1"
+    REPLY=${FC_UIDS[1]:-}
+    [[ -n $REPLY ]]
 }
 
 # REPLY: ", owner KIND NAME" for target PID (empty for a plain one), for --check's lines.

@@ -231,19 +231,14 @@ fc_scope_apps() {
 
 # REPLY: the real UID of PID ("" when it is gone), read once per process.
 fc_uid_of() {
-    local pid=$1 key k uid
+    local pid=$1 key
     key="$pid:${FC_START[$pid]:-}"
     if [[ -n ${FC_UID_OF[$key]+set} ]]; then
         REPLY=${FC_UID_OF[$key]}
         return 0
     fi
-    REPLY=""
-    while IFS=$'\t' read -r k uid _; do
-        if [[ $k == Uid: ]]; then
-            REPLY=$uid
-            break
-        fi
-    done <"/proc/$pid/status" 2>/dev/null
+    fc_proc_uids "$pid"
+    REPLY=${FC_UIDS[0]:-}
     FC_UID_OF[$key]=$REPLY
 }
 

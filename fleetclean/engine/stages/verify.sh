@@ -989,22 +989,15 @@ fc_verify_proc() {
 # process's descriptors or environment: fc_out_of_scope), which waits for its record.
 declare -gA FC_VREAD=() FC_VUID=() FC_VWHY=() FC_VPREP=()
 fc_verify_proc_read() {
-    local pid=$1 line uid=""
-    local -a status=()
+    local pid=$1 uid=""
     FC_VREAD[$pid]=1
     fc_proc_load "$pid" || return 0
     # /proc/PID belongs to the effective user, so a process of the user running this
     # script costs one stat, not a read of its status file.
     if [[ -O /proc/$pid ]]; then
         uid=$EUID
-    else
-        { mapfile -n 12 -t status <"/proc/$pid/status"; } 2>/dev/null
-        for line in "${status[@]}"; do
-            # "Uid:<TAB>real<TAB>effective<TAB>saved<TAB>filesystem"
-            [[ $line =~ ^Uid:[[:space:]]+[0-9]+[[:space:]]+([0-9]+) ]] || continue
-            uid=${BASH_REMATCH[1]}
-            break
-        done
+    elif fc_proc_uids "$pid"; then
+        uid=${FC_UIDS[1]}
     fi
     FC_VUID[$pid]=$uid
     [[ ${2:-} == given || (${2:-} == early && $FC_SCOPED != 0) ]] || fc_verify_why "$pid"
