@@ -165,10 +165,10 @@ SMI_NOTES = ("/run/fleetclean-smi-stuck", "/tmp/fleetclean-lock-$EUID/smi-stuck"
 
 def noted_test() -> str:
     """bash's test for a note (lib.sh: fc_begin tests the same): root's, or, for another
-    login, one in a directory it may own (only root's counts for root, which another user
-    could not plant)."""
+    login, one of its own (only root's counts for root: another user could plant one in
+    /tmp; and a note another user planted for this one is not its own)."""
     root, mine, xdg = SMI_NOTES
-    return f"-e {root} || $EUID -gt 0 && (-e {mine} || -e {xdg})"
+    return f"-e {root} || $EUID -gt 0 && (-O {mine} || -O {xdg})"
 
 
 def early_reads(last_clean: bool = False) -> tuple[str, str]:

@@ -43,8 +43,8 @@ def test_root_reads_its_own_note_and_only_that(tmp_path: Path) -> None:
     # Written by fc_smi_note, whole, where fc_smi_noted reads it.
     said = noted(notes + "fc_smi_note $'4242 777\\n'")
     assert run.read_text() == "4242 777\n"
-    assert said.startswith("nvidia-smi not started: PID 4242, left by an earlier run, still "
-                           "waits in the GPU driver (state D)"), said
+    assert said.startswith("nvidia-smi not started: PID 4242, left by an earlier run, "
+                           "waiting in the GPU driver (state D)"), said
     assert said.endswith(f"(to try nvidia-smi all the same, delete {run})"), said
     # A note where another user could have put it (/tmp/fleetclean-lock-0) is not root's.
     run.unlink()
@@ -78,19 +78,47 @@ def test_another_login_reads_its_own_note_and_roots(shared: Path) -> None:
     for d in (mine, theirs):
         d.mkdir(mode=0o700)
     os.chown(mine, NOBODY, NOBODY)
-    notes = f"FC_SMI_NOTES=({root} /-/x /-/y)\n"
-    # Its lock directory is the first one it owns (lib.sh: fc_own_dir).
-    dirs = f"fc_lock_dir() {{ fc_own_dir \"${{1:-make}}\" {theirs} {mine}; }}\n"
-    said = noted(notes + dirs + "fc_smi_note $'4242 777\\n'", NOBODY)
+    # Its note's directory is the first of FC_SMI_NOTES' other two that it owns (as
+    # /tmp/fleetclean-lock-UID, which another user may have taken first).
+    notes = f"FC_SMI_NOTES=({root} {theirs}/smi-stuck {mine}/smi-stuck)\n"
+    said = noted(notes + "fc_smi_note $'4242 777\\n'", NOBODY)
     assert (mine / "smi-stuck").read_text() == "4242 777\n"
     assert said.startswith("nvidia-smi not started: PID 4242,"), said
+    assert said.endswith(f"delete {mine}/smi-stuck)"), said
     # Root's note is read by every login; not removed by one that does not own it.
     (mine / "smi-stuck").unlink()
     root.write_text("4242 777\n")
-    assert noted(notes + dirs, NOBODY).startswith("nvidia-smi not started: PID 4242,")
+    said = noted(notes, NOBODY)
+    assert said.endswith(f"delete {root} as root)"), said
     root.write_text("4343 777\n")
-    assert noted(notes + dirs, NOBODY) == "" and root.exists()
+    assert noted(notes, NOBODY) == "" and root.exists()
     # One in a directory another user owns is never read.
     root.unlink()
     (theirs / "smi-stuck").write_text("4242 777\n")
-    assert noted(notes + dirs, NOBODY) == ""
+    assert noted(notes, NOBODY) == ""
+
+
+def test_a_call_that_did_not_answer_is_found_three_shells_down_and_killed(
+        tmp_path: Path) -> None:
+    """fc_smi_hung looks for this script's nvidia-smi among its children, theirs and
+    theirs again (bash 4.4 runs a command substitution in a subshell as a shell of its
+    own). Here a stand-in called nvidia-smi (sleep, under that name) two shells down: it
+    is found, killed, and said so; the script's other child is left alone."""
+    smi = tmp_path / "nvidia-smi"
+    smi.symlink_to("/bin/sleep")
+    script = (template("lib.sh") + f"""
+FC_SMI_TIMEOUT=0.2
+exec {{fd}}< <(exec 2>/dev/null; bash -c '{smi} 10; :'; :)
+sleep 10 &
+other=$!
+fc_nap 0.3
+fc_smi_take "$fd"
+echo "rc=$? $REPLY"
+kill -0 "$other" && echo "other alive"
+kill "$other"
+""")
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                         timeout=30, check=False).stdout
+    assert "rc=124 nvidia-smi did not answer in 0.2s (smi_timeout) and was killed (PID " \
+        in out, out
+    assert "other alive" in out, out

@@ -198,27 +198,30 @@ fc_smi_take() {
 # that wait for it (ours, which would wait as long) are killed too. Those of one that did
 # end reap it and end themselves (their pipe's reader is gone), leaving no zombie to init.
 fc_smi_hung() {
-    local p q r comm stuck="" killed="" note=""
-    local -a kids=() more=() most=() found=() shells=()
-    local -A shells_of=()
-    { read -r -a kids </proc/$$/task/$$/children; } 2>/dev/null
-    for p in "${kids[@]}"; do
-        more=()
-        { read -r -a more </proc/"$p"/task/"$p"/children; } 2>/dev/null
-        for q in "$p" "${more[@]}"; do
-            # A command substitution in the subshell (render.early_reads' -q read) is a
-            # shell of its own where bash does not run its command in place (4.4).
-            most=()
-            [[ $q == "$p" ]] || { read -r -a most </proc/"$q"/task/"$q"/children; } 2>/dev/null
-            for r in "$q" "${most[@]}"; do
-                comm=""
-                { read -r comm </proc/"$r"/comm; } 2>/dev/null
-                [[ $comm == nvidia-smi ]] || continue
-                found+=("$r")
-                [[ $r == "$p" ]] || shells_of[$r]=$p
-                [[ $r == "$q" || $q == "$p" ]] || shells_of[$r]+=" $q"
-            done
+    local p q comm depth stuck="" killed="" note=""
+    local -a gen=() below=() kids=() found=() shells=()
+    local -A above=()
+    # The script's children, theirs, and theirs again: a command substitution in a
+    # subshell (render.early_reads' -q read) is a shell of its own where bash does not run
+    # its command in place (4.4). above: each one's parent among them, not the script.
+    { read -r -a gen </proc/$$/task/$$/children; } 2>/dev/null
+    for depth in 1 2 3; do
+        below=()
+        for p in "${gen[@]}"; do
+            comm=""
+            { read -r comm </proc/"$p"/comm; } 2>/dev/null
+            if [[ $comm == nvidia-smi ]]; then
+                found+=("$p")
+            elif ((depth < 3)); then
+                kids=()
+                { read -r -a kids </proc/"$p"/task/"$p"/children; } 2>/dev/null
+                for q in "${kids[@]}"; do
+                    above[$q]=$p
+                    below+=("$q")
+                done
+            fi
         done
+        gen=("${below[@]}")
     done
     ((${#found[@]} == 0)) || kill -KILL "${found[@]}" 2>/dev/null
     ((${#found[@]} == 0)) || fc_nap 0.2
@@ -226,8 +229,10 @@ fc_smi_hung() {
         if fc_smi_in_driver "$p"; then
             stuck+="${stuck:+, }$p"
             note+="$p ${FC_F[19]}"$'\n'
-            # shellcheck disable=SC2206  # PIDs
-            shells+=(${shells_of[$p]:-})
+            # The shells that wait for it, which would wait as long.
+            for ((q = ${above[$p]:-0}; q; q = ${above[$q]:-0})); do
+                shells+=("$q")
+            done
         else
             killed+="${killed:+, }$p"
         fi
@@ -268,11 +273,11 @@ fc_smi_in_driver() {
 # the host's next runs (a --watch's every refresh, a cron's status) start none: each would
 # be left there too, one process more in state D a run until the node is rebooted. root's
 # note is /run/fleetclean-smi-stuck, which only root can write and every login reads;
-# another login's is smi-stuck in its own directory (fc_lock_dir: /tmp/fleetclean-lock-UID,
-# else under XDG_RUNTIME_DIR), which no other login can write. A note anywhere else is
-# never read: another user could plant one to make a healthy host read hung. A status
-# script's first line (render.early_reads, its SMI_NOTES these three) starts its GPU read
-# only where none of them is there.
+# another login's is smi-stuck in a directory of its own (fc_smi_note_dir: its lock
+# directory's name in /tmp, else under XDG_RUNTIME_DIR), which no other login can write.
+# A note anywhere else is never read: another user could plant one to make a healthy host
+# read hung. A status script's first line (render.early_reads, its SMI_NOTES these three)
+# starts its GPU read only where none of them is there (another login's: none it owns).
 FC_SMI_NOTES=(/run/fleetclean-smi-stuck "/tmp/fleetclean-lock-$EUID/smi-stuck"
     "${XDG_RUNTIME_DIR:-/-}/fleetclean-lock/smi-stuck")
 
@@ -281,7 +286,7 @@ FC_SMI_NOTES=(/run/fleetclean-smi-stuck "/tmp/fleetclean-lock-$EUID/smi-stuck"
 fc_smi_note() {
     local f=${FC_SMI_NOTES[0]}
     if ((EUID != 0)); then
-        fc_lock_dir || return 0
+        fc_smi_note_dir make || return 0
         f=$REPLY/smi-stuck
     fi
     { printf '%s' "$1" >"$f.$$" && mv -f -- "$f.$$" "$f"; } 2>/dev/null ||
@@ -293,9 +298,9 @@ fc_smi_note() {
 # after one that did not answer here (FC_SMI_HUNG). A note of none that is still there is
 # removed by its own login (root's by root). At the start of every run (fc_begin).
 fc_smi_noted() {
-    local f line pid left=""
+    local f line pid left="" who=""
     local -a notes=("${FC_SMI_NOTES[0]}") lines=()
-    ((EUID == 0)) || ! fc_lock_dir look || notes+=("$REPLY/smi-stuck")
+    ((EUID == 0)) || ! fc_smi_note_dir look || notes+=("$REPLY/smi-stuck")
     for f in "${notes[@]}"; do
         [[ -f $f && ! -L $f ]] || continue
         { mapfile -n 16 -t lines <"$f"; } 2>/dev/null
@@ -308,10 +313,17 @@ fc_smi_noted() {
         [[ ! -O $f ]] || rm -f -- "$f" 2>/dev/null
     done
     [[ -n $left ]] || return 0
-    FC_SMI_HUNG="nvidia-smi not started: PID $left, left by an earlier run, still waits in"
-    FC_SMI_HUNG+=" the GPU driver (state D): the driver is hung; see dmesg for Xid errors,"
-    FC_SMI_HUNG+=" then reset the GPUs or reboot the node (to try nvidia-smi all the same,"
-    FC_SMI_HUNG+=" delete $f)"
+    [[ -O $f ]] || who=" as root"
+    FC_SMI_HUNG="nvidia-smi not started: PID $left, left by an earlier run, waiting in the"
+    FC_SMI_HUNG+=" GPU driver (state D): the driver is hung; see dmesg for Xid errors, then"
+    FC_SMI_HUNG+=" reset the GPUs or reboot the node (to try nvidia-smi all the same, delete"
+    FC_SMI_HUNG+=" $f$who)"
+}
+
+# REPLY = the directory of the note of a login other than root (MODE: make or look): one
+# of its own at FC_SMI_NOTES' other two places, where the status's first line looks.
+fc_smi_note_dir() {
+    fc_own_dir "$1" "${FC_SMI_NOTES[1]%/*}" "${FC_SMI_NOTES[2]%/*}"
 }
 
 # REPLY = the standard output of the command $@ (its errors dropped), read in blocks
@@ -1223,8 +1235,8 @@ fc_begin() {
     fc_hold
     # An earlier run's nvidia-smi may wait in a hung driver (fc_smi_noted): root reads
     # only its own note, which no other login can plant.
-    if [[ -e ${FC_SMI_NOTES[0]} || $EUID -gt 0 && (-e ${FC_SMI_NOTES[1]} ||
-        -e ${FC_SMI_NOTES[2]}) ]]; then
+    if [[ -e ${FC_SMI_NOTES[0]} || $EUID -gt 0 && (-O ${FC_SMI_NOTES[1]} ||
+        -O ${FC_SMI_NOTES[2]}) ]]; then
         fc_smi_noted
     fi
     fc_rec begin 1 "$FC_PLAYBOOK" "$FC_HOST" "$FC_CHECK"

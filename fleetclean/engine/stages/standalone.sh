@@ -12,7 +12,7 @@ FC_T_LOG_FD=""
 # Start judging (and logging to file $1, if not empty) a run about to begin.
 fc_tap_begin() {
     local log=$1
-    FC_T_HOST="" FC_T_VERIFY="" FC_T_VMSG="" FC_T_ERR="" FC_T_DONE=0
+    FC_T_HOST="" FC_T_VERIFY="" FC_T_VMSG="" FC_T_ERR="" FC_T_DONE=0 FC_T_HUNG=""
     FC_T_HELD=() FC_T_GPUS=()
     declare -gA FC_T_STAGE=()
     fc_now_us
@@ -40,7 +40,7 @@ fc_tap() {
         error) [[ -n $FC_T_ERR ]] || FC_T_ERR=$3 ;;
         # nvidia-smi did not answer (lib.sh: fc_smi_hung), or was not started: a scoped
         # run on a hung driver halts with this record alone.
-        nvsmi) [[ $3 != 124 || -n $FC_T_ERR ]] || FC_T_ERR=$4 ;;
+        nvsmi) [[ $3 != 124 ]] || FC_T_HUNG=$4 ;;
         gpu) fc_tap_gpu "$3" ;;
         verify) FC_T_VERIFY=$3 FC_T_VMAX=$4 FC_T_VMSG=$6 ;;
         holder) ((${#FC_T_HELD[@]} < 3)) && FC_T_HELD+=("pid $3 ($5)") ;;
@@ -58,8 +58,12 @@ fc_tap_gpu() {
 # The verdict on the records seen: FC_JUDGED (the exit status) and FC_JUDGED_WHY.
 fc_judge() {
     local held gpu busy=""
-    if [[ -n $FC_T_ERR ]]; then
-        FC_JUDGED=2 FC_JUDGED_WHY="error: $FC_T_ERR"
+    if [[ $FC_T_HUNG == *"(state D)"* ]]; then
+        # The driver is hung, as the controller says it (faulty): what else went wrong
+        # follows from it.
+        FC_JUDGED=1 FC_JUDGED_WHY="faulty: $FC_T_HUNG"
+    elif [[ -n $FC_T_ERR || -n $FC_T_HUNG ]]; then
+        FC_JUDGED=2 FC_JUDGED_WHY="error: ${FC_T_ERR:-$FC_T_HUNG}"
     elif ((!FC_T_DONE)); then
         FC_JUDGED=2 FC_JUDGED_WHY="error: the script stopped before its end"
     elif [[ $FC_T_VERIFY == dirty || $FC_T_VERIFY == faulty ]]; then
