@@ -177,6 +177,9 @@ def test_an_idle_node_parses_no_group_and_a_busy_one_the_first_once(
         named = {int(line.split("\t")[2]) for line in busy.stdout.splitlines()
                  if line.startswith("@@fleetclean\tproc\t")}
         assert len(named & set(workers)) == 9  # eight TP workers, each on its GPU, and ops's
+        users = {line.split("\t")[3] for line in busy.stdout.splitlines()
+                 if line.startswith(f"@@fleetclean\tproc\t{workers[-1]}\t")}
+        assert users == {"ops"}, busy.stdout
 
     # A host whose last status named them, and a tmux session's worker (its session's name
     # read from its environment), reads them while nvidia-smi runs: the first group still,

@@ -412,17 +412,26 @@ FC_SIGKILL=0x100
 # descriptors and environment are that thread's; the leader's read empty.
 declare -gA FC_LIVE_DIR=()
 
-# FC_UIDS = PID's real, effective and saved uids, from its status file ("Uid:<TAB>real<TAB>
-# effective<TAB>saved<TAB>filesystem"); false, FC_UIDS empty, where it is gone or unreadable.
-# Every reader of a process's uid comes here: who may signal it, whose it is, its scope.
+# FC_UIDS = PID's real, effective, saved and file system uids, from its status file
+# ("Uid:<TAB>real<TAB>effective<TAB>saved<TAB>filesystem"); false, FC_UIDS empty, where it
+# is gone or unreadable. Every reader of a process's uid comes here: who may signal it,
+# whose it is, its scope. Read in one pass (mapfile), not a line a read: bash reads a
+# line of a file it can seek, then seeks back to the line's end, and the kernel makes the
+# file anew at each read; where the process woke or slept in between, its State: line
+# changed length and the next lines were read from the wrong place, Uid: never found (a
+# process that wakes a thousand times a second: 81 misses in 8,706 reads).
 fc_proc_uids() {
-    local key="" real effective saved
+    local line IFS=$' \t\n'
+    local -a status=()
     FC_UIDS=()
-    while read -r key real effective saved _; do
-        [[ $key == Uid: ]] && break
-    done 2>/dev/null <"/proc/$1/status"
-    [[ $key == Uid: ]] || return 1
-    FC_UIDS=("$real" "$effective" "$saved")
+    { mapfile -n 12 -t status <"/proc/$1/status"; } 2>/dev/null
+    for line in "${status[@]}"; do
+        [[ $line == Uid:* ]] || continue
+        # shellcheck disable=SC2206  # four numbers
+        FC_UIDS=(${line#Uid:})
+        return 0
+    done
+    return 1
 }
 
 # Read one /proc/PID/stat; sets FC_F (fields from 3 on) and REPLY (comm). Fails if gone.
