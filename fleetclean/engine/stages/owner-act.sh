@@ -519,13 +519,11 @@ fc_exec_kill_roots() {
 
 # True when PID ignores signal $2 (a name: TERM), as its SigIgn mask says.
 fc_ignores() {
-    local key="" mask="" n
+    # Its own REPLY: its callers build theirs around it.
+    local n REPLY
     n=$(kill -l "$2" 2>/dev/null) && [[ $n =~ ^[0-9]+$ ]] || return 1
-    while read -r key mask; do
-        [[ $key == SigIgn: ]] && break
-    done 2>/dev/null <"/proc/$1/status"
-    [[ $key == SigIgn: && $mask =~ ^[0-9a-fA-F]+$ ]] || return 1
-    (((16#$mask >> (n - 1)) & 1))
+    fc_proc_status "$1" SigIgn && [[ $REPLY =~ ^[0-9a-fA-F]+$ ]] || return 1
+    (((16#$REPLY >> (n - 1)) & 1))
 }
 
 # fc_owner_exec_asked PID: under `owner_docker: signal`, whether docker exec started the
