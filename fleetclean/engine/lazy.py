@@ -74,7 +74,7 @@ BUSY = frozenset({
     "fc_verify_proc", "fc_verify_report",
     "fc_verify_settled", "fc_verify_proc_read", "fc_verify_why", "fc_owner_prep",
     # Another user's process (the simulator's are root's, which /proc's owner tells).
-    "fc_proc_uids", "fc_proc_status",
+    "fc_proc_uids", "fc_proc_field",
     # A process of a tmux or screen session: its session's name, from its environment; a
     # Slurm job's process outside its job's cgroup, while the job runs.
     "fc_owner_env", "fc_owner_job_runs",

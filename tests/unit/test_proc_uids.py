@@ -32,7 +32,7 @@ miss=0 got=""
 for ((i = 0; i < {n}; i++)); do
     if fc_proc_uids {pid}; then got="${{FC_UIDS[*]}}"; else miss=$((miss + 1)); fi
     # A field further down, as the kill stages read a mask (ShdPnd, SigIgn).
-    fc_proc_status {pid} SigIgn && [[ $REPLY == +([0-9a-f]) ]] || miss=$((miss + 1))
+    fc_proc_field /proc/{pid}/status SigIgn && [[ $REPLY == +([0-9a-f]) ]] || miss=$((miss + 1))
 done
 echo "$miss $got"
 """

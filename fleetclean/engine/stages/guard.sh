@@ -6,7 +6,7 @@
 
 # Writers of files under $1, as "pid N (cmdline)" words in REPLY.
 fc_writers() {
-    local path line pid fd target k v flags real
+    local path line pid fd target flags real
     local -a found=()
     # The kernel names an open file by its real path: one written through a symlink never
     # matched, and the guard let the teardown through.
@@ -26,12 +26,11 @@ fc_writers() {
         pid=${line%% *} line=${line#* }
         fd=${line%% *} target=${line#* }
         [[ $target == "$path" || $target == "$path"/* ]] || continue
-        flags=""
-        while read -r k v; do
-            [[ $k == flags: ]] && flags=$v
-        done 2>/dev/null <"/proc/${FC_LIVE_DIR[$pid]:-$pid}/fdinfo/$fd"  # (gone: no writer)
+        # (Gone: no writer.)
+        fc_proc_field "/proc/${FC_LIVE_DIR[$pid]:-$pid}/fdinfo/$fd" flags 4 || continue
+        flags=$REPLY
         # O_WRONLY is 01 and O_RDWR 02 in the octal flags field.
-        [[ -n $flags ]] || continue
+        [[ $flags == +([0-7]) ]] || continue
         (((8#$flags & 3) != 0)) || continue
         [[ -n ${FC_ANCESTOR[$pid]:-} ]] && continue
         fc_cmdline "$pid"

@@ -412,17 +412,18 @@ FC_SIGKILL=0x100
 # descriptors and environment are that thread's; the leader's read empty.
 declare -gA FC_LIVE_DIR=()
 
-# REPLY = the value of field KEY of PID's status file (Uid, ShdPnd, SigIgn: "ShdPnd:<TAB>
-# 0000000000000100"), read in one pass (mapfile, its first MAX lines): read a line at a
-# time, bash seeks back after each line, and the kernel makes the file anew at each read;
-# where the process woke or slept in between, its State: line changed length and the lines
-# after it were read from the wrong place, the field never found (a process that wakes
-# every 50 us: 282 misses in 3,000 reads of its Uid:). False, REPLY empty, where it is gone
-# or has no such field.
-fc_proc_status() {
+# REPLY = the value of field KEY of the /proc file FILE (a process's status: Uid, ShdPnd,
+# SigIgn, "ShdPnd:<TAB>0000000000000100"; a descriptor's fdinfo: flags), read in one pass
+# (mapfile, its first MAX lines): read a line at a time, bash seeks back after each line,
+# and the kernel makes the file anew at each read; where a line before the field changed
+# length in between (a status's State: as the process woke or slept, an fdinfo's pos: as
+# it wrote) the lines after it were read from the wrong place, the field never found (a
+# process that wakes every 50 us: 282 misses in 3,000 reads of its Uid:). False, REPLY
+# empty, where it is gone or has no such field.
+fc_proc_field() {
     local line
     local -a status=()
-    { mapfile -n "${3:-64}" -t status <"/proc/$1/status"; } 2>/dev/null
+    { mapfile -n "${4:-64}" -t status <"$1"; } 2>/dev/null
     for line in "${status[@]}"; do
         [[ $line == "$2:"* ]] || continue
         REPLY=${line#*:}
@@ -440,7 +441,7 @@ fc_proc_status() {
 fc_proc_uids() {
     local IFS=$' \t\n'
     FC_UIDS=()
-    fc_proc_status "$1" Uid 12 || return 1
+    fc_proc_field "/proc/$1/status" Uid 12 || return 1
     # shellcheck disable=SC2206  # four numbers
     FC_UIDS=($REPLY)
 }
@@ -784,7 +785,7 @@ fc_live_thread() {
         [[ $t != "$1" ]] || continue
         fc_read_stat "$1/task/$t" && [[ ${FC_F[0]} != [ZX] ]] || continue
         ((!(FC_F[6] & (FC_PF_EXITING | FC_PF_DUMPCORE) || FC_F[28] & FC_SIGKILL))) || continue
-        fc_proc_status "$1" ShdPnd && [[ $REPLY == +([0-9a-fA-F]) ]] &&
+        fc_proc_field "/proc/$1/status" ShdPnd && [[ $REPLY == +([0-9a-fA-F]) ]] &&
             ((16#$REPLY & FC_SIGKILL)) && return 1
         FC_LIVE_TASK=$1/task/$t FC_LIVE_STATE=${FC_F[0]}
         return 0

@@ -522,7 +522,7 @@ fc_ignores() {
     # Its own REPLY: its callers build theirs around it.
     local n REPLY
     n=$(kill -l "$2" 2>/dev/null) && [[ $n =~ ^[0-9]+$ ]] || return 1
-    fc_proc_status "$1" SigIgn && [[ $REPLY =~ ^[0-9a-fA-F]+$ ]] || return 1
+    fc_proc_field "/proc/$1/status" SigIgn && [[ $REPLY =~ ^[0-9a-fA-F]+$ ]] || return 1
     (((16#$REPLY >> (n - 1)) & 1))
 }
 
