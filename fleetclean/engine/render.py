@@ -165,10 +165,13 @@ SMI_NOTES = ("/run/fleetclean-smi-stuck", "/tmp/fleetclean-lock-$EUID/smi-stuck"
 
 def noted_test() -> str:
     """bash's test for a note (lib.sh: fc_begin tests the same): root's, or, for another
-    login, one of its own (only root's counts for root: another user could plant one in
-    /tmp; and a note another user planted for this one is not its own)."""
+    login, one of its own in a directory of its own (only root's counts for root: another
+    user could plant one in /tmp; nor is one another user planted for this login, or a
+    symlink it planted to what is this login's, /proc/self)."""
     root, mine, xdg = SMI_NOTES
-    return f"-e {root} || $EUID -gt 0 && (-O {mine} || -O {xdg})"
+    mine_dir, xdg_dir = mine.rsplit("/", 1)[0], xdg.rsplit("/", 1)[0]
+    return (f"-e {root} || $EUID -gt 0 && (-O {mine_dir} && -O {mine} || "
+            f"-O {xdg_dir} && -O {xdg})")
 
 
 def early_reads(last_clean: bool = False) -> tuple[str, str]:

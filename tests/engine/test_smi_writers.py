@@ -62,10 +62,14 @@ def test_the_early_read_looks_for_the_notes_the_script_writes() -> None:
     root, mine, xdg = notes
     for last_clean in (False, True):
         gpu, _ = early_reads(last_clean)
-        assert f"[[ -e {root} || $EUID -gt 0 && (-O {mine} || -O {xdg}) ]] || exec {{" in gpu
+        mine_dir, xdg_dir = mine.rsplit("/", 1)[0], xdg.rsplit("/", 1)[0]
+        assert (f"[[ -e {root} || $EUID -gt 0 && (-O {mine_dir} && -O {mine} || "
+                f"-O {xdg_dir} && -O {xdg}) ]] || exec {{") in gpu, gpu
     # fc_begin tests the same, and the writer writes where fc_smi_noted reads.
-    assert ("[[ -e ${FC_SMI_NOTES[0]} || $EUID -gt 0 && (-O ${FC_SMI_NOTES[1]} ||\n"
-            "        -O ${FC_SMI_NOTES[2]}) ]]") in lib
+    assert ("[[ -e ${FC_SMI_NOTES[0]} || $EUID -gt 0 && (-O ${FC_SMI_NOTES[1]%/*} &&\n"
+            "        -O ${FC_SMI_NOTES[1]} || -O ${FC_SMI_NOTES[2]%/*} && -O ${FC_SMI_NOTES[2]})"
+            " ]]") in lib
     # Another login's note is written and read in FC_SMI_NOTES' own directories.
-    assert 'fc_own_dir "$1" "${FC_SMI_NOTES[1]%/*}" "${FC_SMI_NOTES[2]%/*}"' in lib
-    assert lib.count("fc_smi_note_dir make") == 1 and lib.count("fc_smi_note_dir look") == 1
+    assert 'fc_own_dir make "${FC_SMI_NOTES[1]%/*}" "${FC_SMI_NOTES[2]%/*}"' in lib
+    assert lib.count('fc_own_dir look "${FC_SMI_NOTES[1]%/*}"') == 1
+    assert lib.count('fc_own_dir look "${FC_SMI_NOTES[2]%/*}"') == 1

@@ -51,6 +51,7 @@ def test_a_process_waking_all_the_time_is_read_every_time(uid: int | None) -> No
     waker = subprocess.Popen(argv)
     try:
         misses, uids = reads(waker.pid, 3000)
+        assert waker.poll() is None  # it ran all along (a waker that could not start: no race)
         want = os.geteuid() if uid is None else uid
         assert (misses, uids) == (0, f"{want} {want} {want} {want}")
         # Gone: false, nothing set.

@@ -73,20 +73,24 @@ def shared() -> Iterator[Path]:
         yield Path(d)
 
 
-def test_another_login_reads_its_own_note_and_roots(shared: Path) -> None:
-    mine, theirs, root = shared / "mine", shared / "theirs", shared / "root-note"
-    for d in (mine, theirs):
-        d.mkdir(mode=0o700)
-    os.chown(mine, NOBODY, NOBODY)
-    # Its note's directory is the first of FC_SMI_NOTES' other two that it owns (as
-    # /tmp/fleetclean-lock-UID, which another user may have taken first).
-    notes = f"FC_SMI_NOTES=({root} {theirs}/smi-stuck {mine}/smi-stuck)\n"
+def test_another_login_reads_its_own_notes_and_roots(shared: Path) -> None:
+    first, second, root = shared / "first", shared / "second", shared / "root-note"
+    for d in (first, second):
+        d.mkdir(mode=0o755)  # open to look into: only its owner counts
+    os.chown(second, NOBODY, NOBODY)
+    # Its note's places: its /tmp/fleetclean-lock-UID (here another user's, taken first),
+    # else its directory under XDG_RUNTIME_DIR.
+    notes = f"FC_SMI_NOTES=({root} {first}/smi-stuck {second}/smi-stuck)\n"
     said = noted(notes + "fc_smi_note $'4242 777\\n'", NOBODY)
-    assert (mine / "smi-stuck").read_text() == "4242 777\n"
+    assert (second / "smi-stuck").read_text() == "4242 777\n"
+    assert not (first / "smi-stuck").exists()
     assert said.startswith("nvidia-smi not started: PID 4242,"), said
-    assert said.endswith(f"delete {mine}/smi-stuck)"), said
+    assert said.endswith(f"delete {second}/smi-stuck)"), said
+    # The first place its own later (made anew): the note in the second is still read.
+    os.chown(first, NOBODY, NOBODY)
+    assert noted(notes, NOBODY).startswith("nvidia-smi not started: PID 4242,")
     # Root's note is read by every login; not removed by one that does not own it.
-    (mine / "smi-stuck").unlink()
+    (second / "smi-stuck").unlink()
     root.write_text("4242 777\n")
     said = noted(notes, NOBODY)
     assert said.endswith(f"delete {root} as root)"), said
@@ -94,7 +98,8 @@ def test_another_login_reads_its_own_note_and_roots(shared: Path) -> None:
     assert noted(notes, NOBODY) == "" and root.exists()
     # One in a directory another user owns is never read.
     root.unlink()
-    (theirs / "smi-stuck").write_text("4242 777\n")
+    os.chown(first, 0, 0)
+    (first / "smi-stuck").write_text("4242 777\n")
     assert noted(notes, NOBODY) == ""
 
 
@@ -122,3 +127,40 @@ kill "$other"
     assert "rc=124 nvidia-smi did not answer in 0.2s (smi_timeout) and was killed (PID " \
         in out, out
     assert "other alive" in out, out
+
+
+def test_the_shells_waiting_for_one_left_in_the_driver_are_killed(tmp_path: Path) -> None:
+    """Where the call outlives SIGKILL (stood in for: fc_smi_in_driver says so), the two
+    shells above it, which would wait for it as long, are killed too, and it is noted;
+    the script's other child is left alone."""
+    smi = tmp_path / "nvidia-smi"
+    smi.symlink_to("/bin/sleep")
+    note = tmp_path / "note"
+    script = (template("lib.sh") + STUB.replace("$1 == 4242", "$1 == $FC_TEST_SMI") + f"""
+FC_SMI_NOTES=({note} /-/x /-/y) FC_SMI_TIMEOUT=0.2
+exec {{fd}}< <(exec 2>/dev/null; bash -c '{smi} 10; :'; :)
+sub=$!
+sleep 10 &
+other=$!
+fc_nap 0.3
+read -r inner </proc/$sub/task/$sub/children
+read -r FC_TEST_SMI </proc/$inner/task/$inner/children
+fc_smi_take "$fd"
+echo "rc=$? $REPLY"
+fc_nap 0.2
+for p in $sub $inner; do
+    s=gone
+    [[ -e /proc/$p/stat ]] && read -r _ _ s _ </proc/$p/stat
+    echo "shell $s"
+done
+kill -0 "$other" && echo "other alive"
+kill "$other"
+""")
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                         timeout=30, check=False).stdout
+    assert "rc=124 nvidia-smi did not answer in 0.2s (smi_timeout): PID " in out, out
+    assert "outlived SIGKILL, waiting in the GPU driver (state D)" in out, out
+    assert [line.split()[1] in ("gone", "Z") for line in out.splitlines()
+            if line.startswith("shell ")] == [True, True], out
+    assert "other alive" in out, out
+    assert note.read_text().endswith(" 777\n")

@@ -286,7 +286,7 @@ FC_SMI_NOTES=(/run/fleetclean-smi-stuck "/tmp/fleetclean-lock-$EUID/smi-stuck"
 fc_smi_note() {
     local f=${FC_SMI_NOTES[0]}
     if ((EUID != 0)); then
-        fc_smi_note_dir make || return 0
+        fc_smi_note_dir || return 0
         f=$REPLY/smi-stuck
     fi
     { printf '%s' "$1" >"$f.$$" && mv -f -- "$f.$$" "$f"; } 2>/dev/null ||
@@ -300,7 +300,12 @@ fc_smi_note() {
 fc_smi_noted() {
     local f line pid left="" who=""
     local -a notes=("${FC_SMI_NOTES[0]}") lines=()
-    ((EUID == 0)) || ! fc_smi_note_dir look || notes+=("$REPLY/smi-stuck")
+    if ((EUID != 0)); then
+        # Both of its places: its note may be in the second one, written while another
+        # user held the first, which is its own now.
+        ! fc_own_dir look "${FC_SMI_NOTES[1]%/*}" || notes+=("$REPLY/smi-stuck")
+        ! fc_own_dir look "${FC_SMI_NOTES[2]%/*}" || notes+=("$REPLY/smi-stuck")
+    fi
     for f in "${notes[@]}"; do
         [[ -f $f && ! -L $f ]] || continue
         { mapfile -n 16 -t lines <"$f"; } 2>/dev/null
@@ -320,10 +325,11 @@ fc_smi_noted() {
     FC_SMI_HUNG+=" $f$who)"
 }
 
-# REPLY = the directory of the note of a login other than root (MODE: make or look): one
-# of its own at FC_SMI_NOTES' other two places, where the status's first line looks.
+# REPLY = the directory where a login other than root writes its note: the first of its
+# own at FC_SMI_NOTES' other two places (made where need be), where the status's first
+# line and fc_smi_noted look.
 fc_smi_note_dir() {
-    fc_own_dir "$1" "${FC_SMI_NOTES[1]%/*}" "${FC_SMI_NOTES[2]%/*}"
+    fc_own_dir make "${FC_SMI_NOTES[1]%/*}" "${FC_SMI_NOTES[2]%/*}"
 }
 
 # REPLY = the standard output of the command $@ (its errors dropped), read in blocks
@@ -1253,8 +1259,8 @@ fc_begin() {
     fc_hold
     # An earlier run's nvidia-smi may wait in a hung driver (fc_smi_noted): root reads
     # only its own note, which no other login can plant.
-    if [[ -e ${FC_SMI_NOTES[0]} || $EUID -gt 0 && (-O ${FC_SMI_NOTES[1]} ||
-        -O ${FC_SMI_NOTES[2]}) ]]; then
+    if [[ -e ${FC_SMI_NOTES[0]} || $EUID -gt 0 && (-O ${FC_SMI_NOTES[1]%/*} &&
+        -O ${FC_SMI_NOTES[1]} || -O ${FC_SMI_NOTES[2]%/*} && -O ${FC_SMI_NOTES[2]}) ]]; then
         fc_smi_noted
     fi
     fc_rec begin 1 "$FC_PLAYBOOK" "$FC_HOST" "$FC_CHECK"

@@ -61,7 +61,7 @@ fc_judge() {
     if [[ $FC_T_HUNG == *"(state D)"* ]]; then
         # The driver is hung, as the controller says it (faulty): what else went wrong
         # follows from it.
-        FC_JUDGED=1 FC_JUDGED_WHY="faulty: $FC_T_HUNG"
+        FC_JUDGED=1 FC_JUDGED_WHY="faulty: $FC_T_HUNG${FC_T_ERR:+; $FC_T_ERR}"
     elif [[ -n $FC_T_ERR || -n $FC_T_HUNG ]]; then
         FC_JUDGED=2 FC_JUDGED_WHY="error: ${FC_T_ERR:-$FC_T_HUNG}"
     elif ((!FC_T_DONE)); then
