@@ -164,3 +164,21 @@ kill "$other"
             if line.startswith("shell ")] == [True, True], out
     assert "other alive" in out, out
     assert note.read_text().endswith(" 777\n")
+
+
+def test_a_trapped_signal_during_the_read_does_not_cut_it_short() -> None:
+    """fc_smi_read takes any read status over 128 for its deadline. A signal the script
+    traps (a reset's TERM, a teardown's HUP) while it waits runs its trap, and bash (4.4
+    and 5.x alike) goes on reading: the answer that comes after it is taken, not called
+    hung."""
+    script = template("lib.sh") + """
+FC_SMI_TIMEOUT=3
+trap 'echo trapped' USR1
+exec {fd}< <(sleep 0.6; printf 'answer\\n@0')
+(sleep 0.2; kill -USR1 $$) &
+fc_smi_take "$fd"
+echo "rc=$? $REPLY"
+"""
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
+                         check=False).stdout
+    assert out.splitlines() == ["trapped", "rc=0 answer"], out
