@@ -247,19 +247,22 @@ fc_uid_of() {
 # the SLURM_JOB_ID it inherited (an orphan reparented away from its step keeps that one).
 fc_job_of() {
     local pid=$1 key line p hops=0 step='^slurmstepd: \[([0-9]+)\.'
-    local -a env=()
+    local -a env=() cgroups=()
     key="$pid:${FC_START[$pid]:-}"
     if [[ -n ${FC_JOB_OF[$key]+set} ]]; then
         REPLY=${FC_JOB_OF[$key]}
         return 0
     fi
     REPLY=""
-    while IFS= read -r line; do
+    # In one pass, as every /proc file is read (lib.sh: fc_proc_field): a line at a time,
+    # one that changed length meanwhile (the process moved) put the rest out of place.
+    { mapfile -t cgroups <"/proc/$pid/cgroup"; } 2>/dev/null
+    for line in "${cgroups[@]}"; do
         if [[ $line =~ /job_([0-9]+)(/|$) ]]; then
             REPLY=${BASH_REMATCH[1]}
             break
         fi
-    done <"/proc/$pid/cgroup" 2>/dev/null
+    done
     p=$pid
     while [[ -z $REPLY && -n $p && $p != 0 && $p != 1 ]] && ((hops++ < 64)); do
         [[ ${FC_CMD[$p]:-} =~ $step ]] && REPLY=${BASH_REMATCH[1]}
