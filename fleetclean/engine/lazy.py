@@ -69,7 +69,7 @@ BUSY = frozenset({
     "fc_self", "fc_self_init", "fc_read_stat",
     "fc_verify_apps", "fc_apps_trusted", "fc_apps_pairs", "fc_verify_apps_named",
     # A host seen clean last time asks for the apps where a GPU is in use again.
-    "fc_smi",
+    "fc_smi", "fc_smi_lines",
     "fc_verify_explain",
     "fc_verify_proc", "fc_verify_report",
     "fc_verify_settled", "fc_verify_proc_read", "fc_verify_why", "fc_owner_prep",

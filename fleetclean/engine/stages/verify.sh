@@ -592,26 +592,25 @@ fc_verify_read_csv() {
 fc_verify_apps() {
     if ((FC_VAPPSLATER)); then
         FC_VAPPSLATER=0
-        FC_VAPPS=()
-        # Whatever it printed, as its exit status says nothing of the lines (one GPU lost:
-        # the others' apps), unless it did not answer.
         fc_smi --no-err --query-compute-apps=pid,process_name,used_memory,gpu_uuid \
             --format=csv,noheader,nounits
-        (($? == 124)) && return 0
-        fc_lines "$REPLY"
+        fc_smi_lines $?
         FC_VAPPS=("${FC_LINES[@]}")
         return 0
     fi
     [[ -n ${FC_VAPPFD:-} ]] || return 0
-    FC_VAPPS=()
-    # Its lines whatever its exit status, unless it did not answer; closed either way.
-    fc_smi_take "$FC_VAPPFD"
-    if (($? != 124)); then
-        fc_lines "$REPLY"
-        FC_VAPPS=("${FC_LINES[@]}")
-    fi
+    fc_smi_take "$FC_VAPPFD"  # closed, whatever came
+    fc_smi_lines $?
+    FC_VAPPS=("${FC_LINES[@]}")
     FC_VAPPFD=""
     fc_verify_apps_close
+}
+
+# FC_LINES = the lines of an nvidia-smi's output (REPLY) whatever its exit status $1, which
+# says nothing of them (one GPU lost: the others' apps); none where it did not answer (124).
+fc_smi_lines() {
+    FC_LINES=()
+    (($1 == 124)) || fc_lines "$REPLY"
 }
 
 # FC_TAPPS: the compute apps to go by. nvidia-smi prints each process's name (its argv[0])
@@ -636,13 +635,10 @@ fc_apps_trusted() {
     ((FC_TAPPS_OF == FC_VREADS)) && return 0
     FC_TAPPS_OF=$FC_VREADS
     if ((FC_NAMES_NL)); then
-        FC_TAPPS=()
         fc_smi --no-err --query-compute-apps=pid,used_memory,gpu_uuid \
             --format=csv,noheader,nounits
-        if (($? != 124)); then
-            fc_lines "$REPLY"
-            FC_TAPPS=("${FC_LINES[@]}")
-        fi
+        fc_smi_lines $?
+        FC_TAPPS=("${FC_LINES[@]}")
     else
         FC_TAPPS=("${FC_VAPPS[@]}")
     fi
