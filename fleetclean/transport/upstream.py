@@ -44,19 +44,27 @@ the fix belongs to another module's job, at the place named:
   (``TCP_QUICKACK``, which the kernel drops again by itself), so that sshd's Nagle waits
   for nothing: the connection and the first command took 28-38 ms on a simulated node
   instead of 66-81 ms with Nagle off alone and 111-160 ms with neither.
+- paramiko bounds a connection's first key exchange (``handshake_timeout``) with a
+  ``threading.Timer``: one more thread started for every connection, whose start waits for
+  the new thread to run (a GIL hand-off, two on a busy controller), cancelled again after
+  every packet the transport thread reads (``complete_handshake``: an ``Event.set`` each),
+  and kept, done, for as long as the connection is (about 4 KB with its two ``Event``
+  objects; the timer thread's own reliability was doubted upstream in
+  https://github.com/paramiko/paramiko/issues/612). ``_Packetizer`` keeps the limit as a
+  deadline, read where paramiko reads its timer: 5-11% of a status run's controller CPU a
+  host (64 hosts, in-process, paired runs), and one thread fewer per connection in its
+  handshake.
 - a closed paramiko ``Transport`` is freed only by Python's cyclic garbage collector, not
-  when its last reference goes: it holds its own bound methods (``_handler_table``), the
-  exception that ended its thread holds that thread's frames (``saved_exception``, an
-  ``EOFError`` once the socket is closed), and its ``Packetizer`` holds the handshake timer
-  that holds the packetizer's own method. A full collection comes rarely (the objects of a
-  run are few next to those of the imports), so every finished host's transport stayed,
+  when its last reference goes: it holds its own bound methods (``_handler_table``) and
+  the exception that ended its thread holds that thread's frames (``saved_exception``, an
+  ``EOFError`` once the socket is closed). A full collection comes rarely (the objects of
+  a run are few next to those of the imports), so every finished host's transport stayed,
   with its packetizer, socket wrapper, channels and cipher contexts: about 25 KB a host,
   one collection in a whole 256-host run (issue #18). ``_Transport.run`` breaks those
-  three cycles once its thread is done, so reference counting frees a transport as soon as
-  its host is.
-  A connection kept open between refreshes (``status --watch``) held the same timer, done
-  and cancelled but still referenced, and ``TcpSock``'s last chunk read, for as long as it
-  was kept: ``idle`` lets go of the timer, and ``TcpSock`` of each chunk once served.
+  cycles once its thread is done, so reference counting frees a transport as soon as its
+  host is. A connection kept open between refreshes (``status --watch``) held
+  ``TcpSock``'s last chunk read for as long as it was kept: ``TcpSock`` lets go of each
+  chunk once served.
 - paramiko's transport thread wakes every 0.1 s (``Transport._active_check_timeout``,
   https://github.com/paramiko/paramiko/issues/361) to look at its own state: 0.55 ms of CPU
   per second per open connection, so 2-3 ms per host of a teardown whose script runs a few
@@ -161,6 +169,7 @@ import shlex
 import socket
 import subprocess
 import threading
+import time
 from typing import Any
 
 from fleetclean.transport.sshlib import fabric, paramiko
@@ -210,44 +219,41 @@ def running(conn: Any) -> None:
 
 
 def idle(conn: Any) -> None:
-    """A kept connection, waiting for its next use: every ``IDLE_POLL_S``; and without
-    its handshake timer, once the handshake is done (see the module's list)."""
+    """A kept connection, waiting for its next use: every ``IDLE_POLL_S``."""
     _poll(conn, IDLE_POLL_S)
-    transport = conn.client.get_transport()
-    if transport is not None:
-        drop_handshake_timer(transport.packetizer)
 
 
-class _SpentTimer:
-    """Stands in for a completed handshake's timer: paramiko's transport thread cancels it
-    again after every message it reads (``complete_handshake``), so it must stay truthy and
-    cancellable; one object serves every connection."""
+class _Packetizer(paramiko.packet.Packetizer):
+    """paramiko's packetizer with the handshake's limit kept as a deadline, not a thread (see
+    the module's list). paramiko reads the limit where this does (``handshake_timed_out``,
+    before each read of the socket, which times out every 0.1 s while the handshake runs)
+    and, as here, only for a connection's first handshake.
 
-    def cancel(self) -> None:
-        pass
-
-
-_SPENT = _SpentTimer()
-
-
-def drop_handshake_timer(packetizer: Any) -> None:
-    """Let go of the handshake timer of a packetizer whose handshake is complete: its
-    thread has ended (``complete_handshake`` cancelled it), but the ``Timer`` object stays
-    with its two ``Event`` objects, about 4 KB a kept connection. A shared stand-in takes
-    its place, not None: the transport thread reads the attribute twice without a lock
-    (``if self.__timer: self.__timer.cancel()``), and paramiko starts the timer only once
-    per connection, so nothing would ever replace it.
-
-    >>> class P: _Packetizer__timer, _Packetizer__handshake_complete = object(), True
-    >>> p = P(); drop_handshake_timer(p); p._Packetizer__timer is _SPENT
-    True
-    >>> t = p._Packetizer__timer = object(); p._Packetizer__handshake_complete = False
-    >>> drop_handshake_timer(p); p._Packetizer__timer is t
-    True
+    >>> threads, sock = threading.active_count(), socket.socket()
+    >>> p = _Packetizer(sock); p.start_handshake(0.0)
+    >>> p.handshake_timed_out(), threading.active_count() - threads
+    (True, 0)
+    >>> p.complete_handshake(); p.handshake_timed_out()
+    False
+    >>> p.start_handshake(0.0); p.handshake_timed_out()  # a rekey: no limit, as paramiko
+    False
+    >>> sock.close()
     """
-    # private attributes, in paramiko 2.x-5.x; a handshake still under way keeps its timer
-    if getattr(packetizer, "_Packetizer__handshake_complete", False):
-        packetizer._Packetizer__timer = _SPENT
+
+    _deadline: float | None = None
+    _begun = False
+
+    def start_handshake(self, timeout: float) -> None:
+        if not self._begun:
+            self._begun = True
+            self._deadline = time.monotonic() + float(timeout)
+
+    def handshake_timed_out(self) -> bool:
+        deadline = self._deadline
+        return deadline is not None and time.monotonic() >= deadline
+
+    def complete_handshake(self) -> None:
+        self._deadline = None
 
 
 def _poll(conn: Any, seconds: float) -> None:
@@ -309,15 +315,10 @@ class _Transport(paramiko.Transport):
 def unlink(transport: paramiko.Transport) -> None:
     """Break the reference cycles of a transport whose thread is done (see the module's
     list), so that it is freed with its last reference. Only that thread's loop reads the
-    handler table and the handshake timer; the saved exception keeps its type and message
+    handler table; the saved exception keeps its type and message
     (all that ``classify`` reads), not its traceback: the frames of that thread, whose
     callers' frames (``f_back``) hold the transport."""
     transport._handler_table = {}  # type: ignore[attr-defined]  # private, paramiko 2.x-5.x
-    packetizer = transport.packetizer
-    timer = getattr(packetizer, "_Packetizer__timer", None)
-    if timer is not None:
-        timer.cancel()  # a handshake that never completed: its thread ends now
-        packetizer._Packetizer__timer = None  # type: ignore[attr-defined]
     exc: BaseException | None = transport.saved_exception
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
@@ -334,7 +335,8 @@ def transport(sock: Any, disabled_algorithms: Any = None,
     ``SSHClient.connect``); ``handshake_timeout``: the key exchange's limit (paramiko's
     own is 15 s); ``certs_first``: host certificates asked for before plain host keys
     (a host that a CA vouches for, see the module's list)."""
-    made = _Transport(sock, disabled_algorithms=disabled_algorithms)
+    made = _Transport(sock, disabled_algorithms=disabled_algorithms,
+                      packetizer_class=_Packetizer)
     made.certs_first = certs_first
     if handshake_timeout is not None:
         made.handshake_timeout = handshake_timeout

@@ -98,6 +98,39 @@ def test_a_stalling_server_is_a_timeout_naming_the_phase(
     assert res.seconds < CONNECT_TIMEOUT + 8
 
 
+def test_a_host_in_its_key_exchange_holds_two_threads_its_worker_and_its_transport(
+    listener: Callable[[bytes | None], Listener], cli: Cli, tmp_path: Path,
+) -> None:
+    """Issue #18 bounds a run's threads by --forks: paramiko started a third thread per
+    connection (a ``threading.Timer`` for its handshake's limit), 64 more at 64 forks."""
+    servers = [listener(b"SSH-2.0-OpenSSH_9.6\r\n") for _ in range(6)]
+    path = tmp_path / "inv.yml"
+    path.write_text(yaml.safe_dump({"all": {"hosts": {f"stall{i}": {
+        "ansible_host": "127.0.0.1", "ansible_port": s.port, "ansible_user": "root"}
+        for i, s in enumerate(servers)}}}))
+    before = threading.active_count()
+    seen: list[tuple[int, int]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            threads = threading.enumerate()
+            seen.append((len(threads), sum(isinstance(t, threading.Timer) for t in threads)))
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        res = cli("status", "-i", path, "-F", "", "--forks", "6",
+                  "--connect-timeout", str(CONNECT_TIMEOUT), "--json")
+    finally:
+        done.set()
+        sampler.join()
+    assert [h["status"] for h in res.json()["hosts"]] == ["timeout"] * 6, res.err
+    # the six hosts' workers and transports, the sampler, and the live view's own thread
+    assert max(n for n, _ in seen) - before <= 2 * 6 + 2, seen
+    assert max(timers for _, timers in seen) == 0
+
+
 class DelayProxy:
     """A TCP proxy on 127.0.0.1 that holds every chunk the server sends for ``delay`` s."""
 
