@@ -16,13 +16,12 @@ import dataclasses
 from collections import defaultdict
 from typing import Any
 
-from rich import box
 from rich.console import Console, Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult
 from fleetclean.nodeset import fold
+from fleetclean.results.grid import Grid, Justify
 from fleetclean.results.jsonio import summary
 from fleetclean.results.reasons import notes
 from fleetclean.results.words import counted, plural, printable
@@ -57,28 +56,27 @@ def _fold_key(h: HostResult) -> tuple[Any, ...] | None:
     return tuple((g.index, g.memory_used_mib) for g in h.gpus)
 
 
-def gpu_table(result: RunResult) -> Table:
+def gpu_table(result: RunResult) -> Grid:
     ncols = max((g.index + 1 for h in result.hosts for g in h.gpus), default=8)
     # Narrow on purpose: a host, 8 GPU columns of up to 6 digits and the status fit 80
     # columns, the width of the terminal an engineer ssh'd in from.
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), show_edge=False, collapse_padding=True)
-    table.add_column("HOST", no_wrap=True)
-    for i in range(ncols):
-        table.add_column(f"GPU{i}", justify="right")
-    table.add_column("STATUS", no_wrap=True)
+    columns: list[tuple[str, Justify]] = [("HOST", "left")]
+    columns += [(f"GPU{i}", "right") for i in range(ncols)]
+    columns.append(("STATUS", "left"))
     # Fold hosts whose rows are identical and clean, in the order each group first appears.
     folded: dict[tuple[Any, ...], list[HostResult]] = {}
-    rows: list[tuple[str, HostResult]] = []
+    hosts: list[tuple[str, HostResult]] = []
     for h in result.hosts:
         key = _fold_key(h)
         if key is None:
-            rows.append((h.host, h))
+            hosts.append((h.host, h))
             continue
         if key not in folded:
             folded[key] = []
-            rows.append(("", h))
+            hosts.append(("", h))
         folded[key].append(h)
-    for name, h in rows:
+    rows = []
+    for name, h in hosts:
         label = name or fold(x.host for x in folded[_fold_key(h) or ()])
         by_index = {g.index: g for g in h.gpus}
         judged = h.judged_gpus
@@ -86,8 +84,8 @@ def gpu_table(result: RunResult) -> Table:
                  for i in range(ncols)]
         status = Text(h.status.value, style=_STATUS_STYLE.get(h.status, "bold red"))
         # A host's name from a saved output (report) is that file's text: escaped.
-        table.add_row(Text(printable(label)), *cells, status)
-    return table
+        rows.append([Text(printable(label)), *cells, status])
+    return Grid(columns, rows)
 
 
 def problems(result: RunResult) -> list[str]:
