@@ -75,6 +75,10 @@ class ResolvedStage:
     env: dict[str, str] = field(default_factory=dict)  # shell stage: FC_VAR_x -> value
 
 
+# The built-in smi_timeout, in seconds (variables.BUILTIN_VARS, ResolvedPlaybook).
+SMI_TIMEOUT_S = 30.0
+
+
 @dataclass(frozen=True)
 class ResolvedPlaybook:
     """One host's playbook, resolved once: everything the renderer needs and nothing more.
@@ -94,7 +98,7 @@ class ResolvedPlaybook:
     force: bool
     # Seconds each nvidia-smi call is waited for (lib.sh: fc_smi): one that does not
     # answer leaves the host faulty, its driver hung.
-    smi_timeout: float = 30.0
+    smi_timeout: float = SMI_TIMEOUT_S
     variables: dict[str, Any] = field(default_factory=dict)
     # What a stage does to a target, per owner kind, and the units never stopped
     # (fleetclean.engine.owners).

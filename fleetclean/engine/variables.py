@@ -25,6 +25,7 @@ from fleetclean import yamltext
 from fleetclean.engine import owners
 from fleetclean.engine.checks import boolean, names, number
 from fleetclean.engine.model import (
+    SMI_TIMEOUT_S,
     VAR_NAME,
     Location,
     Playbook,
@@ -38,7 +39,7 @@ from fleetclean.engine.substitute import substitute
 from fleetclean.errors import VariableError
 
 BUILTIN_VARS: dict[str, Any] = {"protect": [], "lock_wait": 5, "force": False,
-                                "smi_timeout": 30, **owners.VARIABLES}
+                                "smi_timeout": SMI_TIMEOUT_S, **owners.VARIABLES}
 """Variables every playbook has; a playbook or inventory may override them (``owner_*``
 and ``never_stop_units``: :mod:`fleetclean.engine.owners`)."""
 
@@ -158,9 +159,10 @@ def resolve_playbook(playbook: Playbook, variables: Mapping[str, Any],
     with _blamed_on(origins, "protect"):
         protect = names(variables.get("protect", []), var_where("protect"))
     with _blamed_on(origins, "lock_wait"):
-        lock_wait = number(variables.get("lock_wait", 5), var_where("lock_wait"), "lock_wait")
+        lock_wait = number(variables.get("lock_wait", BUILTIN_VARS["lock_wait"]),
+                           var_where("lock_wait"), "lock_wait")
     with _blamed_on(origins, "smi_timeout"):
-        smi_timeout = number(variables.get("smi_timeout", 30), var_where("smi_timeout"),
+        smi_timeout = number(variables.get("smi_timeout", SMI_TIMEOUT_S), var_where("smi_timeout"),
                              "smi_timeout", positive=True)
     with _blamed_on(origins, "force"):
         force = boolean(variables.get("force", False), var_where("force"), "force")
