@@ -7,15 +7,15 @@ on this machine, so 1.3-1.8 s for the 1,000 rows of a busy fleet's status, all o
 the last host has answered, and again at each refresh of a ``status --watch``. rich's author
 on a large table: "never going to be *fast*" (https://github.com/Textualize/rich/issues/1069).
 The table here is the simple case of that layout: every cell one line of printable ASCII
-(host names come escaped, ``words.printable``), no column wider than its widest cell, and,
-where the whole fits the console's width, nothing wrapped or cropped. The ``Table``
-(``SIMPLE_HEAD``, no edge, one space of padding each side, collapsed) then gives each
-column its widest cell's width, the first column its left padding, each cell its right
-padding, a space between columns, the header's cells (padding included) its header style,
-a rule of ``─`` across under the header, and each cell's text justified in its width in
-that text's style. ``Grid`` writes those segments itself where that case holds (about 20
-times faster), and renders its ``Table`` where it does not: a narrow terminal, a name with
-a character that is not ASCII. ``tests/unit/test_grid.py`` holds the two to the same
+(host names come escaped, ``words.printable``), and where the whole fits the console's width
+and its encoding draws the rule, nothing is wrapped, cropped or drawn otherwise. The
+``Table`` (``SIMPLE_HEAD``, no edge, one space of padding each side, collapsed) then gives
+each column its widest cell's width, the first column its left padding, each cell its right
+padding, a space between columns, the header's cells (padding included) the header style, a
+rule of ``─`` across under the header, and each cell's text justified in its width in that
+text's style. ``Grid`` writes those segments itself where that case holds, and renders its
+``Table`` where it does not: a narrow terminal, a name with a character that is not ASCII,
+an output that is not UTF-8. ``tests/unit/test_grid.py`` holds the two to the same
 characters in the same styles.
 """
 
@@ -36,8 +36,9 @@ Justify = Literal["left", "right"]
 
 
 class Grid:
-    """A table of one-line cells: a header (name, justification) per column and rows of
-    ``Text``, each cell's style its text's own (``Text(value, style=...)``)."""
+    """A table of one-line cells: a header (plain text, no markup) and justification per
+    column, and rows of ``Text``, each cell's style its text's own (``Text(value,
+    style=...)``)."""
 
     def __init__(self, columns: Sequence[tuple[str, Justify]],
                  rows: Sequence[Sequence[Text]]) -> None:
@@ -58,12 +59,19 @@ class Grid:
         return table
 
     def _widths(self) -> list[int] | None:
-        """Each column's width, or None where a cell is not one line of printable ASCII."""
+        """Each column's width, or None where the Table would not lay a cell out as written:
+        a row of another length, a cell that is not one line of printable ASCII, one with
+        spans or a justification of its own, a right-justified one ending in a space (the
+        Table strips it)."""
         widths = [len(name) for name, _ in self.columns]
         for row in self.rows:
+            if len(row) != len(widths):
+                return None
             for i, cell in enumerate(row):
                 text = cell.plain
-                if not (text.isascii() and text.isprintable()) or cell.spans:
+                if not (text.isascii() and text.isprintable()) or cell.spans or cell.justify:
+                    return None
+                if self.columns[i][1] == "right" and text.endswith(" "):
                     return None
                 widths[i] = max(widths[i], len(text))
         return widths
@@ -74,7 +82,10 @@ class Grid:
         # The first column's left padding, then each column and its right padding, and a
         # space between columns.
         total = 1 + sum(w + 1 for w in widths or ()) + max(len(self.columns) - 1, 0)
-        if widths is None or total > options.max_width:
+        # An output that cannot write the rule's "─" (ASCII, Latin-1: a pipe under LC_ALL=C
+        # with PYTHONIOENCODING or PYTHONUTF8=0) gets the Table's ASCII box.
+        drawn = box.SIMPLE_HEAD.substitute(options, safe=console.safe_box) is box.SIMPLE_HEAD
+        if widths is None or total > options.max_width or not drawn:
             yield self.table()
             return
         header = console.get_style("table.header")
@@ -110,4 +121,6 @@ def _style(console: Console, cell: Text) -> Style | None:
     theme; none where the text has none (rich's own ``None``)."""
     if not cell.style:
         return None
-    return console.get_style(cell.style) if isinstance(cell.style, str) else cell.style
+    if isinstance(cell.style, str):  # a name the theme lacks is no style, as in the Table
+        return console.get_style(cell.style, default=Style.null())
+    return cell.style

@@ -93,3 +93,30 @@ def _plain(console: Console, renderable: object) -> str:
 
 def _writes_itself(console: Console, grid: Grid) -> bool:
     return not any(isinstance(x, Table) for x in grid.__rich_console__(console, console.options))
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_an_output_that_cannot_write_the_rule_gets_the_tables_ascii_box(encoding: str) -> None:
+    # A pipe under LC_ALL=C with PYTHONUTF8=0, or PYTHONIOENCODING=latin-1: "─" would not
+    # encode, and the run would end in an internal error instead of its table.
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding=encoding)
+    console = Console(file=out, width=100)
+    grid = table.gpu_table(_result(random.Random(3), 5))
+    assert not _writes_itself(console, grid)
+    console.print(grid)
+    out.flush()
+    assert "-+-" in raw.getvalue().decode(encoding)
+
+
+def test_cells_the_table_would_lay_out_otherwise_go_to_the_table() -> None:
+    console = _console(True, 80)
+    for rows in ([[Text("a"), Text("5 ")]],  # right-justified, ending in a space
+                 [[Text("a"), Text("5", justify="left")]],  # a justification of its own
+                 [[Text("a")]]):  # a row shorter than the header
+        grid = Grid([("HOST", "left"), ("GPU0", "right")], rows)
+        assert not _writes_itself(console, grid)
+        assert _styled(console, grid) == _styled(console, grid.table())
+    grid = Grid([("HOST", "left")], [[Text("a", style="no-such-style")]])
+    assert _writes_itself(console, grid)
+    assert _styled(console, grid) == _styled(console, grid.table())
