@@ -97,7 +97,7 @@ def _is_timeout(exc: BaseException, elapsed: float, limit: float) -> bool:
         return True
     text = str(exc).lower()
     # paramiko words its own timers' expiry as "... timeout", and a silent peer makes its
-    # handshake timer race the banner timer (the loser says "No existing session").
+    # handshake limit race the banner timer (the loser says "No existing session").
     return "timeout" in text or "timed out" in text or elapsed >= limit * 0.9
 
 

@@ -33,8 +33,9 @@ PER_HOST = 4  # a host in flight: its socket, or a ProxyCommand's socket and pip
 PER_KEPT = 1  # a kept connection between refreshes: its socket
 # Threads: the main one, the live view's two (its drawer, rich's refresh) or the output's
 # reader, a ProxyCommand's stderr reader, and what the libraries start; a host in flight
-# has its worker, paramiko's transport thread and its handshake timer; a kept connection
-# its transport thread.
+# has its worker and paramiko's transport thread, and where it is a library caller's own
+# connection (api.py) paramiko's handshake timer too (fleetclean's own connections start
+# none: upstream._Packetizer); a kept connection its transport thread.
 THREAD_SPARE = 16
 THREADS_PER_HOST = 3
 THREADS_PER_KEPT = 1

@@ -126,9 +126,10 @@ def test_a_host_in_its_key_exchange_holds_two_threads_its_worker_and_its_transpo
         done.set()
         sampler.join()
     assert [h["status"] for h in res.json()["hosts"]] == ["timeout"] * 6, res.err
-    # the six hosts' workers and transports, the sampler, and the live view's own thread
-    assert max(n for n, _ in seen) - before <= 2 * 6 + 2, seen
     assert max(timers for _, timers in seen) == 0
+    # the six hosts' workers and transports, and the sampler (no live view under --json);
+    # one more for a thread a library may start
+    assert max(n for n, _ in seen) - before <= 2 * 6 + 2, seen
 
 
 class DelayProxy:

@@ -25,7 +25,7 @@ KEY = paramiko.Ed25519Key(data=bytes.fromhex("0000000b7373682d656432353531390000
     (Phase.TCP, TimeoutError("timed out"), "10.0.0.1:22: no TCP connection within 3s"),
     (Phase.BANNER, paramiko.SSHException("Error reading SSH protocol banner"),
      "10.0.0.1:22 accepted TCP but sent no SSH banner within 3s"),
-    # paramiko's handshake timer may fire before its banner timer
+    # paramiko's handshake limit may expire before its banner timer
     (Phase.BANNER, paramiko.SSHException("No existing session"),
      "10.0.0.1:22 accepted TCP but sent no SSH banner within 3s"),
     (Phase.KEX, paramiko.SSHException("No existing session"),
