@@ -76,7 +76,7 @@ class ResolvedStage:
 
 
 # The built-in smi_timeout, in seconds (variables.BUILTIN_VARS, ResolvedPlaybook).
-SMI_TIMEOUT_S = 30.0
+SMI_TIMEOUT_S = 30  # an int: the script's header lists the variables as given (30, not 30.0)
 
 
 @dataclass(frozen=True)

@@ -219,9 +219,9 @@ def test_a_finished_hosts_connection_is_freed_at_once_not_by_the_garbage_collect
 ) -> None:
     """Issue #18: paramiko's transport is in reference cycles (its own bound methods, the
     exception that ended its thread, the handshake timer paramiko's own packetizer starts),
-    so every finished host's
-    transport, packetizer and channel stayed until a full collection, which a run of
-    hundreds of hosts met about once: 25 KB a host of the controller's peak RSS."""
+    so every finished host's transport, packetizer and channel stayed until a full
+    collection, which a run of hundreds of hosts met about once: 25 KB a host of the
+    controller's peak RSS."""
     gc.collect()
     before = ssh_objects()
     gc.disable()  # what reference counting alone frees
