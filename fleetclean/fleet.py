@@ -273,13 +273,16 @@ def _run_one(
             emit(Event(name, "stage", stage))
 
     output = session.run(job.host, job.pieces, on_line)
-    result = host_result(name, output, time.monotonic() - t0)
+    result = host_result(name, output, time.monotonic() - t0,
+                         where=f"{job.host.address}:{job.host.port or 22}")
     emit(Event(name, "done", result=result))
     return result
 
 
-def host_result(name: str, output: ScriptOutput, duration_s: float) -> HostResult:
-    """Decide a host's status from what the transport and the script said."""
+def host_result(name: str, output: ScriptOutput, duration_s: float,
+                where: str = "") -> HostResult:
+    """Decide a host's status from what the transport and the script said; ``where``:
+    the address and port it was dialled at (``HostResult.where``)."""
     report = (
         parse.parse_script_output(output.stdout, output.stderr, output.exit_code)
         if output.started
@@ -306,6 +309,7 @@ def host_result(name: str, output: ScriptOutput, duration_s: float) -> HostResul
         started=output.started,
         ended=report.ended,
         answered=report.answered,
+        where=where,
     )
 
 

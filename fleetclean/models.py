@@ -295,6 +295,10 @@ class HostResult:
     started: bool = False  # the script was started on the host (transport.ScriptOutput)
     ended: bool = False  # see ScriptReport.ended: heard to the end
     answered: tuple[str, ...] = ()  # see ScriptReport.answered
+    # "address:port" as the inventory names the host, where the run dialled it ("" for a
+    # result read back from JSON or a bundle's output): the problem lines fold hosts whose
+    # messages differ only by it (results/table.py). Not in --json.
+    where: str = ""
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ naming its hosts as node sets, and lists in full only the hosts that are not cle
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -90,17 +91,44 @@ def gpu_table(result: RunResult) -> Grid:
 
 def problems(result: RunResult) -> list[str]:
     """One line per distinct problem, naming every host that had it; then one line per
-    distinct note (a clean host's too: a server left running is worth saying)."""
-    by_message: dict[tuple[str, str], list[str]] = defaultdict(list)
+    distinct note (a clean host's too: a server left running is worth saying). Hosts whose
+    messages differ only by each one's own address (a rack down: "cannot connect to
+    10.1.0.7:22: ...") share a line, the address written ``<address>``; a host alone, or
+    hosts with the very same words, keep them.
+
+    >>> down = [HostResult(f"gpu{i}", HostStatus.UNREACHABLE, f"cannot connect to 10.0.0.{i}:22:"
+    ...                    " connection refused", where=f"10.0.0.{i}:22") for i in (1, 2)]
+    >>> problems(RunResult("status", 1.0, tuple(down)))
+    ['gpu[1-2]: unreachable: cannot connect to <address>:22: connection refused']
+    >>> problems(RunResult("status", 1.0, tuple(down[:1])))
+    ['gpu1: unreachable: cannot connect to 10.0.0.1:22: connection refused']
+    """
+    by_message: dict[tuple[str, str], list[HostResult]] = defaultdict(list)
     by_note: dict[str, list[str]] = defaultdict(list)
     for h in result.hosts:
         for note in notes(h):
             by_note[note].append(h.host)
         if h.status is HostStatus.CLEAN:
             continue
-        by_message[(h.status.value, h.error or "")].append(h.host)
-    lines = [f"{fold(hosts)}: {status}: {msg}" for (status, msg), hosts in by_message.items()]
+        by_message[(h.status.value, _unaddressed(h))].append(h)
+    lines = []
+    for (status, shape), hosts in by_message.items():
+        # One host, or hosts with the very same words: those words.
+        same = all(h.error == hosts[0].error for h in hosts)
+        lines.append(f"{fold(h.host for h in hosts)}: {status}: "
+                     f"{(hosts[0].error or '') if same else shape}")
     return lines + [f"{fold(hosts)}: {note}" for note, hosts in by_note.items()]
+
+
+def _unaddressed(h: HostResult) -> str:
+    """The host's message with its own "address:port" written ``<address>:port`` (not
+    inside a longer address or port: 10.0.0.1:22 in 110.0.0.1:22 or 10.0.0.1:2222)."""
+    error = h.error or ""
+    if not h.where or h.where not in error:
+        return error
+    address, _, port = h.where.rpartition(":")
+    return re.sub(r"(?<![\w.-])" + re.escape(h.where) + r"(?!\d)",
+                  lambda _: f"<address>:{port}", error) if address else error
 
 
 def check_blocks(result: RunResult) -> list[tuple[str, list[str]]]:
