@@ -36,11 +36,34 @@ def test_what_else_differs_keeps_its_own_line() -> None:
 
 
 def test_an_address_inside_a_longer_one_is_not_taken_for_the_hosts() -> None:
-    # 10.0.0.1:22 is the start of 10.0.0.1:2222, and the end of 110.0.0.1:22
-    hosts = [HostResult(f"gpu0{i}", HostStatus.ERROR, f"hop {hop} refused", where="10.0.0.1:22")
-             for i, hop in ((1, "10.0.0.1:2222"), (2, "110.0.0.1:22"))]
-    assert _lines(*hosts) == ["gpu01: error: hop 10.0.0.1:2222 refused",
-                              "gpu02: error: hop 110.0.0.1:22 refused"]
+    # Each host names a longer address built on its own: its port's prefix (10.0.0.1:2222),
+    # another address ending in its own (110.0.0.1:22, IPv6's 1:fe80::1:22). Folding those
+    # would merge hosts behind different hops.
+    for longer in ("{a}:2222", "1{a}:22", "1:{a}:22"):
+        hosts = [HostResult(f"gpu0{i}", HostStatus.ERROR,
+                            f"hop {longer.format(a=address)} refused", where=f"{address}:22")
+                 for i, address in ((1, "10.0.0.1"), (2, "10.0.0.2"))]
+        assert len(_lines(*hosts)) == 2, longer
+    v6 = [HostResult(f"gpu0{i}", HostStatus.UNREACHABLE,
+                     f"cannot connect to fe80::{i}:22: connection refused", where=f"fe80::{i}:22")
+          for i in (1, 2)]
+    assert _lines(*v6) == ["gpu[01-02]: unreachable: cannot connect to <address>:22: "
+                           "connection refused"]
+
+
+def test_users_keys_and_fingerprints_keep_hosts_apart() -> None:
+    hosts = [HostResult(f"gpu0{i}", HostStatus.AUTH_FAILED,
+                        f"authentication failed for {user}@10.0.0.{i}:22 with key {key}: "
+                        "Authentication failed.", where=f"10.0.0.{i}:22")
+             for i, user, key in ((1, "root", "~/.ssh/a"), (2, "ops", "~/.ssh/a"),
+                                  (3, "root", "~/.ssh/b"), (4, "root", "~/.ssh/a"))]
+    assert _lines(*hosts) == [
+        "gpu[01,04]: auth_failed: authentication failed for root@<address>:22 with key "
+        "~/.ssh/a: Authentication failed.",
+        "gpu02: auth_failed: authentication failed for ops@10.0.0.2:22 with key ~/.ssh/a: "
+        "Authentication failed.",
+        "gpu03: auth_failed: authentication failed for root@10.0.0.3:22 with key ~/.ssh/b: "
+        "Authentication failed."]
 
 
 def test_results_read_back_without_their_address_keep_a_line_a_host() -> None:
