@@ -2,8 +2,8 @@
 it out to the same lines, and given to that ``Table`` everywhere else.
 
 rich's ``Table`` measures and renders every cell through its general layout (wrapping,
-cropping, padding and alignment objects for each one): 1.3-1.8 ms of CPU a row of ten cells
-on this machine, so 1.3-1.8 s for the 1,000 rows of a busy fleet's status, all of it after
+cropping, padding and alignment objects for each one): 1.3-2.0 ms of CPU a row of ten cells
+on this machine, so 1.3-2.0 s for the 1,000 rows of a busy fleet's status, all of it after
 the last host has answered, and again at each refresh of a ``status --watch``. rich's author
 on a large table: "never going to be *fast*" (https://github.com/Textualize/rich/issues/1069).
 The table here is the simple case of that layout: every cell one line of printable ASCII
