@@ -19,8 +19,9 @@ bind-mounted at ``/run/fleetclean`` inside the node:
   SIGKILL from the host does the same without the courtesy.
 - It also mounts the node's own accounts and sudo configuration (``make_accounts``),
   answers GPU queries of accounts other than root on ``smi_driver.SOCKET`` (one thread),
-  and, when asked, forks the node's nvidia-persistenced (``start_persistenced``) before
-  its listener first comes up.
+  keeps ``/sys/module/nvidia_uvm/refcnt`` (``uvm_count``, one thread), and, when asked,
+  forks the node's nvidia-persistenced (``start_persistenced``) before its listener first
+  comes up.
 
 Example: ``echo "2 off" > listener.want; kill -USR1 INIT`` makes the node refuse SSH
 connections while its workloads keep running.
@@ -39,13 +40,14 @@ import sys
 import time
 
 if __package__:
-    from fleetclean.sim import nodecg, programs, smi_driver, smi_state
+    from fleetclean.sim import nodecg, programs, smi_driver, smi_state, uvm_count
     from fleetclean.sim.proctitle import set_environ, set_plain_title, set_title
 else:  # run as a script: the sibling modules are found through sys.path[0]
     import nodecg  # type: ignore[import-not-found,no-redef]
     import programs  # type: ignore[import-not-found,no-redef]
     import smi_driver  # type: ignore[import-not-found,no-redef]
     import smi_state  # type: ignore[import-not-found,no-redef]
+    import uvm_count  # type: ignore[import-not-found,no-redef]
     from proctitle import (  # type: ignore[import-not-found,no-redef]
         set_environ,
         set_plain_title,
@@ -128,6 +130,10 @@ def make_dev() -> None:
         os.chmod(f"/dev/{name}", 0o666)
     os.mkdir("/dev/nvidia-caps", 0o755)
     make_driver_info(gpus)
+    # The node's own /sys/module, with the nvidia_uvm module's reference count that its
+    # init keeps (uvm_count.serve): this machine's modules stay out of view.
+    mount("tmpfs", uvm_count.MODULES, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755")
+    os.mkdir(os.path.dirname(uvm_count.REFCNT), 0o755)
 
 
 def read_gpus() -> list[dict[str, object]]:
@@ -584,6 +590,7 @@ def run(node_dir: str, address: str, hostname: str, cgroups: dict[str, object] |
     # After the signals are blocked: the driver's thread inherits the mask, so every signal
     # still reaches the loop's sigtimedwait. Its fork()s only ever exec (see spawn).
     smi_driver.serve(smi_driver.SOCKET, smi_state.scan_device_holders)
+    uvm_count.serve()
     Init(node_dir, address).run()
 
 

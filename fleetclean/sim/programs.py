@@ -50,8 +50,10 @@ import time
 from typing import Any
 
 if __package__:
+    from fleetclean.sim import uvm_count
     from fleetclean.sim.proctitle import set_plain_title, set_title
-else:  # run as a script: the sibling module is found through sys.path[0]
+else:  # run as a script: the sibling modules are found through sys.path[0]
+    import uvm_count  # type: ignore[import-not-found,no-redef]
     from proctitle import set_plain_title, set_title  # type: ignore[import-not-found,no-redef]
 
 READY_FD = "FLEETCLEAN_SIM_READY_FD"
@@ -126,8 +128,8 @@ def device_path(index: int) -> str:
 
 def open_devices(spec: dict[str, Any]) -> list[int]:
     """A CUDA process's files: its GPUs (every GPU with ``sees_all``), /dev/nvidiactl and
-    /dev/nvidia-uvm; an NVML user's (``nvml``): /dev/nvidiactl and every GPU, no
-    /dev/nvidia-uvm."""
+    /dev/nvidia-uvm (counted in the node's /sys/module/nvidia_uvm/refcnt); an NVML user's
+    (``nvml``): /dev/nvidiactl and every GPU, no /dev/nvidia-uvm."""
     paths = [device_path(int(i)) for i in spec.get("gpus", [])]
     if spec.get("sees_all"):
         # CUDA without CUDA_VISIBLE_DEVICES or a device cgroup opens every GPU's file; its
@@ -139,7 +141,10 @@ def open_devices(spec: dict[str, Any]) -> list[int]:
         paths = ["/dev/nvidiactl", *(device_path(i) for i in all_gpus())]
     if spec.get("ctl_only"):
         paths = ["/dev/nvidiactl"]
-    return [os.open(p, os.O_RDWR) for p in paths]
+    held = [os.open(p, os.O_RDWR) for p in paths]
+    if uvm_count.DEVICE in paths:
+        uvm_count.opened()  # the node's nvidia_uvm refcnt counts it before we are ready
+    return held
 
 
 def all_gpus() -> list[int]:
