@@ -99,9 +99,10 @@ def marks(line_times: list[tuple[float, str]]) -> dict[str, float]:
     return found
 
 
-def report(name: str, script: str, boot: str, runs: int) -> None:
+def report(name: str, script: str, boot: str, runs: int, dump: Path | None) -> None:
     env = {**os.environ, "S": script, "BOOT": boot}
     walls, bare, times = [], [], []
+    traces: list[list[tuple[float, str]]] = []
     gaps: dict[str, list[float]] = defaultdict(list)
     at: dict[str, list[float]] = defaultdict(list)
     for _ in range(runs):
@@ -109,6 +110,7 @@ def report(name: str, script: str, boot: str, runs: int) -> None:
         bare.append(plain(["bash", "-c", BARE]))
         took, line_times = traced(script, boot)
         times.append(took)
+        traces.append(line_times)
         for mark, t in marks(line_times).items():
             at[mark].append(t)
         for (t0, line), (t1, _) in itertools.pairwise(line_times):
@@ -123,18 +125,30 @@ def report(name: str, script: str, boot: str, runs: int) -> None:
     print("   slowest gaps (ms a run, the command before the gap):")
     for line, xs in slow:
         print(f"   {sum(xs) / runs * ms:7.2f}  x{len(xs) / runs:.1f}  {line}")
+    if dump is not None:
+        # The run whose traced wall is the median, whole: a line per traced command, the
+        # time it was stamped and the gap before the next.
+        median = sorted(range(runs), key=times.__getitem__)[runs // 2]
+        lines = traces[median]
+        out = dump / (name.split(" (", maxsplit=1)[0].replace(" ", "-") + ".trace")
+        with out.open("w") as f:
+            for (t0, line), nxt in itertools.zip_longest(lines, lines[1:]):
+                gap = (nxt[0] - t0) * ms if nxt else 0.0
+                f.write(f"{t0 * ms:8.2f} {gap:6.2f}  {line[:200]}\n")
+        print(f"   the median run's trace: {out}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--dump", type=Path, help="write the median run's whole trace here (a folder)")
     args = ap.parse_args()
     scripts = {"never seen (-q)": render(args, ["--local"])}
     apps = gpu_processes(local)
     if apps:
         scripts["seen in use"] = render(args, ["--local"], named=apps)
     for name, text in scripts.items():
-        report(name, text, boot_command(text), args.runs)
+        report(name, text, boot_command(text), args.runs, args.dump)
     return 0
 
 
