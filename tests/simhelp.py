@@ -6,6 +6,7 @@ any test imports them with ``from simhelp import ...``.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -14,7 +15,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from fleetclean.engine.render import UVM_REFCNT
 from fleetclean.sim import SimFleet
 from fleetclean.transport.boot import BASH, read_and_run
 
@@ -221,6 +223,21 @@ def sh(fleet: SimFleet, command: str, node: str = "node01") -> str:
     done = fleet.run_in(node, ["sh", "-c", command])
     assert done.returncode == 0, f"{command}: {done.stderr}"
     return done.stdout.strip()
+
+
+@contextlib.contextmanager
+def uvm_counted(fleet: SimFleet, node: str, count: int) -> Iterator[None]:
+    """The node's count of open /dev/nvidia-uvm files (render.UVM_REFCNT), which picks a
+    status script's GPU read, made ``count`` inside the block (as where a CUDA process holds
+    no context, or has started just after the script read the count), and put back after.
+    The node's init writes it anew at a CUDA process's start or end (sim/uvm_count.py)."""
+    path = fleet.node_path(node, UVM_REFCNT)
+    kept = path.read_text()
+    path.write_text(f"{count}\n")
+    try:
+        yield
+    finally:
+        path.write_text(kept)
 
 
 def reset_node(fleet: SimFleet, node: str = "node01") -> None:

@@ -82,24 +82,34 @@ BUSY = frozenset({
     "fc_verify_prep", "fc_verify_prep_awake", "fc_verify_prep_check",
 })
 TIERS = (IDLE, BUSY)
-# A script's first GPU read is one of two (render.early_reads): -q, GPUs and processes, and
-# the driver's files; or, on a host seen clean last time, --query-gpu. Neither calls the
-# other's functions, which it leaves with the rarer rest: 4.4 KB that a host seen clean
-# does not parse (0.45 ms of its CPU, perf stat), 2 KB for the others.
+# A script's first GPU read is one of two (render.early_reads), as the node's count of CUDA
+# processes says: -q, GPUs and processes, and the driver's files; or --query-gpu. Neither
+# calls the other's functions. A host whose last status named processes reads -q whatever
+# the count (the query's functions left with the rarer rest: 2 KB); on a host seen clean
+# last time, the node most likely has no CUDA process, and -q's functions (4.4 KB, 0.45 ms
+# of its CPU, perf stat) are parsed with the busy tier's where it does; any other host
+# parses both reads' as it reads the script.
 Q_READ = frozenset({"fc_verify_read_q", "fc_verify_gpu_info", "fc_gpu_info_all", "fc_bus_dir",
                     "fc_gpu_info_load", "fc_info_line"})
 QUERY_READ = frozenset({"fc_verify_read_gpus", "fc_verify_gpu_row"})
 
 
-def tiers(last_clean: bool = False) -> tuple[frozenset[str], ...]:
-    """The tiers of a status script whose first GPU read is -q, or the query of a host seen
-    clean (``last_clean``).
+def tiers(last_clean: bool = False, named: bool = False) -> tuple[frozenset[str], ...]:
+    """The tiers of a status script whose host was never seen, or was seen clean at its
+    last status (``last_clean``), or whose last status named processes (``named``).
 
-    >>> q, seen = tiers()[0], tiers(last_clean=True)[0]
-    >>> "fc_verify_read_q" in q, "fc_verify_read_q" in seen, "fc_verify_read_gpus" in seen
-    (True, False, True)
+    >>> new, seen, named = tiers()[0], tiers(last_clean=True), tiers(named=True)[0]
+    >>> "fc_verify_read_q" in new, "fc_verify_read_gpus" in new
+    (True, True)
+    >>> "fc_verify_read_q" in seen[0], "fc_verify_read_q" in seen[1], "fc_verify_read_gpus" in named
+    (False, True, False)
     """
-    return (IDLE - (Q_READ if last_clean else QUERY_READ), BUSY)
+    if named:
+        return (IDLE - QUERY_READ, BUSY)
+    if last_clean:
+        return (IDLE - Q_READ, BUSY | Q_READ)
+    return TIERS
+
 
 # A function of the packaged bash: its name line at the start of a line, its closing
 # brace alone on one (tests/engine/test_lazy.py holds every packaged file to it).

@@ -41,6 +41,7 @@ from fleetclean.engine.stages.verify import (
     VERIFY_GPU_ARGS,
     VERIFY_Q_ARGS,
 )
+from fleetclean.transport import boot
 from fleetclean.transport.boot import OWN, POSIX_OFF, SETTLE, read_and_run
 
 # Non-interactive SSH shells often lack the sbin directories; ours come after the caller's.
@@ -48,11 +49,13 @@ _PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Every script's header says where the comments ``carried`` leaves out are.
 CARRIED_NOTE = "# The packaged bash comes without its comments: fleetclean/engine/stages has them."
 # What the header of a host given the cheaper early GPU read says (early_reads).
-LAST_CLEAN_NOTE = ("# GPU read: --query-gpu, compute apps only where a GPU is in use (every GPU "
-                   "read clean at the host's last status)")
+LAST_CLEAN_NOTE = ("# GPU read: --query-gpu where no CUDA process runs (/sys/module/nvidia_uvm/"
+                   "refcnt), else -q (every GPU read clean at the host's last status)")
 # And where its last status named processes: what `fleetclean show` tells a person.
 NAMED_NOTE = ("# GPU read: -q, and while it runs the processes the host's last status named "
               "(FC_VHINT: PID:START)")
+# Open files of /dev/nvidia-uvm, as the kernel counts them (early_reads).
+UVM_REFCNT = "/sys/module/nvidia_uvm/refcnt"
 # True where the script runs as a file or a -c string, not read by ``bash -s``.
 _UNDER_BASH_S = "[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]]"
 
@@ -101,13 +104,14 @@ class Renderer:
         """(head, library, tail) of one host's script, and for a script without stages the
         definitions it parses only when called (:mod:`.lazy`); the libraries are shared.
         ``last_clean``: every GPU of the host read clean at its last status
-        (:mod:`fleetclean.results.lastclean`), so that its early GPU read is the one pdsh
-        would make (:func:`early_reads`). ``run``, ``unheard`` and ``named``:
-        :func:`main_function`'s (``named`` only for a status whose early read is -q)."""
+        (:mod:`fleetclean.results.lastclean`), so that bash parses the -q read's
+        definitions only where the node's count makes that its early GPU read
+        (:func:`early_reads`, :func:`.lazy.tiers`). ``run``, ``unheard`` and ``named``:
+        :func:`main_function`'s (``named`` only for a status: its early read is -q)."""
         check = check or resolved.read_only
         force = force or resolved.force
         shebang, _, header = _header(resolved, check, force, host_name).partition("\n")
-        lib, rest, shared_size = self._library(resolved, last_clean)
+        lib, rest, shared_size = self._library(resolved, last_clean, bool(named))
         main = "\n".join([*main_function(resolved, check=check, force=force,
                                          host=q(host_name), scope=self._scope, run=run,
                                          unheard=unheard, named=named),
@@ -115,11 +119,11 @@ class Renderer:
         header += "\n"
         early = ""
         if resolved.verify is not None and not resolved.stages:
-            early = "\n".join(early_reads(last_clean)) + "\n"
-            if last_clean:
-                header += LAST_CLEAN_NOTE + "\n"
-            elif named:
+            early = "\n".join(early_reads(q_only=bool(named))) + "\n"
+            if named:
                 header += NAMED_NOTE + "\n"
+            elif last_clean:
+                header += LAST_CLEAN_NOTE + "\n"
         # What follows fc_main's call is never parsed unless fc_lazy asks for it.
         tail = "\n" + main + ("exit\n" if rest else "")
         size = len(header.encode()) + shared_size + len(tail.encode())
@@ -133,23 +137,24 @@ class Renderer:
                 f"{read_whole(size)}\n{header}")
         return (head, lib, tail, rest) if rest else (head, lib, tail)
 
-    def _library(self, resolved: ResolvedPlaybook,
-                 last_clean: bool = False) -> tuple[str, str, int]:
+    def _library(self, resolved: ResolvedPlaybook, last_clean: bool = False,
+                 named: bool = False) -> tuple[str, str, int]:
         """``library`` joined (cut in two by :func:`.lazy.split` where there is no stage,
-        by the first GPU read's tiers: ``last_clean``), and the two's size in bytes: once
-        per set of stage types."""
+        by the tiers of what the host's last status saw: ``last_clean``, ``named``), and the
+        two's size in bytes: once per set of stage types."""
         scope = self._scope
-        last_clean = last_clean and not resolved.stages and resolved.verify is not None
+        status = not resolved.stages and resolved.verify is not None
+        last_clean, named = last_clean and status, named and status
         # owner_slurm decides whether owner-slurm.sh is carried (library): a host whose
         # group makes it stop must not get another host's library without it.
         key = (tuple(s.type for s in resolved.stages), resolved.verify is not None,
-               scope is not None and scope.active, last_clean,
+               scope is not None and scope.active, last_clean, named,
                resolved.owner_actions.get("slurm") == "stop")
         known = self._libraries.get(key)
         if known is None:
             text, rest = "\n".join(library([resolved], scope)), ""
             if not resolved.stages:
-                text, groups = lazy.split(text, lazy.tiers(last_clean))
+                text, groups = lazy.split(text, lazy.tiers(last_clean, named))
                 text += lazy.loader(groups)
                 rest = lazy.end(groups)
             known = self._libraries[key] = (text, rest,
@@ -174,18 +179,18 @@ def noted_test() -> str:
             f"-O {xdg_dir} && -O {xdg})")
 
 
-def early_reads(last_clean: bool = False) -> tuple[str, str]:
+def early_reads(q_only: bool = False) -> tuple[str, str]:
     """What a script whose first work is the verification's read (``status``: no stage)
     starts before bash reads and parses the rest of it: the GPU read and the kernel log,
-    each a process whose output waits in a pipe (``FC_VQFD``, ``FC_VXIDFD``) for the
-    verification, which reads them instead of starting its own. nvidia-smi's wall time
-    (20-25 ms on an H200, more with eight GPUs) then overlaps bash's own start-up and the
-    first lines of the script rather than following them (over SSH the login shell's
-    command starts the GPU read before it reads the script, ``transport.boot.first_read``,
-    and the kernel log's once the whole script has come); and each is forked by a bash
-    that holds no definitions yet, which is cheaper. Both only read; PATH gets the same
-    tail as ``fc_main`` gives it, and neither can read the script on standard input; the
-    GPU read holds no descriptor of the session but its pipe.
+    each a process whose output waits in a pipe (``FC_VGFD`` or ``FC_VQFD``, and
+    ``FC_VXIDFD``) for the verification, which reads them instead of starting its own.
+    nvidia-smi's wall time (20-25 ms on an H200, more with eight GPUs) then overlaps bash's
+    own start-up and the first lines of the script rather than following them (over SSH the
+    login shell's command starts the GPU read before it reads the script,
+    ``transport.boot.first_read``, and the kernel log's once the whole script has come);
+    and each is forked by a bash that holds no definitions yet, which is cheaper. Both only
+    read; PATH gets the same tail as ``fc_main`` gives it, and neither can read the script
+    on standard input; the GPU read holds no descriptor of the session but its pipe.
 
     Each is a line of its own, before the one that reads the rest (:func:`read_whole`):
     under ``bash -s``, bash reads a script from a pipe one byte per read(2) and runs
@@ -196,6 +201,20 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
     commands, but for the GPU read, which that command started (its descriptor set, as a
     test that has started its own read first keeps it).
 
+    Which GPU read, the node says (``FC_UVM``): the kernel counts a reference on the
+    nvidia_uvm module for each open file of /dev/nvidia-uvm, which every CUDA process opens
+    and no NVML reader does (nvidia-smi, nvidia-persistenced): one read(2) of
+    ``/sys/module/nvidia_uvm/refcnt``. At 0, or with no such module (none loaded since the
+    node booted: no CUDA process either), no process can hold a GPU context: the read is
+    ``--query-gpu`` (``FC_VGFD``), the query pdsh users type, and the compute apps are asked
+    for only where some GPU is in use all the same (a leak no process holds; verify.sh:
+    fc_verify_read_gpus). Above 0 it is ``-q`` (``FC_VQFD``), the GPUs and their processes
+    in one call, as for a host whose last status named processes (``q_only``: those are
+    read while it runs, verify.sh: fc_verify_prep). The count only picks the read, never a
+    row: a wrong guess costs a second query (a CUDA process started just after the read of
+    the count) or -q's 1-3 ms more (one holding no context), and the verification reads
+    what is there either way.
+
     The -q read leaves the row remapper's section out: the verification reads it beside
     this one where the kernel log cannot rule a pending remap out (fc_verify_gate). Of
     the kernel log, dmesg prints only the levels that hold what the verification reads
@@ -203,20 +222,14 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
     can filter; else sed passes on only that (``KERNEL_LOG_SED``), where the node has sed
     (verify.sh: fc_verify_klog).
 
-    Where every GPU of the host read clean last time (``last_clean``), the GPU read is
-    ``--query-gpu`` (``FC_VGFD``), the query pdsh users type, and the compute apps are asked
-    for only where some GPU turns out to be in use (verify.sh: fc_verify_read_gpus): on an
-    idle H200 1.1-1.9 ms of wall less than -q, and no driver file read. A host in use again
-    pays a second query after the first; one in use last time, or never seen, reads -q.
-
     >>> gpu, klog = early_reads()
-    >>> "nvidia-smi -q -d MEMORY,PIDS 2>&1)" in gpu, "dmesg -l " in klog
-    (True, True)
-    >>> "FC_VGFD}< <(" in early_reads(last_clean=True)[0]
-    True
+    >>> "{FC_VQFD}< <(" in gpu, "{FC_VGFD}< <(" in gpu, UVM_REFCNT in gpu, "dmesg -l " in klog
+    (True, True, True, True)
+    >>> gpu = early_reads(q_only=True)[0]
+    >>> "nvidia-smi -q -d MEMORY,PIDS 2>&1)" in gpu, "FC_VGFD" in gpu
+    (True, False)
     """
     path = f"PATH=$PATH:{_PATH_TAIL}"
-    fd, args = ("FC_VGFD", VERIFY_GPU_ARGS) if last_clean else ("FC_VQFD", VERIFY_Q_ARGS)
     # Over SSH the login shell's command starts this line's braces' content itself, before
     # it reads the script (transport.boot.first_read): no single quote in it.
     # Its exec, not a redirection of a group, which would keep the session's stderr open
@@ -226,12 +239,23 @@ def early_reads(last_clean: bool = False) -> tuple[str, str]:
     # while the -q read runs (verify.sh: fc_verify_prep, which stops at its first byte) are
     # read until it is done, and its first byte is all the reader waits for with a
     # deadline (lib.sh: fc_smi_read): a call that stops answering part way sends nothing.
-    read = (f"exec 2>/dev/null </dev/null; o=$({path} nvidia-smi {args} 2>&1); "
-            'printf "%s\\n@%d" "$o" "$?"')
+
+    def start(fd: str, args: str) -> str:
+        return (f"exec {{{fd}}}< <(exec 2>/dev/null </dev/null; o=$({path} nvidia-smi {args} "
+                '2>&1); printf "%s\\n@%d" "$o" "$?")')
+
+    q = start("FC_VQFD", VERIFY_Q_ARGS)
+    if q_only:
+        own, fds, pick = OWN.format("FC_VQFD"), "FC_VQFD", q
+    else:
+        own, fds = boot.EITHER_READ, "FC_VQFD FC_VGFD"
+        # The count as the kernel writes it ("0\n", "3\n"); nothing where it cannot be read.
+        pick = (f"FC_UVM=; read -r FC_UVM 2>/dev/null <{UVM_REFCNT}; "
+                f"if [[ $FC_UVM == [1-9]* ]]; then {q}; "
+                f"else {start('FC_VGFD', VERIFY_GPU_ARGS)}; fi")
     # None where a note says an earlier run's nvidia-smi waits in a hung driver (lib.sh:
     # fc_smi_noted, which the verification's own read then asks first).
-    gpu = (f"{OWN.format(fd)} || {{ unset {fd}; LC_ALL=C; [[ {noted_test()} ]] || "
-           f"exec {{{fd}}}< <({read}); }}")
+    gpu = (f"{own} || {{ unset {fds}; LC_ALL=C; [[ {noted_test()} ]] || {{ {pick}; }}; }}")
     klog = (f"{OWN.format('FC_VXIDFD')} || {{ unset FC_VXIDFD; LC_ALL=C; "
             f"exec {{FC_VXIDFD}}< <({path}; "
             "read -r _ l _ 2>/dev/null </proc/sys/kernel/printk; "

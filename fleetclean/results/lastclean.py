@@ -1,18 +1,18 @@
 """Which hosts had every GPU clean at their last status from this controller: a hint for
-the GPU read a status script starts with (``render.early_reads``), never a result.
+the status script of each (``render.Renderer.pieces``), never a result.
 
-A host whose GPUs all read clean last time most likely still does: its status script asks
-``--query-gpu`` first, as pdsh users do, and the compute apps only where some GPU turns out
-to be in use; any other host (in use last time, faulty, unreachable, never seen) reads
-``-q``, GPUs and processes in one call. A wrong hint costs one nvidia-smi call more on that
-host (a host in use again) or the -q read's 1-2 ms (a host clean again), never a wrong
-row: the script reads what is there either way. Only ``status`` notes hosts: a teardown
-leaves its hosts clean for a moment, most often to start their servers again.
+Which GPU read a status script starts with, the node decides (``render.early_reads``):
+``--query-gpu`` where its kernel counts no open /dev/nvidia-uvm (no CUDA process), -q
+where it counts some. A host whose GPUs all read clean last time most likely has none
+again: bash parses the -q read's definitions only where it does (``lazy.tiers``); any
+other host never seen parses both reads'. A wrong hint costs a parse of those definitions
+(0.5 ms), never a wrong row. Only ``status`` notes hosts: a teardown leaves its hosts clean
+for a moment, most often to start their servers again.
 
 Kept in ``$FLEETCLEAN_STATE_DIR/last-clean.json`` (beside the run records), each host with
 the time it was last seen clean; hosts not seen clean for 30 days are dropped. Concurrent
 runs may lose each other's updates: each writes whole (rename), and a lost update only
-costs the next status the cheaper read on those hosts.
+costs the next status on those hosts that parse.
 
 A host whose last status named processes most likely runs them still (a serving fleet's
 servers run for days): its next status reads those processes, with their owners, while

@@ -139,17 +139,21 @@ def inner(size: int, first: str = "") -> str:
 # started already (by the command: first_read); an exported one is a stranger's, never
 # read or closed (render.early_reads opens each early read's line with it).
 OWN = "[[ -n ${{{0}:-}} && ${{{0}@a}} != *x* ]]"
-# The descriptors of the GPU reads a status script may start first (render.early_reads).
+# The descriptors of the GPU reads a status script may start first (render.early_reads),
+# and the test of a line that starts one or the other, as the node's count of CUDA
+# processes says.
 FIRST_READS = ("FC_VGFD", "FC_VQFD")
+EITHER_READ = f"{OWN.format('FC_VQFD')} || {OWN.format('FC_VGFD')}"
 
 
 def first_read(head: str) -> str:
     """The command that starts the GPU read of the script that ``head`` begins (its first
     piece, or all of it), or "" where it has none: a status script's fourth line (after
     the shebang, shellcheck's directive and ``POSIX_OFF``: render.early_reads) is ``OWN ||
-    { START; }``, and START, in the login shell's command, runs before the script is read.
-    The bash that then runs the script finds the descriptor its own (``OWN``) and leaves
-    the line be. Only a START that every login shell passes alike is taken: no newline,
+    { START; }`` (or ``EITHER_READ || { START; }``, START picking the read), and START, in
+    the login shell's command, runs before the script is read. The bash that then runs
+    the script finds the descriptor its own (``OWN``, ``EITHER_READ``) and leaves the line
+    be. Only a START that every login shell passes alike is taken: no newline,
     ``!`` or single quote, and no two backslashes in a row (inside single quotes fish makes
     them one).
 
@@ -160,8 +164,8 @@ def first_read(head: str) -> str:
     ''
     """
     line = (head.split("\n", 4)[3:4] or [""])[0]
-    for fd in FIRST_READS:
-        opening = OWN.format(fd) + " || { "
+    for own in (EITHER_READ, *map(OWN.format, FIRST_READS)):
+        opening = own + " || { "
         if line.startswith(opening) and line.endswith("; }"):
             start = line[len(opening):-len("; }")]
             if not set(start) & set("\n!'") and "\\\\" not in start:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from simhelp import Cli, alive, edit_inventory
+from simhelp import Cli, alive, edit_inventory, uvm_counted
 
 from fleetclean.cli import Env, main
 from fleetclean.sim import SimFleet
@@ -184,7 +184,11 @@ def test_the_row_remapper_is_read_only_where_the_kernel_log_cannot_rule_a_remap_
     fleet.node_path("node01", "/tmp/status.sh").write_text(script.out)
 
     def status() -> tuple[int, list[str]]:
-        pages, *calls = fleet.run_in("node01", ["bash", "-c", LOGGED_STATUS]).stdout.split("\n")
+        # As where CUDA processes run: the node's count makes the read -q (the query's
+        # pending fields: test_e2e_last_clean.py).
+        with uvm_counted(fleet, "node01", 1):
+            out = fleet.run_in("node01", ["bash", "-c", LOGGED_STATUS]).stdout
+        pages, *calls = out.split("\n")
         return int(pages), [c for c in calls if c]
 
     # A whole boot log with no ECC Xid: no remap can be pending, so no remapper section
@@ -195,13 +199,15 @@ def test_the_row_remapper_is_read_only_where_the_kernel_log_cannot_rule_a_remap_
     # The ECC error that marks a row (Xid 63): the remapper is read beside, and says Yes.
     fleet.set_fault("node01", "remapped-pending", 1)
     assert status() == (1, ["-q -d MEMORY,PIDS", "-q -d ROW_REMAPPER"])
-    host = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    with uvm_counted(fleet, "node01", 1):
+        host = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert host["status"] == "faulty" and "GPU1: remapped rows pending" in host["error"]
     # The log cleared, its Xid 63 gone with it: no longer whole since boot, so the
     # remapper is still read and the pending remap still found.
     fleet.run_in("node01", ["dmesg", "-C"])
     assert status() == (1, ["-q -d MEMORY,PIDS", "-q -d ROW_REMAPPER"])
-    host = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
+    with uvm_counted(fleet, "node01", 1):
+        host = cli("status", "-i", fleet.inventory_path, "--json").host("node01")
     assert host["status"] == "faulty" and "GPU1: remapped rows pending" in host["error"]
     fleet.set_fault("node01", "none")  # the simulator's reset: a whole boot log again
     assert status() == (0, ["-q -d MEMORY,PIDS"])

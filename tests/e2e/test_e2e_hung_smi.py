@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from simhelp import Cli, is_script
+from simhelp import Cli, is_script, uvm_counted
 
 from fleetclean.sim import SimFleet
 
@@ -141,9 +141,10 @@ def test_a_teardown_stops_the_server_and_leaves_the_lock_free(
 
 def test_gpus_that_answer_and_processes_that_do_not_are_still_a_hung_driver(
         sim_fleet_factory, cli: Cli) -> None:  # type: ignore[no-untyped-def]
-    """A host read clean last time reads its GPUs alone first (the --query-gpu pdsh users
-    type) and asks for their processes only once one is in use: here the GPUs answer and
-    that second call does not. It was read dirty, its holders guessed from device files."""
+    """A node that counts no CUDA process reads its GPUs alone first (the --query-gpu pdsh
+    users type) and asks for their processes only where one is in use all the same (here
+    one started just after the count was read): the GPUs answer and that second call does
+    not. It was read dirty, its holders guessed from device files."""
     fleet = sim_fleet_factory(1)
     args = ["status", "-i", str(fleet.inventory_path), "--json", "-e", "smi_timeout=2",
             "--timeout", "20"]
@@ -151,7 +152,8 @@ def test_gpus_that_answer_and_processes_that_do_not_are_still_a_hung_driver(
     fleet.spawn("node01", "sglang", gpus="0-1")
     fleet.set_fault("node01", "hang", "apps")
     try:
-        host = cli(*args).json()["hosts"][0]
+        with uvm_counted(fleet, "node01", 0):
+            host = cli(*args).json()["hosts"][0]
         assert host["status"] == "faulty", host
         assert "did not answer in 2s (smi_timeout)" in host["error"] and "state D" in host["error"]
         # Its GPUs were read: the rows are there.

@@ -1,7 +1,10 @@
-"""A host whose GPUs all read clean at its last status reads them next time with the
-query pdsh users type (``--query-gpu``), and asks for the compute apps only where a GPU is in
-use again (``results/lastclean.py``, ``verify.sh``: fc_verify_read_gpus). Whatever the read,
-the table is the same: these tests read each node both ways, as it is, and compare."""
+"""A node where no process has /dev/nvidia-uvm open (no CUDA process: the kernel's count in
+/sys/module/nvidia_uvm/refcnt is 0) reads its GPUs with the query pdsh users type
+(``--query-gpu``), and asks for the compute apps only where a GPU is in use all the same; one
+where some do reads -q, GPUs and processes in one call (``render.early_reads``, ``verify.sh``:
+fc_verify_read_gpus); a host whose last status named processes reads them while its -q read
+runs (``results/lastclean.py``). Whatever the read, the table is the same: these tests read
+each node both ways, as it is, and compare."""
 
 from __future__ import annotations
 
@@ -10,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from simhelp import Cli, spawn_cli, stop_cli, wait_for
+from simhelp import Cli, spawn_cli, stop_cli, uvm_counted, wait_for
 
-from fleetclean.engine.render import LAST_CLEAN_NOTE, NAMED_NOTE
+from fleetclean.engine.render import LAST_CLEAN_NOTE, NAMED_NOTE, UVM_REFCNT
 from fleetclean.results import lastclean
 from fleetclean.sim import SimFleet
 
@@ -23,6 +26,7 @@ APPS_QUERY = ("--query-compute-apps=pid,process_name,used_memory,gpu_uuid "
               "--format=csv,noheader,nounits")
 CSV_QUERY = ("--query-gpu=index,uuid,name,memory.used,memory.total,retired_pages.pending,"
              "remapped_rows.pending --format=csv,noheader,nounits")
+Q_READ = "-q -d MEMORY,PIDS"
 PENDING_QUERY = ("--query-gpu=index,retired_pages.pending,remapped_rows.pending "
                  "--format=csv,noheader,nounits")
 # The node's status script, its nvidia-smi calls logged (their arguments, one a line).
@@ -38,14 +42,18 @@ def hinted() -> dict[str, Any]:
 
 
 def both_reads(fleet: SimFleet, cli: Cli, host: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``host``'s status as the hint makes it read, then as a host never seen clean reads
-    it (-q); the hint left as the first of the two left it."""
-    with_hint = cli("status", "-i", fleet.inventory_path, "--json").host(host)
-    after = lastclean.path().read_text()
-    lastclean.path().write_text(json.dumps({"hosts": {}}))
-    without = cli("status", "-i", fleet.inventory_path, "--json").host(host)
-    lastclean.path().write_text(after)
-    return with_hint, without
+    """``host``'s status read with ``--query-gpu`` first (the node's count of /dev/nvidia-uvm's
+    open files made 0: as if no CUDA process ran), then with -q (made 1), no processes
+    named for it either time; the count put back after each, the hints as the second left
+    them."""
+    reads = []
+    for count, first in ((0, GPU_QUERY), (1, Q_READ)):
+        named_file().parent.mkdir(parents=True, exist_ok=True)
+        named_file().write_text(json.dumps({"hosts": {}}))
+        with uvm_counted(fleet, host, count):
+            assert calls(fleet, cli, host)[0] == first
+            reads.append(cli("status", "-i", fleet.inventory_path, "--json").host(host))
+    return reads[0], reads[1]
 
 
 def calls(fleet: SimFleet, cli: Cli, host: str) -> list[str]:
@@ -63,53 +71,68 @@ def table(host: dict[str, Any]) -> tuple[Any, ...]:
             json.dumps(host.get("xids"), sort_keys=True))
 
 
-def test_a_host_seen_clean_reads_as_pdsh_does_and_names_who_uses_it_again(
+def test_a_node_with_no_cuda_process_reads_as_pdsh_does_and_one_with_some_reads_q(
     sim_fleet_factory: Any, cli: Cli
 ) -> None:
     fleet = sim_fleet_factory(3)
     fleet.spawn("node02", "sglang", gpus="0-7", mib=4096)
-    # Never seen: every host reads -q; the clean ones are noted.
-    assert calls(fleet, cli, "node01") == ["-q -d MEMORY,PIDS"]
+    # The node's count of CUDA processes picks the read, seen or not.
+    assert fleet.node_path("node01", UVM_REFCNT).read_text() == "0\n"
+    assert calls(fleet, cli, "node01") == [GPU_QUERY]
+    assert calls(fleet, cli, "node02") == [Q_READ]
     first = cli("status", "-i", fleet.inventory_path, "--json")
     assert [first.host(h)["status"] for h in ("node01", "node02", "node03")] == [
         "clean", "dirty", "clean"]
     assert sorted(hinted()) == ["node01", "node03"]
-    # node01 now reads the GPUs as pdsh would, one call; node02 (in use) still reads -q.
     shown = cli("show", "status", "-i", fleet.inventory_path, "--host", "node01").out
-    assert LAST_CLEAN_NOTE in shown and "{FC_VGFD}< <(" in shown
-    assert calls(fleet, cli, "node01") == [GPU_QUERY]
-    assert calls(fleet, cli, "node02") == ["-q -d MEMORY,PIDS"]
-    # In use again: the compute apps are asked for after the GPUs, and each worker is
-    # named as the -q read names it.
+    assert LAST_CLEAN_NOTE in shown and "{FC_VGFD}< <(" in shown and "{FC_VQFD}< <(" in shown
+    # In use again: one -q call, not the query and then the apps after it, and each worker
+    # named as the query's way names it.
     worker = fleet.spawn("node01", "sglang", gpus="0-7", mib=2048)
-    assert calls(fleet, cli, "node01") == [GPU_QUERY, APPS_QUERY]
-    with_hint, without = both_reads(fleet, cli, "node01")
-    assert with_hint["status"] == "dirty"
-    named = {p["pid"] for g in with_hint["gpus"] for p in g["processes"]}
+    assert fleet.node_path("node01", UVM_REFCNT).read_text() == "8\n"
+    assert calls(fleet, cli, "node01") == [Q_READ]
+    by_query, by_q = both_reads(fleet, cli, "node01")
+    assert by_q["status"] == "dirty"
+    named = {p["pid"] for g in by_q["gpus"] for p in g["processes"]}
     assert len(named) == 8 and named < set(worker)
-    assert table(with_hint) == table(without)
-    # Seen in use: the hint is gone, and the next status reads -q again.
+    assert table(by_query) == table(by_q)
+    # Seen in use: no longer noted clean; its workers named, read while -q runs.
     assert sorted(hinted()) == ["node03"]
-    assert calls(fleet, cli, "node01") == ["-q -d MEMORY,PIDS"]
+    assert calls(fleet, cli, "node01") == [Q_READ]
+    # Gone: the count is 0 again as soon as they are, and the query is back.
+    fleet.run_in("node01", ["kill", "-9", *map(str, worker)])
+    wait_for("the count down to 0",
+             lambda: fleet.node_path("node01", UVM_REFCNT).read_text() == "0\n")
+    named_file().write_text(json.dumps({"hosts": {}}))
+    assert calls(fleet, cli, "node01") == [GPU_QUERY]
 
 
-def test_memory_no_process_holds_on_a_host_seen_clean_is_found_as_with_q(
+def test_a_cuda_process_that_holds_no_memory_makes_the_read_q_and_the_host_clean(
     sim_fleet_factory: Any, cli: Cli
 ) -> None:
     fleet = sim_fleet_factory(1)
-    cli("status", "-i", fleet.inventory_path, "--json")
-    assert list(hinted()) == ["node01"]
+    fleet.spawn("node01", "holder", gpus="2", mib=0)
+    assert fleet.node_path("node01", UVM_REFCNT).read_text() == "1\n"
+    assert calls(fleet, cli, "node01") == [Q_READ]
+    by_query, by_q = both_reads(fleet, cli, "node01")
+    assert by_q["status"] == "clean" and table(by_query) == table(by_q)
+
+
+def test_memory_no_process_holds_is_found_by_the_query_as_with_q(
+    sim_fleet_factory: Any, cli: Cli
+) -> None:
+    fleet = sim_fleet_factory(1)
     fleet.set_fault("node01", "leak", 3, 1500)
     # The apps explain nothing: the holders of /dev/nvidia3 are looked for, its device
     # minor read from the driver's file of the uuid the query gave.
     assert calls(fleet, cli, "node01") == [GPU_QUERY, APPS_QUERY]
     out = fleet.node_path("node01", "/tmp/status.out").read_text()
     assert "@@fleetclean\tbare\t3\t1500" in out
-    with_hint, without = both_reads(fleet, cli, "node01")
-    assert with_hint["status"] == "dirty" and table(with_hint) == table(without)
+    by_query, by_q = both_reads(fleet, cli, "node01")
+    assert by_q["status"] == "dirty" and table(by_query) == table(by_q)
 
 
-def test_a_pending_remap_on_a_host_seen_clean_is_read_beside_the_query(
+def test_a_pending_remap_is_read_beside_the_query(
     sim_fleet_factory: Any, cli: Cli
 ) -> None:
     fleet = sim_fleet_factory(1)
@@ -121,14 +144,14 @@ def test_a_pending_remap_on_a_host_seen_clean_is_read_beside_the_query(
     # The ECC error that marks a row (Xid 63): the pending fields are asked for beside.
     fleet.set_fault("node01", "remapped-pending", 1)
     assert sorted(calls(fleet, cli, "node01")) == sorted([GPU_QUERY, PENDING_QUERY])
-    with_hint, without = both_reads(fleet, cli, "node01")
-    assert with_hint["status"] == "faulty"
-    assert "GPU1: remapped rows pending" in with_hint["error"]
-    assert table(with_hint) == table(without)
+    by_query, by_q = both_reads(fleet, cli, "node01")
+    assert by_q["status"] == "faulty"
+    assert "GPU1: remapped rows pending" in by_q["error"]
+    assert table(by_query) == table(by_q)
 
 
 @pytest.mark.parametrize("fault", [("lost", 2), ("inforom",), ("nvml",), ("na",)])
-def test_a_failing_query_on_a_host_seen_clean_reads_as_before(
+def test_a_failing_query_reads_as_a_failing_q_read_does(
     sim_fleet_factory: Any, cli: Cli, fault: tuple[Any, ...]
 ) -> None:
     fleet = sim_fleet_factory(1)
@@ -139,8 +162,8 @@ def test_a_failing_query_on_a_host_seen_clean_reads_as_before(
     made = calls(fleet, cli, "node01")
     assert made[0] == GPU_QUERY and "-q -d MEMORY,PIDS" not in made
     assert sorted(made[1:3]) == sorted([APPS_QUERY, CSV_QUERY])
-    with_hint, without = both_reads(fleet, cli, "node01")
-    assert with_hint["status"] != "clean" and table(with_hint) == table(without)
+    by_query, by_q = both_reads(fleet, cli, "node01")
+    assert by_q["status"] != "clean" and table(by_query) == table(by_q)
 
 
 def wrap_smi(fleet: SimFleet, host: str, first: str) -> None:
@@ -154,7 +177,7 @@ def wrap_smi(fleet: SimFleet, host: str, first: str) -> None:
     assert fleet.run_in(host, ["bash", "-c", script]).returncode == 0
 
 
-def test_a_watch_reads_each_host_by_what_its_last_refresh_saw(
+def test_a_watch_reads_each_host_by_what_its_node_counts(
     sim_fleet_factory: Any, tmp_path: Path
 ) -> None:
     fleet = sim_fleet_factory(1)
@@ -167,14 +190,16 @@ def test_a_watch_reads_each_host_by_what_its_last_refresh_saw(
 
     proc = spawn_cli(tmp_path, "status", "--watch", "0.2", "-i", str(fleet.inventory_path))
     try:
-        # Never seen: -q; seen clean: the query from the next refresh on.
+        # No CUDA process: the query, refresh after refresh.
         wait_for("two refreshes", lambda: len(seen()) >= 2)
-        assert seen()[:2] == ["-q -d MEMORY,PIDS", GPU_QUERY]
+        assert seen()[:2] == [GPU_QUERY, GPU_QUERY]
         fleet.spawn("node01", "sglang", gpus="0-7", mib=2048)
-        # In use again: the apps after the query, then -q while it stays in use.
-        wait_for("the worker seen", lambda: APPS_QUERY in seen())
-        wait_for("a -q read after it",
-                 lambda: "-q -d MEMORY,PIDS" in seen()[seen().index(APPS_QUERY):])
+        # In use: -q from the first refresh that read the count after the spawn (one
+        # under way may have read it before: the query, then the apps).
+        wait_for("a -q read", lambda: Q_READ in seen())
+        after = len(seen())
+        wait_for("two refreshes more", lambda: len(seen()) >= after + 2)
+        assert seen()[after:after + 2] == [Q_READ, Q_READ]
     finally:
         _, err = stop_cli(proc)
     assert proc.returncode == 130, err

@@ -121,7 +121,8 @@ def test_a_status_script_carries_no_stage_driver_and_reads_itself_whole_first() 
     # on a line of its own, bash leaves POSIX mode, where bash 4.4 cannot parse a <(...).
     shebang, _, posix_off, gpu, klog, bootstrap, body = status.split("\n", 6)
     assert shebang == "#!/usr/bin/env bash" and posix_off == "set +o posix"
-    assert "exec {FC_VQFD}< <(" in gpu and "nvidia-smi -q" in gpu and "read -r" not in gpu
+    assert "exec {FC_VQFD}< <(" in gpu and "nvidia-smi -q" in gpu and "read -r -N" not in gpu
+    assert "exec {FC_VGFD}< <(" in gpu and "nvidia-smi --query-gpu" in gpu
     assert "exec {FC_VXIDFD}< <(" in klog and "read -r -N" not in klog
     assert f"read -r -N {len(body.encode())} FC_SRC;" in bootstrap
     shebang, _, posix_off, bootstrap, body = teardown.split("\n", 4)

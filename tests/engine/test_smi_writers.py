@@ -35,11 +35,12 @@ def unbuffered(text: str) -> list[str]:
 def test_every_nvidia_smi_of_the_stages_and_the_early_reads_sends_its_output_whole() -> None:
     found = {p.name: unbuffered(p.read_text()) for p in sorted(STAGES.glob("*.sh"))}
     assert {name: lines for name, lines in found.items() if lines} == {}
-    for last_clean in (False, True):
-        gpu, _ = early_reads(last_clean)
-        # Its one call, with a PATH before it: o=$(PATH=... nvidia-smi ...).
-        assert gpu.count("nvidia-smi") == 1, gpu
-        assert re.search(r"o=\$\(PATH=\S+ nvidia-smi ", gpu), gpu
+    for q_only, calls in ((False, 2), (True, 1)):
+        gpu, _ = early_reads(q_only)
+        # Its calls (one of two, as the node's count says), each with a PATH before it:
+        # o=$(PATH=... nvidia-smi ...).
+        assert gpu.count("nvidia-smi") == calls, gpu
+        assert len(re.findall(r"o=\$\(PATH=\S+ nvidia-smi ", gpu)) == calls, gpu
 
 
 def test_the_lint_sees_a_streaming_call() -> None:
@@ -60,11 +61,11 @@ def test_the_early_read_looks_for_the_notes_the_script_writes() -> None:
     notes = tuple(w.strip('"') for w in found.group(1).split())
     assert notes == SMI_NOTES
     root, mine, xdg = notes
-    for last_clean in (False, True):
-        gpu, _ = early_reads(last_clean)
+    for q_only in (False, True):
+        gpu, _ = early_reads(q_only)
         mine_dir, xdg_dir = mine.rsplit("/", 1)[0], xdg.rsplit("/", 1)[0]
         assert (f"[[ -e {root} || $EUID -gt 0 && (-O {mine_dir} && -O {mine} || "
-                f"-O {xdg_dir} && -O {xdg}) ]] || exec {{") in gpu, gpu
+                f"-O {xdg_dir} && -O {xdg}) ]] || {{ ") in gpu, gpu
     # fc_begin tests the same, and the writer writes where fc_smi_noted reads.
     assert ("[[ -e ${FC_SMI_NOTES[0]} || $EUID -gt 0 && (-O ${FC_SMI_NOTES[1]%/*} &&\n"
             "        -O ${FC_SMI_NOTES[1]} || -O ${FC_SMI_NOTES[2]%/*} && -O ${FC_SMI_NOTES[2]})"

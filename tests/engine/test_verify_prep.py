@@ -263,7 +263,7 @@ def test_the_early_q_read_answers_only_once_nvidia_smi_is_done(tmp_path: Path) -
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\necho 'GPU 00000000:18:00.0'\nsleep 0.6\necho 'GPU 2'\n")
     fake.chmod(0o755)
-    line = early_reads()[0]
+    line = early_reads(q_only=True)[0]
     script = (f"{line}\nsleep 0.3\nread -t 0 -u \"$FC_VQFD\" && echo early || echo waiting\n"
               'fc_read_fd "$FC_VQFD"\nprintf "%s" "$REPLY"')
     out = subprocess.run(["bash", "-c", "\n".join([template("lib.sh"), script])],

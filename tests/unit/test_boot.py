@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fleetclean.engine.playbook import load_playbook
-from fleetclean.engine.render import render_script
+from fleetclean.engine.render import UVM_REFCNT, render_script
 from fleetclean.engine.variables import resolve
 from fleetclean.results.parse import parse_script_output
 from fleetclean.transport.boot import BASH, CUT_SHORT, command, first_read
@@ -147,40 +147,68 @@ def test_an_exported_posixly_correct_leaves_the_script_out_of_posix_mode(
     assert out.read_text() == want + "\n"
 
 
+def counted(text: str, tmp_path: Path, count: str | None) -> str:
+    """``text`` with its read of the node's count of CUDA processes (render.UVM_REFCNT)
+    made of a file holding ``count`` (None: a file that is not there, as where the
+    nvidia_uvm module was never loaded)."""
+    path = tmp_path / "refcnt"
+    if count is not None:
+        path.write_text(count)
+    return text.replace(UVM_REFCNT, str(path))
+
+
+def test_the_count_read_is_the_one_the_simulator_keeps() -> None:
+    from fleetclean.sim import uvm_count
+
+    assert uvm_count.REFCNT == UVM_REFCNT == "/sys/module/nvidia_uvm/refcnt"
+
+
+# The node's count as the kernel writes it, and the read it makes the script start.
+COUNTS = [("0\n", "FC_VGFD"), ("3\n", "FC_VQFD"), (None, "FC_VGFD"), ("", "FC_VGFD")]
+
+
+@pytest.mark.parametrize(("count", "fd"), COUNTS)
 @pytest.mark.parametrize("exported", [False, True])
-def test_a_status_scripts_early_reads_start_under_it(tmp_path: Path, exported: bool) -> None:
+def test_a_status_scripts_early_reads_start_under_it(tmp_path: Path, exported: bool,
+                                                     count: str | None, fd: str) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name in ("nvidia-smi", "dmesg"):
-        (bin_dir / name).write_text(f"#!/bin/sh\necho {name}\n")
+        (bin_dir / name).write_text(f"#!/bin/sh\necho {name} \"$1\"\n")
         (bin_dir / name).chmod(0o755)
     status = render_script(resolve(load_playbook("status"), {}, {}), host_name="n")
-    early = status.split("\n")[:5]  # shebang, directive, POSIX_OFF, the GPU read, the kernel log
-    body = 'printf "%s|" "$FC_VQFD" "$FC_VXIDFD"; cat <&"$FC_VQFD"; cat <&"$FC_VXIDFD"\n'
+    # shebang, directive, POSIX_OFF, the GPU read, the kernel log
+    early = counted(status, tmp_path, count).split("\n")[:5]
+    body = (f'printf "%s|" "${fd}" "$FC_VXIDFD" "${{FC_VQFD:-}}${{FC_VGFD:-}}"; '
+            f'cat <&"${fd}"; cat <&"$FC_VXIDFD"\n')
     script = ("\n".join(early) + "\n" + body).encode()
     # A descriptor number in the environment is a stranger's: the script starts its own.
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", **({"FC_VQFD": "1"} if exported else {})}
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin",
+           **({"FC_VQFD": "1", "FC_VGFD": "2"} if exported else {})}
     done = login_shell(script, len(script), env)
     assert done.returncode == 0, done.stderr
-    vq, vx, rest = done.stdout.split("|", 2)
-    assert int(vq) >= 10 and int(vx) >= 10 and vq != vx
-    assert rest.startswith("nvidia-smi\n") and rest.endswith("dmesg\n")
+    vg, vx, both, rest = done.stdout.split("|", 3)
+    # One read started, the one the count asks for.
+    assert int(vg) >= 10 and int(vx) >= 10 and vg != vx and both == vg
+    query = "-q" if fd == "FC_VQFD" else "--query-gpu=index,uuid,name,memory.used,memory.total"
+    assert rest.startswith(f"nvidia-smi {query}\n") and rest.endswith("dmesg -l\n")
 
 
 @pytest.mark.parametrize("shell", LOGIN_SHELLS)
+@pytest.mark.parametrize(("count", "fd"), COUNTS[:2])
 @pytest.mark.parametrize("last_clean", [False, True])
 def test_the_command_starts_a_status_scripts_gpu_read_once(tmp_path: Path, shell: str,
-                                                            last_clean: bool) -> None:
+                                                            last_clean: bool, count: str,
+                                                            fd: str) -> None:
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
     bin_dir.mkdir()
     for name in ("nvidia-smi", "dmesg"):
         (bin_dir / name).write_text(f'#!/bin/sh\necho {name} >>"{calls}"\necho {name} "$1"\n')
         (bin_dir / name).chmod(0o755)
-    status = render_script(resolve(load_playbook("status"), {}, {}), host_name="n",
-                           last_clean=last_clean)
+    status = counted(render_script(resolve(load_playbook("status"), {}, {}), host_name="n",
+                                   last_clean=last_clean), tmp_path, count)
     first = first_read(status)
-    fd = "FC_VGFD" if last_clean else "FC_VQFD"
-    assert first.startswith(f"unset {fd}; ") and "nvidia-smi" in first
+    assert first.startswith("unset FC_VQFD FC_VGFD; ") and "nvidia-smi" in first
     early = status.split("\n")[:5]
     body = (f'printf "%s|" "${fd}"; cat <&"${fd}"; echo "|${{{fd}@a}}|"; '
             'cat <&"$FC_VXIDFD" >/dev/null\n')
@@ -192,7 +220,7 @@ def test_the_command_starts_a_status_scripts_gpu_read_once(tmp_path: Path, shell
     assert done.returncode == 0, done.stderr
     number, read, attrs, _ = done.stdout.split("|")
     assert int(number) >= 10 and "x" not in attrs
-    assert read.startswith(f"nvidia-smi {'--query-gpu' if last_clean else '-q'}")
+    assert read.startswith(f"nvidia-smi {'-q' if fd == 'FC_VQFD' else '--query-gpu'}")
     assert read.endswith("\n@0")
     assert sorted(calls.read_text().split()) == ["dmesg", "nvidia-smi"]  # each once
 

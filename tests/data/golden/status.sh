@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034,SC2317,SC2329
 set +o posix
-[[ -n ${FC_VQFD:-} && ${FC_VQFD@a} != *x* ]] || { unset FC_VQFD; LC_ALL=C; [[ -e /run/fleetclean-smi-stuck || $EUID -gt 0 && (-O /tmp/fleetclean-lock-$EUID && -O /tmp/fleetclean-lock-$EUID/smi-stuck || -O ${XDG_RUNTIME_DIR:-/-}/fleetclean-lock && -O ${XDG_RUNTIME_DIR:-/-}/fleetclean-lock/smi-stuck) ]] || exec {FC_VQFD}< <(exec 2>/dev/null </dev/null; o=$(PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin nvidia-smi -q -d MEMORY,PIDS 2>&1); printf "%s\n@%d" "$o" "$?"); }
+[[ -n ${FC_VQFD:-} && ${FC_VQFD@a} != *x* ]] || [[ -n ${FC_VGFD:-} && ${FC_VGFD@a} != *x* ]] || { unset FC_VQFD FC_VGFD; LC_ALL=C; [[ -e /run/fleetclean-smi-stuck || $EUID -gt 0 && (-O /tmp/fleetclean-lock-$EUID && -O /tmp/fleetclean-lock-$EUID/smi-stuck || -O ${XDG_RUNTIME_DIR:-/-}/fleetclean-lock && -O ${XDG_RUNTIME_DIR:-/-}/fleetclean-lock/smi-stuck) ]] || { FC_UVM=; read -r FC_UVM 2>/dev/null </sys/module/nvidia_uvm/refcnt; if [[ $FC_UVM == [1-9]* ]]; then exec {FC_VQFD}< <(exec 2>/dev/null </dev/null; o=$(PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin nvidia-smi -q -d MEMORY,PIDS 2>&1); printf "%s\n@%d" "$o" "$?"); else exec {FC_VGFD}< <(exec 2>/dev/null </dev/null; o=$(PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total --format=csv,noheader,nounits 2>&1); printf "%s\n@%d" "$o" "$?"); fi; }; }
 [[ -n ${FC_VXIDFD:-} && ${FC_VXIDFD@a} != *x* ]] || { unset FC_VXIDFD; LC_ALL=C; exec {FC_VXIDFD}< <(PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; read -r _ l _ 2>/dev/null </proc/sys/kernel/printk; if [[ $l == [0-5] ]] && dmesg -l emerg,alert,crit,err,warn,notice 2>/dev/null </dev/null; then :; elif command -v sed >/dev/null 2>&1; then dmesg 2>/dev/null </dev/null | sed -n '1{p;d;};/NVRM: Xid/p'; else dmesg 2>/dev/null </dev/null; fi); }
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { set +p; unset TMOUT BASH_COMPAT; LC_ALL=C; unset FC_SRC; read -r -N 69946 FC_SRC; if ((${#FC_SRC} == 69946)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short, nothing was run (${#FC_SRC} of 69946 bytes)" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { set +p; unset TMOUT BASH_COMPAT; LC_ALL=C; unset FC_SRC; read -r -N 69786 FC_SRC; if ((${#FC_SRC} == 69786)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short, nothing was run (${#FC_SRC} of 69786 bytes)" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook status (built-in)
 # host: "node01"  mode: check
 # Runs as `bash -s` with this text on standard input (over SSH, fleetclean's own
@@ -47,8 +47,8 @@ fc_lazy() {
             text=${src%$'\n'}
             first=-1 size=0
             case $1 in
-                1) first=$((${#text} - 42587)) size=24169 ;;
-                2) first=$((${#text} - 18418)) size=18418 ;;
+                1) first=$((${#text} - 40881)) size=24169 ;;
+                2) first=$((${#text} - 16712)) size=16712 ;;
             esac
             if ((first >= 0)) && [[ ${text:first:${#want}} == "$want" ]]; then
                 FC_LAZY_SRC=$src
@@ -97,4 +97,4 @@ exit
 # fleetclean: definitions parsed at their first call (fc_lazy 1)
 # [40 functions, put back in their places]
 # fleetclean: definitions parsed at their first call (fc_lazy 2)
-# [41 functions, put back in their places]
+# [39 functions, put back in their places]
