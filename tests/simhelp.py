@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import pytest
 import yaml
 
 from fleetclean.engine.render import UVM_REFCNT
-from fleetclean.sim import SimFleet
+from fleetclean.sim import SimFleet, uvm_count
 from fleetclean.transport.boot import BASH, read_and_run
 
 
@@ -155,7 +156,8 @@ def spawn_holder(fleet: SimFleet, node: str, uid: int, gid: int, *, gpu: int, mi
     node's cgroup directories it starts in (a unit's, in each hierarchy), as a process that
     unit forked would be."""
     gpus = json.loads((fleet.node(node).dir / "gpus.json").read_text())["gpus"]
-    uvm = " u = open('/dev/nvidia-uvm');" if cuda else ""
+    # Counted in the node's nvidia_uvm refcnt once it is open, as sim/programs.py's are.
+    uvm = f" u = open('/dev/nvidia-uvm'); {uvm_count.OPENED_PY};" if cuda else ""
     code = f"import time; f = open('/dev/nvidia{gpus[gpu]['minor']}');{uvm} time.sleep(3600)"
     # Its streams away from ours, or run_in would wait for it to end.
     detach = 'setsid -f "$@" </dev/null >/dev/null 2>&1'
@@ -229,15 +231,17 @@ def sh(fleet: SimFleet, command: str, node: str = "node01") -> str:
 def uvm_counted(fleet: SimFleet, node: str, count: int) -> Iterator[None]:
     """The node's count of open /dev/nvidia-uvm files (render.UVM_REFCNT), which picks a
     status script's GPU read, made ``count`` inside the block (as where a CUDA process holds
-    no context, or has started just after the script read the count), and put back after.
-    The node's init writes it anew at a CUDA process's start or end (sim/uvm_count.py)."""
-    path = fleet.node_path(node, UVM_REFCNT)
-    kept = path.read_text()
-    path.write_text(f"{count}\n")
+    no context, or has started just after the script read the count), and counted anew by
+    the node's init after it (sim/uvm_count.py), whatever started or ended meanwhile."""
+    fleet.node_path(node, UVM_REFCNT).write_text(f"{count}\n")
     try:
         yield
     finally:
-        path.write_text(kept)
+        with socket.socket(socket.AF_UNIX) as conn:
+            conn.settimeout(uvm_count.TIMEOUT_S)
+            conn.connect(str(fleet.node_path(node, uvm_count.SOCKET)))
+            while conn.recv(64):
+                pass
 
 
 def reset_node(fleet: SimFleet, node: str = "node01") -> None:

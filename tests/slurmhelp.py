@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetclean.sim import SimFleet
+from fleetclean.sim import SimFleet, uvm_count
 from fleetclean.sim import slurm as sim_slurm
 
 SLURM_SKIP_REASON: str | None = None
@@ -43,8 +43,8 @@ def submit_gpu_holder(fleet: SimFleet, node: str, gpu: int, mib: int) -> int:
     cancelled; returns the job id once the node's nvidia-smi shows it."""
     script = (
         f"FLEETCLEAN_SIM_GPU_MIB={mib} exec python3 -c "
-        f"'import time; f = open(\"/dev/nvidia{gpu}\"); u = open(\"/dev/nvidia-uvm\");"
-        " time.sleep(3600)'"
+        f"'import time; f = open(\"/dev/nvidia{gpu}\"); u = open(\"/dev/nvidia-uvm\"); "
+        f"{uvm_count.OPENED_PY}; time.sleep(3600)'"
     )
     done = slurm_cmd(
         fleet, "sbatch", "--parsable", "-w", node, "--gres=gpu:1", "-o", "/dev/null",

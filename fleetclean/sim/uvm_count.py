@@ -29,6 +29,7 @@ import contextlib
 import os
 import select
 import socket
+import sys
 import threading
 
 SOCKET = "/run/fleetclean-uvm.sock"
@@ -93,28 +94,50 @@ def serve(path: str = SOCKET, refcnt: str = REFCNT) -> threading.Thread:
         for pid in found - set(watched.values()):
             try:
                 fd = os.pidfd_open(pid)
-            except OSError:  # ended already: the count below may still name it
+            except ProcessLookupError:  # reaped since the scan: its files are closed
+                found.discard(pid)
+                continue
+            except OSError as exc:  # no descriptor left: counted, watched at the next event
+                print(f"uvm_count: no pidfd for {pid}: {exc!r}", file=sys.stderr, flush=True)
                 continue
             watched[fd] = pid
             poller.register(fd, select.POLLIN)
         write(refcnt, len(found))
 
+    def event(fd: int) -> None:
+        if fd == server.fileno():
+            conn, _ = server.accept()
+            with conn:
+                recount()
+            return
+        poller.unregister(fd)
+        os.close(fd)
+        watched.pop(fd, None)
+        recount()
+
     def loop() -> None:
         while True:
             for fd, _ in poller.poll():
-                if fd == server.fileno():
-                    conn, _ = server.accept()
-                    with conn:
-                        recount()
-                    continue
-                poller.unregister(fd)
-                os.close(fd)
-                watched.pop(fd, None)
-                recount()
+                # One event that fails (a full disk, a descriptor gone) must not end the
+                # thread: the count would stay as it is for the node's life, and a program
+                # that says it opened the device would wait TIMEOUT_S on a socket nobody
+                # accepts on. It is said in the init's log, and the next event counts anew.
+                try:
+                    event(fd)
+                except Exception as exc:
+                    print(f"uvm_count: {exc!r}", file=sys.stderr, flush=True)
 
     thread = threading.Thread(target=loop, name="uvm-count", daemon=True)
     thread.start()
     return thread
+
+
+# What a test's own stand-in for a CUDA process (a ``python3 -c`` line in a node) runs once
+# its files are open: :func:`opened` in one line of Python, without a quote (the lines sit
+# inside shell quotes of either kind), and without failing where no init answers (a
+# container's own /run): connect_ex says so instead of raising.
+OPENED_PY = (f"import socket; c = socket.socket(socket.AF_UNIX); c.settimeout({TIMEOUT_S}); "
+             f"c.connect_ex(bytes({tuple(SOCKET.encode())})) or c.recv(1); c.close()")
 
 
 def opened(path: str = SOCKET) -> None:

@@ -18,7 +18,7 @@ import pytest
 from simhelp import Cli, alive, edit_inventory, uvm_counted
 
 from fleetclean.cli import Env, main
-from fleetclean.sim import SimFleet
+from fleetclean.sim import SimFleet, uvm_count
 
 pytestmark = pytest.mark.sim
 
@@ -243,7 +243,8 @@ def test_application_xids_and_a_busy_node_are_never_faulty(fleet: SimFleet, cli:
 
 def test_a_holder_of_another_user_is_named_with_its_user(fleet: SimFleet, cli: Cli) -> None:
     hold = ("import os, sys, time; os.open('/dev/nvidia6', os.O_RDWR); "
-            "os.open('/dev/nvidia-uvm', os.O_RDWR); print(os.getpid(), flush=True); "
+            f"os.open('/dev/nvidia-uvm', os.O_RDWR); {uvm_count.OPENED_PY}; "
+            "print(os.getpid(), flush=True); "
             "time.sleep(600)")
     started = fleet.run_in("node01", [
         "sh", "-c", "FLEETCLEAN_SIM_GPU_MIB=2048 setsid -f setpriv --reuid=65534 "

@@ -24,7 +24,7 @@ import pytest
 from simhelp import Cli, sh
 from slurmhelp import wait_for
 
-from fleetclean.sim import SimFleet
+from fleetclean.sim import SimFleet, uvm_count
 from fleetclean.sim import cgroups as sim_cgroups
 from fleetclean.sim.launcher import FAKEPKGS, PROGRAMS
 
@@ -36,7 +36,7 @@ pytestmark = [
 LOOP = "while :; do python3 -m sglang.launch_server --tp 2; sleep 1; done"
 # A CUDA process of GPU {gpu} (the fake's GPUs are their minors here: sim up's default).
 HOLD = ("import time; f = open('/dev/nvidia{gpu}'); u = open('/dev/nvidia-uvm'); "
-        "time.sleep(3600)")
+        f"{uvm_count.OPENED_PY}; time.sleep(3600)")
 
 
 @pytest.fixture

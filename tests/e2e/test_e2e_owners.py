@@ -19,7 +19,7 @@ import pytest
 from simhelp import Cli, sh, spawn_holder, user_namespace_refusal
 from slurmhelp import SLURM_SKIP_REASON, slurm_cmd, wait_for
 
-from fleetclean.sim import SimFleet, accounts
+from fleetclean.sim import SimFleet, accounts, uvm_count
 from fleetclean.sim import cgroups as sim_cgroups
 
 pytestmark = [
@@ -267,7 +267,7 @@ def test_a_gpu_job_docker_exec_started_is_killed_and_its_container_left_running(
     cid = sh(fleet, "docker inspect -f '{{.Id}}' t-dev")
     minor = json.loads((fleet.node("node01").dir / "gpus.json").read_text())["gpus"][6]["minor"]
     code = (f"import time; f = open('/dev/nvidia{minor}'); u = open('/dev/nvidia-uvm'); "
-            "time.sleep(3600)")
+            f"{uvm_count.OPENED_PY}; time.sleep(3600)")
     sh(fleet, f"docker exec -d -e FLEETCLEAN_SIM_GPU_MIB=2048 t-dev python3 -c \"{code}\" "
               "t-dev-serve")
     assert wait_for(lambda: fleet.gpu_used_mib("node01")[6] == 2048)

@@ -15,7 +15,7 @@ import pytest
 from simhelp import Cli, alive, spawn_holder
 
 from fleetclean.results import records
-from fleetclean.sim import SimFleet
+from fleetclean.sim import SimFleet, uvm_count
 
 pytestmark = pytest.mark.sim
 # A run that must end dirty waits out its verification: kept short. One that must end clean
@@ -166,6 +166,7 @@ def test_a_jobs_unlisted_kin_that_hold_every_gpus_file_go_by_the_jobs_gpus(
         "import os, subprocess, time\n"
         "fds = [os.open(f'/dev/nvidia{m}', os.O_RDWR) for m in range(8)]\n"
         "fds.append(os.open('/dev/nvidia-uvm', os.O_RDWR))\n"
+        f"{uvm_count.OPENED_PY}\n"
         "env = dict(os.environ, FLEETCLEAN_SIM_GPU_MIB='0')\n"
         "subprocess.Popen(['sglang-data-worker', '-c', 'import time; time.sleep(3600)'],"
         " executable='/usr/bin/python3', pass_fds=fds, env=env)\n"
@@ -189,7 +190,7 @@ def test_a_jobs_unlisted_kin_that_hold_every_gpus_file_go_by_the_jobs_gpus(
     # A CUDA process of no listed kin with GPU5's file open is still named its holder (its
     # parent a shell that waits for it, as a script's: the walk reads that shell too).
     code = ("import time; f = open('/dev/nvidia2'); u = open('/dev/nvidia-uvm');"
-            " time.sleep(3600)")
+            f" {uvm_count.OPENED_PY}; time.sleep(3600)")
     start = ("setsid -f sh -c 'FLEETCLEAN_SIM_GPU_MIB=0 python3 -c \"$1\" fcstray-on-gpu5; :'"
              ' sh "$1" </dev/null >/dev/null 2>&1')
     assert fleet.run_in("node01", ["sh", "-c", start, "sh", code]).returncode == 0

@@ -23,15 +23,19 @@ def test_the_count_is_each_cuda_process_from_its_start_to_its_end(
     def count(node: str = "node01") -> str:
         return fleet.node_path(node, uvm_count.REFCNT).read_text()
 
-    # nvidia-persistenced and a monitoring agent hold GPUs' files, never /dev/nvidia-uvm.
-    fleet.spawn("node01", "monitor")
     assert count() == "0\n"
     # Counted by the time spawn returns (each worker ready once its files are open).
     workers = fleet.spawn("node01", "sglang", gpus="0-3", mib=1024)
     assert count() == "4\n" and count("node02") == "0\n"
+    # nvidia-persistenced and a monitoring agent hold GPUs' files, never /dev/nvidia-uvm:
+    # counted anew beside them (at the next CUDA process's start), they are not counted.
+    fleet.spawn("node01", "monitor")
+    # A process whose main thread has ended (a zombie leader) while another holds its
+    # files is counted through that thread.
+    leaderless = fleet.spawn("node01", "pthread-exit", gpu=4, mib=1024, thread="work")
     stuck = fleet.spawn("node01", "stuck", gpu=5, mib=2048)
-    assert count() == "5\n"
-    fleet.run_in("node01", ["kill", "-9", *map(str, workers)])
+    assert count() == "6\n"
+    fleet.run_in("node01", ["kill", "-9", *map(str, workers + leaderless)])
     wait_for("the workers' files closed", lambda: count() == "1\n")
     # Killed, the stuck one waits in the driver (state D) with its files open: counted.
     fleet.run_in("node01", ["kill", "-9", str(stuck[0])])

@@ -17,7 +17,7 @@ import pytest
 from simhelp import Cli, down_checked, module_subnet
 from slurmhelp import needs_slurm, node_idle, slurm_cmd, wait_for
 
-from fleetclean.sim import SimFleet
+from fleetclean.sim import SimFleet, uvm_count
 from fleetclean.sim import slurm as sim_slurm
 
 pytestmark = [pytest.mark.sim, pytest.mark.slurm, needs_slurm]
@@ -56,7 +56,8 @@ class Job:
         self.fleet, self.node = fleet, node
         leave = (f"( FLEETCLEAN_SIM_GPU_MIB=4096 setsid python3 -c 'import os, time; "
                  f"f = open(\"/dev/nvidia\" + os.environ[\"SLURM_JOB_GPUS\"]); "
-                 f"u = open(\"/dev/nvidia-uvm\"); time.sleep(3600)' {ORPHAN} & )\n"
+                 f"u = open(\"/dev/nvidia-uvm\"); {uvm_count.OPENED_PY}; time.sleep(3600)' "
+                 f"{ORPHAN} & )\n"
                  if orphan else "")
         script = ("#!/bin/bash\n"
                   "echo \"$SLURM_JOB_GPUS\" > /run/fleetclean/job-$SLURM_JOB_ID.gpus\n"
@@ -195,8 +196,8 @@ def test_on_a_shared_node_it_touches_only_the_finished_jobs_gpus_and_processes(
                       "echo \"$SLURM_JOB_GPUS\" > /run/fleetclean/job-$SLURM_JOB_ID.gpus; "
                       "FLEETCLEAN_SIM_GPU_MIB=8192 exec python3 -c 'import os, time; "
                       "f = open(\"/dev/nvidia\" + os.environ[\"SLURM_JOB_GPUS\"]); "
-                      "u = open(\"/dev/nvidia-uvm\"); time.sleep(3600)' "
-                      "sglang-worker-of-the-other-job")
+                      f"u = open(\"/dev/nvidia-uvm\"); {uvm_count.OPENED_PY}; "
+                      "time.sleep(3600)' sglang-worker-of-the-other-job")
     assert other.returncode == 0, other.stderr
     other_id = int(other.stdout.strip().split(";")[0])
     gpus = node.dir / f"job-{other_id}.gpus"
