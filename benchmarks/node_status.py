@@ -7,9 +7,11 @@ Starts a one-node simulated fleet (nvidia-persistenced on every GPU, as by defau
 login shell execs; by the checkout that rendered the script, for ``--against``) starts its
 GPU read, reads the script whole from a pipe, then runs it (a here-string: bash 5.1 and
 later pass one that fits a pipe through a pipe); as for a host
-never seen (its GPUs read with -q) and, as ``status_seen_clean``, for a host whose GPUs
-all read clean at its last status (``results/lastclean.py``: ``--query-gpu``, the apps only
-where a GPU is in use, as on the busy node here), (b) the bare query the peers run,
+never seen and, as ``status_seen_clean``, for a host whose GPUs all read clean at its last
+status (``results/lastclean.py``: the -q read's code parsed only where it is read; since
+issue 18's thirty-second round each node picks its read, ``--query-gpu`` where its kernel
+counts no CUDA process, -q where it counts some: render.early_reads), (b) the bare query
+the peers run,
 ``nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total
 --format=csv,noheader,nounits``, and (c) the same query as pdsh or ssh run it, through a
 login shell (``bash -c '<query>'``): first on the idle node, then with an SGLang tp8 workload
@@ -183,9 +185,9 @@ def render(args: argparse.Namespace, where: list[str], checkout: Path | None = N
            seen_clean: bool = False, named: list[list[int]] | None = None) -> str:
     """``fleetclean show status`` for ``where`` (``--local``, or an inventory and a host),
     by this checkout's code or by ``checkout``'s; ``seen_clean``: for a host whose GPUs all
-    read clean at its last status (results/lastclean.py: the early read is --query-gpu),
-    else for one never seen (-q); ``named``: for a host whose last status named these
-    processes ([PID, start time] each: gpu_processes)
+    read clean at its last status (results/lastclean.py), else for one never seen (the node
+    picks the early read either way, render.early_reads); ``named``: for a host whose last
+    status named these processes ([PID, start time] each: gpu_processes)
     (results/lastclean.py: read while its -q read runs)."""
     with tempfile.TemporaryDirectory() as state:
         env = {**os.environ, "FLEETCLEAN_STATE_DIR": state}
@@ -207,7 +209,9 @@ def render(args: argparse.Namespace, where: list[str], checkout: Path | None = N
                 json.dumps({"hosts": {host: time.time()}}))
         if named or seen_clean:
             text = show()
-            if ("FC_VHINT=" if named else "FC_VGFD") not in text:
+            # Both hints say so in the script's header (render.LAST_CLEAN_NOTE and
+            # NAMED_NOTE, in every checkout since the fifteenth round).
+            if ("FC_VHINT=" if named else "read clean at the host's last status") not in text:
                 raise LookupError(f"{checkout or 'this checkout'}: the hint was not taken")
         return text
 
@@ -297,7 +301,8 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
             text = render(args, where, named=apps)
             fleet.node_path("node01", "/tmp/seen_busy.sh").write_text(text)
             BOOTS["/tmp/seen_busy.sh"] = boot_command(text)
-            # A host seen clean and then in use: the query, then the apps after it.
+            # A host seen clean and then in use: -q, as the node's count says (before the
+            # thirty-second round: the query, then the apps after it).
             figures["busy"] = rounds(in_node, args, "busy", "/tmp/status.sh", against=other,
                                      seen_clean="/tmp/seen_clean.sh",
                                      against_seen_clean=other_clean,

@@ -130,6 +130,7 @@ def report(name: str, script: str, boot: str, runs: int, dump: Path | None) -> N
         # time it was stamped and the gap before the next.
         median = sorted(range(runs), key=times.__getitem__)[runs // 2]
         lines = traces[median]
+        dump.mkdir(parents=True, exist_ok=True)
         out = dump / (name.split(" (", maxsplit=1)[0].replace(" ", "-") + ".trace")
         with out.open("w") as f:
             for (t0, line), nxt in itertools.zip_longest(lines, lines[1:]):
@@ -143,7 +144,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--dump", type=Path, help="write the median run's whole trace here (a folder)")
     args = ap.parse_args()
-    scripts = {"never seen (-q)": render(args, ["--local"])}
+    scripts = {"never seen": render(args, ["--local"])}
     apps = gpu_processes(local)
     if apps:
         scripts["seen in use"] = render(args, ["--local"], named=apps)

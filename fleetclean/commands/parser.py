@@ -142,11 +142,13 @@ def _add_status(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     status = sub.add_parser("status", help="read-only GPU memory table of the selected hosts",
                             epilog="examples:\n  fleetclean status -i lab.yml\n"
                             "  fleetclean status -i lab.yml -l training --watch 2\n\n"
-                            "A host whose GPUs all read clean at its last status is read next "
-                            "time with\n`nvidia-smi --query-gpu` (the compute apps only where "
-                            "a GPU is in use); any other\nwith `nvidia-smi -q`. The hint is "
-                            "last-clean.json in the state directory\n(~/.local/state/fleetclean"
-                            "); `fleetclean show status --host H` shows the read.\n\n"
+                            "Each node picks its GPU read: `nvidia-smi --query-gpu` where its "
+                            "kernel counts\nno CUDA process (/sys/module/nvidia_uvm/refcnt at "
+                            "0; the compute apps only\nwhere a GPU is in use all the same), "
+                            "`nvidia-smi -q` where it counts some, or\nwhere the host's last "
+                            "status named processes (last-named.json in the state\ndirectory, "
+                            "~/.local/state/fleetclean). `fleetclean show status --host H`\n"
+                            "shows the script.\n\n"
                             + EXIT_STATUS_HELP, formatter_class=fmt)
     hosts_opts(status)
     status.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE",

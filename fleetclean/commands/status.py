@@ -56,9 +56,11 @@ def cmd_status(args: argparse.Namespace, env: Env, argv: list[str]) -> int:
 
 def _watch_jobs(hosts: list[Host], args: argparse.Namespace
                 ) -> tuple[str, list[fleet.Job], Reads]:
-    """Both early GPU reads of every host (render.early_reads), so that each refresh starts
-    each host's by what the refresh before it saw; the first by :mod:`lastclean`'s hints.
-    The password (-K) is asked once."""
+    """Both scripts of every host, so that each refresh sends each host the one that fits
+    what the refresh before it saw (the processes it named read while -q runs, or the
+    script of a host seen clean: render.Renderer.pieces; the node picks its GPU read either
+    way, render.early_reads); the first by :mod:`lastclean`'s hints. The password (-K) is
+    asked once."""
     from fleetclean import fleet
 
     named, asked = lastclean.named(), unheard.load()
@@ -79,9 +81,11 @@ def _watch_jobs(hosts: list[Host], args: argparse.Namespace
 
 
 class Read(NamedTuple):
-    """A host's two scripts in a watch: its -q read's (reading the processes ``named`` by
-    the refresh before, PID:START each, while it runs), and its --query-gpu read's; both
-    ask for the tokens ``asked`` of teardowns whose end was not heard (:mod:`unheard`)."""
+    """A host's two scripts in a watch: the one for a host in use (``q``: reading the
+    processes ``named`` by the refresh before, PID:START each, while its -q read runs), and
+    the one for a host seen clean (``gpu``: the -q read's code parsed only where the node's
+    count asks for -q); both ask for the tokens ``asked`` of teardowns whose end was not
+    heard (:mod:`unheard`). The node picks the GPU read of either but a named host's."""
 
     host: Host
     q: tuple[str, ...]
@@ -139,8 +143,8 @@ def _watch(name: str, jobs: list[fleet.Job], reads: Reads, args: argparse.Namesp
 
 def _next_reads(jobs: list[fleet.Job], result: RunResult, reads: Reads,
                 args: argparse.Namespace) -> list[fleet.Job]:
-    """The jobs of the next refresh: each host's script with the early GPU read that fits
-    what this refresh saw (``render.early_reads``), rendered anew where what it carries
+    """The jobs of the next refresh: each host's script that fits what this refresh saw
+    (:class:`Read`), rendered anew where what it carries
     changed (rendering is the controller's: under 1 ms a host): the PIDs named, which a -q
     read reads early, and the tokens asked for, which this refresh's answers settled or a
     teardown run meanwhile (from another terminal) left unheard."""
@@ -170,7 +174,7 @@ def _next_reads(jobs: list[fleet.Job], result: RunResult, reads: Reads,
 
 
 def _rendered(reads: list[Read], args: argparse.Namespace, *, q: bool) -> list[Read]:
-    """``reads`` with their -q read's script (``q``) or their --query-gpu read's rendered
+    """``reads`` with their script for a host in use (``q``) or for one seen clean rendered
     anew, for what each carries."""
     if not reads:
         return []

@@ -206,8 +206,9 @@ def render_jobs(
     unheard: Mapping[str, str] | None = None, named: Mapping[str, str] | None = None,
 ) -> tuple[str, list[fleet.Job], dict[str, Any]]:
     """Render every host's script before any connection: bad input never reaches a host.
-    ``last_clean``: the hosts whose early GPU read is ``--query-gpu`` (render.early_reads);
-    None: those :mod:`fleetclean.results.lastclean` knows clean. ``named``: each host's
+    ``last_clean``: the hosts whose script parses the -q read's code only where the node
+    asks for -q (render.Renderer.pieces); None: those :mod:`fleetclean.results.lastclean`
+    knows clean. ``named``: each host's
     processes its last status named (PID:START words), which a status reads while its -q
     read runs; None: those
     lastclean keeps. ``run``: a teardown's token; ``unheard``: each host's tokens of

@@ -6,8 +6,9 @@ bash parses every function it is sent before it runs any: a status script's defi
 (35 KB then, 45 KB and 89 functions now) cost 2.25 ms of the node's CPU (``perf stat``,
 20-30 runs), yet a node whose GPUs are idle (most of a fleet, most of the time) calls
 about a third of its functions, under half of its text (:func:`tiers`: only one of the two
-first GPU reads is its). The others come after the script's ``fc_main </dev/null`` and an
-``exit``, where bash never parses them, in two groups: naming a busy GPU's processes and
+first GPU reads is its, as its kernel's count of CUDA processes picks). The others come after
+the script's ``fc_main </dev/null`` and an ``exit``, where bash never parses them, in two
+groups: naming a busy GPU's processes and
 their owners (what a status on a busy node runs, and one whose host's last status named
 processes, while its GPU read runs: 17 KB), then the rarer rest (looking through
 descriptors for a holder nvidia-smi does not list, reading Xids, the CSV queries, the
@@ -50,9 +51,11 @@ IDLE = frozenset({
     "fc_verify_gpu_info", "fc_gpu_info_all", "fc_gpu_info_load", "fc_bus_dir",
     "fc_info_line",
     "fc_verify_read", "fc_verify_read_q", "fc_verify_rows_out", "fc_verify_state",
-    # A host seen clean last time reads its GPUs with --query-gpu (results/lastclean.py).
+    # A node that counts no CUDA process reads its GPUs with --query-gpu (render.early_reads).
     "fc_verify_read_gpus", "fc_verify_gpu_row", "fc_rec_each",
     "fc_verify_xid_text", "fc_verify_xids",
+    # A node that counts CUDA processes readies the busy tier while its -q read runs.
+    "fc_verify_warm",
     # A scoped status (--user) says its scope first, idle or not.
     "fc_scope_begin",
     # Every status looks for what a teardown that lost its controller left (lib.sh).
@@ -68,7 +71,7 @@ BUSY = frozenset({
     # Who the script is (its ancestors, its session), read at the first fc_protected.
     "fc_self", "fc_self_init", "fc_read_stat",
     "fc_verify_apps", "fc_apps_trusted", "fc_apps_pairs", "fc_verify_apps_named",
-    # A host seen clean last time asks for the apps where a GPU is in use again.
+    # A node read with --query-gpu asks for the apps where a GPU is in use all the same.
     "fc_smi", "fc_smi_lines",
     "fc_verify_explain",
     "fc_verify_proc", "fc_verify_report",

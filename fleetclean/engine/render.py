@@ -205,7 +205,8 @@ def early_reads(q_only: bool = False) -> tuple[str, str]:
     nvidia_uvm module for each open file of /dev/nvidia-uvm, which every CUDA process opens
     and no NVML reader does (nvidia-smi, nvidia-persistenced): one read(2) of
     ``/sys/module/nvidia_uvm/refcnt``. At 0, or with no such module (none loaded since the
-    node booted: no CUDA process either), no process can hold a GPU context: the read is
+    node booted: no CUDA process either), no CUDA process can hold a GPU context (a
+    graphics one, Xorg's, opens no /dev/nvidia-uvm: its memory is found as below): the read is
     ``--query-gpu`` (``FC_VGFD``), the query pdsh users type, and the compute apps are asked
     for only where some GPU is in use all the same (a leak no process holds; verify.sh:
     fc_verify_read_gpus). Above 0 it is ``-q`` (``FC_VQFD``), the GPUs and their processes
@@ -250,7 +251,8 @@ def early_reads(q_only: bool = False) -> tuple[str, str]:
     else:
         own, fds = boot.EITHER_READ, "FC_VQFD FC_VGFD"
         # The count as the kernel writes it ("0\n", "3\n"); nothing where it cannot be read.
-        pick = (f"FC_UVM=; read -r FC_UVM 2>/dev/null <{UVM_REFCNT}; "
+        # Unset first: one from the environment would stay exported to every child.
+        pick = (f"unset FC_UVM; read -r FC_UVM 2>/dev/null <{UVM_REFCNT}; "
                 f"if [[ $FC_UVM == [1-9]* ]]; then {q}; "
                 f"else {start('FC_VGFD', VERIFY_GPU_ARGS)}; fi")
     # None where a note says an earlier run's nvidia-smi waits in a hung driver (lib.sh:

@@ -4,10 +4,10 @@ the status script of each (``render.Renderer.pieces``), never a result.
 Which GPU read a status script starts with, the node decides (``render.early_reads``):
 ``--query-gpu`` where its kernel counts no open /dev/nvidia-uvm (no CUDA process), -q
 where it counts some. A host whose GPUs all read clean last time most likely has none
-again: bash parses the -q read's definitions only where it does (``lazy.tiers``); any
-other host never seen parses both reads'. A wrong hint costs a parse of those definitions
-(0.5 ms), never a wrong row. Only ``status`` notes hosts: a teardown leaves its hosts clean
-for a moment, most often to start their servers again.
+again: bash parses the -q read's definitions only where it does, with the busy tier's
+(``lazy.tiers``); a host never seen parses both reads' as it reads the script. A wrong hint
+costs a parse, never a wrong row. Only ``status`` notes hosts: a teardown leaves its hosts
+clean for a moment, most often to start their servers again.
 
 Kept in ``$FLEETCLEAN_STATE_DIR/last-clean.json`` (beside the run records), each host with
 the time it was last seen clean; hosts not seen clean for 30 days are dropped. Concurrent
@@ -69,7 +69,8 @@ def path() -> Path:
 
 def load() -> set[str]:
     """The hosts seen clean last; empty where the file is missing or unreadable (the
-    hint is then that no host is known clean: every one reads -q, as without it)."""
+    hint is then that no host is known clean: each parses both reads' code, as without
+    it)."""
     hosts = _read()
     return set(hosts)
 

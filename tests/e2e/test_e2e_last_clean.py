@@ -111,6 +111,8 @@ def test_a_cuda_process_that_holds_no_memory_makes_the_read_q_and_the_host_clean
     sim_fleet_factory: Any, cli: Cli
 ) -> None:
     fleet = sim_fleet_factory(1)
+    cli("status", "-i", fleet.inventory_path, "--json")
+    assert list(hinted()) == ["node01"]  # seen clean: its hint alone would make it the query
     fleet.spawn("node01", "holder", gpus="2", mib=0)
     assert fleet.node_path("node01", UVM_REFCNT).read_text() == "1\n"
     assert calls(fleet, cli, "node01") == [Q_READ]

@@ -1,10 +1,10 @@
 """Run a rendered script with ``bash -s`` inside a throw-away PID + mount namespace.
 
 Inside: a private tmpfs on /tmp, /run and /dev (with /dev/null etc. bound back, fake
-/dev/nvidia0..7, /dev/nvidiactl, /dev/nvidia-uvm and the /dev/nvidia-caps directory), and a
-fake ``nvidia-smi`` first on PATH. Nothing the script does can reach the host's processes:
-it only sees what the test's ``setup`` started in the namespace, and every process dies
-with the namespace.
+/dev/nvidia0..7, /dev/nvidiactl, /dev/nvidia-uvm and the /dev/nvidia-caps directory), one on
+/sys/module whose nvidia_uvm count is 0, and a fake ``nvidia-smi`` first on PATH. Nothing the
+script does can reach the host's processes: it only sees what the test's ``setup`` started in
+the namespace, and every process dies with the namespace.
 
     result = run_in_namespace(script, setup='spawn srv --hold /dev/nvidia0 sglang.launch_server')
     result.report.stages, result.alive("sglang")
@@ -43,6 +43,11 @@ ln -s /proc/self/fd/1 /dev/stdout
 ln -s /proc/self/fd/2 /dev/stderr
 mkdir /dev/shm /dev/nvidia-caps
 touch /dev/nvidia{0..7} /dev/nvidiactl /dev/nvidia-uvm
+# The nvidia_uvm count a status script picks its GPU read by (render.early_reads): 0, as
+# on a CI machine without the module, not whatever this machine's driver counts.
+mount -t tmpfs tmpfs /sys/module
+mkdir /sys/module/nvidia_uvm
+echo 0 >/sys/module/nvidia_uvm/refcnt
 mkdir /tmp/fakebin
 # The test files travel as text: the checkout itself may live under the /tmp just covered.
 printf '%s' "$FC_FAKE_NVSMI_SRC" >/tmp/fakebin/nvidia-smi

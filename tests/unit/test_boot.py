@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fleetclean.engine.playbook import load_playbook
-from fleetclean.engine.render import UVM_REFCNT, render_script
+from fleetclean.engine.render import SMI_NOTES, UVM_REFCNT, render_script
 from fleetclean.engine.variables import resolve
 from fleetclean.results.parse import parse_script_output
 from fleetclean.transport.boot import BASH, CUT_SHORT, command, first_read
@@ -192,6 +192,29 @@ def test_a_status_scripts_early_reads_start_under_it(tmp_path: Path, exported: b
     assert int(vg) >= 10 and int(vx) >= 10 and vg != vx and both == vg
     query = "-q" if fd == "FC_VQFD" else "--query-gpu=index,uuid,name,memory.used,memory.total"
     assert rest.startswith(f"nvidia-smi {query}\n") and rest.endswith("dmesg -l\n")
+
+
+@pytest.mark.parametrize("count", ["0\n", "3\n"])
+def test_a_note_of_a_hung_driver_starts_no_gpu_read_whatever_the_count(tmp_path: Path,
+                                                                         count: str) -> None:
+    """Where an earlier run's nvidia-smi waits in a hung driver (its note: render.SMI_NOTES),
+    the early read starts neither nvidia-smi, whichever the node's count picks, and leaves
+    both descriptors unset (the verification then asks the note first: lib.sh)."""
+    bin_dir, calls, note = tmp_path / "bin", tmp_path / "calls", tmp_path / "smi-stuck"
+    bin_dir.mkdir()
+    note.write_text("")
+    for name in ("nvidia-smi", "dmesg"):
+        (bin_dir / name).write_text(f'#!/bin/sh\necho {name} >>"{calls}"\n')
+        (bin_dir / name).chmod(0o755)
+    status = render_script(resolve(load_playbook("status"), {}, {}), host_name="n")
+    early = counted(status, tmp_path, count).replace(SMI_NOTES[0], str(note)).split("\n")[:5]
+    body = 'printf "%s|%s|" "${FC_VQFD:-}" "${FC_VGFD:-}"; cat <&"$FC_VXIDFD" >/dev/null\n'
+    script = ("\n".join(early) + "\n" + body).encode()
+    done = login_shell(script, len(script), {"PATH": f"{bin_dir}:/usr/bin:/bin"}, "sh",
+                       first_read(counted(status, tmp_path, count).replace(SMI_NOTES[0],
+                                                                           str(note))))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "||" and calls.read_text().split() == ["dmesg"]
 
 
 @pytest.mark.parametrize("shell", LOGIN_SHELLS)

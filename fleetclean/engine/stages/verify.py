@@ -44,8 +44,8 @@ from fleetclean.engine.stages.base import (
 # (render.early_reads), and the remapper's beside it where needed.
 VERIFY_Q_SECTIONS = ("MEMORY,PIDS", "MEMORY,PIDS,ROW_REMAPPER")
 VERIFY_Q_ARGS = f"-q -d {VERIFY_Q_SECTIONS[0]}"
-# The early read of a host whose GPUs all read clean last time (verify.sh:
-# fc_verify_read_gpus): the rows, as pdsh users ask for them.
+# The early read of a node whose kernel counts no CUDA process (render.early_reads,
+# verify.sh: fc_verify_read_gpus): the rows, as pdsh users ask for them.
 VERIFY_GPU_ARGS = ("--query-gpu=index,uuid,name,memory.used,memory.total "
                    "--format=csv,noheader,nounits")
 # An Xid of an ECC event (bash ERE), after which a remap or a retirement may be pending

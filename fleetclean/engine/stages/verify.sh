@@ -62,8 +62,8 @@ fc_verify() {
         return 0
     fi
     # The kernel log is read once, first: it decides the -q read's sections
-    # (fc_verify_gate). A status script's first line started dmesg and the -q read
-    # without the row remapper (render.early_reads): dmesg is done long before nvidia-smi,
+    # (fc_verify_gate). A status script's first line started dmesg and the GPU read (-q
+    # without the row remapper, or the query: render.early_reads): dmesg is done long before nvidia-smi,
     # so its text is taken now, while nvidia-smi still works; where the log cannot rule
     # a pending remap out, the remapper's section is read beside it, from now. A read
     # kept from the gpu-holders stage (fc_verify_keep) comes with its kernel log, unless it
@@ -94,8 +94,15 @@ fc_verify() {
     fi
     fc_now_us
     t0=$REPLY
-    # The processes the host's last status named, read while the early -q read runs.
-    ((FC_CHECK)) && [[ -n ${FC_VQFD:-} && -n $FC_VHINT ]] && fc_verify_prep
+    # The processes the host's last status named, read while the early -q read runs; or,
+    # where the node counts CUDA processes (its -q read), what naming them will need.
+    if ((FC_CHECK)) && [[ -n ${FC_VQFD:-} ]]; then
+        if [[ -n $FC_VHINT ]]; then
+            fc_verify_prep
+        elif [[ ${FC_UVM:-} == [1-9]* ]]; then
+            fc_verify_warm
+        fi
+    fi
     while :; do
         if ((FC_VKEPT)); then
             FC_VKEPT=0
@@ -432,13 +439,13 @@ fc_verify_early_q() {
     fc_smi_take "$fd"
 }
 
-# The GPU read a status script's first line started for a host whose GPUs all read clean
-# at its last status (render.early_reads, FC_VGFD): the --query-gpu pdsh users
-# type, for the rows; the compute apps asked for only where some GPU is in use
+# The GPU read a status script's first line started where the node's kernel counts no CUDA
+# process (render.early_reads, FC_VGFD): the --query-gpu pdsh users type, for the rows; the compute apps asked for only where some GPU is in use
 # (FC_VAPPSLATER: fc_verify_apps), and the device minors (the driver's files, by uuid) only
 # where a holder must be looked for (fc_verify_explain). It costs 0.8-1.9 ms of wall less
 # than -q (an H100, an H200: benchmarks/RESULTS.md), and a clean host reads no driver
-# file; a host in use again pays its apps' query after this one, a snapshot apart (a
+# file; a GPU in use all the same (memory no process holds, a CUDA process started just
+# after the count was read) costs its apps' query after this one, a snapshot apart (a
 # process that ends in between leaves its memory unexplained: its GPU's device files are
 # then looked through, as for a leak). The bus id would have matched the driver's files
 # directly: asking for it costs what -q costs. Where the kernel log cannot rule a pending
@@ -1039,6 +1046,21 @@ fc_verify_prep() {
     for p in "${!FC_START[@]}"; do
         [[ -n ${before[$p]:-} ]] || FC_VPREP[$p]=1
     done
+}
+
+# Readied while the early -q read runs, where the node's kernel counts CUDA processes
+# (FC_UVM: render.early_reads) but no process was named last time: what naming the ones the
+# read lists needs first, which would otherwise follow the read. The busy tier's
+# definitions parsed (fc_lazy: 3.6 ms of an H200 node's CPU), the script's own ancestry
+# (fc_self) and the cgroup roots (fc_owner_roots) read. Nothing here asks the driver, which
+# may be the hung one nvidia-smi waits in; and a node whose count was one CUDA process
+# holding no memory only parsed early what it parses on any busy node.
+fc_verify_warm() {
+    if [[ ${FC_LAZY_DONE:-} != *"<1>"* ]] && declare -F fc_lazy >/dev/null; then
+        fc_lazy 1 fc_verify_warm
+    fi
+    fc_self
+    ((FC_CG_ROOTS_READ)) || fc_owner_roots
 }
 
 # True when PID is still the process named last time (its start time START: after a reboot,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034
 set +o posix
-[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { set +p; unset TMOUT BASH_COMPAT; LC_ALL=C; unset FC_SRC; read -r -N 122569 FC_SRC; if ((${#FC_SRC} == 122569)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short, nothing was run (${#FC_SRC} of 122569 bytes)" >&2; false; fi; exit; }
+[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { set +p; unset TMOUT BASH_COMPAT; LC_ALL=C; unset FC_SRC; read -r -N 122896 FC_SRC; if ((${#FC_SRC} == 122896)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short, nothing was run (${#FC_SRC} of 122896 bytes)" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook pre-restart (built-in)
 # host: "node01"  mode: run
 # Runs as `bash -s` with this text on standard input (over SSH, fleetclean's own
