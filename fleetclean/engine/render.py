@@ -119,7 +119,7 @@ class Renderer:
         header += "\n"
         early = ""
         if resolved.verify is not None and not resolved.stages:
-            early = "\n".join(early_reads(q_only=bool(named))) + "\n"
+            early = "\n".join(early_reads(q_only=bool(named), last_clean=last_clean)) + "\n"
             if named:
                 header += NAMED_NOTE + "\n"
             elif last_clean:
@@ -179,7 +179,7 @@ def noted_test() -> str:
             f"-O {xdg_dir} && -O {xdg})")
 
 
-def early_reads(q_only: bool = False) -> tuple[str, str]:
+def early_reads(q_only: bool = False, last_clean: bool = False) -> tuple[str, str]:
     """What a script whose first work is the verification's read (``status``: no stage)
     starts before bash reads and parses the rest of it: the GPU read and the kernel log,
     each a process whose output waits in a pipe (``FC_VGFD`` or ``FC_VQFD``, and
@@ -204,17 +204,22 @@ def early_reads(q_only: bool = False) -> tuple[str, str]:
     Which GPU read, the node says (``FC_UVM``): the kernel counts a reference on the
     nvidia_uvm module for each open file of /dev/nvidia-uvm, which every CUDA process opens
     and no NVML reader does (nvidia-smi, nvidia-persistenced): one read(2) of
-    ``/sys/module/nvidia_uvm/refcnt``. At 0, or with no such module (none loaded since the
-    node booted: no CUDA process either), no CUDA process can hold a GPU context (a
-    graphics one, Xorg's, opens no /dev/nvidia-uvm: its memory is found as below): the read is
-    ``--query-gpu`` (``FC_VGFD``), the query pdsh users type, and the compute apps are asked
-    for only where some GPU is in use all the same (a leak no process holds; verify.sh:
-    fc_verify_read_gpus). Above 0 it is ``-q`` (``FC_VQFD``), the GPUs and their processes
-    in one call, as for a host whose last status named processes (``q_only``: those are
-    read while it runs, verify.sh: fc_verify_prep). The count only picks the read, never a
-    row: a wrong guess costs a second query (a CUDA process started just after the read of
-    the count) or -q's 1-3 ms more (one holding no context), and the verification reads
-    what is there either way.
+    ``/sys/module/nvidia_uvm/refcnt``. At 0 no CUDA process can hold a GPU context (a
+    graphics one, Xorg's, opens no /dev/nvidia-uvm: its memory is found as below): the read
+    is ``--query-gpu`` (``FC_VGFD``), the query pdsh users type, and the compute apps are
+    asked for only where some GPU is in use all the same (a leak no process holds;
+    verify.sh: fc_verify_read_gpus). Above 0 it is ``-q`` (``FC_VQFD``), the GPUs and their
+    processes in one call, as for a host whose last status named processes (``q_only``:
+    those are read while it runs, verify.sh: fc_verify_prep). Where the count cannot be
+    read, the controller's hint picks, as before the count: the query for a host whose
+    GPUs all read clean at its last status (``last_clean``), -q for any other. A missing
+    file does not mean that no CUDA process runs: a node whose sysfs does not show its
+    modules (seen on a sandboxed H100 running a 40 GiB CUDA server: no
+    /sys/module/nvidia*) took 3.0x the bare query's wall with the query and the apps one
+    after the other, against 1.9x with -q. The count only picks the read, never a row: a
+    wrong guess costs a second query (a CUDA process started just after the read of the
+    count) or -q's 1-3 ms more (one holding no context), and the verification reads what
+    is there either way.
 
     The -q read leaves the row remapper's section out: the verification reads it beside
     this one where the kernel log cannot rule a pending remap out (fc_verify_gate). Of
@@ -252,8 +257,9 @@ def early_reads(q_only: bool = False) -> tuple[str, str]:
         own, fds = boot.EITHER_READ, "FC_VQFD FC_VGFD"
         # The count as the kernel writes it ("0\n", "3\n"); nothing where it cannot be read.
         # Unset first: one from the environment would stay exported to every child.
+        unread = "" if last_clean else " || -z $FC_UVM"
         pick = (f"unset FC_UVM; read -r FC_UVM 2>/dev/null <{UVM_REFCNT}; "
-                f"if [[ $FC_UVM == [1-9]* ]]; then {q}; "
+                f"if [[ $FC_UVM == [1-9]*{unread} ]]; then {q}; "
                 f"else {start('FC_VGFD', VERIFY_GPU_ARGS)}; fi")
     # None where a note says an earlier run's nvidia-smi waits in a hung driver (lib.sh:
     # fc_smi_noted, which the verification's own read then asks first).

@@ -163,20 +163,30 @@ def test_the_count_read_is_the_one_the_simulator_keeps() -> None:
     assert uvm_count.REFCNT == UVM_REFCNT == "/sys/module/nvidia_uvm/refcnt"
 
 
-# The node's count as the kernel writes it, and the read it makes the script start.
-COUNTS = [("0\n", "FC_VGFD"), ("3\n", "FC_VQFD"), (None, "FC_VGFD"), ("", "FC_VGFD")]
+# The node's count as the kernel writes it, and the read it makes the script start for a
+# host never seen and for one seen clean: where it cannot be read (no file, as on a node
+# whose sysfs does not show its modules), the read the controller's hint picks.
+COUNTS = [("0\n", "FC_VGFD", "FC_VGFD"), ("3\n", "FC_VQFD", "FC_VQFD"),
+          (None, "FC_VQFD", "FC_VGFD"), ("", "FC_VQFD", "FC_VGFD")]
 
 
-@pytest.mark.parametrize(("count", "fd"), COUNTS)
+Reads = tuple[str | None, str, str]  # a COUNTS entry
+
+
+@pytest.mark.parametrize("reads", COUNTS)
+@pytest.mark.parametrize("last_clean", [False, True])
 @pytest.mark.parametrize("exported", [False, True])
 def test_a_status_scripts_early_reads_start_under_it(tmp_path: Path, exported: bool,
-                                                     count: str | None, fd: str) -> None:
+                                                     last_clean: bool, reads: Reads) -> None:
+    count, new, seen_clean = reads
+    fd = seen_clean if last_clean else new
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name in ("nvidia-smi", "dmesg"):
         (bin_dir / name).write_text(f"#!/bin/sh\necho {name} \"$1\"\n")
         (bin_dir / name).chmod(0o755)
-    status = render_script(resolve(load_playbook("status"), {}, {}), host_name="n")
+    status = render_script(resolve(load_playbook("status"), {}, {}), host_name="n",
+                           last_clean=last_clean)
     # shebang, directive, POSIX_OFF, the GPU read, the kernel log
     early = counted(status, tmp_path, count).split("\n")[:5]
     body = (f'printf "%s|" "${fd}" "$FC_VXIDFD" "${{FC_VQFD:-}}${{FC_VGFD:-}}"; '
@@ -218,11 +228,13 @@ def test_a_note_of_a_hung_driver_starts_no_gpu_read_whatever_the_count(tmp_path:
 
 
 @pytest.mark.parametrize("shell", LOGIN_SHELLS)
-@pytest.mark.parametrize(("count", "fd"), COUNTS[:2])
+@pytest.mark.parametrize("reads", COUNTS[:3])
 @pytest.mark.parametrize("last_clean", [False, True])
 def test_the_command_starts_a_status_scripts_gpu_read_once(tmp_path: Path, shell: str,
-                                                            last_clean: bool, count: str,
-                                                            fd: str) -> None:
+                                                            last_clean: bool,
+                                                            reads: Reads) -> None:
+    count, new, seen_clean = reads
+    fd = seen_clean if last_clean else new
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
     bin_dir.mkdir()
     for name in ("nvidia-smi", "dmesg"):
