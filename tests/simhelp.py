@@ -228,12 +228,16 @@ def sh(fleet: SimFleet, command: str, node: str = "node01") -> str:
 
 
 @contextlib.contextmanager
-def uvm_counted(fleet: SimFleet, node: str, count: int) -> Iterator[None]:
+def uvm_counted(fleet: SimFleet, node: str, count: int | None) -> Iterator[None]:
     """The node's count of open /dev/nvidia-uvm files (render.UVM_REFCNT), which picks a
     status script's GPU read, made ``count`` inside the block (as where a CUDA process holds
-    no context, or has started just after the script read the count), and counted anew by
-    the node's init after it (sim/uvm_count.py), whatever started or ended meanwhile."""
-    fleet.node_path(node, UVM_REFCNT).write_text(f"{count}\n")
+    no context, or has started just after the script read the count; None: no such file, as
+    on a node whose sysfs hides its modules), and counted anew by the node's init after it
+    (sim/uvm_count.py), whatever started or ended meanwhile."""
+    if count is None:
+        fleet.node_path(node, UVM_REFCNT).unlink()
+    else:
+        fleet.node_path(node, UVM_REFCNT).write_text(f"{count}\n")
     try:
         yield
     finally:

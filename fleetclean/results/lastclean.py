@@ -5,8 +5,10 @@ Which GPU read a status script starts with, the node decides (``render.early_rea
 ``--query-gpu`` where its kernel counts no open /dev/nvidia-uvm (no CUDA process), -q
 where it counts some. A host whose GPUs all read clean last time most likely has none
 again: bash parses the -q read's definitions only where it does, with the busy tier's
-(``lazy.tiers``); a host never seen parses both reads' as it reads the script. A wrong hint
-costs a parse, never a wrong row. Only ``status`` notes hosts: a teardown leaves its hosts
+(``lazy.tiers``), and where the node's count cannot be read (a sysfs that hides the
+modules) it reads the query, any other host -q. A host never seen parses both reads' as
+it reads the script. A wrong hint costs a parse, or a second nvidia-smi call, never a
+wrong row. Only ``status`` notes hosts: a teardown leaves its hosts
 clean for a moment, most often to start their servers again.
 
 Kept in ``$FLEETCLEAN_STATE_DIR/last-clean.json`` (beside the run records), each host with

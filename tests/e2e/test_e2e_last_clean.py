@@ -120,6 +120,25 @@ def test_a_cuda_process_that_holds_no_memory_makes_the_read_q_and_the_host_clean
     assert by_q["status"] == "clean" and table(by_query) == table(by_q)
 
 
+def test_a_node_whose_count_cannot_be_read_reads_as_its_hint_says(
+    sim_fleet_factory: Any, cli: Cli
+) -> None:
+    """A sandboxed H100 showed no /sys/module/nvidia* while its CUDA server ran: there the
+    query and then the apps took 3.0x the bare query's wall, -q 1.9x. Without the count,
+    a host never seen reads -q, one seen clean the query, as the controller's hint says."""
+    fleet = sim_fleet_factory(2)
+    cli("status", "-i", fleet.inventory_path, "--json")
+    fleet.spawn("node02", "sglang", gpus="0-7", mib=1024)
+    lastclean.path().write_text(json.dumps({"hosts": {"node01": 1e12}}))
+    with uvm_counted(fleet, "node01", None), uvm_counted(fleet, "node02", None):
+        assert not fleet.node_path("node02", UVM_REFCNT).exists()
+        assert calls(fleet, cli, "node01") == [GPU_QUERY]
+        assert calls(fleet, cli, "node02") == [Q_READ]
+        host = cli("status", "-i", fleet.inventory_path, "--json").host("node02")
+    assert host["status"] == "dirty" and len(host["gpus"][0]["processes"]) == 1
+    assert fleet.node_path("node02", UVM_REFCNT).read_text() == "8\n"
+
+
 def test_memory_no_process_holds_is_found_by_the_query_as_with_q(
     sim_fleet_factory: Any, cli: Cli
 ) -> None:
