@@ -33,15 +33,22 @@ TIMEOUT_S = 10.0
 Holders = list[tuple[int, int, int]]
 
 
-def serve(path: str, scan: Callable[[], Holders]) -> threading.Thread:
-    """Answer every connection on ``path`` with ``scan()``, in a daemon thread; the socket
-    is bound before this returns, and any account may connect (mode 0666)."""
+def listener(path: str) -> socket.socket:
+    """A unix socket listening on ``path`` (one left there before is replaced) that any
+    account may connect to (mode 0666)."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     os.chmod(path, 0o666)
     server.listen(64)
+    return server
+
+
+def serve(path: str, scan: Callable[[], Holders]) -> threading.Thread:
+    """Answer every connection on ``path`` with ``scan()``, in a daemon thread; the socket
+    is bound before this returns, and any account may connect (mode 0666)."""
+    server = listener(path)
 
     def loop() -> None:
         while True:

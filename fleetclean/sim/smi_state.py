@@ -24,8 +24,10 @@ the package in tests). Files in ``NODE_DIR`` (the node's state dir, ``/run/fleet
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from types import ModuleType
 
 NODE_DIR = "/run/fleetclean"
@@ -269,10 +271,9 @@ def device_holders() -> list[tuple[int, int, int]]:
     return scan_device_holders()
 
 
-def scan_device_holders() -> list[tuple[int, int, int]]:
-    """``device_holders`` read from /proc, which needs root."""
-    by_minor = index_by_minor()
-    found: list[tuple[int, int, int]] = []
+def open_files() -> Iterator[tuple[int, str, list[str]]]:
+    """Each process of the node (root reads them all): its PID, where its files are read
+    (``live_dir``) and what its descriptors that could be read point to."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -284,18 +285,26 @@ def scan_device_holders() -> list[tuple[int, int, int]]:
                 fds = os.listdir(f"{base}/fd")
         except OSError:
             continue
-        gpus = set()
+        targets = []
         for fd in fds:
-            try:
-                target = os.readlink(f"{base}/fd/{fd}")
-            except OSError:
-                continue
+            with contextlib.suppress(OSError):
+                targets.append(os.readlink(f"{base}/fd/{fd}"))
+        yield int(pid), base, targets
+
+
+def scan_device_holders() -> list[tuple[int, int, int]]:
+    """``device_holders`` read from /proc, which needs root."""
+    by_minor = index_by_minor()
+    found: list[tuple[int, int, int]] = []
+    for pid, base, targets in open_files():
+        gpus = set()
+        for target in targets:
             minor = target[11:]
             if target.startswith("/dev/nvidia") and minor.isdigit() and int(minor) in by_minor:
                 gpus.add(by_minor[int(minor)])
         if gpus:
             mib, contexts = process_mib(base)
-            found.extend((gpu, int(pid), mib if contexts is None or gpu in contexts else 0)
+            found.extend((gpu, pid, mib if contexts is None or gpu in contexts else 0)
                          for gpu in gpus)
     return sorted(found)
 

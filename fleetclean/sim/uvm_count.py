@@ -31,38 +31,26 @@ import select
 import socket
 import sys
 import threading
+import time
+
+if __package__:
+    from fleetclean.sim import smi_driver, smi_state
+else:  # run as a script: the sibling modules are found through sys.path[0]
+    import smi_driver  # type: ignore[import-not-found,no-redef]
+    import smi_state  # type: ignore[import-not-found,no-redef]
 
 SOCKET = "/run/fleetclean-uvm.sock"
 MODULES = "/sys/module"
 REFCNT = "/sys/module/nvidia_uvm/refcnt"
 DEVICE = "/dev/nvidia-uvm"
 TIMEOUT_S = 10.0
+RETRY_MS = 1000
 
 
 def holders() -> set[int]:
     """The PIDs of the node's processes with /dev/nvidia-uvm open (a process whose main
     thread has exited while another lives is read through that one's task)."""
-    found = set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        base = f"/proc/{pid}"
-        try:
-            fds = os.listdir(f"{base}/fd")
-            if not fds:
-                tids = [t for t in os.listdir(f"{base}/task") if t != pid]
-                if not tids:
-                    continue
-                base = f"{base}/task/{tids[0]}"
-                fds = os.listdir(f"{base}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                if os.readlink(f"{base}/fd/{fd}") == DEVICE:
-                    found.add(int(pid))
-                    break
-    return found
+    return {pid for pid, _, targets in smi_state.open_files() if DEVICE in targets}
 
 
 def write(path: str, count: int) -> None:
@@ -78,27 +66,27 @@ def serve(path: str = SOCKET, refcnt: str = REFCNT) -> threading.Thread:
     ``path`` (answered, by closing it, once the file counts what is open) and at each
     counted holder's end. The socket is bound before this returns; any account may
     connect (mode 0666)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
-    os.chmod(path, 0o666)
-    server.listen(64)
+    server = smi_driver.listener(path)
     write(refcnt, 0)
     poller = select.poll()
     poller.register(server, select.POLLIN)
     watched: dict[int, int] = {}  # pidfd -> PID
+    # Counted without a pidfd (none could be had: no descriptor left): nothing would say
+    # when they end, so the loop counts again every RETRY_MS while there are any.
+    unwatched: set[int] = set()
 
     def recount() -> None:
         found = holders()
+        unwatched.clear()
         for pid in found - set(watched.values()):
             try:
                 fd = os.pidfd_open(pid)
             except ProcessLookupError:  # reaped since the scan: its files are closed
                 found.discard(pid)
                 continue
-            except OSError as exc:  # no descriptor left: counted, watched at the next event
+            except OSError as exc:
                 print(f"uvm_count: no pidfd for {pid}: {exc!r}", file=sys.stderr, flush=True)
+                unwatched.add(pid)
                 continue
             watched[fd] = pid
             poller.register(fd, select.POLLIN)
@@ -117,15 +105,20 @@ def serve(path: str = SOCKET, refcnt: str = REFCNT) -> threading.Thread:
 
     def loop() -> None:
         while True:
-            for fd, _ in poller.poll():
-                # One event that fails (a full disk, a descriptor gone) must not end the
+            events = poller.poll(RETRY_MS if unwatched else None)
+            if not events:
+                events = [(-1, 0)]  # a recount for the unwatched
+            for fd, _ in events:
+                # One event that fails (a full disk, no descriptor left) must not end the
                 # thread: the count would stay as it is for the node's life, and a program
                 # that says it opened the device would wait TIMEOUT_S on a socket nobody
-                # accepts on. It is said in the init's log, and the next event counts anew.
+                # accepts on. It is said in the init's log, and the next event counts anew;
+                # a pause first, or an accept that keeps failing would spin.
                 try:
-                    event(fd)
+                    recount() if fd == -1 else event(fd)
                 except Exception as exc:
                     print(f"uvm_count: {exc!r}", file=sys.stderr, flush=True)
+                    time.sleep(RETRY_MS / 1000)
 
     thread = threading.Thread(target=loop, name="uvm-count", daemon=True)
     thread.start()
@@ -135,9 +128,11 @@ def serve(path: str = SOCKET, refcnt: str = REFCNT) -> threading.Thread:
 # What a test's own stand-in for a CUDA process (a ``python3 -c`` line in a node) runs once
 # its files are open: :func:`opened` in one line of Python, without a quote (the lines sit
 # inside shell quotes of either kind), and without failing where no init answers (a
-# container's own /run): connect_ex says so instead of raising.
-OPENED_PY = (f"import socket; c = socket.socket(socket.AF_UNIX); c.settimeout({TIMEOUT_S}); "
-             f"c.connect_ex(bytes({tuple(SOCKET.encode())})) or c.recv(1); c.close()")
+# container's own /run: connect_ex says so instead of raising) or answers late (select
+# gives up after TIMEOUT_S, where recv would raise).
+OPENED_PY = (f"import select, socket; c = socket.socket(socket.AF_UNIX); "
+             f"c.connect_ex(bytes({tuple(SOCKET.encode())})) or "
+             f"select.select([c], [], [], {TIMEOUT_S})[0] and c.recv(1); c.close()")
 
 
 def opened(path: str = SOCKET) -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from simhelp import Cli, alive
+from simhelp import Cli, alive, uvm_counted
 
-from fleetclean.sim import SimFleet
+from fleetclean.sim import SimFleet, uvm_count
 
 pytestmark = pytest.mark.sim
 ODD = "trainer,\nx"
@@ -23,7 +23,7 @@ def spawn_odd(fleet: SimFleet, node: str, *, gpu: int, mib: int, name: str = ODD
     # with prctl(PR_SET_NAME).
     rename = f"import ctypes; ctypes.CDLL(None).prctl(15, b'{comm}', 0, 0, 0); " if comm else ""
     code = (f"{rename}import time; f = open('/dev/nvidia{gpus[gpu]['minor']}');"
-            " u = open('/dev/nvidia-uvm'); time.sleep(3600)")
+            f" u = open('/dev/nvidia-uvm'); {uvm_count.OPENED_PY}; time.sleep(3600)")
     start = ('FLEETCLEAN_SIM_GPU_MIB="$2" setsid -f bash -c \'exec -a "$0" python3 -c "$1"\''
              ' "$1" "$3" </dev/null >/dev/null 2>&1')
     done = fleet.run_in(node, ["sh", "-c", start, "sh", name, str(mib), code])
@@ -62,13 +62,16 @@ def test_a_process_whose_name_breaks_the_csv_is_still_named_and_stopped(
     sim_fleet_factory, cli: Cli
 ) -> None:
     fleet = sim_fleet_factory(1)
-    # Seen clean first: its next status reads --query-gpu, then the compute apps' CSV.
+    # Read with --query-gpu, then the compute apps' CSV: as where the process started just
+    # after the node's count of CUDA processes was read (uvm_counted; the count read 1, the
+    # GPUs and processes are read with -q, whose listing a newline does not cut).
     assert cli("status", "-i", fleet.inventory_path, "--json").code == 0
     pid = spawn_odd(fleet, "node01", gpu=2, mib=3072)
     smi = fleet.run_in("node01", ["nvidia-smi", "--query-compute-apps=pid,process_name",
                                   "--format=csv,noheader"]).stdout
     assert f"{pid}, trainer,\n" in smi  # as nvidia-smi prints it: the line cut in two
-    status = cli("status", "-i", fleet.inventory_path, "--json")
+    with uvm_counted(fleet, "node01", 0):
+        status = cli("status", "-i", fleet.inventory_path, "--json")
     assert status.code == 1, status.out  # dirty, not an error
     host = status.host("node01")
     assert host["status"] == "dirty", host
@@ -150,7 +153,7 @@ def test_a_gpu_holder_whose_name_holds_a_newline_is_stopped(sim_fleet_factory, c
     gpus = json.loads((fleet.node("node01").dir / "gpus.json").read_text())["gpus"]
     code = ("import ctypes, time; ctypes.CDLL(None).prctl(15, b'sglang\\nx', 0, 0, 0);"
             f" f = open('/dev/nvidia{gpus[6]['minor']}'); u = open('/dev/nvidia-uvm');"
-            " time.sleep(3600)")
+            f" {uvm_count.OPENED_PY}; time.sleep(3600)")
     start = ('FLEETCLEAN_SIM_GPU_MIB=2048 setsid -f python3 -c "$1" fcnewline-comm'
              ' </dev/null >/dev/null 2>&1')
     assert fleet.run_in("node01", ["sh", "-c", start, "sh", code]).returncode == 0

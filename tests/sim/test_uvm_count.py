@@ -23,6 +23,9 @@ def test_the_count_is_each_cuda_process_from_its_start_to_its_end(
     def count(node: str = "node01") -> str:
         return fleet.node_path(node, uvm_count.REFCNT).read_text()
 
+    def state(pid: int) -> str:
+        return fleet.run_in("node01", ["cat", f"/proc/{pid}/stat"]).stdout.split(") ")[-1][:1]
+
     assert count() == "0\n"
     # Counted by the time spawn returns (each worker ready once its files are open).
     workers = fleet.spawn("node01", "sglang", gpus="0-3", mib=1024)
@@ -33,14 +36,14 @@ def test_the_count_is_each_cuda_process_from_its_start_to_its_end(
     # A process whose main thread has ended (a zombie leader) while another holds its
     # files is counted through that thread.
     leaderless = fleet.spawn("node01", "pthread-exit", gpu=4, mib=1024, thread="work")
+    wait_for("its main thread ended", lambda: state(leaderless[0]) == "Z")
     stuck = fleet.spawn("node01", "stuck", gpu=5, mib=2048)
     assert count() == "6\n"
     fleet.run_in("node01", ["kill", "-9", *map(str, workers + leaderless)])
     wait_for("the workers' files closed", lambda: count() == "1\n")
     # Killed, the stuck one waits in the driver (state D) with its files open: counted.
     fleet.run_in("node01", ["kill", "-9", str(stuck[0])])
-    wait_for("the stuck one in state D", lambda: fleet.run_in(
-        "node01", ["cat", f"/proc/{stuck[0]}/stat"]).stdout.split(") ")[-1][:1] == "D")
+    wait_for("the stuck one in state D", lambda: state(stuck[0]) == "D")
     assert count() == "1\n"
     fleet.set_fault("node01", "unstick")
     wait_for("the stuck one gone", lambda: count() == "0\n")
