@@ -147,9 +147,9 @@ def _add_status(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                             "0; the compute apps only\nwhere a GPU is in use all the same), "
                             "`nvidia-smi -q` where it counts some, or\nwhere the host's last "
                             "status named processes (last-named.json in the state\ndirectory, "
-                            "~/.local/state/fleetclean). Where the count cannot be read, a "
-                            "host whose\nGPUs all read clean last time (last-clean.json) "
-                            "reads the query, any other -q.\n`fleetclean show status --host "
+                            "~/.local/state/fleetclean). Where the count cannot be\nread, a "
+                            "host whose GPUs all read clean last time (last-clean.json) "
+                            "reads\nthe query, any other -q. `fleetclean show status --host "
                             "H` shows the script.\n\n"
                             + EXIT_STATUS_HELP, formatter_class=fmt)
     hosts_opts(status)

@@ -58,8 +58,9 @@ def _watch_jobs(hosts: list[Host], args: argparse.Namespace
                 ) -> tuple[str, list[fleet.Job], Reads]:
     """Both scripts of every host, so that each refresh sends each host the one that fits
     what the refresh before it saw (the processes it named read while -q runs, or the
-    script of a host seen clean: render.Renderer.pieces; the node picks its GPU read either
-    way, render.early_reads); the first by :mod:`lastclean`'s hints. The password (-K) is
+    script of a host seen clean: render.Renderer.pieces; the node's count of CUDA processes
+    picks its GPU read either way, or where it cannot be read, which script it is:
+    render.early_reads); the first by :mod:`lastclean`'s hints. The password (-K) is
     asked once."""
     from fleetclean import fleet
 
@@ -84,8 +85,9 @@ class Read(NamedTuple):
     """A host's two scripts in a watch: the one for a host in use (``q``: reading the
     processes ``named`` by the refresh before, PID:START each, while its -q read runs), and
     the one for a host seen clean (``gpu``: the -q read's code parsed only where the node's
-    count asks for -q); both ask for the tokens ``asked`` of teardowns whose end was not
-    heard (:mod:`unheard`). The node picks the GPU read of either but a named host's."""
+    count asks for -q, and the query read where the count cannot be read); both ask for the
+    tokens ``asked`` of teardowns whose end was not heard (:mod:`unheard`). The node's
+    count picks the GPU read of either but a named host's."""
 
     host: Host
     q: tuple[str, ...]

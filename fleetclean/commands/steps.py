@@ -207,7 +207,8 @@ def render_jobs(
 ) -> tuple[str, list[fleet.Job], dict[str, Any]]:
     """Render every host's script before any connection: bad input never reaches a host.
     ``last_clean``: the hosts whose script parses the -q read's code only where the node
-    asks for -q (render.Renderer.pieces); None: those :mod:`fleetclean.results.lastclean`
+    asks for -q, and reads the query where the node's count cannot be read
+    (render.Renderer.pieces); None: those :mod:`fleetclean.results.lastclean`
     knows clean. ``named``: each host's
     processes its last status named (PID:START words), which a status reads while its -q
     read runs; None: those

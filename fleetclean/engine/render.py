@@ -49,8 +49,8 @@ _PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Every script's header says where the comments ``carried`` leaves out are.
 CARRIED_NOTE = "# The packaged bash comes without its comments: fleetclean/engine/stages has them."
 # What the header of a host given the cheaper early GPU read says (early_reads).
-LAST_CLEAN_NOTE = ("# GPU read: --query-gpu where no CUDA process runs (/sys/module/nvidia_uvm/"
-                   "refcnt), else -q (every GPU read clean at the host's last status)")
+LAST_CLEAN_NOTE = ("# GPU read: --query-gpu where /sys/module/nvidia_uvm/refcnt is 0 or cannot be "
+                   "read, else -q (every GPU read clean at the host's last status)")
 # And where its last status named processes: what `fleetclean show` tells a person.
 NAMED_NOTE = ("# GPU read: -q, and while it runs the processes the host's last status named "
               "(FC_VHINT: PID:START)")
@@ -105,8 +105,9 @@ class Renderer:
         definitions it parses only when called (:mod:`.lazy`); the libraries are shared.
         ``last_clean``: every GPU of the host read clean at its last status
         (:mod:`fleetclean.results.lastclean`), so that bash parses the -q read's
-        definitions only where the node's count makes that its early GPU read
-        (:func:`early_reads`, :func:`.lazy.tiers`). ``run``, ``unheard`` and ``named``:
+        definitions only where the node's count makes that its early GPU read, and the
+        read is the query where the count cannot be read (:func:`early_reads`,
+        :func:`.lazy.tiers`). ``run``, ``unheard`` and ``named``:
         :func:`main_function`'s (``named`` only for a status: its early read is -q)."""
         check = check or resolved.read_only
         force = force or resolved.force
@@ -252,17 +253,17 @@ def early_reads(q_only: bool = False, last_clean: bool = False) -> tuple[str, st
 
     q = start("FC_VQFD", VERIFY_Q_ARGS)
     if q_only:
-        own, fds, pick = OWN.format("FC_VQFD"), "FC_VQFD", q
+        own, fds, pick = OWN.format("FC_VQFD"), "FC_VQFD FC_UVM", q
     else:
-        own, fds = boot.EITHER_READ, "FC_VQFD FC_VGFD"
+        own, fds = boot.EITHER_READ, "FC_VQFD FC_VGFD FC_UVM"
         # The count as the kernel writes it ("0\n", "3\n"); nothing where it cannot be read.
-        # Unset first: one from the environment would stay exported to every child.
         unread = "" if last_clean else " || -z $FC_UVM"
-        pick = (f"unset FC_UVM; read -r FC_UVM 2>/dev/null <{UVM_REFCNT}; "
+        pick = (f"read -r FC_UVM 2>/dev/null <{UVM_REFCNT}; "
                 f"if [[ $FC_UVM == [1-9]*{unread} ]]; then {q}; "
                 f"else {start('FC_VGFD', VERIFY_GPU_ARGS)}; fi")
     # None where a note says an earlier run's nvidia-smi waits in a hung driver (lib.sh:
-    # fc_smi_noted, which the verification's own read then asks first).
+    # fc_smi_noted, which the verification's own read then asks first). FC_UVM unset first
+    # whatever the read: one from the environment would stay exported to every child.
     gpu = (f"{own} || {{ unset {fds}; LC_ALL=C; [[ {noted_test()} ]] || {{ {pick}; }}; }}")
     klog = (f"{OWN.format('FC_VXIDFD')} || {{ unset FC_VXIDFD; LC_ALL=C; "
             f"exec {{FC_VXIDFD}}< <({path}; "

@@ -44,7 +44,7 @@ ln -s /proc/self/fd/2 /dev/stderr
 mkdir /dev/shm /dev/nvidia-caps
 touch /dev/nvidia{0..7} /dev/nvidiactl /dev/nvidia-uvm
 # The nvidia_uvm count a status script picks its GPU read by (render.early_reads): 0, as
-# on a CI machine without the module, not whatever this machine's driver counts.
+# on an idle node, not whatever this machine's driver counts (or that it has none).
 mount -t tmpfs tmpfs /sys/module
 mkdir /sys/module/nvidia_uvm
 echo 0 >/sys/module/nvidia_uvm/refcnt

@@ -189,17 +189,18 @@ def test_a_status_scripts_early_reads_start_under_it(tmp_path: Path, exported: b
                            last_clean=last_clean)
     # shebang, directive, POSIX_OFF, the GPU read, the kernel log
     early = counted(status, tmp_path, count).split("\n")[:5]
-    body = (f'printf "%s|" "${fd}" "$FC_VXIDFD" "${{FC_VQFD:-}}${{FC_VGFD:-}}"; '
+    body = (f'printf "%s|" "${fd}" "$FC_VXIDFD" "${{FC_VQFD:-}}${{FC_VGFD:-}}" "${{FC_UVM@a}}"; '
             f'cat <&"${fd}"; cat <&"$FC_VXIDFD"\n')
     script = ("\n".join(early) + "\n" + body).encode()
-    # A descriptor number in the environment is a stranger's: the script starts its own.
+    # A descriptor number in the environment is a stranger's: the script starts its own;
+    # a count there is not the node's, nor passed on to what the script starts.
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin",
-           **({"FC_VQFD": "1", "FC_VGFD": "2"} if exported else {})}
+           **({"FC_VQFD": "1", "FC_VGFD": "2", "FC_UVM": "7"} if exported else {})}
     done = login_shell(script, len(script), env)
     assert done.returncode == 0, done.stderr
-    vg, vx, both, rest = done.stdout.split("|", 3)
+    vg, vx, both, attrs, rest = done.stdout.split("|", 4)
     # One read started, the one the count asks for.
-    assert int(vg) >= 10 and int(vx) >= 10 and vg != vx and both == vg
+    assert int(vg) >= 10 and int(vx) >= 10 and vg != vx and both == vg and "x" not in attrs
     query = "-q" if fd == "FC_VQFD" else "--query-gpu=index,uuid,name,memory.used,memory.total"
     assert rest.startswith(f"nvidia-smi {query}\n") and rest.endswith("dmesg -l\n")
 
@@ -243,7 +244,7 @@ def test_the_command_starts_a_status_scripts_gpu_read_once(tmp_path: Path, shell
     status = counted(render_script(resolve(load_playbook("status"), {}, {}), host_name="n",
                                    last_clean=last_clean), tmp_path, count)
     first = first_read(status)
-    assert first.startswith("unset FC_VQFD FC_VGFD; ") and "nvidia-smi" in first
+    assert first.startswith("unset FC_VQFD FC_VGFD FC_UVM; ") and "nvidia-smi" in first
     early = status.split("\n")[:5]
     body = (f'printf "%s|" "${fd}"; cat <&"${fd}"; echo "|${{{fd}@a}}|"; '
             'cat <&"$FC_VXIDFD" >/dev/null\n')

@@ -63,9 +63,10 @@ fc_verify() {
     fi
     # The kernel log is read once, first: it decides the -q read's sections
     # (fc_verify_gate). A status script's first line started dmesg and the GPU read (-q
-    # without the row remapper, or the query: render.early_reads): dmesg is done long before nvidia-smi,
-    # so its text is taken now, while nvidia-smi still works; where the log cannot rule
-    # a pending remap out, the remapper's section is read beside it, from now. A read
+    # without the row remapper, or the query: render.early_reads): dmesg is done long
+    # before nvidia-smi, so its text is taken now, while nvidia-smi still works; where the
+    # log cannot rule a pending remap out, the remapper's section is read beside it, from
+    # now. A read
     # kept from the gpu-holders stage (fc_verify_keep) comes with its kernel log, unless it
     # ended more than one poll ago: the verification would have read again by now. Only a
     # clean one is taken: on a real GPU that read is mostly dirty with the memory of the
@@ -440,18 +441,19 @@ fc_verify_early_q() {
 }
 
 # The GPU read a status script's first line started where the node's kernel counts no CUDA
-# process (render.early_reads, FC_VGFD): the --query-gpu pdsh users type, for the rows; the compute apps asked for only where some GPU is in use
-# (FC_VAPPSLATER: fc_verify_apps), and the device minors (the driver's files, by uuid) only
-# where a holder must be looked for (fc_verify_explain). It costs 0.8-1.9 ms of wall less
-# than -q (an H100, an H200: benchmarks/RESULTS.md), and a clean host reads no driver
-# file; a GPU in use all the same (memory no process holds, a CUDA process started just
-# after the count was read) costs its apps' query after this one, a snapshot apart (a
-# process that ends in between leaves its memory unexplained: its GPU's device files are
-# then looked through, as for a leak). The bus id would have matched the driver's files
-# directly: asking for it costs what -q costs. Where the kernel log cannot rule a pending
-# remap out, the pending fields were asked for beside it (FC_VRRFD), matched by index.
-# Fails, setting nothing, where either call failed or a line is not as asked (the CSV read
-# then asks anew, fc_verify_read); both pipes are read and closed whatever happens.
+# process (render.early_reads, FC_VGFD): the --query-gpu pdsh users type, for the rows;
+# the compute apps asked for only where some GPU is in use (FC_VAPPSLATER:
+# fc_verify_apps), and the device minors (the driver's files, by uuid) only where a holder
+# must be looked for (fc_verify_explain). It costs 0.8-1.9 ms of wall less than -q (an
+# H100, an H200: benchmarks/RESULTS.md), and a clean host reads no driver file; a GPU in
+# use all the same (memory no process holds, a CUDA process started just after the count
+# was read) costs its apps' query after this one, a snapshot apart (a process that ends in
+# between leaves its memory unexplained: its GPU's device files are then looked through,
+# as for a leak). The bus id would have matched the driver's files directly: asking for it
+# costs what -q costs. Where the kernel log cannot rule a pending remap out, the pending
+# fields were asked for beside it (FC_VRRFD), matched by index. Fails, setting nothing,
+# where either call failed or a line is not as asked (the CSV read then asks anew,
+# fc_verify_read); both pipes are read and closed whatever happens.
 fc_verify_read_gpus() {
     local out rr="" line rc=0 asked=0
     local -a rows=() idx=() uuids=() used=() minors=() pends=()

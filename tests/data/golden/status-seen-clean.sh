@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034,SC2317,SC2329
 set +o posix
-[[ -n ${FC_VQFD:-} && ${FC_VQFD@a} != *x* ]] || [[ -n ${FC_VGFD:-} && ${FC_VGFD@a} != *x* ]] || { unset FC_VQFD FC_VGFD; LC_ALL=C; [[ -e /run/fleetclean-smi-stuck || $EUID -gt 0 && (-O /tmp/fleetclean-lock-$EUID && -O /tmp/fleetclean-lock-$EUID/smi-stuck || -O ${XDG_RUNTIME_DIR:-/-}/fleetclean-lock && -O ${XDG_RUNTIME_DIR:-/-}/fleetclean-lock/smi-stuck) ]] || { unset FC_UVM; read -r FC_UVM 2>/dev/null </sys/module/nvidia_uvm/refcnt; if [[ $FC_UVM == [1-9]* ]]; then exec {FC_VQFD}< <(exec 2>/dev/null </dev/null; o=$(PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin nvidia-smi -q -d MEMORY,PIDS 2>&1); printf "%s\n@%d" "$o" "$?"); else exec {FC_VGFD}< <(exec 2>/dev/null </dev/null; o=$(PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total --format=csv,noheader,nounits 2>&1); printf "%s\n@%d" "$o" "$?"); fi; }; }
+[[ -n ${FC_VQFD:-} && ${FC_VQFD@a} != *x* ]] || [[ -n ${FC_VGFD:-} && ${FC_VGFD@a} != *x* ]] || { unset FC_VQFD FC_VGFD FC_UVM; LC_ALL=C; [[ -e /run/fleetclean-smi-stuck || $EUID -gt 0 && (-O /tmp/fleetclean-lock-$EUID && -O /tmp/fleetclean-lock-$EUID/smi-stuck || -O ${XDG_RUNTIME_DIR:-/-}/fleetclean-lock && -O ${XDG_RUNTIME_DIR:-/-}/fleetclean-lock/smi-stuck) ]] || { read -r FC_UVM 2>/dev/null </sys/module/nvidia_uvm/refcnt; if [[ $FC_UVM == [1-9]* ]]; then exec {FC_VQFD}< <(exec 2>/dev/null </dev/null; o=$(PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin nvidia-smi -q -d MEMORY,PIDS 2>&1); printf "%s\n@%d" "$o" "$?"); else exec {FC_VGFD}< <(exec 2>/dev/null </dev/null; o=$(PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total --format=csv,noheader,nounits 2>&1); printf "%s\n@%d" "$o" "$?"); fi; }; }
 [[ -n ${FC_VXIDFD:-} && ${FC_VXIDFD@a} != *x* ]] || { unset FC_VXIDFD; LC_ALL=C; exec {FC_VXIDFD}< <(PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; read -r _ l _ 2>/dev/null </proc/sys/kernel/printk; if [[ $l == [0-5] ]] && dmesg -l emerg,alert,crit,err,warn,notice 2>/dev/null </dev/null; then :; elif command -v sed >/dev/null 2>&1; then dmesg 2>/dev/null </dev/null | sed -n '1{p;d;};/NVRM: Xid/p'; else dmesg 2>/dev/null </dev/null; fi); }
 [[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]] || { set +p; unset TMOUT BASH_COMPAT; LC_ALL=C; unset FC_SRC; read -r -N 70671 FC_SRC; if ((${#FC_SRC} == 70671)); then eval "$FC_SRC"; else echo "fleetclean: the script arrived cut short, nothing was run (${#FC_SRC} of 70671 bytes)" >&2; false; fi; exit; }
 # fleetclean 0.1.0: playbook status (built-in)
@@ -26,7 +26,7 @@ set +o posix
 #   protect = []
 #   smi_timeout = 30
 
-# GPU read: --query-gpu where no CUDA process runs (/sys/module/nvidia_uvm/refcnt), else -q (every GPU read clean at the host's last status)
+# GPU read: --query-gpu where /sys/module/nvidia_uvm/refcnt is 0 or cannot be read, else -q (every GPU read clean at the host's last status)
 # [lib.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
 
 # [owner.sh: packaged bash, pinned by tests/data/golden/templates.sha256]
