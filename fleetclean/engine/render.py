@@ -54,8 +54,11 @@ LAST_CLEAN_NOTE = ("# GPU read: --query-gpu where /sys/module/nvidia_uvm/refcnt 
 # And where its last status named processes: what `fleetclean show` tells a person.
 NAMED_NOTE = ("# GPU read: -q, and while it runs the processes the host's last status named "
               "(FC_VHINT: PID:START)")
-# Open files of /dev/nvidia-uvm, as the kernel counts them (early_reads).
-UVM_REFCNT = "/sys/module/nvidia_uvm/refcnt"
+# Open files of /dev/nvidia-uvm, as the kernel counts them (early_reads), and the modules'
+# directories, which say whether a missing count is a module not loaded.
+UVM_MODULE = "/sys/module/nvidia_uvm"
+UVM_REFCNT = f"{UVM_MODULE}/refcnt"
+NVIDIA_MODULE = "/sys/module/nvidia"
 # True where the script runs as a file or a -c string, not read by ``bash -s``.
 _UNDER_BASH_S = "[[ -n ${BASH_SOURCE[0]:-}${BASH_EXECUTION_STRING:-} ]]"
 
@@ -217,7 +220,9 @@ def early_reads(q_only: bool = False, last_clean: bool = False) -> tuple[str, st
     file does not mean that no CUDA process runs: a node whose sysfs does not show its
     modules (seen on a sandboxed H100 running a 40 GiB CUDA server: no
     /sys/module/nvidia*) took 3.0x the bare query's wall with the query and the apps one
-    after the other, against 1.9x with -q. The count only picks the read, never a row: a
+    after the other, against 1.9x with -q. Where the driver's module shows and nvidia_uvm's
+    does not, that module is not loaded (no CUDA process has run since boot): a count of
+    0. The count only picks the read, never a row: a
     wrong guess costs a second query (a CUDA process started just after the read of the
     count) or -q's 1-3 ms more (one holding no context), and the verification reads what
     is there either way.
@@ -256,9 +261,12 @@ def early_reads(q_only: bool = False, last_clean: bool = False) -> tuple[str, st
         own, fds, pick = OWN.format("FC_VQFD"), "FC_VQFD FC_UVM", q
     else:
         own, fds = boot.EITHER_READ, "FC_VQFD FC_VGFD FC_UVM"
-        # The count as the kernel writes it ("0\n", "3\n"); nothing where it cannot be read.
+        # The count as the kernel writes it ("0\n", "3\n"); nothing where it cannot be read;
+        # 0 where the driver's module shows and nvidia_uvm's does not (not loaded yet). No
+        # "!": boot.first_read takes no START with one (csh's history).
         unread = "" if last_clean else " || -z $FC_UVM"
-        pick = (f"read -r FC_UVM 2>/dev/null <{UVM_REFCNT}; "
+        pick = (f"read -r FC_UVM 2>/dev/null <{UVM_REFCNT}; if [[ -n $FC_UVM || -e {UVM_MODULE} "
+                f"]]; then :; elif [[ -d {NVIDIA_MODULE} ]]; then FC_UVM=0; fi; "
                 f"if [[ $FC_UVM == [1-9]*{unread} ]]; then {q}; "
                 f"else {start('FC_VGFD', VERIFY_GPU_ARGS)}; fi")
     # None where a note says an earlier run's nvidia-smi waits in a hung driver (lib.sh:

@@ -134,6 +134,7 @@ def make_dev() -> None:
     # init keeps (uvm_count.serve): this machine's modules stay out of view.
     mount("tmpfs", uvm_count.MODULES, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755")
     os.mkdir(os.path.dirname(uvm_count.REFCNT), 0o755)
+    os.mkdir(os.path.join(uvm_count.MODULES, "nvidia"), 0o755)  # the driver's own module
 
 
 def read_gpus() -> list[dict[str, object]]:

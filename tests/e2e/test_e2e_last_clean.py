@@ -137,6 +137,16 @@ def test_a_node_whose_count_cannot_be_read_reads_as_its_hint_says(
         host = cli("status", "-i", fleet.inventory_path, "--json").host("node02")
     assert host["status"] == "dirty" and len(host["gpus"][0]["processes"]) == 1
     assert fleet.node_path("node02", UVM_REFCNT).read_text() == "8\n"
+    # Where the driver's module shows and nvidia_uvm's does not, no CUDA process has run
+    # since boot: a count of 0, the query, on a host never seen too.
+    lastclean.path().write_text(json.dumps({"hosts": {}}))
+    with uvm_counted(fleet, "node01", None):
+        fleet.node_path("node01", UVM_REFCNT).parent.rmdir()
+        try:
+            assert calls(fleet, cli, "node01") == [GPU_QUERY]
+        finally:
+            fleet.node_path("node01", UVM_REFCNT).parent.mkdir()
+    assert fleet.node_path("node01", UVM_REFCNT).read_text() == "0\n"
 
 
 def test_memory_no_process_holds_is_found_by_the_query_as_with_q(
