@@ -3,20 +3,18 @@ parses as it reads the script; what a node with busy GPUs adds; and the rest. ba
 the last two only if something calls them.
 
 bash parses every function it is sent before it runs any: a status script's definitions
-(35 KB then, 45 KB and 89 functions now) cost 2.25 ms of the node's CPU (``perf stat``,
-20-30 runs), yet a node whose GPUs are idle (most of a fleet, most of the time) calls
-about a third of its functions, under half of its text (:func:`tiers`: only one of the two
-first GPU reads is its, as its kernel's count of CUDA processes picks). The others come after
-the script's ``fc_main </dev/null`` and an ``exit``, where bash never parses them, in two
-groups: naming a busy GPU's processes and
-their owners (what a status on a busy node runs, and one whose host's last status named
-processes, while its GPU read runs: 17 KB), then the rarer rest (looking through
-descriptors for a holder nvidia-smi does not list, reading Xids, the CSV queries, the
-other first read: 11-14 KB). Each of their
-functions is a one-line stand-in until then: its first call (``fc_lazy GROUP``) parses
-its group from the script's own text (``FC_SRC`` where ``transport.boot`` or
-``render.read_whole`` read it, the file, or the ``-c`` string), and the group's stand-ins
-are replaced by what they stood for.
+(35 KB then, 45 KB and 89 functions now) cost 2.25 ms of the node's CPU (``perf stat``, 20-30
+runs), yet a node whose GPUs are idle (most of a fleet, most of the time) calls about a
+third of its functions, under half of its text (:func:`tiers`: only one of the two first GPU
+reads is its, as its kernel's count of CUDA processes picks). The others come after the
+script's ``fc_main </dev/null`` and an ``exit``, where bash never parses them, in two
+groups: naming a busy GPU's processes and their owners (what a status on a busy node runs,
+and one whose host's last status named processes, while its GPU read runs: 17 KB), then the
+rarer rest (looking through descriptors for a holder nvidia-smi does not list, reading Xids,
+the CSV queries, the other first read: 11-14 KB). Each of their functions is a one-line
+stand-in until then: its first call (``fc_lazy GROUP``) parses its group from the script's
+own text (``FC_SRC`` where ``transport.boot`` or ``render.read_whole`` read it, the file, or
+the ``-c`` string), and the group's stand-ins are replaced by what they stood for.
 
 Only a script without stages is cut (``render.Renderer``): a teardown runs most of its
 library on any node, and it calls some of it in subshells (``< <(fc_open_fds ..)``),

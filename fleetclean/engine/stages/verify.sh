@@ -63,16 +63,15 @@ fc_verify() {
     fi
     # The kernel log is read once, first: it decides the -q read's sections
     # (fc_verify_gate). A status script's first line started dmesg and the GPU read (-q
-    # without the row remapper, or the query: render.early_reads): dmesg is done long
-    # before nvidia-smi, so its text is taken now, while nvidia-smi still works; where the
-    # log cannot rule a pending remap out, the remapper's section is read beside it, from
-    # now. A read
-    # kept from the gpu-holders stage (fc_verify_keep) comes with its kernel log, unless it
-    # ended more than one poll ago: the verification would have read again by now. Only a
-    # clean one is taken: on a real GPU that read is mostly dirty with the memory of the
-    # processes killed just before it, still being freed (50 GiB: 0.1-0.2 s on an H200),
-    # and explaining a dirty read (the device files of every process) costs more than a
-    # new read, which by now may be clean. Its kernel log is kept.
+    # without the row remapper, or the query: render.early_reads): dmesg is done long before
+    # nvidia-smi, so its text is taken now, while nvidia-smi still works; where the log
+    # cannot rule a pending remap out, the remapper's section is read beside it, from now. A
+    # read kept from the gpu-holders stage (fc_verify_keep) comes with its kernel log,
+    # unless it ended more than one poll ago: the verification would have read again by now.
+    # Only a clean one is taken: on a real GPU that read is mostly dirty with the memory of
+    # the processes killed just before it, still being freed (50 GiB: 0.1-0.2 s on an H200),
+    # and explaining a dirty read (the device files of every process) costs more than a new
+    # read, which by now may be clean. Its kernel log is kept.
     if ((FC_VKEPT)); then
         fc_now_us
         if (((REPLY - FC_VKEPT_END_US) / 1000 > opt_interval_ms)); then
