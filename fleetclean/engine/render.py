@@ -41,8 +41,7 @@ from fleetclean.engine.stages.verify import (
     VERIFY_GPU_ARGS,
     VERIFY_Q_ARGS,
 )
-from fleetclean.transport import boot
-from fleetclean.transport.boot import OWN, POSIX_OFF, SETTLE, read_and_run
+from fleetclean.transport.boot import EITHER_READ, OWN, POSIX_OFF, SETTLE, read_and_run
 
 # Non-interactive SSH shells often lack the sbin directories; ours come after the caller's.
 _PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -260,7 +259,7 @@ def early_reads(q_only: bool = False, last_clean: bool = False) -> tuple[str, st
     if q_only:
         own, fds, pick = OWN.format("FC_VQFD"), "FC_VQFD FC_UVM", q
     else:
-        own, fds = boot.EITHER_READ, "FC_VQFD FC_VGFD FC_UVM"
+        own, fds = EITHER_READ, "FC_VQFD FC_VGFD FC_UVM"
         # The count as the kernel writes it ("0\n", "3\n"); nothing where it cannot be read;
         # 0 where the driver's module shows and nvidia_uvm's does not (not loaded yet). No
         # "!": boot.first_read takes no START with one (csh's history).
