@@ -2,7 +2,8 @@
 
 Given a console; never decides. The table has one row per host and one column per GPU;
 hosts with identical clean rows fold into one node set (``node[01-14]``), failed hosts get a
-one-line reason, and identical reasons are shown once for all the hosts that gave them.
+one-line reason, and reasons that differ only by each host's own values are shown once for
+all the hosts that gave them.
 
 Past a screenful of hosts (the terminal's height, or ``NOT_A_TERMINAL_ROWS`` in a pipe or
 log) the table would scroll the problems away, so the view leads with one line per status
@@ -13,6 +14,7 @@ naming its hosts as node sets, and lists in full only the hosts that are not cle
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -91,9 +93,11 @@ def gpu_table(result: RunResult) -> Grid:
 def problems(result: RunResult) -> list[str]:
     """One line per distinct problem, naming every host that had it; then one line per
     distinct note (a clean host's too: a server left running is worth saying). Hosts whose
-    messages differ only by each one's own address (a rack down: "cannot connect to
-    10.1.0.7:22: ...") share a line, the address written ``<address>``; a host alone, or
-    hosts with the very same words, keep them.
+    messages differ only by each one's own values share a line, each value written as what
+    it is: its address as dialled (a rack down: "cannot connect to 10.1.0.7:22: ..."), its
+    inventory name (a timeout, a cut connection, sudo's refusal), and in a host-key problem
+    the fingerprints of its keys (a fleet not yet in known_hosts: each host has a key of its
+    own). A host alone, or hosts with the very same words, keep them.
 
     >>> down = [HostResult(f"gpu{i}", HostStatus.UNREACHABLE, f"cannot connect to 10.0.0.{i}:22:"
     ...                    " connection refused", where=f"10.0.0.{i}:22") for i in (1, 2)]
@@ -109,24 +113,43 @@ def problems(result: RunResult) -> list[str]:
             by_note[note].append(h.host)
         if h.status is HostStatus.CLEAN:
             continue
-        by_message[(h.status.value, _unaddressed(h))].append(h)
+        by_message[(h.status.value, _shape(h))].append(h)
     lines = []
     for (status, shape), hosts in by_message.items():
         # One host, or hosts with the very same words: those words.
         same = all(h.error == hosts[0].error for h in hosts)
-        lines.append(f"{fold(h.host for h in hosts)}: {status}: "
-                     f"{(hosts[0].error or '') if same else shape}")
+        words = (hosts[0].error or "") if same else shape
+        if not same and FINGERPRINT in shape:
+            words += " (each host's key: --json)"
+        lines.append(f"{fold(h.host for h in hosts)}: {status}: {words}")
     return lines + [f"{fold(hosts)}: {note}" for note, hosts in by_note.items()]
 
 
-def _unaddressed(h: HostResult) -> str:
-    """The host's message with its own "address:port" written ``<address>:port``, where it
+# What a folded problem line writes for each host's own value.
+ADDRESS, HOST, FINGERPRINT = "<address>", "<host>", "<fingerprint>"
+# OpenSSH's SHA256 fingerprint (hostkeys.fingerprint): 43 characters of unpadded base64.
+_SHA256 = re.compile(r"SHA256:[A-Za-z0-9+/]{43}(?![A-Za-z0-9+/=])")
+
+
+def _shape(h: HostResult) -> str:
+    """The host's message with its own values written as placeholders (``problems``).
+    Only a host-key problem's fingerprints are its own: those an authentication failure
+    names are the keys offered, which keep hosts apart."""
+    error = h.error or ""
+    if h.where:
+        error = _unaddressed(error, h.where)
+        error = _swap(error, h.where.rpartition(":")[0], ADDRESS)
+    error = _swap(error, h.host, HOST)
+    if h.status is HostStatus.HOST_KEY_MISMATCH and "SHA256:" in error:
+        error = _SHA256.sub(FINGERPRINT, error)
+    return error
+
+
+def _unaddressed(error: str, where: str) -> str:
+    """``error`` with the host's own "address:port" written ``<address>:port``, where it
     is not part of a longer address or port (10.0.0.1:22 in 110.0.0.1:22, 10.0.0.1:2222 or
     IPv6's 1:10.0.0.1:22). A search, not a pattern: one compiled a host costs 0.1 ms a host,
     which a --watch pays at every refresh."""
-    error, where = h.error or "", h.where
-    if not where:
-        return error
     port = where.rpartition(":")[2]
     parts, last, at = [], 0, error.find(where)
     while at >= 0:
@@ -136,9 +159,30 @@ def _unaddressed(h: HostResult) -> str:
         if inside:
             at = error.find(where, at + 1)
             continue
-        parts += [error[last:at], f"<address>:{port}"]
+        parts += [error[last:at], f"{ADDRESS}:{port}"]
         last = end
         at = error.find(where, end)
+    return "".join(parts) + error[last:]
+
+
+def _swap(error: str, word: str, placeholder: str) -> str:
+    """``error`` with ``word`` (the host's address alone, or its name) written
+    ``placeholder`` wherever it stands whole: not inside a longer name, address or port
+    (node1 in node10, node1-bmc or node1.example.com; 10.0.0.1 in 10.0.0.12, 110.0.0.1 or
+    fe80::10.0.0.1; a bracketed address, [10.0.0.1]:2222, stands whole)."""
+    if not word:
+        return error
+    parts, last, at = [], 0, error.find(word)
+    while at >= 0:
+        end = at + len(word)
+        before = error[at - 1] if at else " "
+        after, beyond = error[end:end + 1], error[end + 1:end + 2]
+        inside = (before.isalnum() or before in "_.-:<") or (
+            after.isalnum() or after in "_-") or (after in ".:" and beyond.isalnum())
+        if not inside:
+            parts += [error[last:at], placeholder]
+            last = end
+        at = error.find(word, end if not inside else at + 1)
     return "".join(parts) + error[last:]
 
 

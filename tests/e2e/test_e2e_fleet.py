@@ -110,6 +110,12 @@ def test_unknown_host_key_refused_then_accepted_and_recorded(
         assert "unknown host key" in host["error"] and "SHA256:" in host["error"]
         assert "--accept-new-host-keys" in host["error"]
     assert known.read_text() == ""
+    # As a person reads it: one line for both hosts, each one's address and key folded.
+    table = cli("status", "-i", inventory)
+    said = [line for line in table.out.splitlines() if ": host_key_mismatch: " in line]
+    assert said == ["node[01-02]: host_key_mismatch: unknown host key for <address> "
+                    "(ssh-ed25519 <fingerprint>); check it, then rerun with "
+                    "--accept-new-host-keys or add it to known_hosts (each host's key: --json)"]
 
     accepted = cli("status", "-i", inventory, "--accept-new-host-keys", "--json")
     assert accepted.code == 0, accepted.out

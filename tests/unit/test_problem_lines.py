@@ -66,6 +66,73 @@ def test_users_keys_and_fingerprints_keep_hosts_apart() -> None:
         "Authentication failed."]
 
 
+def _key(i: int, tail: str = "") -> HostResult:
+    fp = "SHA256:" + (f"{i:02d}" * 22)[:43]
+    return HostResult(f"gpu{i:02d}", HostStatus.HOST_KEY_MISMATCH,
+                      f"unknown host key for 10.0.0.{i} (ssh-ed25519 {fp}); check it, then "
+                      f"rerun with --accept-new-host-keys or add it to known_hosts{tail}",
+                      where=f"10.0.0.{i}:22")
+
+
+def test_a_fleet_not_yet_in_known_hosts_is_one_line_that_says_where_the_keys_are() -> None:
+    # First contact with 1,000 new nodes: each has its own key, so each message differs
+    # by its address and its key's fingerprint.
+    assert _lines(*(_key(i) for i in range(1, 41))) == [
+        "gpu[01-40]: host_key_mismatch: unknown host key for <address> (ssh-ed25519 "
+        "<fingerprint>); check it, then rerun with --accept-new-host-keys or add it to "
+        "known_hosts (each host's key: --json)"]
+    # A key that changed on reinstalled hosts: both fingerprints are each host's own.
+    changed = [HostResult(f"gpu0{i}", HostStatus.HOST_KEY_MISMATCH,
+                          f"host key for 10.0.0.{i}:22 CHANGED (now SHA256:{'n' * 42}{i}, known "
+                          f"SHA256:{'k' * 42}{i}); nothing was run", where=f"10.0.0.{i}:22")
+               for i in (1, 2)]
+    assert _lines(*changed) == [
+        "gpu[01-02]: host_key_mismatch: host key for <address>:22 CHANGED (now <fingerprint>, "
+        "known <fingerprint>); nothing was run (each host's key: --json)"]
+
+
+def test_a_host_key_shared_by_cloned_hosts_keeps_its_words() -> None:
+    same = [HostResult(f"gpu0{i}", HostStatus.HOST_KEY_MISMATCH,
+                       f"unknown host key for gpu (ssh-ed25519 SHA256:{'c' * 43}); check it",
+                       where=f"10.0.0.{i}:22") for i in (1, 2)]
+    assert _lines(*same) == [f"gpu[01-02]: host_key_mismatch: unknown host key for gpu "
+                             f"(ssh-ed25519 SHA256:{'c' * 43}); check it"]
+
+
+def test_the_keys_a_login_offered_keep_hosts_apart_by_their_fingerprints() -> None:
+    hosts = [HostResult(f"gpu0{i}", HostStatus.AUTH_FAILED,
+                        f"authentication failed for root@10.0.0.{i}:22 with key "
+                        f"SHA256:{c * 43}", where=f"10.0.0.{i}:22")
+             for i, c in ((1, "a"), (2, "b"))]
+    assert len(_lines(*hosts)) == 2
+
+
+def test_messages_that_name_the_host_itself_share_a_line() -> None:
+    timeout = [HostResult(f"gpu{i:02d}", HostStatus.TIMEOUT,
+                          f"script still running on gpu{i:02d} after --timeout 60s; it goes on "
+                          "there", where=f"10.0.0.{i}:22") for i in range(1, 13)]
+    proxied = [HostResult(f"gpu{i:02d}", HostStatus.UNREACHABLE,
+                          f"ProxyCommand 'ssh -W [10.0.0.{i}]:22 bastion': exited 255",
+                          where=f"10.0.0.{i}:22") for i in (13, 14)]
+    assert _lines(*timeout, *proxied) == [
+        "gpu[01-12]: timeout: script still running on <host> after --timeout 60s; it goes on "
+        "there",
+        "gpu[13-14]: unreachable: ProxyCommand 'ssh -W [<address>]:22 bastion': exited 255"]
+
+
+def test_a_name_inside_a_longer_name_is_not_taken_for_the_hosts() -> None:
+    # node1's message names node10, node1-bmc and node1.example.com: other machines.
+    for other in ("node{n}0", "node{n}-bmc", "node{n}.example.com", "10.0.0.{n}:2222",
+                  "10.0.0.{n}2"):
+        hosts = [HostResult(f"node{n}", HostStatus.ERROR, f"hop {other.format(n=n)} refused",
+                            where=f"10.0.0.{n}:22") for n in (1, 2)]
+        assert len(_lines(*hosts)) == 2, other
+    # At the end of a sentence, a name stands whole.
+    ended = [HostResult(f"node{i}", HostStatus.ERROR, f"connection to node{i} was cut.")
+             for i in (1, 2)]
+    assert _lines(*ended) == ["node[1-2]: error: connection to <host> was cut."]
+
+
 def test_results_read_back_without_their_address_keep_a_line_a_host() -> None:
     hosts = [HostResult(f"gpu0{i}", HostStatus.UNREACHABLE,
                         f"cannot connect to 10.0.0.{i}:22: connection refused") for i in (1, 2)]
