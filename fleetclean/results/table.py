@@ -7,7 +7,9 @@ all the hosts that gave them.
 
 Past a screenful of hosts (the terminal's height, or ``NOT_A_TERMINAL_ROWS`` in a pipe or
 log) the table would scroll the problems away, so the view leads with one line per status
-naming its hosts as node sets, and lists in full only the hosts that are not clean;
+naming its hosts as node sets, and lists in full only the hosts that are not clean and
+whose GPUs were read: a host that failed before (a rack down, a fleet not yet in
+known_hosts) has a row of dashes, and its status line and problem line say all it has;
 ``--all`` (``full=True``) lists every host whatever the count.
 """
 
@@ -279,13 +281,16 @@ def render_result(
         parts.append(gpu_table(result))
     else:
         parts += status_lines(result)
-        others = tuple(h for h in result.hosts if h.status is not HostStatus.CLEAN)
+        others = tuple(h for h in result.hosts if h.status is not HostStatus.CLEAN and (
+            h.gpus or not h.status.failed))
         if others:
             parts.append(gpu_table(dataclasses.replace(result, hosts=others)))
-        clean = len(result.hosts) - len(others)
-        if clean:
-            parts.append(Text(f"({counted(clean, 'clean host')} not listed: --all lists "
-                              "every host)", style="dim"))
+        clean = sum(h.status is HostStatus.CLEAN for h in result.hosts)
+        unread = len(result.hosts) - clean - len(others)
+        left = " and ".join(([counted(clean, "clean host")] if clean else []) + (
+            [f"{counted(unread, 'failed host')} with no GPU read"] if unread else []))
+        if left:
+            parts.append(Text(f"({left} not listed: --all lists every host)", style="dim"))
     for line in problems(result):
         parts.append(Text(printable(line), style="yellow"))  # the hosts' words, escaped
     parts.append(Text(summary_line(result), style="bold"))

@@ -59,13 +59,41 @@ def test_1000_hosts_lead_with_one_line_per_status() -> None:
 
 def test_1000_hosts_list_in_full_only_the_hosts_that_are_not_clean() -> None:
     text = render(fleet())
-    for i in DIRTY | DOWN | FAULTY:
+    for i in DIRTY | FAULTY:
         assert rows_naming(text, f"node{i:04d}"), f"node{i:04d} missing"
     assert not rows_naming(text, "node0001")  # clean hosts only inside the node set
-    assert "(991 clean hosts not listed: --all lists every host)" in text
+    assert "(991 clean hosts and 2 failed hosts with no GPU read not listed: --all lists " \
+        "every host)" in text
     assert "1000 hosts: 991 clean, 6 dirty, 1 faulty, 2 failed" in text
-    # Title, 4 status lines, table head (2) + 9 rows, the note, 3 problem lines, summary.
-    assert len(text.splitlines()) == 1 + 4 + 2 + 9 + 1 + 3 + 1
+    # Title, 4 status lines, table head (2) + 7 rows, the note, 3 problem lines, summary.
+    assert len(text.splitlines()) == 1 + 4 + 2 + 7 + 1 + 3 + 1
+
+
+def test_hosts_that_failed_before_a_gpu_was_read_are_their_status_and_problem_lines() -> None:
+    # A quarter of 1,000 hosts down: a row of dashes a host would say nothing that the
+    # status line and the problem line do not (issue #18: not 1,000 lines).
+    result = RunResult("status", 9.0, tuple(
+        HostResult(f"node{i:04d}", HostStatus.UNREACHABLE, "cannot connect: connection refused")
+        if i % 4 == 0 else host(i) if i in DIRTY - {600} else HostResult(
+            f"node{i:04d}", HostStatus.CLEAN, gpus=gpus([0] * 8)) for i in range(1, 1001)))
+    text = render(result)
+    assert "unreachable  250 hosts:" in text
+    assert text.count(": unreachable: cannot connect: connection refused") == 1
+    assert not re.findall(r"^ node\d{4} .*unreachable *$", text, re.M)
+    assert rows_naming(text, "node0017")  # a dirty host is still a row
+    assert "(746 clean hosts and 250 failed hosts with no GPU read not listed: --all lists " \
+        "every host)" in " ".join(text.split())
+    assert len(text.splitlines()) < 100  # node sets wrap; a row a host was 250 and more
+    # --all: every host, each unreachable one a row of its own.
+    full = render(result, full=True)
+    assert all(rows_naming(full, f"node{i:04d}") for i in range(4, 1001, 4))
+
+
+def test_the_note_names_only_what_it_leaves_out() -> None:
+    text = render(RunResult("status", 1.0, tuple(
+        HostResult(f"node{i:04d}", HostStatus.TIMEOUT, "ssh banner did not come within 10s")
+        for i in range(1, 61))))
+    assert "(60 failed hosts with no GPU read not listed: --all lists every host)" in text
 
 
 def test_all_lists_every_row_folding_identical_clean_ones_as_before() -> None:
