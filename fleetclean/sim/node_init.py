@@ -38,6 +38,7 @@ import signal
 import socket
 import sys
 import time
+import zlib
 
 if __package__:
     from fleetclean.sim import nodecg, programs, smi_driver, smi_state, uvm_count
@@ -557,6 +558,21 @@ def start_persistenced(tree: nodecg.Tree) -> int:
     return pid
 
 
+def start_pids(hostname: str) -> None:
+    """The node's next PID, a point of its own (from its name, so the same run after run),
+    as a real node's PIDs are its own (its uptime, its services): started alike, every
+    node gave its server the same PIDs, and text that names them read the same on every
+    host, where on a real fleet it differs (a problem line folded hosts that a real fleet
+    would list one by one). Under half of ``pid_max``, so a node never runs out."""
+    try:
+        with open("/proc/sys/kernel/pid_max") as f:
+            room = min(int(f.read()) // 2, 30000) - 300
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(300 + zlib.crc32(hostname.encode()) % max(room, 1)))
+    except (OSError, ValueError) as exc:
+        print(f"node PIDs start at 1: {exc!r}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str]) -> int:
     node_dir, address, hostname = argv[1], argv[2], argv[3]
     # First, while the host's cgroup paths are still in view: the node's own cgroup root.
@@ -578,6 +594,9 @@ def run(node_dir: str, address: str, hostname: str, cgroups: dict[str, object] |
     set_plain_title("/sbin/init", "init")
     socket.sethostname(hostname)
     make_mounts(node_dir)
+    # Before the node's first fork (nvidia-persistenced, sshd): ns_last_pid is this PID
+    # namespace's, the init's own.
+    start_pids(hostname)
     tree = nodecg.Tree(cgroups)
     if cgroups is not None:
         nodecg.mount_hierarchies(cgroups, mount)
