@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from fleetclean.models import Host, HostResult, HostStatus, RunResult, ScriptReport
 from fleetclean.results import parse
-from fleetclean.results.reasons import dirty_reason, refused_reason
+from fleetclean.results.reasons import PidWords, as_placeholder, dirty_reason, refused_reason
 from fleetclean.transport import Options, ScriptOutput, dialing, limits
 
 if TYPE_CHECKING:
@@ -289,6 +289,9 @@ def host_result(name: str, output: ScriptOutput, duration_s: float,
         else ScriptReport()
     )
     status, error = _status(output, report)
+    # The same words with each PID a placeholder, kept only where they differ: what the
+    # problem lines fold hosts by (each host's server has PIDs of its own).
+    folded = _status(output, report, as_placeholder)[1] if status is HostStatus.DIRTY else None
     return HostResult(
         host=name,
         status=status,
@@ -310,10 +313,13 @@ def host_result(name: str, output: ScriptOutput, duration_s: float,
         ended=report.ended,
         answered=report.answered,
         where=where,
+        error_folded=folded if folded != error else None,
     )
 
 
-def _status(output: ScriptOutput, report: ScriptReport) -> tuple[HostStatus, str | None]:
+def _status(output: ScriptOutput, report: ScriptReport,
+            pid: PidWords = str) -> tuple[HostStatus, str | None]:
+    """The host's status and the words that say why, each PID written by ``pid``."""
     if output.failure is not None:
         message = output.failure.message
         if output.started and report.stages:
@@ -329,13 +335,13 @@ def _status(output: ScriptOutput, report: ScriptReport) -> tuple[HostStatus, str
     # GPU shows it, and the message names every such process first.
     denied = _denied_reason(report)
     if report.verified is False:
-        return HostStatus.DIRTY, "; ".join(filter(None, (denied, dirty_reason(report))))
+        return HostStatus.DIRTY, "; ".join(filter(None, (denied, dirty_reason(report, pid=pid))))
     failed = [f"{s.name}: {s.message or 'failed'}" for s in report.stages if s.status == "failed"]
     if failed or denied:
         return HostStatus.DIRTY, "; ".join(filter(None, (denied, *failed)))
     if report.refused:
         # Left to their owner: the teardown did not do what was asked, GPUs or not.
-        return HostStatus.DIRTY, refused_reason(report.refused)
+        return HostStatus.DIRTY, refused_reason(report.refused, pid=pid)
     return HostStatus.CLEAN, None
 
 

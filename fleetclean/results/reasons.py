@@ -27,11 +27,20 @@ such. A GPU with memory and no process is a driver-level leak, said with its rem
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from fleetclean.models import GpuProcess, HostResult, Owner, Refusal, ScriptReport
 
 _SHOWN = 3
+# How a PID is written: as itself, or (``PID``) as what the problem lines fold hosts by
+# where each host's processes have PIDs of their own (results/table.py: ``problems``).
+PidWords = Callable[[int], str]
+PID = "<pid>"
+
+
+def as_placeholder(_pid: int) -> str:
+    return PID
+
 STUCK = "stuck in the kernel (state D) since SIGKILL: reboot or reset needed"
 
 
@@ -73,7 +82,7 @@ def owner_words(owner: Owner | None, refused: Sequence[Refusal] = ()) -> str:
     return f"{owner.kind} {owner.name or owner.id}"
 
 
-def refused_reason(refused: Sequence[Refusal]) -> str:
+def refused_reason(refused: Sequence[Refusal], *, pid: PidWords = str) -> str:
     """The targets left to their owner, one part per owner, with what to do.
 
     >>> refused_reason([Refusal(41, "python3 x", "Slurm job 7 (user ada)", "scancel 7"),
@@ -83,13 +92,13 @@ def refused_reason(refused: Sequence[Refusal]) -> str:
     by_owner: dict[tuple[str, str], list[int]] = {}
     for r in refused:
         by_owner.setdefault((r.who, r.fix), []).append(r.pid)
-    parts = [f"{who} ({', '.join(map(str, sorted(pids)[:_SHOWN]))}"
+    parts = [f"{who} ({', '.join(map(pid, sorted(pids)[:_SHOWN]))}"
              f"{', …' if len(pids) > _SHOWN else ''}): {fix}"
              for (who, fix), pids in by_owner.items()]
     return "not signalled, left to its owner: " + "; ".join(parts)
 
 
-def _holders(report: ScriptReport) -> str:
+def _holders(report: ScriptReport, pid: PidWords) -> str:
     index_by_uuid = {g.uuid: g.index for g in report.gpus}
     by_pid: dict[int, tuple[GpuProcess, list[int]]] = {}
     for p in report.processes:
@@ -102,18 +111,19 @@ def _holders(report: ScriptReport) -> str:
         if index is not None and index not in entry[1]:
             entry[1].append(index)
     parts = []
-    for pid in sorted(by_pid)[:_SHOWN]:
-        p, indexes = by_pid[pid]
+    for number in sorted(by_pid)[:_SHOWN]:
+        p, indexes = by_pid[number]
         notes = [n for n in (p.user, ", ".join(f"GPU{i}" for i in sorted(indexes)),
                              owner_words(p.owner, report.refused),
                              "protected" if p.protected else "", STUCK if p.stuck else "")
                  if n]
-        parts.append(f"{pid} {_name(p.name)}" + (f" ({'; '.join(notes)})" if notes else ""))
+        parts.append(f"{pid(number)} {_name(p.name)}" + (
+            f" ({'; '.join(notes)})" if notes else ""))
     more = len(by_pid) - _SHOWN
     return ", ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
 
-def _leak(report: ScriptReport, index: int, mib: int) -> str:
+def _leak(report: ScriptReport, index: int, mib: int, pid: PidWords) -> str:
     uuid = next((g.uuid for g in report.gpus if g.index == index), None)
     daemons = [p for p in report.processes
                if p.device_only and p.protected and p.gpu_uuid == uuid]
@@ -122,7 +132,7 @@ def _leak(report: ScriptReport, index: int, mib: int) -> str:
     text = (f"GPU{index}: {mib} MiB held by no process ({what}): "
             f"run nvidia-smi --gpu-reset -i {index} or reboot")
     if daemons:
-        names = [f"{p.pid} {_short(p.name.split(' ')[0].rsplit('/', 1)[-1])} "
+        names = [f"{pid(p.pid)} {_short(p.name.split(' ')[0].rsplit('/', 1)[-1])} "
                  f"({'protected' if p.protected == 'protected name' else p.protected})"
                  for p in daemons]
         text += (f" (only {' and '.join(names)} {'has' if len(daemons) == 1 else 'have'} "
@@ -130,38 +140,40 @@ def _leak(report: ScriptReport, index: int, mib: int) -> str:
     return text
 
 
-def dirty_reason(report: ScriptReport) -> str:
-    """Which GPUs are in use, who holds them, which are leaks, what respawned."""
+def dirty_reason(report: ScriptReport, *, pid: PidWords = str) -> str:
+    """Which GPUs are in use, who holds them, which are leaks, what respawned; each PID
+    written by ``pid``."""
     busy = [g for g in report.gpus if g.memory_used_mib and _judged(report, g.index)]
     if len(busy) > 2:
         gpus = f"{len(busy)} GPUs in use ({sum(g.memory_used_mib or 0 for g in busy)} MiB)"
     else:
         gpus = ", ".join(f"GPU{g.index} {g.memory_used_mib} MiB" for g in busy) or "above limit"
-    holders = _holders(report)
+    holders = _holders(report, pid)
     parts = [gpus + (f"; held by {holders}" if holders else "")]
-    parts += [_leak(report, index, mib) for index, mib in report.leaks if _judged(report, index)]
+    parts += [_leak(report, index, mib, pid) for index, mib in report.leaks
+              if _judged(report, index)]
     if report.verify_message.startswith("respawned"):
         parts.append(report.verify_message)
     if report.refused:
-        parts.append(refused_reason(report.refused))
+        parts.append(refused_reason(report.refused, pid=pid))
     return "; ".join(parts)
 
 
-def notes(host: HostResult) -> list[str]:
+def notes(host: HostResult, *, pid: PidWords = str) -> list[str]:
     """What a person should know beside the status: the parents of killed GPU holders
     that live on (a half-stopped server), processes stuck in the kernel that no GPU
     reason already names, each GPU reset with its result, and each warning of the
-    teardown (an owner that may restart what was signalled)."""
+    teardown (an owner that may restart what was signalled); each PID written by ``pid``."""
     out = []
     if host.left_running:
-        shown = ", ".join(f"{p.pid} {_name(p.cmdline)}" for p in host.left_running[:_SHOWN])
+        shown = ", ".join(f"{pid(p.pid)} {_name(p.cmdline)}" for p in host.left_running[:_SHOWN])
         more = len(host.left_running) - _SHOWN
         shown += f" (+{more} more)" if more > 0 else ""
         out.append(f"left running: {shown} (parent of killed GPU holders)")
     named = {p.pid for p in host.processes}
     stuck = [p for p in host.stuck if p.pid not in named]
     if stuck:
-        out.append(f"{STUCK}: " + ", ".join(f"{p.pid} {_name(p.cmdline)}" for p in stuck))
+        out.append(f"{STUCK}: " + ", ".join(f"{pid(p.pid)} {_name(p.cmdline)}" for p in stuck))
     out += [f"GPU{r.gpu} reset: {r.result} ({r.detail})" for r in host.resets]
     out += [f"warning: {w}" for w in host.warnings]
     return out

@@ -27,7 +27,7 @@ from fleetclean.models import GpuRow, HostResult, HostStatus, RunResult
 from fleetclean.nodeset import fold
 from fleetclean.results.grid import Grid, Justify
 from fleetclean.results.jsonio import summary
-from fleetclean.results.reasons import notes
+from fleetclean.results.reasons import PID, as_placeholder, notes
 from fleetclean.results.words import counted, plural, printable
 
 # A log or pipe has no height; this many hosts is about what a person reads as one table.
@@ -99,7 +99,8 @@ def problems(result: RunResult) -> list[str]:
     it is: its address as dialled (a rack down: "cannot connect to 10.1.0.7:22: ..."), its
     inventory name (a timeout, a cut connection, sudo's refusal), and in a host-key problem
     the fingerprints of its keys (a fleet not yet in known_hosts: each host has a key of its
-    own). A host alone, or hosts with the very same words, keep them.
+    own), and the PIDs of its processes (each host's server has its own). A host alone, or
+    hosts with the very same words, keep them.
 
     >>> down = [HostResult(f"gpu{i}", HostStatus.UNREACHABLE, f"cannot connect to 10.0.0.{i}:22:"
     ...                    " connection refused", where=f"10.0.0.{i}:22") for i in (1, 2)]
@@ -109,10 +110,10 @@ def problems(result: RunResult) -> list[str]:
     ['gpu1: unreachable: cannot connect to 10.0.0.1:22: connection refused']
     """
     by_message: dict[tuple[str, str], list[HostResult]] = defaultdict(list)
-    by_note: dict[str, list[str]] = defaultdict(list)
+    by_note: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for h in result.hosts:
-        for note in notes(h):
-            by_note[note].append(h.host)
+        for note, shape in zip(notes(h), notes(h, pid=as_placeholder), strict=True):
+            by_note[shape].append((h.host, note))
         if h.status is HostStatus.CLEAN:
             continue
         by_message[(h.status.value, _shape(h))].append(h)
@@ -120,14 +121,23 @@ def problems(result: RunResult) -> list[str]:
     for (status, shape), hosts in by_message.items():
         # One host, or hosts with the very same words: those words.
         same = all(h.error == hosts[0].error for h in hosts)
-        words = (hosts[0].error or "") if same else shape
-        if not same and FINGERPRINT in shape:
-            words += " (each host's key: --json)"
+        words = (hosts[0].error or "") if same else shape + _where_values(shape)
         lines.append(f"{fold(h.host for h in hosts)}: {status}: {words}")
-    return lines + [f"{fold(hosts)}: {note}" for note, hosts in by_note.items()]
+    for shape, said in by_note.items():
+        same = all(note == said[0][1] for _, note in said)
+        words = said[0][1] if same else shape + _where_values(shape)
+        lines.append(f"{fold(host for host, _ in said)}: {words}")
+    return lines
 
 
-# What a folded problem line writes for each host's own value.
+def _where_values(shape: str) -> str:
+    """Where a folded line's hidden values are that a person may act on one by one (a
+    key to check, a process to look at): the address and the name are in the inventory."""
+    hidden = [what for mark, what in ((FINGERPRINT, "key"), (PID, "PIDs")) if mark in shape]
+    return f" (each host's {' and '.join(hidden)}: --json)" if hidden else ""
+
+
+# What a folded problem line writes for each host's own value (and reasons.PID).
 ADDRESS, HOST, FINGERPRINT = "<address>", "<host>", "<fingerprint>"
 # OpenSSH's SHA256 fingerprint (hostkeys.fingerprint): 43 characters of unpadded base64.
 _SHA256 = re.compile(r"SHA256:[A-Za-z0-9+/]{43}(?![A-Za-z0-9+/=])")
@@ -137,7 +147,7 @@ def _shape(h: HostResult) -> str:
     """The host's message with its own values written as placeholders (``problems``).
     Only a host-key problem's fingerprints are its own: those an authentication failure
     names are the keys offered, which keep hosts apart."""
-    error = h.error or ""
+    error = h.error_folded or h.error or ""
     if h.where:
         error = _unaddressed(error, h.where)
         error = _swap(error, h.where.rpartition(":")[0], ADDRESS)

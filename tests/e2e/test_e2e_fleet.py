@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -83,6 +84,28 @@ def test_mixed_outcomes_in_one_run(sim_fleet_factory, cli: Cli, tmp_path: Path) 
     assert {p.pid for p in fleet.processes("node03")} == node03_before
     assert set(marker_pids) <= node03_before
     assert fleet.gpu_used_mib("node03")[0] > 0
+
+
+def test_a_fleet_serving_the_same_model_is_one_problem_line(
+    sim_fleet_factory, cli: Cli
+) -> None:
+    # As on real nodes, each node's server has PIDs of its own: a line a host would be 100
+    # lines for 100 busy hosts of a 1,000-node fleet (issue #18). The PIDs stay in --json.
+    fleet = sim_fleet_factory(3)
+    pids = fleet.spawn_all(["node01", "node02"], "sglang", gpus="0-1", mib=4096)
+    assert pids["node01"] != pids["node02"]
+
+    table = cli("status", "-i", fleet.inventory_path)
+    assert table.code == 1, table.out
+    said = [line for line in table.out.splitlines() if ": dirty: " in line]
+    assert said == ["node[01-02]: dirty: GPU0 4096 MiB, GPU1 4096 MiB; held by <pid> "
+                    "sglang::scheduler_TP0 (root; GPU0), <pid> sglang::scheduler_TP1 (root; "
+                    "GPU1) (each host's PIDs: --json)"]
+
+    named = cli("status", "-i", fleet.inventory_path, "--json")
+    for node in ("node01", "node02"):
+        held = re.findall(r"(\d+) sglang::scheduler_TP", named.host(node)["error"])
+        assert len(held) == 2 and {int(pid) for pid in held} <= set(pids[node])
 
 
 def with_empty_known_hosts(fleet, tmp_path: Path, more: str = "") -> tuple[Path, Path]:

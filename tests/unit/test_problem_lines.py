@@ -3,12 +3,13 @@ a host (issue #18: 1,000 hosts from one laptop), and nothing that differs is fol
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import yaml
 from simhelp import Cli
 
-from fleetclean.models import HostResult, HostStatus, RunResult
+from fleetclean.models import HostResult, HostStatus, ProcessRef, RunResult
 from fleetclean.results import table
 
 
@@ -131,6 +132,29 @@ def test_a_name_inside_a_longer_name_is_not_taken_for_the_hosts() -> None:
     ended = [HostResult(f"node{i}", HostStatus.ERROR, f"connection to node{i} was cut.")
              for i in (1, 2)]
     assert _lines(*ended) == ["node[1-2]: error: connection to <host> was cut."]
+
+
+def test_notes_that_differ_only_by_each_hosts_pids_share_a_line() -> None:
+    # A teardown left each host's server parent running (a supervisor's): the same
+    # process on every host, a PID of its own on each.
+    hosts = [HostResult(f"gpu0{i}", HostStatus.CLEAN, left_running=(
+        ProcessRef(1000 * i, "python3 -m sglang.launch_server --model /m"),))
+        for i in (1, 2, 3)]
+    other = HostResult("gpu04", HostStatus.CLEAN, left_running=(ProcessRef(9, "torchrun"),))
+    assert _lines(*hosts, other) == [
+        "gpu[01-03]: left running: <pid> python3 -m sglang.launch_server --model /m (parent "
+        "of killed GPU holders) (each host's PIDs: --json)",
+        "gpu04: left running: 9 torchrun (parent of killed GPU holders)"]
+
+
+def test_a_dirty_message_folds_by_its_pids_only_where_the_run_said_which_they_are() -> None:
+    said = "GPU0 4096 MiB; held by {} python3 serve.py (root; GPU0)"
+    hosts = [HostResult(f"gpu0{i}", HostStatus.DIRTY, said.format(40 + i),
+                        error_folded=said.format("<pid>")) for i in (1, 2)]
+    assert _lines(*hosts) == ["gpu[01-02]: dirty: GPU0 4096 MiB; held by <pid> python3 "
+                              "serve.py (root; GPU0) (each host's PIDs: --json)"]
+    # Read back from a record (no folded words): each host's own line, as before.
+    assert len(_lines(*(dataclasses.replace(h, error_folded=None) for h in hosts))) == 2
 
 
 def test_results_read_back_without_their_address_keep_a_line_a_host() -> None:
