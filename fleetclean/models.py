@@ -299,9 +299,10 @@ class HostResult:
     # result read back from JSON or a bundle's output): the problem lines fold hosts whose
     # messages differ only by it (results/table.py). Not in --json.
     where: str = ""
-    # ``error`` with each PID it names written "<pid>", where it names any (a dirty host's
-    # holders): the problem lines fold hosts whose messages differ only by those, as a
-    # fleet's servers have PIDs of their own on each host. Not in --json.
+    # ``error`` with the PIDs of the processes it names as holders or left to their owner
+    # written "<pid>", where it names any (a dirty host's): the problem lines fold hosts
+    # whose messages differ only by those, as a fleet's servers have PIDs of their own on
+    # each host (a stage's own words keep theirs). Not in --json.
     error_folded: str | None = None
 
 

@@ -200,7 +200,8 @@ def judge(host: HostResult, *, expected_gpus: int | None,
     if not faults:
         return host
     error = "; ".join(faults + ([host.error] if host.error else []))
-    return replace(host, status=HostStatus.FAULTY, error=error)
+    folded = "; ".join([*faults, host.error_folded]) if host.error_folded else None
+    return replace(host, status=HostStatus.FAULTY, error=error, error_folded=folded)
 
 
 def expected_from(value: object) -> int | None:

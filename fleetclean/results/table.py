@@ -95,12 +95,12 @@ def gpu_table(result: RunResult) -> Grid:
 def problems(result: RunResult) -> list[str]:
     """One line per distinct problem, naming every host that had it; then one line per
     distinct note (a clean host's too: a server left running is worth saying). Hosts whose
-    messages differ only by each one's own values share a line, each value written as what
-    it is: its address as dialled (a rack down: "cannot connect to 10.1.0.7:22: ..."), its
-    inventory name (a timeout, a cut connection, sudo's refusal), and in a host-key problem
-    the fingerprints of its keys (a fleet not yet in known_hosts: each host has a key of its
-    own), and the PIDs of its processes (each host's server has its own). A host alone, or
-    hosts with the very same words, keep them.
+    messages differ only by each one's own values share a line, each value that differs
+    written as what it is: its address as dialled (a rack down: "cannot connect to
+    10.1.0.7:22: ..."), its inventory name (a timeout, a cut connection), the fingerprints
+    of its host keys (a fleet not yet in known_hosts: each host has a key of its own), and
+    the PIDs of its processes (each host's server has its own). Hosts with the very same
+    words keep them, and share a line whatever their names.
 
     >>> down = [HostResult(f"gpu{i}", HostStatus.UNREACHABLE, f"cannot connect to 10.0.0.{i}:22:"
     ...                    " connection refused", where=f"10.0.0.{i}:22") for i in (1, 2)]
@@ -109,51 +109,89 @@ def problems(result: RunResult) -> list[str]:
     >>> problems(RunResult("status", 1.0, tuple(down[:1])))
     ['gpu1: unreachable: cannot connect to 10.0.0.1:22: connection refused']
     """
-    by_message: dict[tuple[str, str], list[HostResult]] = defaultdict(list)
+    # First by their very words: hosts that said the same share a line even where a host's
+    # name is a word of it ("sudo: a password is required" from host "a").
+    said: dict[tuple[str, str], list[HostResult]] = {}
     by_note: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for h in result.hosts:
         for note, shape in zip(notes(h), notes(h, pid=as_placeholder), strict=True):
             by_note[shape].append((h.host, note))
-        if h.status is HostStatus.CLEAN:
-            continue
-        by_message[(h.status.value, _shape(h))].append(h)
+        if h.status is not HostStatus.CLEAN:
+            said.setdefault((h.status.value, h.error or ""), []).append(h)
+    by_shape: dict[tuple[str, str], list[list[HostResult]]] = defaultdict(list)
+    for (status, error), hosts in said.items():
+        # Hosts that said the same have no values of their own in it but their PIDs (the
+        # same by chance).
+        shape = _shape(hosts[0]) if len(hosts) == 1 else _folded(hosts[0]) or error
+        by_shape[(status, shape)].append(hosts)
+    where = "--json" if result.playbook == "status" else "fleetclean history -1 --json"
     lines = []
-    for (status, shape), hosts in by_message.items():
-        # One host, or hosts with the very same words: those words.
-        same = all(h.error == hosts[0].error for h in hosts)
-        words = (hosts[0].error or "") if same else shape + _where_values(shape)
-        lines.append(f"{fold(h.host for h in hosts)}: {status}: {words}")
-    for shape, said in by_note.items():
-        same = all(note == said[0][1] for _, note in said)
-        words = said[0][1] if same else shape + _where_values(shape)
-        lines.append(f"{fold(host for host, _ in said)}: {words}")
+    for (status, shape), groups in by_shape.items():
+        words = _restored(shape, [g[0].error or "" for g in groups], where)
+        lines.append(f"{fold(h.host for g in groups for h in g)}: {status}: {words}")
+    for shape, noted in by_note.items():
+        words = _restored(shape, [note for _, note in noted], where)
+        lines.append(f"{fold(host for host, _ in noted)}: {words}")
     return lines
 
 
-def _where_values(shape: str) -> str:
-    """Where a folded line's hidden values are that a person may act on one by one (a
-    key to check, a process to look at): the address and the name are in the inventory."""
-    hidden = [what for mark, what in ((FINGERPRINT, "key"), (PID, "PIDs")) if mark in shape]
-    return f" (each host's {' and '.join(hidden)}: --json)" if hidden else ""
-
-
-# What a folded problem line writes for each host's own value (and reasons.PID).
+# What a folded problem line writes for each host's own value that differs.
 ADDRESS, HOST, FINGERPRINT = "<address>", "<host>", "<fingerprint>"
+_SLOT = re.compile(f"({re.escape(ADDRESS)}|{re.escape(HOST)}|{FINGERPRINT}|{PID})")
 # OpenSSH's SHA256 fingerprint (hostkeys.fingerprint): 43 characters of unpadded base64.
 _SHA256 = re.compile(r"SHA256:[A-Za-z0-9+/]{43}(?![A-Za-z0-9+/=])")
+# A fingerprint in a clause that names a CA is the CA's, not the host's own key.
+_CA = re.compile(r"\bCA\b")
+
+
+def _restored(shape: str, said: list[str], where: str) -> str:
+    """The line's words: the one message where all said the same; else the shape, with
+    each placeholder that stands for the same words in every message put back (one key on
+    every host: a cloned image, or a man in the middle, is worth seeing), and where the
+    values left out are (``where``: each host's own key or PIDs, to act on one by one)."""
+    if all(words == said[0] for words in said):
+        return said[0]
+    parts = _SLOT.split(shape)
+    found = [re.fullmatch("".join("(.+?)" if i % 2 else re.escape(part)
+                                  for i, part in enumerate(parts)), words, re.S)
+             for words in said]
+    if all(found):
+        for i in range(1, len(parts), 2):
+            values = {m.group(i // 2 + 1) for m in found if m}
+            if len(values) == 1:
+                parts[i] = values.pop()
+    words = "".join(parts)
+    hidden = [what for mark, what in ((FINGERPRINT, "key"), (PID, "PIDs")) if mark in parts[1::2]]
+    return words + (f" (each host's {' and '.join(hidden)}: {where})" if hidden else "")
+
+
+def _folded(h: HostResult) -> str | None:
+    """The host's message with each PID it names as a holder written ``<pid>``, where the
+    run worked that out and it is still the message's (a later judgement that rewrote the
+    message, results/health.py, keeps it up to date; a result read back has none)."""
+    folded = h.error_folded
+    if not folded or not h.error:
+        return None
+    pattern = re.escape(folded).replace(re.escape(PID), r"[0-9]+")
+    return folded if re.fullmatch(pattern, h.error) else None
 
 
 def _shape(h: HostResult) -> str:
-    """The host's message with its own values written as placeholders (``problems``).
-    Only a host-key problem's fingerprints are its own: those an authentication failure
-    names are the keys offered, which keep hosts apart."""
-    error = h.error_folded or h.error or ""
+    """The host's message with its own values written as placeholders (``problems``):
+    its PIDs first (``_folded``), then its key's fingerprints in a host-key problem (not
+    a CA's, and not those an authentication failure names: the keys offered, which keep
+    hosts apart), its address with its port, its name (not one of digits alone, which
+    counts and exit statuses would match), and its address alone."""
+    error = _folded(h) or h.error or ""
+    if h.status is HostStatus.HOST_KEY_MISMATCH and "SHA256:" in error:
+        error = _SHA256.sub(lambda m: m.group() if _CA.search(
+            error[:m.start()].rpartition(";")[2]) else FINGERPRINT, error)
     if h.where:
         error = _unaddressed(error, h.where)
+    if not h.host.isdigit():
+        error = _swap(error, h.host, HOST)
+    if h.where:
         error = _swap(error, h.where.rpartition(":")[0], ADDRESS)
-    error = _swap(error, h.host, HOST)
-    if h.status is HostStatus.HOST_KEY_MISMATCH and "SHA256:" in error:
-        error = _SHA256.sub(FINGERPRINT, error)
     return error
 
 
@@ -283,7 +321,8 @@ def render_result(
     result: RunResult, *, full: bool = True, max_hosts: int = NOT_A_TERMINAL_ROWS
 ) -> RenderableType:
     """The table, its problem lines and the summary; past ``max_hosts`` hosts (unless
-    ``full``), per-status lines first and only the hosts that are not clean in the table."""
+    ``full``), per-status lines first and in the table only the hosts that are not clean
+    and whose GPUs were read."""
     # The title is a line of its own: as a table title it would wrap to the table's width.
     title = Text(f"GPU memory used (MiB), {printable(result.playbook)}", style="bold")
     parts: list[RenderableType] = [title]

@@ -297,6 +297,8 @@ def test_stuck_left_and_reset_records_become_the_hosts_words() -> None:
     assert host.status.value == "dirty" and host.verify_rule == "stuck"
     assert host.error == ("GPU2 8192 MiB; held by 41 python3 stuck.py (root; GPU2; stuck in "
                           "the kernel (state D) since SIGKILL: reboot or reset needed)")
+    # What the problem lines fold hosts by: the same words, each holder's PID a placeholder.
+    assert host.error_folded == host.error.replace("by 41 ", "by <pid> ")
     assert [p.pid for p in host.stuck] == [41]  # 42 let go before the script ended
     assert [s.status for s in host.stages] == ["ok", "ok"]  # stuck is not a failed stage
     assert notes(host) == [

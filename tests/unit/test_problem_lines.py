@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 from simhelp import Cli
 
-from fleetclean.models import HostResult, HostStatus, ProcessRef, RunResult
-from fleetclean.results import table
+from fleetclean.models import GpuRow, HostResult, HostStatus, ProcessRef, RunResult
+from fleetclean.results import health, table
 
 
 def _down(i: int, words: str = "connection refused", port: int = 22) -> HostResult:
@@ -92,12 +92,58 @@ def test_a_fleet_not_yet_in_known_hosts_is_one_line_that_says_where_the_keys_are
         "known <fingerprint>); nothing was run (each host's key: --json)"]
 
 
-def test_a_host_key_shared_by_cloned_hosts_keeps_its_words() -> None:
+def test_one_host_key_on_every_host_is_shown_not_folded_away() -> None:
+    # A cloned image (or a man in the middle): every host presents the same key. The
+    # addresses differ; the key is the same, and a person must see it.
+    fp = "SHA256:" + "c" * 43
     same = [HostResult(f"gpu0{i}", HostStatus.HOST_KEY_MISMATCH,
-                       f"unknown host key for gpu (ssh-ed25519 SHA256:{'c' * 43}); check it",
+                       f"unknown host key for 10.0.0.{i} (ssh-ed25519 {fp}); check it",
                        where=f"10.0.0.{i}:22") for i in (1, 2)]
-    assert _lines(*same) == [f"gpu[01-02]: host_key_mismatch: unknown host key for gpu "
-                             f"(ssh-ed25519 SHA256:{'c' * 43}); check it"]
+    assert _lines(*same) == [f"gpu[01-02]: host_key_mismatch: unknown host key for <address> "
+                             f"(ssh-ed25519 {fp}); check it"]
+
+
+def test_a_cas_fingerprint_is_not_a_hosts_own() -> None:
+    def refused(i: int, ca: str) -> HostResult:
+        return HostResult(f"gpu0{i}", HostStatus.HOST_KEY_MISMATCH,
+                          f"10.0.0.{i}:22: host certificate refused: its CA ssh-ed25519 "
+                          f"SHA256:{ca * 43} is @revoked (known_hosts:3); nothing was run",
+                          where=f"10.0.0.{i}:22")
+
+    assert len(_lines(refused(1, "a"), refused(2, "b"))) == 2  # two CAs to act on
+    assert _lines(refused(1, "a"), refused(2, "a")) == [
+        f"gpu[01-02]: host_key_mismatch: <address>:22: host certificate refused: its CA "
+        f"ssh-ed25519 SHA256:{'a' * 43} is @revoked (known_hosts:3); nothing was run"]
+
+
+def test_hosts_named_by_a_number_or_a_word_of_their_message() -> None:
+    # Host "1" and host "2": their counts are not their names.
+    counted = [HostResult(name, HostStatus.ERROR, f"3 GPUs in use (+{name} more)")
+               for name in ("1", "2")]
+    assert len(_lines(*counted)) == 2
+    # Host "a" said what "b" and "c" said: one line, its words.
+    sudo = [HostResult(name, HostStatus.AUTH_FAILED, "sudo: a password is required")
+            for name in ("a", "b", "c")]
+    assert _lines(*sudo) == ["a,b,c: auth_failed: sudo: a password is required"]
+
+
+def test_a_message_rewritten_after_the_run_is_folded_by_its_new_words() -> None:
+    # The run's judgement of each host's past (expected_gpus) makes dirty hosts faulty and
+    # puts the fault first: the folded words follow it.
+    said = "GPU0 4096 MiB; held by {} python3 serve.py (root; GPU0)"
+    dirty = [HostResult(f"gpu0{i}", HostStatus.DIRTY, said.format(40 + i),
+                        gpus=tuple(GpuRow(g, f"G{i}{g}", "H200", 4096 * (g == 0), 143771)
+                                   for g in range(gpus)),
+                        error_folded=said.format("<pid>")) for i, gpus in ((1, 7), (2, 7), (3, 8))]
+    judged = [health.judge(h, expected_gpus=8, since_epoch=None) for h in dirty]
+    assert _lines(*judged) == [
+        "gpu[01-02]: faulty: 7 GPU(s) visible, 8 expected (expected_gpus): a GPU is missing "
+        "from the bus; GPU0 4096 MiB; held by <pid> python3 serve.py (root; GPU0) (each "
+        "host's PIDs: --json)",
+        f"gpu03: dirty: {said.format(43)}"]
+    # A message changed without its folded words (no code does): its own words, a line each.
+    stale = [dataclasses.replace(h, error=f"something else {i}") for i, h in enumerate(dirty)]
+    assert _lines(*stale) == [f"gpu0{i + 1}: dirty: something else {i}" for i in range(3)]
 
 
 def test_the_keys_a_login_offered_keep_hosts_apart_by_their_fingerprints() -> None:
