@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from fleetclean.models import Host, HostResult, HostStatus, RunResult, ScriptReport
 from fleetclean.results import parse
+from fleetclean.results.health import smi_pids_folded
 from fleetclean.results.reasons import PidWords, as_placeholder, dirty_reason, refused_reason
 from fleetclean.transport import Options, ScriptOutput, dialing, limits
 
@@ -290,8 +291,13 @@ def host_result(name: str, output: ScriptOutput, duration_s: float,
     )
     status, error = _status(output, report)
     # The same words with each PID a placeholder, kept only where they differ: what the
-    # problem lines fold hosts by (each host's server has PIDs of its own).
-    folded = _status(output, report, as_placeholder)[1] if status is HostStatus.DIRTY else None
+    # problem lines fold hosts by (each host's server has PIDs of its own, and so has each
+    # nvidia-smi left waiting in a hung driver).
+    folded = error
+    if status is HostStatus.DIRTY:
+        folded = _status(output, report, as_placeholder)[1]
+    elif error and status in (HostStatus.FAULTY, HostStatus.ERROR):
+        folded = smi_pids_folded(error, as_placeholder(0))
     return HostResult(
         host=name,
         status=status,

@@ -122,6 +122,24 @@ def nvsmi_fault(code: int, text: str) -> str | None:
     return f"nvidia-smi exit {code} ({what}): {said}"
 
 
+# The PIDs the node's sentence of an nvidia-smi that did not answer names ("PID 1721",
+# "(PID 1721, 1722)": lib.sh, fc_smi_hung and fc_smi_noted), each host's own.
+_SMI_PIDS = re.compile(r"(?<=PID )[0-9]+(?:, [0-9]+)*")
+
+
+def smi_pids_folded(text: str, placeholder: str) -> str:
+    """``text`` with the PIDs of its sentences of an nvidia-smi that did not answer written
+    ``placeholder`` (what the problem lines fold hosts by: a fleet whose driver hung on
+    many nodes); any other text as it is.
+
+    >>> smi_pids_folded("nvidia-smi not started: PID 1721, 1722, left by an earlier run", "<pid>")
+    'nvidia-smi not started: PID <pid>, left by an earlier run'
+    """
+    if not any(words in text for words in SMI_HUNG_WORDS):
+        return text
+    return _SMI_PIDS.sub(placeholder, text)
+
+
 def value_faults(nonum: str) -> list[str]:
     """The GPUs whose memory.used is NVML's word for a broken GPU, from the verification's
     list of values that are no number (`` GPU0=[N/A] GPU3=[GPU requires reset]``); [N/A]

@@ -172,7 +172,7 @@ def _folded(h: HostResult) -> str | None:
     folded = h.error_folded
     if not folded or not h.error:
         return None
-    pattern = re.escape(folded).replace(re.escape(PID), r"[0-9]+")
+    pattern = re.escape(folded).replace(re.escape(PID), r"[0-9]+(?:, [0-9]+)*")
     return folded if re.fullmatch(pattern, h.error) else None
 
 

@@ -180,6 +180,34 @@ def test_an_nvidia_smi_that_did_not_answer_is_the_drivers_fault_in_the_nodes_wor
     assert r.faults == () and r.error == "nvidia-smi failed (exit 124): odd"
 
 
+def test_hosts_whose_driver_hung_alike_share_a_problem_line_whatever_their_pids() -> None:
+    from fleetclean.fleet import host_result
+    from fleetclean.models import HostResult, RunResult
+    from fleetclean.results.table import problems
+    from fleetclean.transport import ScriptOutput
+
+    def hung(pids: str, killed: bool) -> str:
+        return (f"nvidia-smi did not answer in 30s (smi_timeout) and was killed (PID {pids}): "
+                "the GPU driver may be hung (see dmesg for Xid errors) or the node overloaded"
+                if killed else f"nvidia-smi not started: PID {pids}, left by an earlier run, "
+                "waiting in the GPU driver (state D): the driver is hung; see dmesg for Xid "
+                "errors, then reset the GPUs or reboot the node (to try nvidia-smi all the "
+                "same, delete /run/fleetclean-smi-stuck)")
+
+    def host(name: str, said: str) -> HostResult:
+        out = full_run(rec("stage", "verify", "verify", "verify"), rec("nvsmi", "124", said),
+                       rec("verify", "error", "0", "30000", said))
+        return host_result(name, ScriptOutput(started=True, stdout=out, stderr="",
+                                              exit_code=0), 1.0)
+
+    hosts = [host("gpu01", hung("1721", False)), host("gpu02", hung("5961, 5962", False)),
+             host("gpu03", hung("24", True)), host("gpu04", hung("31", True))]
+    assert [h.status.value for h in hosts] == ["faulty", "faulty", "error", "error"]
+    assert problems(RunResult("status", 1.0, tuple(hosts))) == [
+        f"gpu[01-02]: faulty: {hung('<pid>', False)} (each host's PIDs: --json)",
+        f"gpu[03-04]: error: {hung('<pid>', True)} (each host's PIDs: --json)"]
+
+
 def test_nvml_words_for_a_broken_gpu_in_memory_used_are_a_fault() -> None:
     out = full_run(rec("stage", "verify", "verify", "verify"),
                    rec("verify", "unknown", "0", "20", "nvidia-smi gave no number for "
