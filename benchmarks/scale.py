@@ -23,7 +23,10 @@ MaxSessions 10) and the other nodes are reached through it, by ``ProxyJump`` (on
 connection) and by ``ProxyCommand ssh -W`` (one bastion connection per host); each run also
 prints the bastion's logins and the connections it dropped past MaxStartups.
 ``--watch N``: ``status --watch``'s cost, a first run against N refreshes on its kept
-connections (one process, each run's CPU from getrusage). Exit status 1 when any host was
+connections (one process, each run's CPU from getrusage). ``--table``: after the first
+statuses, one more ``status`` as a person reads it (the table, 120 columns, not a terminal),
+its length printed with its problem lines: what a busy, partly broken fleet's output is
+at this size. Exit status 1 when any host was
 misclassified. Not a CI test.
 """
 
@@ -44,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetclean.commands import memory
+from fleetclean.models import HostStatus
 from fleetclean.sim import SimFleet
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -307,6 +311,20 @@ def watch_runs(fleet: SimFleet, where: list[str], refreshes: int) -> None:
           f"peak {run.threads} threads, {run.fds} fds, {run.maxrss_mib:.0f} MiB", flush=True)
 
 
+def table_run(fleet: SimFleet, where: list[str]) -> None:
+    """One status as a person reads it: how many lines, and the problem lines."""
+    proc = subprocess.run([FLEETCLEAN, "status", *where], capture_output=True, text=True,
+                          env=dict(os.environ, COLUMNS="120"), check=False)
+    lines = proc.stdout.splitlines()
+    statuses = {s.value for s in HostStatus}
+    problems = [line for line in lines if line.split(": ")[1:2] and any(
+        f": {s}: " in line for s in statuses)]
+    print(f"{'status (the table)':<28} exit {proc.returncode}: {len(lines)} lines for "
+          f"{len(fleet.nodes)} hosts, {len(problems)} problem lines:", flush=True)
+    for line in problems:
+        print(f"    {line[:160]}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=256)
@@ -317,6 +335,8 @@ def main() -> int:
     ap.add_argument("--watch", type=int, default=0, metavar="N",
                     help="also status --watch: a first run and N refreshes")
     ap.add_argument("--skip-direct", action="store_true", help="leave out the direct runs")
+    ap.add_argument("--table", action="store_true",
+                    help="also one status as the table, its length and problem lines")
     args = ap.parse_args()
     slow_logins = slow_banner_supported()
     with tempfile.TemporaryDirectory(prefix="fleetclean-scale-") as tmp:
@@ -338,6 +358,8 @@ def main() -> int:
                                           "-e", "grace=1"]),
                      ("status after", ["status", *where])]
             for label, argv in [] if args.skip_direct else plan:
+                if args.table and label == "post-extraction":
+                    table_run(fleet, where[:-1])
                 total_wrong += classified(fleet, label, argv, names, slow)
             if args.watch:
                 watch_runs(fleet, where[:-1], args.watch)
