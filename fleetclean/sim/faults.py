@@ -1,7 +1,7 @@
 """Node faults the host sets by writing the node's files (see ``smi_state`` for the files).
 
 ``apply(node_dir, fault, args)`` raises SimError naming the usage for a bad fault or
-argument. The SSH faults (``slow-banner``, ``slow-auth``, ``stall``) change the node's
+argument. The SSH faults (``slow-banner``, ``slow-auth``, ``stall``, ``latency``) change the node's
 listener and are handled by ``SimFleet.set_fault``; they are listed here so that one table
 documents every fault.
 
@@ -52,8 +52,10 @@ FAULTS: dict[str, tuple[str, str]] = {
     "slow-banner": ("SECONDS", "sshd's banner comes SECONDS late"),
     "slow-auth": ("SECONDS", "banner on time, then authentication answers SECONDS late"),
     "stall": ("", "sshd sends its banner, then nothing"),
+    "latency": ("SECONDS", "every SSH byte arrives SECONDS/2 late each way: a round trip of "
+                "SECONDS, as across a VPN (the TCP handshake is not delayed)"),
 }
-SSH_FAULTS = ("slow-banner", "slow-auth", "stall")
+SSH_FAULTS = ("slow-banner", "slow-auth", "stall", "latency")
 IN_NODE_FAULTS = ("unstick",)  # done inside the node by SimFleet.set_fault
 XID_TEXT = {
     13: "Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address",

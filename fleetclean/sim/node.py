@@ -31,7 +31,8 @@ GPU_COUNT = 8
 # The PCI bus ids of the eight GPUs of a typical HGX H200 board.
 BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
 FAULTS = tuple(faults.FAULTS)
-LISTENER_MODES = ("sshd", "off", "blackhole", "slow-banner", "slow-auth", "stall")
+LISTENER_MODES = ("sshd", "off", "blackhole", "slow-banner", "slow-auth", "stall",
+                  "latency")
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LISTENER_TIMEOUT_S = 30.0
 
@@ -321,7 +322,7 @@ def log_tail(node_dir: Path) -> str:
 
 def set_listener(node: SimNode, init: pids.Recorded, mode: str, seconds: float = 0) -> None:
     """Make the node listen with ``mode`` (``sshd``, ``off``, ``blackhole``, or sshd
-    behind a ``slow-banner``/``slow-auth``/``stall`` proxy delaying by ``seconds``) and
+    behind a ``slow-banner``/``slow-auth``/``stall``/``latency`` proxy delaying by ``seconds``) and
     wait until it does; always restarts the listener (so a new host key is read)."""
     if mode not in LISTENER_MODES:
         raise SimError(f"unknown listener mode {mode!r}")

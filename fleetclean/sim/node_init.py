@@ -12,7 +12,8 @@ Contract with the host (``fleetclean.sim.node``), all through files in NODE_DIR,
 bind-mounted at ``/run/fleetclean`` inside the node:
 
 - ``listener.want`` holds ``GEN MODE [SECONDS]`` (MODE: ``sshd``, ``off``, ``blackhole``,
-  or ``slow-banner``/``slow-auth``/``stall``: sshd on port 2222 behind ``sshproxy.py``).
+  or ``slow-banner``/``slow-auth``/``stall``/``latency``: sshd on port 2222 behind
+  ``sshproxy.py``).
   On SIGUSR1 the init stops whatever listens on ADDRESS:22 and starts MODE, then writes
   ``listener.state`` = ``GEN MODE PID [SSHD_PID]`` (``GEN error 0`` when it would not start).
 - SIGTERM: stop the listener and exit; the kernel then kills everything in the namespace.

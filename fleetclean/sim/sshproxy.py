@@ -8,6 +8,10 @@ still does all the authenticating. Standard library only.
 - ``slow-auth``: the banner and key exchange pass at once; sshd's first answer after the
   client's NEWKEYS (the service accept that starts authentication) is held SECONDS.
 - ``stall``: the banner passes, then nothing more from sshd ever does.
+- ``latency``: every byte, both ways, arrives SECONDS / 2 after it was sent: a round trip
+  of SECONDS, as a fleet reached from a laptop across a VPN or an ocean. The TCP handshake
+  itself is the kernel's, on loopback, and is not delayed (one round trip less than a real
+  network's, for every client alike).
 
 The client's NEWKEYS is found by reading its cleartext packets (RFC 4253: uint32 length,
 byte padding length, then the message number; NEWKEYS is 21), which precede encryption.
@@ -19,6 +23,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import queue
 import socket
 import sys
 import threading
@@ -93,6 +98,36 @@ def pump_server(
         _shut(client)
 
 
+def relay_late(src: socket.socket, dst: socket.socket, late: float) -> None:
+    """Every chunk read from ``src`` is written to ``dst`` ``late`` seconds after it came,
+    in order (a writer thread per direction, so that what arrives meanwhile is not held
+    behind the wait); ``src``'s end reaches ``dst`` as late."""
+    chunks: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
+
+    def deliver() -> None:
+        try:
+            while True:
+                due, data = chunks.get()
+                wait = due - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _shut(dst)
+
+    threading.Thread(target=deliver, daemon=True).start()
+    try:
+        while data := src.recv(65536):
+            chunks.put((time.monotonic() + late, data))
+    except OSError:
+        pass
+    chunks.put((time.monotonic() + late, b""))
+
+
 def _shut(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
@@ -111,11 +146,15 @@ def serve(address: str, mode: str, delay: float) -> None:
             client.close()
             continue
         stream = ClientStream()
-        for target, args in (
+        pumps: tuple[tuple[object, tuple[object, ...]], ...] = (
             (pump_client, (client, server, stream)),
             (pump_server, (server, client, stream, mode, delay)),
-        ):
-            threading.Thread(target=target, args=args, daemon=True).start()
+        )
+        if mode == "latency":
+            pumps = ((relay_late, (client, server, delay / 2)),
+                     (relay_late, (server, client, delay / 2)))
+        for target, args in pumps:
+            threading.Thread(target=target, args=args, daemon=True).start()  # type: ignore[arg-type]
 
 
 def main(argv: list[str]) -> int:

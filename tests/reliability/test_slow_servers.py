@@ -192,6 +192,28 @@ def test_a_slow_but_correct_sshd_still_ends_clean(
 
 
 @pytest.mark.sim
+def test_a_fleet_far_away_is_torn_down_and_read_as_a_near_one(
+    sim_fleet_factory: Callable[..., SimFleet], cli: Cli
+) -> None:
+    """A node across a VPN from the laptop (every byte 0.2 s late each way: a round trip of
+    0.4 s, which no phase waits out within --connect-timeout 2) is neither a timeout nor
+    auth_failed: its teardown ends clean and its GPUs read 0 MiB, as the near node's."""
+    fleet = sim_fleet_factory(2)
+    fleet.set_fault("node01", "latency", 0.4)
+    for node in fleet.nodes:
+        fleet.spawn(node.name, "sglang", gpus="0-1")
+    res = cli("run", "post-extraction", "-i", fleet.inventory_path, "-e", "grace=1",
+              "--connect-timeout", "2", "--json")
+    assert "Traceback" not in res.err
+    hosts = {h["host"]: h for h in res.json()["hosts"]}
+    for name in ("node01", "node02"):
+        assert (hosts[name]["status"], hosts[name]["error"]) == ("clean", None), hosts[name]
+        assert fleet.gpu_used_mib(name) == [0] * 8
+    # It was far: its run took round trips the near one did not (at least a login's four).
+    assert hosts["node01"]["duration_s"] > hosts["node02"]["duration_s"] + 4 * 0.4
+
+
+@pytest.mark.sim
 def test_stalled_and_slow_sshds_among_fast_ones_each_get_their_own_outcome(
     sim_fleet_factory: Callable[..., SimFleet], cli: Cli
 ) -> None:
