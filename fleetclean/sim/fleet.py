@@ -343,7 +343,8 @@ class SimFleet:
         return self.is_running(sim_node) and _is_listening(sim_node.address)
 
     def listener_mode(self, ref: NodeRef) -> str:
-        """``sshd``, ``off``, ``blackhole`` or ``error``; ``stopped`` when the node is."""
+        """``sshd``, ``off``, ``blackhole``, an SSH fault's (``faults.SSH_FAULTS``) or
+        ``error``; ``stopped`` when the node is."""
         sim_node = self.node(ref)
         if not self.is_running(sim_node):
             return "stopped"
@@ -478,6 +479,9 @@ class SimFleet:
                 delay = float(seconds)
             except ValueError as exc:
                 raise SimError(f"bad seconds {seconds!r}", hint=faults.usage(fault)) from exc
+            if not 0 <= delay < 3600:  # nan, inf and negatives too: no sleep takes them
+                raise SimError(f"bad seconds {seconds!r}: 0 up to an hour",
+                               hint=faults.usage(fault))
             self._listen(sim_node, fault, delay)
             return
         if fault == "hang":  # nvidia-smi waits on the node's stuck driver

@@ -101,7 +101,8 @@ def pump_server(
 def relay_late(src: socket.socket, dst: socket.socket, late: float) -> None:
     """Every chunk read from ``src`` is written to ``dst`` ``late`` seconds after it came,
     in order (a writer thread per direction, so that what arrives meanwhile is not held
-    behind the wait); ``src``'s end reaches ``dst`` as late."""
+    behind the wait); ``src``'s end reaches ``dst`` as late, as an end of writing only:
+    what ``dst``'s side still says goes the other way (a half-closed TCP connection)."""
     chunks: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
 
     def deliver() -> None:
@@ -112,11 +113,10 @@ def relay_late(src: socket.socket, dst: socket.socket, late: float) -> None:
                 if wait > 0:
                     time.sleep(wait)
                 if not data:
-                    break
+                    dst.shutdown(socket.SHUT_WR)
+                    return
                 dst.sendall(data)
         except OSError:
-            pass
-        finally:
             _shut(dst)
 
     threading.Thread(target=deliver, daemon=True).start()

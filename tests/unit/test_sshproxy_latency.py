@@ -45,14 +45,38 @@ def test_every_chunk_arrives_late_in_order_and_so_does_the_end() -> None:
 
 
 def test_what_comes_meanwhile_is_not_held_behind_a_wait() -> None:
-    # Ten chunks 20 ms apart, each LATE late: all of them within about LATE of the last,
-    # not one LATE after another (which would be 2 s).
-    far, near = _relay()
-    started = time.monotonic()
-    for i in range(10):
-        far.sendall(b"%d " % i)
-        time.sleep(0.02)
+    # "b" comes half a delay after "a": it must leave one delay after it came, not after
+    # "a"'s wait has run out (a relay that sleeps before each write gives it 1.5 delays).
+    late = 1.0
+    far, src = socket.socketpair()
+    dst, near = socket.socketpair()
+    threading.Thread(target=relay_late, args=(src, dst, late), daemon=True).start()
+    near.settimeout(5)
+    far.sendall(b"a")
+    time.sleep(late / 2)
+    sent_b = time.monotonic()
+    far.sendall(b"b")
     far.shutdown(socket.SHUT_WR)
     got = _read_until_eof(near)
-    assert b"".join(data for _, data in got).split() == [b"%d" % i for i in range(10)]
-    assert got[-1][0] - started < 10 * LATE
+    arrived_b = next(t for t, data in got if b"b" in data)
+    assert late <= arrived_b - sent_b < 1.3 * late
+    for sock in (far, src, dst, near):
+        sock.close()
+
+
+def test_an_end_of_writing_leaves_the_other_way_open() -> None:
+    # A client that sends its request, then its EOF, still hears the server's answer.
+    client, proxy_near = socket.socketpair()
+    proxy_far, server = socket.socketpair()
+    for args in ((proxy_near, proxy_far, LATE), (proxy_far, proxy_near, LATE)):
+        threading.Thread(target=relay_late, args=args, daemon=True).start()
+    client.sendall(b"request")
+    client.shutdown(socket.SHUT_WR)
+    server.settimeout(5)
+    assert b"".join(data for _, data in _read_until_eof(server)) == b"request"
+    server.sendall(b"answer")
+    server.shutdown(socket.SHUT_WR)
+    client.settimeout(5)
+    assert b"".join(data for _, data in _read_until_eof(client)) == b"answer"
+    for sock in (client, proxy_near, proxy_far, server):
+        sock.close()
