@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING
 from fleetclean.models import Host, HostResult, HostStatus, RunResult, ScriptReport
 from fleetclean.results import parse
 from fleetclean.results.health import smi_pids_folded
-from fleetclean.results.reasons import PidWords, as_placeholder, dirty_reason, refused_reason
+from fleetclean.results.reasons import (
+    PID,
+    PidWords,
+    as_placeholder,
+    dirty_reason,
+    refused_reason,
+)
 from fleetclean.transport import Options, ScriptOutput, dialing, limits
 
 if TYPE_CHECKING:
@@ -297,7 +303,7 @@ def host_result(name: str, output: ScriptOutput, duration_s: float,
     if status is HostStatus.DIRTY:
         folded = _status(output, report, as_placeholder)[1]
     elif error and status in (HostStatus.FAULTY, HostStatus.ERROR):
-        folded = smi_pids_folded(error, as_placeholder(0))
+        folded = smi_pids_folded(error, PID)
     return HostResult(
         host=name,
         status=status,

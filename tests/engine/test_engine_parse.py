@@ -200,12 +200,19 @@ def test_hosts_whose_driver_hung_alike_share_a_problem_line_whatever_their_pids(
         return host_result(name, ScriptOutput(started=True, stdout=out, stderr="",
                                               exit_code=0), 1.0)
 
+    def stuck(pid: str) -> str:
+        return (f"nvidia-smi did not answer in 30s (smi_timeout): PID {pid} outlived SIGKILL, "
+                "waiting in the GPU driver (state D): the driver is hung; see dmesg for Xid "
+                "errors, then reset the GPUs or reboot the node")
+
     hosts = [host("gpu01", hung("1721", False)), host("gpu02", hung("5961, 5962", False)),
-             host("gpu03", hung("24", True)), host("gpu04", hung("31", True))]
-    assert [h.status.value for h in hosts] == ["faulty", "faulty", "error", "error"]
+             host("gpu03", hung("24", True)), host("gpu04", hung("31", True)),
+             host("gpu05", stuck("4040")), host("gpu06", stuck("77"))]
+    assert [h.status.value for h in hosts] == ["faulty"] * 2 + ["error"] * 2 + ["faulty"] * 2
     assert problems(RunResult("status", 1.0, tuple(hosts))) == [
         f"gpu[01-02]: faulty: {hung('<pid>', False)} (each host's PIDs: --json)",
-        f"gpu[03-04]: error: {hung('<pid>', True)} (each host's PIDs: --json)"]
+        f"gpu[03-04]: error: {hung('<pid>', True)} (each host's PIDs: --json)",
+        f"gpu[05-06]: faulty: {stuck('<pid>')} (each host's PIDs: --json)"]
 
 
 def test_nvml_words_for_a_broken_gpu_in_memory_used_are_a_fault() -> None:
