@@ -38,10 +38,12 @@ QUERY = "nvidia-smi --query-gpu=index,memory.used --format=csv,noheader"
 
 
 def timed(argv: list[str]) -> float:
+    """The wall of one run, which must succeed: the node is clean, so anything but exit 0
+    (a timeout, a misread) is no sample."""
     started = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, check=False)
     wall = time.perf_counter() - started
-    if proc.returncode not in (0, 1):
+    if proc.returncode != 0:
         raise SystemExit(f"{argv[0]}: exit {proc.returncode}: {proc.stderr.decode()[-300:]}")
     return wall
 
@@ -52,6 +54,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--against", type=Path, metavar="CHECKOUT")
     args = ap.parse_args()
+    if not args.rtt > 0:
+        ap.error("--rtt must be above 0 (the baseline is 0)")
     with tempfile.TemporaryDirectory(prefix="fleetclean-rtt-") as tmp, \
             SimFleet.up(1, Path(tmp) / "fleet", subnet=free_subnet()) as fleet:
         where = ["-i", str(fleet.inventory_path), "-F", str(fleet.ssh_config_path), "--json"]
