@@ -23,7 +23,9 @@ sshd and remote commands included, per host, and split into the tool's own proce
 own sampling of the tool's threads and fds, about 0.2 ms a host, and anything else
 running). ``--profile``: one more ``status`` (or each run named: ``status``,
 ``post-extraction``) at the biggest size under cProfile (every thread's CPU, merged), its
-top functions printed. The nodes share
+top functions printed. ``--rtt SECONDS``: every node behind the simulator's latency proxy
+(``sim fault NODE latency``), as a fleet reached from a laptop across a VPN: what the
+round trips each tool needs a host cost the fleet. The nodes share
 this machine's cores with the controller and the peers.
 """
 
@@ -261,6 +263,9 @@ def main() -> int:
     ap.add_argument("--forks", type=int, default=64)
     ap.add_argument("--profile", nargs="*", choices=("status", "post-extraction"),
                     metavar="RUN", help="status (the default) and/or post-extraction")
+    ap.add_argument("--rtt", type=float, default=0.0, metavar="SECONDS",
+                    help="every node that far from the tools (sim fault latency): a fleet "
+                         "reached from a laptop; the TCP handshake is not delayed")
     args = ap.parse_args()
     ensure_peers(True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the fleet still goes down
@@ -269,8 +274,13 @@ def main() -> int:
             SimFleet.up(max(args.sizes), Path(tmp) / "fleet", subnet=free_subnet()) as fleet:
         bench = Bench(fleet, Path(tmp), args)
         bench.refill(max(args.sizes))
+        if args.rtt:
+            for node in fleet.nodes:
+                fleet.set_fault(node.name, "latency", args.rtt)
+        far = f", every node {args.rtt:g} s of round trip away" if args.rtt else ""
         print(f"{max(args.sizes)} nodes up, {len(bench.busy)} busy (SGLang tp8), fan-out "
-              f"{args.forks}, {args.reps} repetitions, nproc {os.cpu_count()}", flush=True)
+              f"{args.forks}, {args.reps} repetitions, nproc {os.cpu_count()}{far}",
+              flush=True)
         for n in args.sizes:
             report(n, bench.size(n))
         for what in ([] if args.profile is None else args.profile or ["status"]):
