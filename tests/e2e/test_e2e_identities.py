@@ -135,3 +135,19 @@ def test_a_refused_rsa_key_after_another_is_auth_failed(fleet: SimFleet, cli: Cl
     host = _status(cli, _with_keys(fleet, tmp_path, stranger_key, f"-i {rsa}"))
     assert host["status"] == "auth_failed", host
     assert "2 key(s) refused" in str(host["error"])
+
+
+def test_an_rsa_key_logs_in_after_a_refused_one(fleet: SimFleet, cli: Cli,
+                                                stranger_key: Path, tmp_path: Path) -> None:
+    # Each key's signed request goes with the request for the authentication service
+    # (transport/upstream.py: _KeyWithService), an RSA key's once the server has named its
+    # signature algorithms: rsa-sha2-*, never the SHA-1 ssh-rsa that OpenSSH refuses.
+    rsa = tmp_path / "accepted_rsa"
+    subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-N", "", "-f", str(rsa)],
+                   check=True)
+    authorized = fleet.node("node01").dir / "authorized_keys"
+    authorized.write_text(authorized.read_text() + Path(f"{rsa}.pub").read_text())
+    host = _status(cli, _with_keys(fleet, tmp_path, stranger_key, f"-i {rsa}"))
+    assert (host["status"], host["error"]) == ("clean", None), host
+    log = (fleet.node("node01").dir / "sshd.log").read_text()
+    assert "Accepted publickey for root" in log and " ssh2: RSA SHA256:" in log
