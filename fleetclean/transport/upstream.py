@@ -148,12 +148,16 @@ the fix belongs to another module's job, at the place named:
 - paramiko asks for the authentication service and waits for the answer before it sends
   a key (``AuthHandler._parse_service_accept`` signs it), one round trip a login: a
   seventh of a status's round trips, 50 ms a host from a laptop across a VPN (the
-  latency of https://github.com/paramiko/paramiko/issues/738). The service's answer is
-  never a condition on the client (RFC 4253 section 10; sshd reads the two requests in
-  order), so ``_Transport.auth_publickey`` signs first and sends both at once
-  (``_KeyWithService``), where the key's algorithm needs nothing the server has still to
-  say: an RSA key's is chosen from the server's ``server-sig-algs``, which comes with
-  its first encrypted message, and waits for it as before.
+  latency of https://github.com/paramiko/paramiko/issues/738). RFC 4253 section 10 makes
+  a client wait for that answer only after a key exchange with implicit server
+  authentication; every key exchange paramiko offers proves the server by its signature
+  (explicit), and sshd, Dropbear, libssh, Go's and AsyncSSH's servers read the two
+  requests in order. So ``_Transport.auth_publickey`` signs first and sends both at once
+  (``_KeyWithService``), but for a key whose signing may wait on a person or never end
+  (an agent's: a touch, a confirmation; signed, as before, under the login's
+  ``auth_timeout``) and an RSA key whose algorithm the server's ``server-sig-algs`` has
+  not yet decided (it comes with the server's first encrypted message, most often before
+  the login asks).
 - importing either imports invoke, whose package imports ``unittest.mock`` (and with it
   ``asyncio``) for ``MockContext``: 25-40 ms of an SSH run's start-up
   (https://github.com/pyinvoke/invoke/issues/775, https://github.com/paramiko/paramiko/pull/2543).
@@ -279,9 +283,10 @@ CERT_SUFFIX = "-cert-v01@openssh.com"
 class _KeyWithService(paramiko.auth_handler.AuthHandler):
     """paramiko's client authentication that sends a public key's signed request right
     after the request for the authentication service, not once the server has answered
-    it (see the module's list); any other method, and an RSA key the server has not yet
-    said the algorithms of, as paramiko does. Its parent's members used here are private
-    (paramiko 2.x-5.x), which its type stubs leave out: they are reached through ``own``."""
+    it (see the module's list); any other method, an agent's key and an RSA key the
+    server has not yet said the algorithms of, as paramiko does. Its parent's members
+    used here are private (paramiko 2.x-5.x), which its type stubs leave out: they are
+    reached through ``own``."""
 
     sent = False
 
@@ -295,10 +300,13 @@ class _KeyWithService(paramiko.auth_handler.AuthHandler):
             own.transport._send_message(signed)
 
     def _signed(self) -> paramiko.Message | None:
-        """The key's USERAUTH_REQUEST (RFC 4252 section 7), signed; None where its
-        algorithm would need the server's ``server-sig-algs``, not yet read."""
+        """The key's USERAUTH_REQUEST (RFC 4252 section 7), signed; None for an agent's
+        key (its signing is bounded only in paramiko's way) and where the algorithm would
+        need the server's ``server-sig-algs``, not yet read."""
         own: Any = self
         key, user = own.private_key, own.username
+        if isinstance(key, paramiko.agent.AgentKey):
+            return None
         key_type, blob = own._get_key_type_and_bits(key)
         if "rsa" in key_type and "server-sig-algs" not in own.transport.server_extensions:
             return None

@@ -4,11 +4,14 @@ read from a stand-in for paramiko's transport; the signature checked with the ke
 
 from __future__ import annotations
 
+import socket
 import threading
 from typing import Any
 
 import paramiko
+import pytest
 
+from fleetclean.transport import upstream
 from fleetclean.transport.upstream import _KeyWithService
 
 SERVICE_REQUEST, USERAUTH_REQUEST = 5, 50
@@ -88,3 +91,48 @@ def test_an_rsa_key_waits_for_the_servers_algorithms() -> None:
     auth = said.sent[1]
     assert [auth.get_text(), auth.get_text(), auth.get_text(), auth.get_boolean(),
             auth.get_text()] == ["root", "ssh-connection", "publickey", True, "rsa-sha2-256"]
+
+
+def test_an_agents_key_signs_as_paramiko_has_it_sign_within_the_logins_limit() -> None:
+    # An agent may wait on a person (a touch, a confirmation) or never answer: its signing
+    # stays in paramiko's handler of the service's answer, which auth_timeout bounds.
+    wire = Wire(server_sig_algs=True)
+    agent_key = paramiko.AgentKey(None, paramiko.ECDSAKey.generate().asbytes())
+    handler = _login(wire, agent_key)
+    assert _kinds(wire) == [SERVICE_REQUEST]
+    assert not handler.sent
+
+
+class _Server(paramiko.ServerInterface):
+    def __init__(self, accepted: paramiko.PKey) -> None:
+        self.accepted = accepted
+
+    def get_allowed_auths(self, username: str) -> str:
+        return "publickey"
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        return (paramiko.AUTH_SUCCESSFUL if key.asbytes() == self.accepted.asbytes()
+                else paramiko.AUTH_FAILED)
+
+
+def test_fleetcleans_transport_logs_in_with_it_and_counts_a_refused_key() -> None:
+    """Over a socket pair to paramiko's own server: the login goes through _KeyWithService
+    (its key sent early), a refused key is counted (connect.py words the failure by it)."""
+    accepted, stranger = paramiko.ECDSAKey.generate(), paramiko.ECDSAKey.generate()
+    near, far = socket.socketpair()
+    server = paramiko.Transport(far)
+    server.add_server_key(paramiko.ECDSAKey.generate())
+    server.start_server(threading.Event(), server=_Server(accepted))  # in its own thread
+    client = upstream.transport(near)
+    try:
+        client.start_client(timeout=10)
+        with pytest.raises(paramiko.AuthenticationException):
+            client.auth_publickey("root", stranger)
+        assert client.refused == 1  # type: ignore[attr-defined]
+        client.auth_publickey("root", accepted)
+        assert client.is_authenticated()
+        handler = client.auth_handler
+        assert isinstance(handler, _KeyWithService) and handler.sent
+    finally:
+        client.close()
+        server.close()
