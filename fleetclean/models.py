@@ -299,10 +299,11 @@ class HostResult:
     # result read back from JSON or a bundle's output): the problem lines fold hosts whose
     # messages differ only by it (results/table.py). Not in --json.
     where: str = ""
-    # ``error`` with the PIDs of the processes it names as holders or left to their owner
-    # written "<pid>", where it names any (a dirty host's): the problem lines fold hosts
-    # whose messages differ only by those, as a fleet's servers have PIDs of their own on
-    # each host (a stage's own words keep theirs). Not in --json.
+    # ``error`` with the PIDs of the processes it names as holders or left to their owner,
+    # and of an nvidia-smi left waiting in a hung driver, written "<pid>", where it names
+    # any: the problem lines fold hosts whose messages differ only by those, as a fleet's
+    # servers have PIDs of their own on each host (a stage's own words keep theirs). Not in
+    # --json.
     error_folded: str | None = None
 
 

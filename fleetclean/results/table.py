@@ -166,9 +166,10 @@ def _restored(shape: str, said: list[str], where: str) -> str:
 
 
 def _folded(h: HostResult) -> str | None:
-    """The host's message with each PID it names as a holder written ``<pid>``, where the
-    run worked that out and it is still the message's (a later judgement that rewrote the
-    message, results/health.py, keeps it up to date; a result read back has none)."""
+    """The host's message with the PIDs the run knows to be its own written ``<pid>`` (its
+    holders', those left to their owner, a hung nvidia-smi's: ``HostResult.error_folded``),
+    where it is still the message's (a later judgement that rewrote the message,
+    results/health.py, keeps it up to date; a result read back has none)."""
     folded = h.error_folded
     if not folded or not h.error:
         return None
