@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
@@ -199,21 +200,13 @@ def _shape(h: HostResult) -> str:
 def _unaddressed(error: str, where: str) -> str:
     """``error`` with the host's own "address:port" written ``<address>:port``, where it
     is not part of a longer address or port (10.0.0.1:22 in 110.0.0.1:22, 10.0.0.1:2222 or
-    IPv6's 1:10.0.0.1:22). A search, not a pattern: one compiled a host costs 0.1 ms a host,
-    which a --watch pays at every refresh."""
-    port = where.rpartition(":")[2]
-    parts, last, at = [], 0, error.find(where)
-    while at >= 0:
-        end = at + len(where)
-        inside = (at > 0 and (error[at - 1].isalnum() or error[at - 1] in "_.-:[")) or (
-            end < len(error) and error[end].isdigit())
-        if inside:
-            at = error.find(where, at + 1)
-            continue
-        parts += [error[last:at], f"{ADDRESS}:{port}"]
-        last = end
-        at = error.find(where, end)
-    return "".join(parts) + error[last:]
+    IPv6's 1:10.0.0.1:22)."""
+    return _replaced(error, where, f"{ADDRESS}:{where.rpartition(':')[2]}", _in_address)
+
+
+def _in_address(error: str, at: int, end: int) -> bool:
+    return (at > 0 and (error[at - 1].isalnum() or error[at - 1] in "_.-:[")) or (
+        end < len(error) and error[end].isdigit())
 
 
 def _swap(error: str, word: str, placeholder: str) -> str:
@@ -221,19 +214,31 @@ def _swap(error: str, word: str, placeholder: str) -> str:
     ``placeholder`` wherever it stands whole: not inside a longer name, address or port
     (node1 in node10, node1-bmc or node1.example.com; 10.0.0.1 in 10.0.0.12, 110.0.0.1 or
     fe80::10.0.0.1; a bracketed address, [10.0.0.1]:2222, stands whole)."""
-    if not word:
-        return error
+    return _replaced(error, word, placeholder, _in_word) if word else error
+
+
+def _in_word(error: str, at: int, end: int) -> bool:
+    before = error[at - 1] if at else " "
+    after, beyond = error[end:end + 1], error[end + 1:end + 2]
+    return (before.isalnum() or before in "_.-:<") or (
+        after.isalnum() or after in "_-") or (after in ".:" and beyond.isalnum())
+
+
+def _replaced(error: str, word: str, placeholder: str,
+              inside: Callable[[str, int, int], bool]) -> str:
+    """``error`` with each ``word`` (not empty) written ``placeholder``, but where
+    ``inside(error, start, end)`` finds it part of something longer. A search, not a
+    pattern: one compiled a host costs 0.1 ms a host, which a --watch pays at every
+    refresh."""
     parts, last, at = [], 0, error.find(word)
     while at >= 0:
         end = at + len(word)
-        before = error[at - 1] if at else " "
-        after, beyond = error[end:end + 1], error[end + 1:end + 2]
-        inside = (before.isalnum() or before in "_.-:<") or (
-            after.isalnum() or after in "_-") or (after in ".:" and beyond.isalnum())
-        if not inside:
-            parts += [error[last:at], placeholder]
-            last = end
-        at = error.find(word, end if not inside else at + 1)
+        if inside(error, at, end):
+            at = error.find(word, at + 1)
+            continue
+        parts += [error[last:at], placeholder]
+        last = end
+        at = error.find(word, end)
     return "".join(parts) + error[last:]
 
 
